@@ -1,0 +1,31 @@
+"""The diagnosis job graph: raw lines -> parse -> key_by(vin) -> DiagnosisFunction -> tagged output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyflink.common import Types
+from pyflink.datastream import DataStream
+
+from operators.diagnosis import DiagnosisFunction
+from operators.parse import DEAD_LETTER, EVENT, ParseEvents
+
+OUTPUT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING()])
+PARSED_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.STRING(), Types.STRING()])
+
+
+def build(raw_lines: DataStream, settings: dict[str, Any]) -> DataStream:
+    """Return a stream of ``(kind, json)``: kind "D" for diagnoses, "X" for dead letters."""
+    parsed = raw_lines.process(ParseEvents(), output_type=PARSED_TYPE).name("parse")
+    events = parsed.filter(lambda t: t[0] == EVENT).name("valid events")
+    bad = (
+        parsed.filter(lambda t: t[0] == DEAD_LETTER)
+        .map(lambda t: (DEAD_LETTER, t[2]), output_type=OUTPUT_TYPE)
+        .name("parse dead letters")
+    )
+    diagnosed = (
+        events.key_by(lambda t: t[1], key_type=Types.STRING())
+        .process(DiagnosisFunction(settings), output_type=OUTPUT_TYPE)
+        .name("diagnosis")
+    )
+    return diagnosed.union(bad)

@@ -1,0 +1,1 @@
+"""The ReAct diagnosis agent: model interface, tools, and the loop."""

@@ -1,0 +1,48 @@
+"""The chat-model interface the agent talks to, in OpenAI's message shape."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChatResponse:
+    """One model turn: either tool calls, or final content."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ChatModel(Protocol):
+    """Anything that answers a conversation, with native tool calling."""
+
+    name: str
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse: ...

@@ -1,0 +1,235 @@
+"""The offline model: deterministic, no network, no API key.
+
+It plays the part of a careful diagnostician over the same messages and tools
+a hosted model gets, so the whole pipeline (tools, memory, budgets, token
+accounting) runs for real in the demo, the tests and the benchmarks:
+
+1. Codes it knows nothing about are looked up (``lookup_dtc``), unless the
+   vehicle's own verified history, or a verified case of a similar vehicle,
+   already names the fault: memory saves the lookup.
+2. For a fault confirmed by a signal it reads that signal's history in the
+   session (``signal_history``) and concludes when a reading meets the rule.
+   A fault confirmed by repetition concludes when the code has been seen often
+   enough in the session.
+3. Otherwise it keeps the session INVESTIGATING until more evidence arrives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vdoctor.agent.model import ChatResponse, Message, ToolCall, ToolSpec
+from vdoctor.agent.prompt import ALERT_FENCE, CODES_SEEN_PREFIX
+from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
+
+# Confidence of a conclusion by the kind of evidence, and the lift a verified
+# earlier case of the same fault gives it.
+CONFIDENCE_SIGNAL = 0.8
+CONFIDENCE_REPEAT = 0.7
+CONFIDENCE_MEMORY_LIFT = 0.1
+CONFIDENCE_MAX = 0.95
+CONFIDENCE_SUSPECTED = 0.3
+CONFIDENCE_UNKNOWN = 0.1
+
+_MEMORY_HEAD_RE = re.compile(
+    r"^- \[(own|similar)\] (case://\S+) \| concluded \S+ \| codes ([A-Z0-9,]*) \| (P[123]) \| recheck (\w+)$"
+)
+_CONFIRM_SIGNAL_RE = re.compile(r"confirmed ([a-z][a-z0-9_]*)=-?[\d.]+(>=|<=)(-?[\d.]+)")
+_CONFIRM_REPEAT_RE = re.compile(r"confirmed repeat (\d+)")
+_RULE_SIGNAL_RE = re.compile(r"^([a-z][a-z0-9_]*)(>=|<=)(-?[\d.]+)$")
+_RULE_REPEAT_RE = re.compile(r"^code seen in (\d+) alerts$")
+
+
+@dataclass
+class _Fault:
+    code: str
+    root_cause: str
+    fix_action: str
+    priority: str
+    signal: str | None
+    op: str
+    threshold: float
+    repeat: int
+    case_uri: str | None = None
+
+
+def _parse_memory(system: str) -> dict[str, _Fault]:
+    """Verified faults named by the memory block, by code (own history before similar)."""
+    faults: dict[str, _Fault] = {}
+    lines = system.splitlines()
+    for i, line in enumerate(lines):
+        head = _MEMORY_HEAD_RE.match(line)
+        if not head or head.group(5) != "ok":
+            continue
+        body = {}
+        for follow in lines[i + 1 : i + 4]:
+            key, _, value = follow.strip().partition(": ")
+            body[key] = value
+        summary = body.get("summary", "")
+        sig = _CONFIRM_SIGNAL_RE.search(summary)
+        rep = _CONFIRM_REPEAT_RE.search(summary)
+        if not (sig or rep) or not body.get("cause") or not body.get("fix"):
+            continue
+        for code in filter(None, head.group(3).split(",")):
+            faults.setdefault(
+                code,
+                _Fault(
+                    code=code,
+                    root_cause=body["cause"],
+                    fix_action=body["fix"],
+                    priority=head.group(4),
+                    signal=sig.group(1) if sig else None,
+                    op=sig.group(2) if sig else ">=",
+                    threshold=float(sig.group(3)) if sig else 0.0,
+                    repeat=int(rep.group(1)) if rep else 0,
+                    case_uri=head.group(2),
+                ),
+            )
+    return faults
+
+
+def _fault_from_lookup(item: dict[str, Any]) -> _Fault | None:
+    rule = str(item.get("confirm", ""))
+    sig = _RULE_SIGNAL_RE.match(rule)
+    rep = _RULE_REPEAT_RE.match(rule)
+    if not item.get("root_cause") or not (sig or rep):
+        return None
+    return _Fault(
+        code=str(item["code"]),
+        root_cause=str(item["root_cause"]),
+        fix_action=str(item["fix_action"]),
+        priority=str(item["priority"]),
+        signal=sig.group(1) if sig else None,
+        op=sig.group(2) if sig else ">=",
+        threshold=float(sig.group(3)) if sig else 0.0,
+        repeat=int(rep.group(1)) if rep else 0,
+    )
+
+
+def _parse_user(text: str) -> tuple[dict[str, Any], dict[str, int]]:
+    alert: dict[str, Any] = {}
+    start = text.rfind(ALERT_FENCE)
+    if start >= 0:
+        body = text[start + len(ALERT_FENCE) :]
+        end = body.find("```")
+        try:
+            alert = json.loads(body[:end])
+        except ValueError:
+            alert = {}
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith(CODES_SEEN_PREFIX):
+            for part in line[len(CODES_SEEN_PREFIX) :].split(","):
+                code, _, count = part.strip().partition(" x")
+                if code and count.isdigit():
+                    seen[code] = int(count)
+    return alert, seen
+
+
+class OfflineModel:
+    """A deterministic rule-following model that speaks the ChatModel protocol."""
+
+    name = "offline-rules-v1"
+
+    def __init__(self, counter: TokenCounter = DEFAULT_COUNTER) -> None:
+        self.counter = counter
+        self._calls = 0
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        prompt_tokens = sum(self.counter.count(m.content) for m in messages) + sum(
+            self.counter.count(json.dumps(t.parameters)) + self.counter.count(t.description)
+            for t in tools
+        )
+        content, calls = self._decide(messages)
+        out_text = content or json.dumps([c.arguments for c in calls])
+        return ChatResponse(
+            content=content,
+            tool_calls=tuple(calls),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=self.counter.count(out_text) + 4 * len(calls),
+        )
+
+    def _decide(self, messages: list[Message]) -> tuple[str | None, list[ToolCall]]:
+        system = next((m.content for m in messages if m.role == "system"), "")
+        last_user = max(i for i, m in enumerate(messages) if m.role == "user")
+        alert, seen = _parse_user(messages[last_user].content)
+        codes = list(dict.fromkeys([*alert.get("dtc_codes", []), *seen]))
+        remembered = _parse_memory(system)
+
+        looked_up: dict[str, _Fault | None] = {}
+        histories: dict[str, list[dict[str, Any]]] = {}
+        for m in messages[last_user + 1 :]:
+            if m.role != "tool":
+                continue
+            result = json.loads(m.content)
+            for item in result.get("codes", []):
+                looked_up[str(item["code"])] = _fault_from_lookup(item)
+            for code in result.get("unknown", []):
+                looked_up[str(code)] = None
+            if "signal" in result and "readings" in result:
+                histories[str(result["signal"])] = list(result["readings"])
+
+        to_lookup = [c for c in codes if c not in remembered and c not in looked_up]
+        if to_lookup:
+            return None, [self._call("lookup_dtc", {"codes": to_lookup})]
+
+        faults = [remembered.get(c) or looked_up.get(c) for c in codes]
+        known = [f for f in faults if f is not None]
+        for fault in known:
+            if fault.signal and fault.signal not in histories:
+                return None, [self._call("signal_history", {"signal": fault.signal})]
+
+        for fault in known:
+            evidence = self._confirming_evidence(fault, histories, seen)
+            if evidence is None:
+                continue
+            base = CONFIDENCE_SIGNAL if fault.signal else CONFIDENCE_REPEAT
+            memory_case = remembered.get(fault.code)
+            if memory_case is not None:
+                base += CONFIDENCE_MEMORY_LIFT
+                if memory_case.case_uri:
+                    evidence.append(memory_case.case_uri)
+            answer = {
+                "phase": "CONCLUDED",
+                "root_cause": fault.root_cause,
+                "fix_action": fault.fix_action,
+                "priority": fault.priority,
+                "confidence": round(min(base, CONFIDENCE_MAX), 2),
+                "codes": [fault.code],
+                "evidence": [f"dtc://{fault.code}", *evidence],
+            }
+            return json.dumps(answer, ensure_ascii=False), []
+
+        suspect = known[0] if known else None
+        answer = {
+            "phase": "INVESTIGATING",
+            "root_cause": None,
+            "fix_action": None,
+            "priority": suspect.priority if suspect else None,
+            "confidence": CONFIDENCE_SUSPECTED if suspect else CONFIDENCE_UNKNOWN,
+            "codes": codes,
+            "evidence": [f"dtc://{c}" for c in codes],
+        }
+        return json.dumps(answer, ensure_ascii=False), []
+
+    @staticmethod
+    def _confirming_evidence(
+        fault: _Fault, histories: dict[str, list[dict[str, Any]]], seen: dict[str, int]
+    ) -> list[str] | None:
+        if fault.signal:
+            for reading in reversed(histories.get(fault.signal, [])):
+                value = float(reading["value"])
+                ok = value >= fault.threshold if fault.op == ">=" else value <= fault.threshold
+                if ok:
+                    return [str(reading["uri"])]
+            return None
+        if fault.repeat and seen.get(fault.code, 0) >= fault.repeat:
+            return []
+        return None
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> ToolCall:
+        self._calls += 1
+        return ToolCall(id=f"call_{self._calls}", name=name, arguments=arguments)

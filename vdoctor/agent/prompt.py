@@ -1,0 +1,53 @@
+"""Prompt assembly: system instructions, injected memory, working context, current alert."""
+
+from __future__ import annotations
+
+import json
+
+from vdoctor.agent.model import Message
+from vdoctor.events import AlertEvent
+from vdoctor.memory.session import SessionState
+from vdoctor.memory.working import WorkingMemory
+
+PROMPT_VERSION = "diagnose-v1"
+ALERT_FENCE = "```json alert\n"
+CODES_SEEN_PREFIX = "codes seen: "
+
+SYSTEM_PROMPT = """You are the on-board diagnosis agent for one vehicle of a fleet.
+Diagnose the vehicle's alerts with the tools: look up trouble codes, read the
+session's signal history, and conclude only when the evidence confirms a known
+fault. Use the long-term memory below: the vehicle's own history first, then
+verified cases of similar vehicles. Never mention or guess about other
+vehicles' data beyond the verified cases given to you.
+
+Answer with one JSON object and nothing else:
+{"phase": "CONCLUDED" | "INVESTIGATING", "root_cause": str | null,
+ "fix_action": str | null, "priority": "P1" | "P2" | "P3" | null,
+ "confidence": 0.0-1.0, "codes": [str], "evidence": [uri],
+ "excluded": [str]}
+Evidence URIs: dtc://<code>, signal://<vin>/<signal>@<ts>, case://<vin>/<session_id>."""
+
+
+def alert_block(alert: AlertEvent) -> str:
+    body = {
+        "event_id": alert.event_id,
+        "ts": alert.ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "alert_text": alert.alert_text,
+        "dtc_codes": alert.dtc_codes,
+        "signals": alert.signals,
+    }
+    return ALERT_FENCE + json.dumps(body, ensure_ascii=False) + "\n```"
+
+
+def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMemory) -> list[Message]:
+    system = SYSTEM_PROMPT
+    if session.memory_text:
+        system += "\n\n" + session.memory_text
+    codes = ", ".join(f"{c} x{n}" for c, n in session.codes.items())
+    current = (
+        f"## Current alert\n{alert_block(alert)}\n"
+        f"## Session\nvin: {session.vin}; series: {session.series}; "
+        f"session_id: {session.session_id}; alerts so far: {session.alerts}\n"
+        f"{CODES_SEEN_PREFIX}{codes}"
+    )
+    return [Message(role="system", content=system), Message(role="user", content=working.render(current))]

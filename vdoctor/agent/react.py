@@ -1,0 +1,90 @@
+"""The ReAct loop: the model reasons, calls tools, reads results, and answers.
+
+The loop is capped: a model that keeps calling tools is stopped and the
+session stays INVESTIGATING with a flag, rather than spending without bound.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ValidationError
+
+from vdoctor.agent.model import ChatModel, Message
+from vdoctor.agent.tools import Toolbox
+from vdoctor.records import Phase, Priority
+
+# Lookup, signal history, a knowledge search and a retry fit well within 6
+# model turns; more means the model is going round in circles.
+MAX_ITERATIONS = 6
+_JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
+
+
+class FinalAnswer(BaseModel):
+    phase: Phase
+    root_cause: str | None = None
+    fix_action: str | None = None
+    priority: Priority | None = None
+    confidence: float = 0.0
+    codes: list[str] = []
+    evidence: list[str] = []
+    excluded: list[str] = []
+
+
+@dataclass
+class AgentRun:
+    answer: FinalAnswer
+    transcript: list[Message]
+    llm_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_ms: float = 0.0
+    tools_used: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+
+
+def parse_answer(content: str) -> FinalAnswer | None:
+    match = _JSON_OBJECT_RE.search(content)
+    if not match:
+        return None
+    try:
+        answer = FinalAnswer.model_validate(json.loads(match.group(0)))
+    except (ValueError, ValidationError):
+        return None
+    if answer.phase is Phase.CONCLUDED and not (answer.root_cause and answer.fix_action and answer.priority):
+        # A conclusion without a cause, a fix and a priority is only a guess.
+        return answer.model_copy(update={"phase": Phase.INVESTIGATING})
+    return answer.model_copy(update={"confidence": min(1.0, max(0.0, answer.confidence))})
+
+
+def run_react(
+    model: ChatModel, toolbox: Toolbox, messages: list[Message], max_iterations: int = MAX_ITERATIONS
+) -> AgentRun:
+    transcript = list(messages)
+    run = AgentRun(answer=FinalAnswer(phase=Phase.INVESTIGATING), transcript=transcript)
+    for _ in range(max_iterations):
+        response = model.chat(transcript, toolbox.specs)
+        run.llm_calls += 1
+        run.prompt_tokens += response.prompt_tokens
+        run.completion_tokens += response.completion_tokens
+        run.latency_ms += response.latency_ms
+        if response.tool_calls:
+            transcript.append(Message(role="assistant", content=response.content or "", tool_calls=response.tool_calls))
+            for call in response.tool_calls:
+                run.tool_calls += 1
+                run.tools_used.append(f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})")
+                result = toolbox.call(call.name, call.arguments)
+                transcript.append(Message(role="tool", content=result, tool_call_id=call.id))
+            continue
+        transcript.append(Message(role="assistant", content=response.content or ""))
+        answer = parse_answer(response.content or "")
+        if answer is None:
+            run.flags.append("unparseable_answer")
+        else:
+            run.answer = answer
+        return run
+    run.flags.append("iteration_cap")
+    return run

@@ -1,0 +1,254 @@
+"""The per-vehicle diagnosis logic, free of Flink.
+
+``DiagnosisEngine.on_event`` takes one vehicle's session and dedup snapshots
+and one event, and returns the new snapshots plus what to emit. The Flink
+operator only loads and stores the snapshots; tests drive this class directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vdoctor.agent.model import ChatModel
+from vdoctor.agent.offline import OfflineModel
+from vdoctor.agent.prompt import build_messages
+from vdoctor.agent.react import AgentRun, run_react
+from vdoctor.agent.tools import Toolbox
+from vdoctor.embed import Embedder, HashingEmbedder
+from vdoctor.errors import EventError, StoreError
+from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
+from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
+from vdoctor.memory.recall import recall
+from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
+from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
+from vdoctor.memory.working import Round, WorkingMemory
+from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase
+from vdoctor.settings import Settings
+from vdoctor.stores import MemoryStore, open_store
+from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
+
+log = logging.getLogger(__name__)
+
+# How many signals an alert's timeline line names: the summary line is short.
+TIMELINE_SIGNALS = 3
+
+
+@dataclass
+class StepResult:
+    session: SessionState | None
+    dedup: DedupState
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    duplicate: bool = False
+
+
+def signal_uri(vin: str, name: str, alert: AlertEvent) -> str:
+    return f"signal://{vin}/{name}@{alert.ts:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class DiagnosisEngine:
+    """Runs the agent with L1/L2/L3 memory for one event of one vehicle at a time."""
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        model: ChatModel,
+        embedder: Embedder,
+        pack: KnowledgePack,
+        counter: TokenCounter = DEFAULT_COUNTER,
+        working_budget_tokens: int = 4000,
+        injection_budget_tokens: int = 800,
+    ) -> None:
+        self.store = store
+        self.model = model
+        self.embedder = embedder
+        self.pack = pack
+        self.counter = counter
+        self.working_budget_tokens = working_budget_tokens
+        self.injection_budget_tokens = injection_budget_tokens
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DiagnosisEngine:
+        extra = Path(settings.extra_dtc_csv) if settings.extra_dtc_csv else None
+        return cls(
+            store=open_store(settings.memory_url),
+            model=OfflineModel(),
+            embedder=HashingEmbedder(),
+            pack=load_pack(extra_csv=extra),
+            working_budget_tokens=settings.working_budget_tokens,
+            injection_budget_tokens=settings.injection_budget_tokens,
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- events ---------------------------------------------------------------
+
+    def on_event(self, session: SessionState | None, dedup: DedupState, event: Event, raw: str) -> StepResult:
+        if not dedup.check_and_add(event.event_id, event.ts):
+            return StepResult(session=session, dedup=dedup, duplicate=True)
+        try:
+            if isinstance(event, AlertEvent):
+                session, diagnosis = self._on_alert(session, event)
+                return StepResult(session=session, dedup=dedup, diagnoses=[diagnosis])
+            if isinstance(event, RecheckEvent):
+                self._on_recheck(event)
+                return StepResult(session=session, dedup=dedup)
+            if isinstance(event, LifecycleEvent):
+                self.store.soft_delete(event.vin)
+                # The vehicle left the fleet's care: its open session ends too.
+                return StepResult(session=None, dedup=dedup)
+        except EventError as e:
+            return StepResult(session=session, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=str(e), stage="process")])
+        except StoreError as e:
+            log.warning("long-term memory failed for %s: %s", event.vin, e)
+            return StepResult(
+                session=session,
+                dedup=dedup,
+                dead_letters=[DeadLetter(raw=raw, error=f"long-term memory unavailable: {e}", stage="process")],
+            )
+        raise TypeError(f"unhandled event type {type(event).__name__}")
+
+    def _on_recheck(self, event: RecheckEvent) -> None:
+        if not event.session_id.startswith(event.vin + "-"):
+            raise EventError("process", f"session_id {event.session_id!r} does not belong to vin {event.vin}")
+        if not self.store.set_recheck(event.vin, event.session_id, event.recheck_ok):
+            raise EventError("process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory")
+
+    def _open_session(self, alert: AlertEvent) -> SessionState:
+        session = SessionState(
+            vin=alert.vin,
+            series=alert.series,
+            session_id=session_id_for(alert.vin, alert.ts),
+            opened_at=alert.ts,
+            last_event_at=alert.ts,
+        )
+        symptom = " ".join([alert.alert_text, *(self._definition(c) for c in alert.dtc_codes)])
+        try:
+            found = recall(
+                self.store, self.embedder, alert.vin, alert.series, symptom, alert.dtc_codes,
+                alert.ts, budget=self.injection_budget_tokens, counter=self.counter,
+            )
+        except StoreError as e:
+            # Diagnose without memory rather than not at all; the output says so.
+            log.warning("recall failed for %s: %s", alert.vin, e)
+            session.memory = MemoryUse(degraded=True)
+            return session
+        session.memory_text = found.text
+        session.memory = MemoryUse(
+            injected=bool(found.text), tokens=found.tokens, own=found.own_refs, similar=found.similar_refs
+        )
+        return session
+
+    def _definition(self, code: str) -> str:
+        entry = self.pack.get(code)
+        return entry.definition_en if entry else ""
+
+    def _on_alert(self, session: SessionState | None, alert: AlertEvent) -> tuple[SessionState, Diagnosis]:
+        if session is None or not session.accepts_alert_at(alert.ts):
+            session = self._open_session(alert)
+        session.alerts += 1
+        session.last_event_at = max(session.last_event_at, alert.ts)
+        for code in alert.dtc_codes:
+            session.codes[code] = session.codes.get(code, 0) + 1
+        for name, value in alert.signals.items():
+            session.add_reading(Reading(name=name, value=value, ts=alert.ts, uri=signal_uri(alert.vin, name, alert)))
+
+        working = WorkingMemory(session.working, self.working_budget_tokens, self.counter)
+        messages = build_messages(session, alert, working)
+        run = run_react(self.model, Toolbox(self.pack, session), messages)
+        answer = run.answer
+        self._remember_round(working, alert, run)
+
+        flags = list(run.flags)
+        if answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority:
+            working.end_stage()
+            session.conclude(
+                Conclusion(
+                    root_cause=answer.root_cause,
+                    fix_action=answer.fix_action,
+                    priority=answer.priority,
+                    confidence=answer.confidence,
+                    evidence=answer.evidence,
+                    codes=answer.codes or list(session.codes),
+                )
+            )
+        self._add_timeline(session, alert, answer.phase, answer.priority, answer.confidence, answer.evidence)
+        if session.phase is Phase.CONCLUDED:
+            flags += self._write_case(session)
+
+        diagnosis = Diagnosis(
+            vin=alert.vin,
+            series=alert.series,
+            event_id=alert.event_id,
+            session_id=session.session_id,
+            phase=session.phase,
+            priority=answer.priority,
+            root_cause=answer.root_cause if session.phase is Phase.CONCLUDED else None,
+            fix_action=answer.fix_action if session.phase is Phase.CONCLUDED else None,
+            confidence=answer.confidence,
+            evidence=answer.evidence,
+            llm_calls=run.llm_calls,
+            tool_calls=run.tool_calls,
+            prompt_tokens=run.prompt_tokens,
+            completion_tokens=run.completion_tokens,
+            memory=session.memory,
+            flags=flags,
+        )
+        return session, diagnosis
+
+    def _remember_round(self, working: WorkingMemory, alert: AlertEvent, run: AgentRun) -> None:
+        user = alert.alert_text + (" " + " ".join(alert.dtc_codes) if alert.dtc_codes else "")
+        user += "".join(f" {k}={fmt_num(v)}" for k, v in alert.signals.items())
+        tool_lines = [m.content for m in run.transcript if m.role == "tool"]
+        final = run.transcript[-1].content if run.transcript else ""
+        steps = "; ".join(run.tools_used)
+        assistant = f"{final}\n" + (f"tools: {steps}\n" if steps else "") + "\n".join(tool_lines)
+        working.add_round(Round(ts=f"{alert.ts:%Y-%m-%dT%H:%M:%SZ}", user=user, assistant=assistant))
+
+    def _add_timeline(
+        self, session: SessionState, alert: AlertEvent, phase: Phase, priority: str | None, confidence: float, evidence: list[str]
+    ) -> None:
+        parts = ["alert", *alert.dtc_codes]
+        parts += [f"{k}={fmt_num(v)}" for k, v in list(alert.signals.items())[:TIMELINE_SIGNALS]]
+        if phase is Phase.CONCLUDED:
+            conclusion = f"concluded {priority} conf {confidence:.2f}"
+        else:
+            conclusion = "investigating"
+        uri = evidence[0] if evidence else (f"dtc://{alert.dtc_codes[0]}" if alert.dtc_codes else "-")
+        session.add_timeline(TimelineEntry(ts=alert.ts, event=" ".join(parts), conclusion=conclusion, evidence=uri))
+
+    def _write_case(self, session: SessionState) -> list[str]:
+        """Summarise, check, embed and upsert a concluded case. Returns output flags."""
+        if session.l3_written or session.conclusion is None:
+            return []
+        case = summarize_case(session, self.pack)
+        flags = [] if case.report.ok else ["summary_fidelity_failed"]
+        if not case.report.ok:
+            log.warning("summary of %s failed fidelity: %s", session.session_id, case.report)
+            return flags
+        vector = self.embedder.embed([case.text])[0]
+        c = session.conclusion
+        record = MemoryRecord(
+            vin=session.vin,
+            session_id=session.session_id,
+            series=session.series,
+            concluded_at=session.last_event_at,
+            summary=case.text,
+            summary_vec=[float(x) for x in vector],
+            root_cause=c.root_cause,
+            fix_action=c.fix_action,
+            priority=c.priority,
+            dtc_codes=c.codes,
+            prompt_version=SUMMARY_PROMPT_VERSION,
+        )
+        try:
+            self.store.upsert(record)
+        except StoreError as e:
+            # The diagnosis still goes out; the case is flagged, never silently dropped.
+            log.warning("could not write %s to long-term memory: %s", session.session_id, e)
+            return [*flags, "l3_write_failed"]
+        session.l3_written = True
+        return flags

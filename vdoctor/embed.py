@@ -1,0 +1,72 @@
+"""Embedders: text -> fixed-dimension, L2-normalised vector.
+
+The offline default hashes character n-grams into a fixed number of buckets,
+so it needs no model download and works for Chinese (no word boundaries) as
+well as English. Vectors are normalised, so inner product is cosine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Protocol
+
+import numpy as np
+
+# 256 buckets keep collisions low for short case summaries while a 1M-record
+# float32 matrix stays at 1 GB.
+DEFAULT_DIM = 256
+# Character 1- to 3-grams: 1-grams carry Chinese words' meaning, 2/3-grams
+# carry English morphology and codes such as P0A7F.
+NGRAM_SIZES = (1, 2, 3)
+_SPACE_RE = re.compile(r"\s+")
+
+
+class Embedder(Protocol):
+    dim: int
+    name: str
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Return a float32 array of shape (len(texts), dim), rows L2-normalised."""
+        ...
+
+
+def _bucket(gram: str, dim: int) -> tuple[int, float]:
+    digest = hashlib.blake2b(gram.encode("utf-8"), digest_size=8).digest()
+    value = int.from_bytes(digest, "little")
+    # The sign bit spreads collisions around zero instead of piling them up.
+    return value % dim, (1.0 if (value >> 63) & 1 else -1.0)
+
+
+class HashingEmbedder:
+    """Deterministic hashed character n-gram embedder (no network, no model files)."""
+
+    name = "hash-ngram-v1"
+
+    def __init__(self, dim: int = DEFAULT_DIM) -> None:
+        self.dim = dim
+        self._cache: dict[str, tuple[int, float]] = {}
+
+    def _index(self, gram: str) -> tuple[int, float]:
+        hit = self._cache.get(gram)
+        if hit is None:
+            hit = _bucket(gram, self.dim)
+            if len(self._cache) < 500_000:
+                self._cache[gram] = hit
+        return hit
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            norm = _SPACE_RE.sub(" ", text.lower()).strip()
+            for n in NGRAM_SIZES:
+                for i in range(len(norm) - n + 1):
+                    gram = norm[i : i + n]
+                    if gram == " " * n:
+                        continue
+                    idx, sign = self._index(gram)
+                    out[row, idx] += sign
+            length = float(np.linalg.norm(out[row]))
+            if length > 0:
+                out[row] /= length
+        return out

@@ -1,0 +1,177 @@
+"""Input events: a tagged union on ``type`` (DESIGN.md §3.1), and their parser.
+
+Parsing is split in two stages so that a dead letter says what went wrong:
+``parse`` when the line is not a JSON object, ``validate`` when it is JSON but
+breaks the contract. A validation error names the field and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
+
+from vdoctor.errors import EventError
+
+# ISO 3779: 17 characters, digits and capital letters except I, O and Q
+# (they are too easily confused with 1 and 0).
+VIN_RE = re.compile(r"^[A-HJ-NPR-Z0-9]{17}$")
+# OBD-II / SAE J2012 trouble codes: system letter and four hex digits.
+DTC_RE = re.compile(r"^[PCBU][0-9A-F]{4}$")
+# A signal's unit is the suffix of its name (DESIGN.md §3.1).
+SIGNAL_UNITS = ("_mv", "_c", "_pct", "_v", "_a", "_kpa", "_rpm", "_km", "_s")
+SIGNAL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# Bounds on free text and collections: an alert is a short message from a
+# vehicle, and an unbounded one would blow the model's context and the state.
+MAX_TEXT_CHARS = 4000
+MAX_DTC_CODES = 32
+MAX_SIGNALS = 64
+MAX_ID_CHARS = 128
+# Readings beyond this magnitude are sensor garbage, not physics.
+MAX_SIGNAL_ABS = 1e9
+
+
+def session_id_for(vin: str, opened_at: datetime) -> str:
+    """The deterministic session id: ``<vin>-<UTC ts of the opening alert as YYYYMMDDTHHMMSS>``."""
+    return f"{vin}-{opened_at.astimezone(UTC):%Y%m%dT%H%M%S}"
+
+
+def _to_utc_second(value: datetime) -> datetime:
+    return value.astimezone(UTC).replace(microsecond=0)
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, str_strip_whitespace=True)
+
+    event_id: Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+    vin: str
+    ts: AwareDatetime
+
+    @field_validator("vin")
+    @classmethod
+    def _check_vin(cls, value: str) -> str:
+        if not VIN_RE.match(value):
+            raise ValueError(
+                "must be 17 characters of digits and capital letters except I, O, Q "
+                f"(ISO 3779), got {value[:40]!r}"
+            )
+        return value
+
+    @field_validator("ts")
+    @classmethod
+    def _second_precision(cls, value: datetime) -> datetime:
+        return _to_utc_second(value)
+
+
+class AlertEvent(_Event):
+    """An alert from a vehicle: free text, trouble codes and signal readings."""
+
+    type: Literal["alert"]
+    series: Annotated[str, Field(min_length=1, max_length=64)]
+    alert_text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
+    dtc_codes: Annotated[list[str], Field(max_length=MAX_DTC_CODES)] = []
+    signals: Annotated[
+        dict[str, Annotated[float, Field(strict=True, allow_inf_nan=False)]],
+        Field(max_length=MAX_SIGNALS),
+    ] = {}
+
+    @field_validator("dtc_codes")
+    @classmethod
+    def _check_codes(cls, codes: list[str]) -> list[str]:
+        out: list[str] = []
+        for code in codes:
+            norm = code.strip().upper()
+            if not DTC_RE.match(norm):
+                raise ValueError(f"{code[:20]!r} is not a trouble code like P0A7F")
+            if norm not in out:
+                out.append(norm)
+        return out
+
+    @field_validator("signals")
+    @classmethod
+    def _check_signals(cls, signals: dict[str, float]) -> dict[str, float]:
+        for name, value in signals.items():
+            if not SIGNAL_NAME_RE.match(name) or not name.endswith(SIGNAL_UNITS):
+                raise ValueError(
+                    f"signal name {name[:40]!r} must be snake_case ending in a unit "
+                    f"suffix ({', '.join(SIGNAL_UNITS)})"
+                )
+            if abs(value) > MAX_SIGNAL_ABS:
+                raise ValueError(f"signal {name} = {value!r} is out of range")
+        return signals
+
+
+class RecheckEvent(_Event):
+    """The result of a recheck after a repair, naming the session it verifies."""
+
+    type: Literal["recheck"]
+    session_id: Annotated[str, Field(min_length=18, max_length=MAX_ID_CHARS)]
+    recheck_ok: bool
+    note: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
+
+
+class LifecycleEvent(_Event):
+    """A vehicle leaves the fleet's care: its long-term memory is soft-deleted."""
+
+    type: Literal["lifecycle"]
+    change: Literal["scrapped", "transferred"]
+
+
+Event = AlertEvent | RecheckEvent | LifecycleEvent
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Annotated[Event, Field(discriminator="type")])
+_MODELS: dict[str, type[AlertEvent] | type[RecheckEvent] | type[LifecycleEvent]] = {
+    "alert": AlertEvent,
+    "recheck": RecheckEvent,
+    "lifecycle": LifecycleEvent,
+}
+
+
+def _reject_constant(name: str) -> float:
+    # json.loads accepts NaN and Infinity, which are not JSON and not readings.
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per problem: ``field: what is wrong``."""
+    parts = []
+    for item in error.errors(include_url=False):
+        loc = ".".join(str(p) for p in item["loc"]) or "event"
+        msg = str(item["msg"]).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def parse_event(raw: str) -> Event:
+    """Parse one JSON line into an event, or raise ``EventError`` with its stage."""
+    try:
+        data: Any = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        raise EventError("parse", f"not valid JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise EventError("parse", f"expected a JSON object, got {type(data).__name__}")
+    model = _MODELS.get(str(data.get("type")))
+    if model is None:
+        raise EventError(
+            "validate", f"type: must be one of {', '.join(_MODELS)}, got {str(data.get('type'))[:40]!r}"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise EventError("validate", describe_validation_error(e)) from e
+
+
+def is_finite_number(value: object) -> bool:
+    """True for int/float values that are finite (bool excluded)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

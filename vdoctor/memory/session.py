@@ -1,0 +1,122 @@
+"""L2 session memory: the open diagnosis session of one vehicle.
+
+The session lives in Flink keyed state as a JSON snapshot of ``SessionState``;
+the operator loads it, hands it to the domain logic and stores it back. All
+fields are bounded so that a vehicle that alerts for weeks cannot grow its
+state without limit.
+
+Expiry is judged on the events' own timestamps (48 h without an alert), so a
+replay of weeks of alerts behaves like the live stream; Flink's state TTL,
+which runs on processing time, only bounds the state's size on top of that.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel
+
+from vdoctor.memory.working import WorkingState
+from vdoctor.records import MemoryUse, Phase, Priority
+
+# A session with no alert for 48 h is over (seed 000, 8.1: L2 lifetime).
+SESSION_TTL = timedelta(hours=48)
+# Bounds on the per-session lists kept in state.
+MAX_READINGS = 256
+MAX_TIMELINE = 64
+# Replayed duplicates arrive within the replay horizon; remember ids this long,
+# and at most this many per vehicle.
+DEDUP_HORIZON = timedelta(days=30)
+MAX_DEDUP_IDS = 2048
+
+
+class Reading(BaseModel):
+    """A signal reading with its unit-bearing name, time and evidence URI."""
+
+    name: str
+    value: float
+    ts: datetime
+    uri: str
+
+
+class TimelineEntry(BaseModel):
+    """One line of the case: ``time | event | conclusion | evidence URI``."""
+
+    ts: datetime
+    event: str
+    conclusion: str
+    evidence: str
+
+
+class Conclusion(BaseModel):
+    root_cause: str
+    fix_action: str
+    priority: Priority
+    confidence: float
+    evidence: list[str]
+    codes: list[str]
+
+
+class SessionState(BaseModel):
+    """Everything the job keeps about one vehicle's open diagnosis session."""
+
+    vin: str
+    series: str
+    session_id: str
+    phase: Phase = Phase.INVESTIGATING
+    opened_at: datetime
+    last_event_at: datetime
+    alerts: int = 0
+    codes: dict[str, int] = {}
+    readings: list[Reading] = []
+    timeline: list[TimelineEntry] = []
+    working: WorkingState = WorkingState()
+    memory_text: str = ""
+    memory: MemoryUse = MemoryUse()
+    conclusion: Conclusion | None = None
+    l3_written: bool = False
+
+    def expired_at(self, now: datetime) -> bool:
+        """True when an event at ``now`` can no longer join this session."""
+        return now - self.last_event_at > SESSION_TTL
+
+    def accepts_alert_at(self, now: datetime) -> bool:
+        return self.phase is Phase.INVESTIGATING and not self.expired_at(now)
+
+    def add_reading(self, reading: Reading) -> None:
+        self.readings.append(reading)
+        del self.readings[:-MAX_READINGS]
+
+    def add_timeline(self, entry: TimelineEntry) -> None:
+        self.timeline.append(entry)
+        if len(self.timeline) > MAX_TIMELINE:
+            # Keep the opening entry: it names how the case started.
+            self.timeline = self.timeline[:1] + self.timeline[-(MAX_TIMELINE - 1) :]
+
+    def readings_of(self, name: str) -> list[Reading]:
+        return [r for r in self.readings if r.name == name]
+
+    def conclude(self, conclusion: Conclusion) -> None:
+        if self.phase is not Phase.INVESTIGATING:
+            raise ValueError(f"cannot conclude a session in phase {self.phase}; allowed: INVESTIGATING")
+        self.phase = Phase.CONCLUDED
+        self.conclusion = conclusion
+
+
+class DedupState(BaseModel):
+    """Event ids already processed for one vehicle, with their event time (epoch seconds)."""
+
+    seen: dict[str, int] = {}
+
+    def check_and_add(self, event_id: str, ts: datetime) -> bool:
+        """True if the id is new (and records it); False for a replayed duplicate."""
+        if event_id in self.seen:
+            return False
+        self.seen[event_id] = int(ts.timestamp())
+        horizon = int((ts - DEDUP_HORIZON).timestamp())
+        if len(self.seen) > MAX_DEDUP_IDS or min(self.seen.values()) < horizon:
+            kept = sorted(
+                ((k, v) for k, v in self.seen.items() if v >= horizon), key=lambda kv: kv[1]
+            )
+            self.seen = dict(kept[-MAX_DEDUP_IDS:])
+        return True

@@ -1,0 +1,116 @@
+"""Output records: the diagnosis (DESIGN.md §3.2), dead letters, and the L3 record (§3.3)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# A case summary is read by people and injected into prompts: short by rule.
+MAX_SUMMARY_CHARS = 300
+
+
+class Phase(StrEnum):
+    """Lifecycle of a diagnosis session. INVESTIGATING -> CONCLUDED, never back."""
+
+    INVESTIGATING = "INVESTIGATING"
+    CONCLUDED = "CONCLUDED"
+
+
+Priority = Literal["P1", "P2", "P3"]
+
+
+class MemoryRef(BaseModel):
+    """Names one long-term record: the unique key of the L3 table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    vin: str
+    session_id: str
+
+
+class MemoryUse(BaseModel):
+    """What long-term memory put into this event's context."""
+
+    injected: bool = False
+    tokens: int = 0
+    own: list[MemoryRef] = []
+    similar: list[MemoryRef] = []
+    degraded: bool = False
+
+
+class Diagnosis(BaseModel):
+    """One record per alert processed, in per-VIN order."""
+
+    vin: str
+    series: str
+    event_id: str
+    session_id: str
+    phase: Phase
+    priority: Priority | None = None
+    root_cause: str | None = None
+    fix_action: str | None = None
+    confidence: Annotated[float, Field(ge=0.0, le=1.0)] = 0.0
+    evidence: list[str] = []
+    llm_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    memory: MemoryUse = MemoryUse()
+    flags: list[str] = []
+
+
+class DeadLetter(BaseModel):
+    """An input that could not be used, kept with the reason so nothing is lost."""
+
+    raw: str
+    error: str
+    stage: Literal["parse", "validate", "process"]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+class MemoryRecord(BaseModel):
+    """One concluded case in long-term memory, unique by (vin, session_id)."""
+
+    vin: str
+    session_id: str
+    series: str
+    concluded_at: datetime
+    summary: Annotated[str, Field(max_length=MAX_SUMMARY_CHARS)]
+    summary_vec: list[float]
+    root_cause: str
+    fix_action: str
+    priority: Priority
+    dtc_codes: list[str] = []
+    recheck_ok: bool | None = None
+    prompt_version: str
+    valid: bool = True
+    updated_at: datetime = Field(default_factory=utc_now)
+
+    @field_validator("concluded_at", "updated_at")
+    @classmethod
+    def _second_precision(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).replace(microsecond=0)
+
+    @field_validator("summary_vec")
+    @classmethod
+    def _finite(cls, vec: list[float]) -> list[float]:
+        # Vectors end up as SQL literals in the Doris backend: only finite floats.
+        if not vec or not all(math.isfinite(x) for x in vec):
+            raise ValueError("summary_vec must be a non-empty list of finite floats")
+        return vec
+
+    def ref(self) -> MemoryRef:
+        return MemoryRef(vin=self.vin, session_id=self.session_id)
+
+    def public_dict(self) -> dict[str, object]:
+        """The record as users see it (``memory history --json``): vectors left out."""
+        return self.model_dump(mode="json", exclude={"summary_vec"})

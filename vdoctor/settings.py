@@ -1,0 +1,67 @@
+"""Settings of the diagnosis job: one frozen model, built at the edge (``jobs/``).
+
+Precedence: command-line flags, then ``VDOCTOR_*`` environment variables, then
+defaults. Every environment variable name lives in this module, and nothing
+reads the environment at import time. Secrets are ``SecretStr``: they never
+print, log or serialise in clear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from vdoctor.errors import ConfigError
+from vdoctor.events import describe_validation_error
+
+DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
+
+ENV_VARS: dict[str, str] = {
+    "memory_url": "VDOCTOR_MEMORY_URL",
+    "model": "VDOCTOR_MODEL",
+    "openai_base_url": "OPENAI_BASE_URL",
+    "openai_api_key": "OPENAI_API_KEY",
+    "chat_model": "VDOCTOR_CHAT_MODEL",
+    "summary_model": "VDOCTOR_SUMMARY_MODEL",
+    "embed_model": "VDOCTOR_EMBED_MODEL",
+    "extra_dtc_csv": "VDOCTOR_EXTRA_DTC_CSV",
+    "working_budget_tokens": "VDOCTOR_WORKING_BUDGET_TOKENS",
+    "injection_budget_tokens": "VDOCTOR_INJECTION_BUDGET_TOKENS",
+}
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_url: str = DEFAULT_MEMORY_URL
+    model: Literal["offline"] = "offline"
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    chat_model: str = "gpt-4o-mini"
+    summary_model: str = "gpt-4o-mini"
+    embed_model: str = "text-embedding-3-small"
+    extra_dtc_csv: str | None = None
+    working_budget_tokens: int = Field(default=4000, ge=500)
+    injection_budget_tokens: int = Field(default=800, ge=0)
+
+    def for_workers(self) -> dict[str, Any]:
+        """A plain dict to ship to Flink workers (secrets in clear: never log it)."""
+        data = self.model_dump()
+        if self.openai_api_key is not None:
+            data["openai_api_key"] = self.openai_api_key.get_secret_value()
+        return data
+
+
+def load_settings(env: Mapping[str, str], **flags: Any) -> Settings:
+    """Build settings from flags (``None`` means unset), then the environment."""
+    values: dict[str, Any] = {}
+    for field_name, var in ENV_VARS.items():
+        if var in env and env[var] != "":
+            values[field_name] = env[var]
+    values.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as e:
+        raise ConfigError(f"invalid settings: {describe_validation_error(e)}") from e

@@ -1,0 +1,43 @@
+"""Long-term memory (L3) backends, chosen by URL scheme in one closed registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from vdoctor.errors import UnknownStoreScheme
+from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
+
+
+def _open_sqlite(url: str) -> MemoryStore:
+    from vdoctor.stores.sqlite import SqliteStore
+
+    # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy reads them.
+    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
+    return SqliteStore(path or ":memory:")
+
+
+def _open_memory(url: str) -> MemoryStore:
+    from vdoctor.stores.memory import InMemoryStore
+
+    return InMemoryStore()
+
+
+_REGISTRY: dict[str, Callable[[str], MemoryStore]] = {
+    "sqlite": _open_sqlite,
+    "memory": _open_memory,
+}
+
+
+def open_store(url: str) -> MemoryStore:
+    """Open the backend that the URL's scheme names; unknown schemes list the valid ones."""
+    scheme = urlsplit(url).scheme
+    opener = _REGISTRY.get(scheme)
+    if opener is None:
+        raise UnknownStoreScheme(
+            f"unknown memory URL scheme {scheme!r}; valid schemes: {', '.join(sorted(_REGISTRY))}"
+        )
+    return opener(url)
+
+
+__all__ = ["MemoryStore", "Scored", "SimilarQuery", "open_store"]

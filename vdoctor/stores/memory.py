@@ -1,0 +1,84 @@
+"""The in-memory twin of the store: the reference semantics, and a fast test tier."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+import numpy as np
+
+from vdoctor.records import MemoryRecord, utc_now
+from vdoctor.stores.base import Scored, SimilarQuery, top_k
+
+
+class InMemoryStore:
+    """Dict-backed store; thread-safe so that concurrent agent runs can share it."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str], MemoryRecord] = {}
+        self._lock = threading.Lock()
+
+    def upsert(self, record: MemoryRecord) -> None:
+        with self._lock:
+            self._rows[(record.vin, record.session_id)] = record.model_copy(deep=True)
+
+    def get(self, vin: str, session_id: str) -> MemoryRecord | None:
+        with self._lock:
+            row = self._rows.get((vin, session_id))
+            return row.model_copy(deep=True) if row else None
+
+    def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
+        with self._lock:
+            rows = [
+                r for r in self._rows.values() if r.vin == vin and r.valid and r.concluded_at >= since
+            ]
+        rows.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
+        return [r.model_copy(deep=True) for r in rows[:limit]]
+
+    def similar(self, query: SimilarQuery) -> list[Scored]:
+        with self._lock:
+            rows = [
+                r
+                for r in self._rows.values()
+                if r.series == query.series
+                and r.vin != query.exclude_vin
+                and r.recheck_ok is True
+                and r.valid
+            ]
+        if not rows:
+            return []
+        matrix = np.asarray([r.summary_vec for r in rows], dtype=np.float32)
+        return top_k(rows, matrix, query.vector, query.k)
+
+    def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
+        with self._lock:
+            row = self._rows.get((vin, session_id))
+            if row is None:
+                return False
+            self._rows[(vin, session_id)] = row.model_copy(
+                update={"recheck_ok": ok, "updated_at": utc_now()}
+            )
+            return True
+
+    def soft_delete(self, vin: str) -> int:
+        with self._lock:
+            hits = [k for k, r in self._rows.items() if r.vin == vin and r.valid]
+            for key in hits:
+                self._rows[key] = self._rows[key].model_copy(
+                    update={"valid": False, "updated_at": utc_now()}
+                )
+            return len(hits)
+
+    def history(self, vin: str) -> list[MemoryRecord]:
+        with self._lock:
+            rows = [r.model_copy(deep=True) for r in self._rows.values() if r.vin == vin]
+        rows.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
+        return rows
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._rows)
+
+    def close(self) -> None:
+        pass
+
