@@ -42,8 +42,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"vdoctor run: no such alerts file: {alerts}", file=sys.stderr)
         return 2
     scheme = urlsplit(settings.memory_url).scheme
-    print(f"vdoctor run: {alerts} -> {args.out} (memory: {scheme}, model: {settings.model}, "
-          f"parallelism {args.parallelism})", file=sys.stderr)
+    print(
+        f"vdoctor run: {alerts} -> {args.out} (memory: {scheme}, model: {settings.model}, "
+        f"parallelism {args.parallelism})",
+        file=sys.stderr,
+    )
     report = run_file(alerts, Path(args.out), settings, parallelism=args.parallelism)
     print(report.render())
     print(f"  outputs            {Path(args.out) / 'diagnoses.jsonl'}, {Path(args.out) / 'dead_letters.jsonl'}")
@@ -64,9 +67,11 @@ def _cmd_history(args: argparse.Namespace) -> int:
     for r in records:
         recheck = {True: "ok", False: "failed", None: "pending"}[r.recheck_ok]
         state = "valid" if r.valid else "deleted"
-        print(f"{r.session_id}  {r.concluded_at:%Y-%m-%d %H:%M}  {r.priority}  recheck {recheck}  {state}  "
-              f"{','.join(r.dtc_codes)}\n  cause: {r.root_cause}\n  fix:   {r.fix_action}\n  "
-              + r.summary.replace("\n", "\n  "))
+        print(
+            f"{r.session_id}  {r.concluded_at:%Y-%m-%d %H:%M}  {r.priority}  recheck {recheck}  {state}  "
+            f"{','.join(r.dtc_codes)}\n  cause: {r.root_cause}\n  fix:   {r.fix_action}\n  "
+            + r.summary.replace("\n", "\n  ")
+        )
     return 0
 
 
@@ -77,8 +82,7 @@ def _cmd_recall(args: argparse.Namespace) -> int:
         if series is None:
             own = store.history(args.vin)
             series = own[0].series if own else ""
-        found = recall(store, HashingEmbedder(), args.vin, series, args.symptom, args.codes or [],
-                       datetime.now(UTC))
+        found = recall(store, HashingEmbedder(), args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
     finally:
         store.close()
     out = {

@@ -55,7 +55,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if self.engine is not None:
             self.engine.close()
 
-    def process_element(self, value: tuple[str, str, str, str], ctx: KeyedProcessFunction.Context) -> Iterator[tuple[str, str]]:
+    def process_element(
+        self, value: tuple[str, str, str, str], ctx: KeyedProcessFunction.Context
+    ) -> Iterator[tuple[str, str]]:
         if self.engine is None:
             raise RuntimeError("DiagnosisFunction.open() was not called before process_element()")
         _, _vin, event_json, raw = value

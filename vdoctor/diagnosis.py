@@ -101,7 +101,9 @@ class DiagnosisEngine:
                 # The vehicle left the fleet's care: its open session ends too.
                 return StepResult(session=None, dedup=dedup)
         except EventError as e:
-            return StepResult(session=session, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=str(e), stage="process")])
+            return StepResult(
+                session=session, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=str(e), stage="process")]
+            )
         except StoreError as e:
             log.warning("long-term memory failed for %s: %s", event.vin, e)
             return StepResult(
@@ -115,7 +117,9 @@ class DiagnosisEngine:
         if not event.session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {event.session_id!r} does not belong to vin {event.vin}")
         if not self.store.set_recheck(event.vin, event.session_id, event.recheck_ok):
-            raise EventError("process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory")
+            raise EventError(
+                "process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory"
+            )
 
     def _open_session(self, alert: AlertEvent) -> SessionState:
         session = SessionState(
@@ -128,8 +132,15 @@ class DiagnosisEngine:
         symptom = " ".join([alert.alert_text, *(self._definition(c) for c in alert.dtc_codes)])
         try:
             found = recall(
-                self.store, self.embedder, alert.vin, alert.series, symptom, alert.dtc_codes,
-                alert.ts, budget=self.injection_budget_tokens, counter=self.counter,
+                self.store,
+                self.embedder,
+                alert.vin,
+                alert.series,
+                symptom,
+                alert.dtc_codes,
+                alert.ts,
+                budget=self.injection_budget_tokens,
+                counter=self.counter,
             )
         except StoreError as e:
             # Diagnose without memory rather than not at all; the output says so.
@@ -209,7 +220,13 @@ class DiagnosisEngine:
         working.add_round(Round(ts=f"{alert.ts:%Y-%m-%dT%H:%M:%SZ}", user=user, assistant=assistant))
 
     def _add_timeline(
-        self, session: SessionState, alert: AlertEvent, phase: Phase, priority: str | None, confidence: float, evidence: list[str]
+        self,
+        session: SessionState,
+        alert: AlertEvent,
+        phase: Phase,
+        priority: str | None,
+        confidence: float,
+        evidence: list[str],
     ) -> None:
         parts = ["alert", *alert.dtc_codes]
         parts += [f"{k}={fmt_num(v)}" for k, v in list(alert.signals.items())[:TIMELINE_SIGNALS]]

@@ -64,8 +64,7 @@ class _Event(BaseModel):
     def _check_vin(cls, value: str) -> str:
         if not VIN_RE.match(value):
             raise ValueError(
-                "must be 17 characters of digits and capital letters except I, O, Q "
-                f"(ISO 3779), got {value[:40]!r}"
+                f"must be 17 characters of digits and capital letters except I, O, Q (ISO 3779), got {value[:40]!r}"
             )
         return value
 
@@ -105,8 +104,7 @@ class AlertEvent(_Event):
         for name, value in signals.items():
             if not SIGNAL_NAME_RE.match(name) or not name.endswith(SIGNAL_UNITS):
                 raise ValueError(
-                    f"signal name {name[:40]!r} must be snake_case ending in a unit "
-                    f"suffix ({', '.join(SIGNAL_UNITS)})"
+                    f"signal name {name[:40]!r} must be snake_case ending in a unit suffix ({', '.join(SIGNAL_UNITS)})"
                 )
             if abs(value) > MAX_SIGNAL_ABS:
                 raise ValueError(f"signal {name} = {value!r} is out of range")
@@ -163,9 +161,7 @@ def parse_event(raw: str) -> Event:
         raise EventError("parse", f"expected a JSON object, got {type(data).__name__}")
     model = _MODELS.get(str(data.get("type")))
     if model is None:
-        raise EventError(
-            "validate", f"type: must be one of {', '.join(_MODELS)}, got {str(data.get('type'))[:40]!r}"
-        )
+        raise EventError("validate", f"type: must be one of {', '.join(_MODELS)}, got {str(data.get('type'))[:40]!r}")
     try:
         return model.model_validate(data)
     except ValidationError as e:

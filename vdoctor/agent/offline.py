@@ -140,8 +140,7 @@ class OfflineModel:
 
     def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
         prompt_tokens = sum(self.counter.count(m.content) for m in messages) + sum(
-            self.counter.count(json.dumps(t.parameters)) + self.counter.count(t.description)
-            for t in tools
+            self.counter.count(json.dumps(t.parameters)) + self.counter.count(t.description) for t in tools
         )
         content, calls = self._decide(messages)
         out_text = content or json.dumps([c.arguments for c in calls])

@@ -81,8 +81,5 @@ class Toolbox:
         readings = self.session.readings_of(signal)[-MAX_READINGS_RETURNED:]
         return {
             "signal": signal,
-            "readings": [
-                {"value": r.value, "ts": r.ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "uri": r.uri}
-                for r in readings
-            ],
+            "readings": [{"value": r.value, "ts": r.ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "uri": r.uri} for r in readings],
         }

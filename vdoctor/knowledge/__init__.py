@@ -98,8 +98,7 @@ class KnowledgePack:
                 reader = csv.DictReader(fh)
                 if not reader.fieldnames or not {"code", "description"} <= set(reader.fieldnames):
                     raise KnowledgeError(
-                        f"{path}: a code table needs the columns code and description, "
-                        f"found {reader.fieldnames}"
+                        f"{path}: a code table needs the columns code and description, found {reader.fieldnames}"
                     )
                 for row in reader:
                     code = (row.get("code") or "").strip().upper()
@@ -111,9 +110,7 @@ class KnowledgePack:
                         continue
                     if code in self.entries:
                         continue
-                    self.entries[code] = DtcEntry(
-                        code=code, definition_en=desc, source=f"csv:{path.name}"
-                    )
+                    self.entries[code] = DtcEntry(code=code, definition_en=desc, source=f"csv:{path.name}")
                     added += 1
         except OSError as e:
             raise KnowledgeError(f"cannot read code table {path}: {e}") from e

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 COMPRESSION_MIN_SOURCE_CHARS = 1500
 MIN_COMPRESSION = 5.0
 
-_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?")
-_CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b")
-_URI_RE = re.compile(r"\b(?:dtc|signal|case)://[^\s|]+")
+# re.ASCII: CJK characters count as \w in Python, and without it the 187 of
+# 压差187mV (or the code of 报P0A7F) would never be checked at all.
+_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?", re.ASCII)
+_CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
+_URI_RE = re.compile(r"\b(?:dtc|signal|case)://[^\s|]+", re.ASCII)
 
 
 @dataclass

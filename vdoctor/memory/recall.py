@@ -49,7 +49,9 @@ class OverlapReranker:
         rescored = []
         for cand in candidates:
             rec_codes = set(cand.record.dtc_codes)
-            code_overlap = len(query_codes & rec_codes) / len(query_codes | rec_codes) if query_codes | rec_codes else 0.0
+            code_overlap = (
+                len(query_codes & rec_codes) / len(query_codes | rec_codes) if query_codes | rec_codes else 0.0
+            )
             rec_words = _words(cand.record.summary + " " + cand.record.root_cause)
             lexical = len(query_words & rec_words) / len(query_words) if query_words else 0.0
             score = W_VECTOR * cand.score + W_CODES * code_overlap + W_LEXICAL * lexical
@@ -128,7 +130,8 @@ def recall(
     # The store filters already; checking again here means a faulty backend
     # can never leak another vehicle's history into this context.
     candidates = [
-        c for c in candidates
+        c
+        for c in candidates
         if c.record.vin != vin and c.record.series == series and c.record.recheck_ok is True and c.record.valid
     ]
     own = [r for r in own if r.vin == vin and r.valid]

@@ -24,9 +24,9 @@ SESSION_TTL = timedelta(hours=48)
 # Bounds on the per-session lists kept in state.
 MAX_READINGS = 256
 MAX_TIMELINE = 64
-# Replayed duplicates arrive within the replay horizon; remember ids this long,
-# and at most this many per vehicle.
-DEDUP_HORIZON = timedelta(days=30)
+# Event ids remembered per vehicle, newest kept: a replay of a vehicle's last
+# 2048 events is caught whatever their timestamps. The dedup state's TTL in
+# Flink (operators/diagnosis.py) forgets vehicles that went quiet.
 MAX_DEDUP_IDS = 2048
 
 
@@ -113,10 +113,7 @@ class DedupState(BaseModel):
         if event_id in self.seen:
             return False
         self.seen[event_id] = int(ts.timestamp())
-        horizon = int((ts - DEDUP_HORIZON).timestamp())
-        if len(self.seen) > MAX_DEDUP_IDS or min(self.seen.values()) < horizon:
-            kept = sorted(
-                ((k, v) for k, v in self.seen.items() if v >= horizon), key=lambda kv: kv[1]
-            )
-            self.seen = dict(kept[-MAX_DEDUP_IDS:])
+        if len(self.seen) > MAX_DEDUP_IDS:
+            # dicts keep insertion order: drop the oldest-seen id.
+            del self.seen[next(iter(self.seen))]
         return True

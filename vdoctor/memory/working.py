@@ -33,19 +33,20 @@ MAX_KEY_FACTS = 200
 # The rolling summary is itself bounded; its oldest lines give way first.
 MAX_SUMMARY_LINES = 40
 
-_CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b")
-_URI_RE = re.compile(r"\b(?:dtc|signal|case)://[^\s,;|)\]\"']+")
+# re.ASCII throughout: CJK characters count as \w in Python, so a plain \b or
+# (?<!\w) would miss 压差187mV, 报P0A7F or 证据signal://... in Chinese text.
+_CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
+# Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
+_URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
 # A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %.
-_READING_RE = re.compile(
-    r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])"
-)
-_SIGNAL_RE = re.compile(r"\b([a-z][a-z0-9_]*_(?:mv|c|pct|v|a|kpa|rpm|km|s))\s*[=:]\s*(-?\d+(?:\.\d+)?)")
+_READING_RE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])", re.ASCII)
+_SIGNAL_RE = re.compile(r"\b([a-z][a-z0-9_]*_(?:mv|c|pct|v|a|kpa|rpm|km|s))\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
 _EXCLUDED_RE = re.compile(
     r"([^.;。；\n]{0,80}(?:ruled out|excluded|not the cause|排除|已排除|不是原因)[^.;。；\n]{0,40})",
     re.IGNORECASE,
 )
 _DECISION_RE = re.compile(r"([^\n]{0,120}\bconfidence\s*[=:]?\s*(0(?:\.\d+)?|1(?:\.0+)?))")
-_ID_RE = re.compile(r"\b(?:WO|TK|RO|工单)[-#: ]?\d{3,}\b")
+_ID_RE = re.compile(r"(?<![A-Za-z0-9_])(?:WO|TK|RO|工单)[-#: ]?\d{3,}(?![A-Za-z0-9_])")
 
 
 class Round(BaseModel):

@@ -34,9 +34,7 @@ def open_store(url: str) -> MemoryStore:
     scheme = urlsplit(url).scheme
     opener = _REGISTRY.get(scheme)
     if opener is None:
-        raise UnknownStoreScheme(
-            f"unknown memory URL scheme {scheme!r}; valid schemes: {', '.join(sorted(_REGISTRY))}"
-        )
+        raise UnknownStoreScheme(f"unknown memory URL scheme {scheme!r}; valid schemes: {', '.join(sorted(_REGISTRY))}")
     return opener(url)
 
 

@@ -29,9 +29,7 @@ class InMemoryStore:
 
     def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
         with self._lock:
-            rows = [
-                r for r in self._rows.values() if r.vin == vin and r.valid and r.concluded_at >= since
-            ]
+            rows = [r for r in self._rows.values() if r.vin == vin and r.valid and r.concluded_at >= since]
         rows.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
         return [r.model_copy(deep=True) for r in rows[:limit]]
 
@@ -40,10 +38,7 @@ class InMemoryStore:
             rows = [
                 r
                 for r in self._rows.values()
-                if r.series == query.series
-                and r.vin != query.exclude_vin
-                and r.recheck_ok is True
-                and r.valid
+                if r.series == query.series and r.vin != query.exclude_vin and r.recheck_ok is True and r.valid
             ]
         if not rows:
             return []
@@ -55,18 +50,14 @@ class InMemoryStore:
             row = self._rows.get((vin, session_id))
             if row is None:
                 return False
-            self._rows[(vin, session_id)] = row.model_copy(
-                update={"recheck_ok": ok, "updated_at": utc_now()}
-            )
+            self._rows[(vin, session_id)] = row.model_copy(update={"recheck_ok": ok, "updated_at": utc_now()})
             return True
 
     def soft_delete(self, vin: str) -> int:
         with self._lock:
             hits = [k for k, r in self._rows.items() if r.vin == vin and r.valid]
             for key in hits:
-                self._rows[key] = self._rows[key].model_copy(
-                    update={"valid": False, "updated_at": utc_now()}
-                )
+                self._rows[key] = self._rows[key].model_copy(update={"valid": False, "updated_at": utc_now()})
             return len(hits)
 
     def history(self, vin: str) -> list[MemoryRecord]:
@@ -81,4 +72,3 @@ class InMemoryStore:
 
     def close(self) -> None:
         pass
-

@@ -136,9 +136,7 @@ class SqliteStore:
         self._write(f"INSERT OR REPLACE INTO case_memory ({_COLUMNS}) VALUES ({placeholders})", _to_row(record))
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
-        rows = self._query(
-            f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND session_id = ?", (vin, session_id)
-        )
+        rows = self._query(f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND session_id = ?", (vin, session_id))
         return _from_row(rows[0]) if rows else None
 
     def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
@@ -151,8 +149,7 @@ class SqliteStore:
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM case_memory WHERE series = ? AND recheck_ok = 1 AND valid = 1 "
-            "AND vin <> ?",
+            f"SELECT {_COLUMNS} FROM case_memory WHERE series = ? AND recheck_ok = 1 AND valid = 1 AND vin <> ?",
             (query.series, query.exclude_vin),
         )
         if not rows:

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up, then run the whole test suite: unit, contract, e2e (PyFlink MiniCluster).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/python -m ruff check vdoctor operators jobs
+.venv/bin/python -m pytest "$@"
