@@ -13,8 +13,12 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def python_path() -> str:
-    """site-packages plus the project root, for thread-mode workers (NOTES.md: pemja needs it)."""
-    paths = [*site.getsitepackages(), str(PROJECT_ROOT)]
+    """The project root, then site-packages, for thread-mode workers (NOTES.md: pemja needs it).
+
+    The root comes first so that workers import this checkout's code even
+    where another checkout is installed in editable mode.
+    """
+    paths = [str(PROJECT_ROOT), *site.getsitepackages()]
     return ":".join(dict.fromkeys(paths))
 
 
