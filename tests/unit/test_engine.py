@@ -1,0 +1,352 @@
+"""The per-vehicle diagnosis engine, driven through an in-memory harness.
+
+The harness plays the Flink operator: per VIN it keeps the session and dedup
+snapshots, round-trips them through JSON between events (as keyed state
+would), and collects what the engine emits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from vdoctor.agent.offline import OfflineModel
+from vdoctor.diagnosis import DiagnosisEngine, StepResult
+from vdoctor.embed import HashingEmbedder
+from vdoctor.events import parse_event
+from vdoctor.knowledge import KnowledgePack, load_pack
+from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.records import DeadLetter, Diagnosis, MemoryRef, Phase
+from vdoctor.stores.memory import InMemoryStore
+
+pytestmark = pytest.mark.unit
+
+VIN = "LSVAU2180N2183294"
+VIN_B = "LSVAU2180N2100001"
+VIN_C = "LSVAU2180N2100002"
+VIN_D = "LSVAU2180N2100003"
+T0 = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+SID_1 = f"{VIN}-20261101T081530"  # opened by the alert at T0
+
+
+def iso(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def alert(
+    event_id: str,
+    at: datetime,
+    codes: list[str] | None = None,
+    signals: dict[str, float] | None = None,
+    *,
+    vin: str = VIN,
+    series: str = "EV-A",
+    text: str = "电池包单体压差过大",
+) -> dict[str, Any]:
+    return {
+        "type": "alert",
+        "event_id": event_id,
+        "vin": vin,
+        "series": series,
+        "ts": iso(at),
+        "alert_text": text,
+        "dtc_codes": ["P0A7F"] if codes is None else codes,
+        "signals": {} if signals is None else signals,
+    }
+
+
+def recheck(event_id: str, at: datetime, session_id: str, ok: bool = True, *, vin: str = VIN) -> dict[str, Any]:
+    return {
+        "type": "recheck",
+        "event_id": event_id,
+        "vin": vin,
+        "session_id": session_id,
+        "ts": iso(at),
+        "recheck_ok": ok,
+        "note": "压差 12mV, 复检正常",
+    }
+
+
+def lifecycle(event_id: str, at: datetime, change: str = "scrapped", *, vin: str = VIN) -> dict[str, Any]:
+    return {"type": "lifecycle", "event_id": event_id, "vin": vin, "ts": iso(at), "change": change}
+
+
+@dataclass
+class Harness:
+    engine: DiagnosisEngine
+    state: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+    def send(self, payload: dict[str, Any]) -> StepResult:
+        raw = json.dumps(payload, ensure_ascii=False)
+        event = parse_event(raw)
+        session_json, dedup_json = self.state.get(event.vin, (None, DedupState().model_dump_json()))
+        session = SessionState.model_validate_json(session_json) if session_json else None
+        dedup = DedupState.model_validate_json(dedup_json)
+        result = self.engine.on_event(session, dedup, event, raw)
+        self.state[event.vin] = (
+            result.session.model_dump_json() if result.session else None,
+            result.dedup.model_dump_json(),
+        )
+        self.diagnoses += result.diagnoses
+        self.dead_letters += result.dead_letters
+        return result
+
+    def diagnose(self, payload: dict[str, Any]) -> Diagnosis:
+        result = self.send(payload)
+        assert result.dead_letters == []
+        assert len(result.diagnoses) == 1
+        return result.diagnoses[0]
+
+    def session(self, vin: str = VIN) -> SessionState | None:
+        session_json = self.state[vin][0]
+        return SessionState.model_validate_json(session_json) if session_json else None
+
+
+@pytest.fixture(scope="module")
+def pack() -> KnowledgePack:
+    return load_pack()
+
+
+@pytest.fixture
+def store() -> InMemoryStore:
+    return InMemoryStore()
+
+
+@pytest.fixture
+def harness(store: InMemoryStore, pack: KnowledgePack) -> Harness:
+    return Harness(DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
+
+
+def conclude_first_case(h: Harness) -> tuple[Diagnosis, Diagnosis]:
+    """P0A7F at T0 with 87 mV (below the 100 mV rule), then 2 h later with 187 mV."""
+    first = h.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
+    second = h.diagnose(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
+    return first, second
+
+
+# -- one session ----------------------------------------------------------------
+
+
+def test_two_alerts_investigate_then_conclude_and_write_one_case(
+    harness: Harness, store: InMemoryStore, pack: KnowledgePack
+) -> None:
+    entry = pack.get("P0A7F")
+    assert entry is not None
+    first, second = conclude_first_case(harness)
+
+    assert first.phase is Phase.INVESTIGATING
+    assert first.session_id == SID_1
+    assert first.root_cause is None and first.fix_action is None
+    assert first.event_id == "e-1"
+
+    assert second.phase is Phase.CONCLUDED
+    assert second.session_id == SID_1  # the session of the FIRST alert
+    assert second.root_cause == entry.root_cause
+    assert second.fix_action == entry.fix_action
+    assert second.priority == entry.priority == "P2"
+    assert second.confidence == pytest.approx(0.8)
+    uri_187 = f"signal://{VIN}/cell_voltage_diff_mv@2026-11-01T10:15:30Z"
+    assert second.evidence == ["dtc://P0A7F", uri_187]
+    # lookup_dtc, then signal_history, then the answer.
+    assert second.tool_calls == 2
+    assert second.llm_calls == 3
+    assert second.prompt_tokens > 0 and second.completion_tokens > 0
+
+    assert store.count() == 1
+    rec = store.get(VIN, SID_1)
+    assert rec is not None
+    assert rec.series == "EV-A"
+    assert rec.concluded_at == T0 + timedelta(hours=2)
+    assert rec.root_cause == entry.root_cause
+    assert rec.priority == "P2"
+    assert rec.dtc_codes == ["P0A7F"]
+    assert rec.recheck_ok is None
+    assert rec.valid
+    assert "cell_voltage_diff_mv=187" in rec.summary
+    assert len(rec.summary) <= 300
+
+
+def test_an_intermediate_guess_is_never_written(harness: Harness, store: InMemoryStore) -> None:
+    harness.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
+    harness.diagnose(alert("e-2", T0 + timedelta(hours=1), signals={"cell_voltage_diff_mv": 95}))
+    assert store.count() == 0
+
+
+def test_duplicate_event_id_produces_no_output(harness: Harness, store: InMemoryStore) -> None:
+    payload = alert("e-1", T0, signals={"cell_voltage_diff_mv": 87})
+    harness.diagnose(payload)
+    replay = harness.send(payload)
+    assert replay.duplicate
+    assert replay.diagnoses == [] and replay.dead_letters == []
+    harness.diagnose(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
+    # A replay of the concluding alert after the conclusion: still nothing.
+    again = harness.send(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
+    assert again.duplicate and again.diagnoses == []
+    assert [d.event_id for d in harness.diagnoses] == ["e-1", "e-2"]
+    assert store.count() == 1
+    session = harness.session()
+    assert session is not None and session.alerts == 2
+
+
+def test_alert_within_48h_joins_the_open_session(harness: Harness) -> None:
+    harness.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
+    later = harness.diagnose(alert("e-2", T0 + timedelta(hours=47), signals={"cell_voltage_diff_mv": 90}))
+    assert later.session_id == SID_1
+
+
+def test_alert_49h_after_an_open_session_opens_a_new_one(harness: Harness, store: InMemoryStore) -> None:
+    harness.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
+    late = harness.diagnose(alert("e-2", T0 + timedelta(hours=49), signals={"cell_voltage_diff_mv": 88}))
+    # 2026-11-01 08:15:30 + 49 h = 2026-11-03 09:15:30.
+    assert late.session_id == f"{VIN}-20261103T091530"
+    assert late.phase is Phase.INVESTIGATING
+    assert store.count() == 0  # nothing is written for the expired, unconcluded session
+    session = harness.session()
+    assert session is not None and session.alerts == 1
+
+
+def test_alert_without_codes_stays_investigating(harness: Harness, store: InMemoryStore) -> None:
+    out = harness.diagnose(alert("e-1", T0, codes=[], signals={"pack_temp_c": 41.5}, text="仪表提示电池温度偏高"))
+    assert out.phase is Phase.INVESTIGATING
+    assert out.root_cause is None and out.fix_action is None and out.priority is None
+    assert out.tool_calls == 0
+    assert store.count() == 0
+
+
+def test_alert_after_a_conclusion_opens_a_new_session(harness: Harness) -> None:
+    conclude_first_case(harness)
+    nxt = harness.diagnose(alert("e-3", T0 + timedelta(hours=3), signals={"cell_voltage_diff_mv": 20}))
+    assert nxt.session_id == f"{VIN}-20261101T111530"
+
+
+# -- memory across sessions and vehicles --------------------------------------------
+
+
+def test_second_session_recalls_the_verified_case_and_needs_fewer_tools(harness: Harness, store: InMemoryStore) -> None:
+    _, first_conclusion = conclude_first_case(harness)
+    result = harness.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=True))
+    assert result.diagnoses == [] and result.dead_letters == []
+    rec = store.get(VIN, SID_1)
+    assert rec is not None and rec.recheck_ok is True
+
+    again = harness.diagnose(alert("e-3", T0 + timedelta(days=3), signals={"cell_voltage_diff_mv": 187}))
+    assert again.session_id == f"{VIN}-20261104T081530"
+    assert again.memory.injected
+    assert again.memory.own == [MemoryRef(vin=VIN, session_id=SID_1)]
+    assert again.memory.similar == []
+    assert 0 < again.memory.tokens <= 800
+    assert again.phase is Phase.CONCLUDED
+    # Memory names the fault: no lookup_dtc, only signal_history.
+    assert again.tool_calls == 1 < first_conclusion.tool_calls == 2
+    assert f"case://{VIN}/{SID_1}" in again.evidence
+    assert again.confidence == pytest.approx(0.9)  # 0.8 lifted by 0.1 for the verified case
+
+
+def test_other_vehicle_sees_the_case_as_similar_only_after_the_recheck(harness: Harness) -> None:
+    conclude_first_case(harness)
+    before = harness.diagnose(alert("b-1", T0 + timedelta(days=1), vin=VIN_B, signals={"cell_voltage_diff_mv": 150}))
+    assert before.memory.similar == []
+    assert before.memory.own == []
+    assert before.tool_calls == 2  # no verified case to lean on
+
+    harness.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=True))
+
+    after = harness.diagnose(alert("c-1", T0 + timedelta(days=3), vin=VIN_C, signals={"cell_voltage_diff_mv": 150}))
+    assert after.memory.similar == [MemoryRef(vin=VIN, session_id=SID_1)]
+    assert after.memory.own == []  # another vehicle's history is never its own
+    assert after.phase is Phase.CONCLUDED
+    assert after.tool_calls == 1
+
+    other_series = harness.diagnose(
+        alert("d-1", T0 + timedelta(days=3), vin=VIN_D, series="EV-B", signals={"cell_voltage_diff_mv": 150})
+    )
+    assert other_series.memory.similar == []
+
+
+def test_failed_recheck_keeps_the_case_out_of_similar_recall(harness: Harness, store: InMemoryStore) -> None:
+    conclude_first_case(harness)
+    harness.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=False))
+    rec = store.get(VIN, SID_1)
+    assert rec is not None and rec.recheck_ok is False
+    out = harness.diagnose(alert("c-1", T0 + timedelta(days=3), vin=VIN_C, signals={"cell_voltage_diff_mv": 150}))
+    assert out.memory.similar == []
+
+
+def test_recheck_for_an_unknown_session_is_a_process_dead_letter(harness: Harness) -> None:
+    payload = recheck("r-9", T0, f"{VIN}-20250101T000000")
+    result = harness.send(payload)
+    assert result.diagnoses == []
+    assert len(result.dead_letters) == 1
+    letter = result.dead_letters[0]
+    assert letter.stage == "process"
+    assert letter.raw == json.dumps(payload, ensure_ascii=False)
+    assert f"{VIN}-20250101T000000" in letter.error
+
+
+def test_recheck_naming_another_vehicles_session_is_a_dead_letter(harness: Harness, store: InMemoryStore) -> None:
+    conclude_first_case(harness)
+    result = harness.send(recheck("r-9", T0 + timedelta(days=1), SID_1, vin=VIN_B))
+    assert [d.stage for d in result.dead_letters] == ["process"]
+    rec = store.get(VIN, SID_1)
+    assert rec is not None and rec.recheck_ok is None
+
+
+def test_scrapped_vehicle_records_are_invalid_and_never_recalled(harness: Harness, store: InMemoryStore) -> None:
+    conclude_first_case(harness)
+    harness.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=True))
+    result = harness.send(lifecycle("l-1", T0 + timedelta(days=3)))
+    assert result.diagnoses == [] and result.dead_letters == []
+    assert result.session is None
+
+    history = store.history(VIN)
+    assert [r.session_id for r in history] == [SID_1]
+    assert all(not r.valid for r in history)
+
+    own = harness.diagnose(alert("e-9", T0 + timedelta(days=4), signals={"cell_voltage_diff_mv": 187}))
+    assert own.memory.own == []
+    other = harness.diagnose(alert("c-1", T0 + timedelta(days=4), vin=VIN_C, signals={"cell_voltage_diff_mv": 187}))
+    assert other.memory.similar == []
+
+
+def test_every_diagnosis_keeps_injected_memory_within_800_tokens(harness: Harness) -> None:
+    # Ten verified cases of other vehicles plus the vehicle's own history.
+    for i in range(10):
+        vin = f"LSVAU2180N21{i:05d}"
+        harness.diagnose(alert(f"{i}-1", T0, vin=vin, signals={"cell_voltage_diff_mv": 87}))
+        harness.diagnose(alert(f"{i}-2", T0 + timedelta(hours=1), vin=vin, signals={"cell_voltage_diff_mv": 187}))
+        harness.send(recheck(f"{i}-r", T0 + timedelta(days=1), f"{vin}-20261101T081530", vin=vin))
+    assert harness.dead_letters == []
+    out = harness.diagnose(alert("x-1", T0 + timedelta(days=2), signals={"cell_voltage_diff_mv": 187}))
+    assert 0 < out.memory.tokens <= 800
+    assert 1 <= len(out.memory.similar) <= 5
+    assert all(ref.vin != VIN for ref in out.memory.similar)
+    assert all(d.memory.tokens <= 800 for d in harness.diagnoses)
+
+
+def test_restore_from_a_checkpoint_and_replay_neither_loses_nor_duplicates(
+    harness: Harness, store: InMemoryStore, pack: KnowledgePack
+) -> None:
+    harness.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
+    checkpoint = dict(harness.state)  # snapshots are immutable JSON strings
+    concluded = harness.diagnose(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
+    written = store.get(VIN, SID_1)
+
+    # The job fails after e-2 reached L3; a new engine restores the checkpoint
+    # taken after e-1 and the source replays e-2.
+    restored = Harness(
+        DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=pack), state=checkpoint
+    )
+    replayed = restored.diagnose(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
+
+    assert replayed.phase is Phase.CONCLUDED
+    assert replayed == concluded  # the same output, again: downstream dedups on event_id
+    assert store.count() == 1  # the upsert by (vin, session_id) is idempotent
+    again = store.get(VIN, SID_1)
+    assert again is not None and written is not None
+    assert again.model_dump(exclude={"updated_at"}) == written.model_dump(exclude={"updated_at"})

@@ -1,0 +1,275 @@
+"""Input events (DESIGN.md §3.1): what is accepted, how it is normalised, and
+why a bad line goes to the dead letters (stage and field named)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from vdoctor.errors import EventError
+from vdoctor.events import AlertEvent, LifecycleEvent, RecheckEvent, parse_event, session_id_for
+
+pytestmark = pytest.mark.unit
+
+VIN = "LSVAU2180N2183294"
+
+
+def alert(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "type": "alert",
+        "event_id": "e-000123",
+        "vin": VIN,
+        "series": "EV-A",
+        "ts": "2026-11-01T08:15:30Z",
+        "alert_text": "电池包单体压差过大",
+        "dtc_codes": ["P0A7F"],
+        "signals": {"cell_voltage_diff_mv": 187, "pack_temp_c": 41.5},
+    }
+    data.update(overrides)
+    return data
+
+
+def recheck(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "type": "recheck",
+        "event_id": "r-77",
+        "vin": VIN,
+        "session_id": f"{VIN}-20261101T081530",
+        "ts": "2026-11-05T10:00:00Z",
+        "recheck_ok": True,
+        "note": "压差 12mV, 复检正常",
+    }
+    data.update(overrides)
+    return data
+
+
+def lifecycle(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "type": "lifecycle",
+        "event_id": "l-9",
+        "vin": VIN,
+        "ts": "2026-12-01T00:00:00Z",
+        "change": "scrapped",
+    }
+    data.update(overrides)
+    return data
+
+
+def rejected(raw: str) -> EventError:
+    with pytest.raises(EventError) as info:
+        parse_event(raw)
+    return info.value
+
+
+# -- valid events ---------------------------------------------------------------
+
+
+def test_alert_from_the_design_example_parses() -> None:
+    event = parse_event(json.dumps(alert(), ensure_ascii=False))
+    assert isinstance(event, AlertEvent)
+    assert event.vin == VIN
+    assert event.series == "EV-A"
+    assert event.ts == datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+    assert event.alert_text == "电池包单体压差过大"
+    assert event.dtc_codes == ["P0A7F"]
+    assert event.signals == {"cell_voltage_diff_mv": 187.0, "pack_temp_c": 41.5}
+
+
+def test_ts_is_normalised_to_utc_with_second_precision() -> None:
+    # 16:15:30.7 at +08:00 is 08:15:30.7 UTC; the fraction is dropped, not rounded up.
+    event = parse_event(json.dumps(alert(ts="2026-11-01T16:15:30.7+08:00")))
+    assert event.ts == datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+    assert event.ts.utcoffset() == timedelta(0)
+    assert event.ts.microsecond == 0
+
+
+def test_ts_with_negative_offset_crosses_midnight() -> None:
+    # 20:00 at -05:00 is 01:00 the next day in UTC.
+    event = parse_event(json.dumps(lifecycle(ts="2026-11-30T20:00:00-05:00")))
+    assert event.ts == datetime(2026, 12, 1, 1, 0, 0, tzinfo=UTC)
+
+
+def test_unknown_fields_are_ignored() -> None:
+    event = parse_event(json.dumps(alert(firmware="v1.2.3", extra={"nested": [1, 2]})))
+    assert isinstance(event, AlertEvent)
+    assert not hasattr(event, "firmware")
+    assert "firmware" not in event.model_dump()
+
+
+def test_dtc_codes_are_uppercased_and_deduplicated_in_order() -> None:
+    event = parse_event(json.dumps(alert(dtc_codes=["p0a7f", " P0A80 ", "P0A7F", "p0a80", "u0100"])))
+    assert isinstance(event, AlertEvent)
+    assert event.dtc_codes == ["P0A7F", "P0A80", "U0100"]
+
+
+def test_alert_optional_fields_default_to_empty() -> None:
+    data = alert()
+    for key in ("alert_text", "dtc_codes", "signals"):
+        del data[key]
+    event = parse_event(json.dumps(data))
+    assert isinstance(event, AlertEvent)
+    assert event.alert_text == ""
+    assert event.dtc_codes == []
+    assert event.signals == {}
+
+
+def test_integer_and_negative_signal_values_are_numbers() -> None:
+    event = parse_event(json.dumps(alert(signals={"pack_temp_c": -12, "soh_pct": 88.5})))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {"pack_temp_c": -12.0, "soh_pct": 88.5}
+
+
+def test_recheck_parses() -> None:
+    event = parse_event(json.dumps(recheck(), ensure_ascii=False))
+    assert isinstance(event, RecheckEvent)
+    assert event.session_id == f"{VIN}-20261101T081530"
+    assert event.recheck_ok is True
+    assert event.note == "压差 12mV, 复检正常"
+    assert event.ts == datetime(2026, 11, 5, 10, 0, 0, tzinfo=UTC)
+
+
+def test_recheck_false_is_kept_as_false() -> None:
+    event = parse_event(json.dumps(recheck(recheck_ok=False)))
+    assert isinstance(event, RecheckEvent)
+    assert event.recheck_ok is False
+
+
+@pytest.mark.parametrize("change", ["scrapped", "transferred"])
+def test_lifecycle_parses(change: str) -> None:
+    event = parse_event(json.dumps(lifecycle(change=change)))
+    assert isinstance(event, LifecycleEvent)
+    assert event.change == change
+    assert event.vin == VIN
+
+
+# -- stage "parse" ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "not json",
+        '{"type": "alert", "vin": ',
+        "{'type': 'alert'}",
+    ],
+    ids=["empty", "text", "truncated", "single-quotes"],
+)
+def test_invalid_json_fails_at_parse(raw: str) -> None:
+    assert rejected(raw).stage == "parse"
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_literals_fail_at_parse(literal: str) -> None:
+    raw = json.dumps(alert(signals={"cell_voltage_diff_mv": 1})).replace(
+        '"cell_voltage_diff_mv": 1', f'"cell_voltage_diff_mv": {literal}'
+    )
+    assert literal in raw
+    assert rejected(raw).stage == "parse"
+
+
+@pytest.mark.parametrize("raw", ["[]", json.dumps([alert()]), "42", '"alert"', "null"])
+def test_json_that_is_not_an_object_fails_at_parse(raw: str) -> None:
+    assert rejected(raw).stage == "parse"
+
+
+# -- stage "validate", with the field named ----------------------------------------
+
+_DROP = object()
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        (alert(vin="LSVAU2180N218329"), "vin"),  # 16 characters
+        (alert(vin="LSVAU2180N21832941"), "vin"),  # 18 characters
+        (alert(vin="LSVAU2180N218329I"), "vin"),
+        (alert(vin="LSVAU2180N218329O"), "vin"),
+        (alert(vin="LSVAU2180N218329Q"), "vin"),
+        (alert(vin="lsvau2180n2183294"), "vin"),
+        (alert(ts=_DROP), "ts"),
+        (alert(ts="2026-11-01T08:15:30"), "ts"),
+        (alert(ts="yesterday"), "ts"),
+        (alert(signals={"cell_voltage_diff_mv": "187"}), "signals.cell_voltage_diff_mv"),
+        (alert(signals={"cell_voltage_diff_mv": True}), "signals.cell_voltage_diff_mv"),
+        (alert(signals={"cell_voltage_diff": 187}), "signals"),
+        (alert(signals={"CellVoltage_mv": 187}), "signals"),
+        (alert(dtc_codes=["XYZ"]), "dtc_codes"),
+        (alert(alert_text="压" * 4001), "alert_text"),
+        (alert(series=_DROP), "series"),
+        (recheck(session_id=_DROP), "session_id"),
+        (recheck(recheck_ok=_DROP), "recheck_ok"),
+        (lifecycle(change="sold"), "change"),
+        (lifecycle(event_id=""), "event_id"),
+    ],
+    ids=[
+        "vin-16-chars",
+        "vin-18-chars",
+        "vin-with-I",
+        "vin-with-O",
+        "vin-with-Q",
+        "vin-lowercase",
+        "missing-ts",
+        "naive-ts",
+        "garbage-ts",
+        "signal-string-value",
+        "signal-bool-value",
+        "signal-without-unit",
+        "signal-not-snake-case",
+        "bad-dtc",
+        "alert-text-too-long",
+        "alert-without-series",
+        "recheck-without-session-id",
+        "recheck-without-result",
+        "lifecycle-sold",
+        "empty-event-id",
+    ],
+)
+def test_contract_violations_fail_at_validate_naming_the_field(payload: dict[str, Any], field: str) -> None:
+    payload = {k: v for k, v in payload.items() if v is not _DROP}
+    error = rejected(json.dumps(payload, ensure_ascii=False))
+    assert error.stage == "validate"
+    # describe_validation_error writes one "field: problem" item per error.
+    fields = [part.split(": ", 1)[0] for part in str(error).split("; ")]
+    assert field in fields, str(error)
+
+
+def test_alert_text_of_exactly_4000_chars_is_accepted() -> None:
+    event = parse_event(json.dumps(alert(alert_text="压" * 4000), ensure_ascii=False))
+    assert isinstance(event, AlertEvent)
+    assert len(event.alert_text) == 4000
+
+
+@pytest.mark.parametrize("type_", ["telemetry", None, "ALERT"])
+def test_unknown_type_fails_at_validate_naming_type(type_: str | None) -> None:
+    payload = alert(type=type_)
+    if type_ is None:
+        del payload["type"]
+    error = rejected(json.dumps(payload))
+    assert error.stage == "validate"
+    assert str(error).startswith("type:")
+    for valid in ("alert", "recheck", "lifecycle"):
+        assert valid in str(error)
+
+
+# -- session ids ------------------------------------------------------------------
+
+
+def test_session_id_format_in_utc() -> None:
+    assert session_id_for(VIN, datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)) == f"{VIN}-20261101T081530"
+
+
+def test_session_id_converts_offsets_to_utc() -> None:
+    # 2026-11-01 00:05:09 at +08:00 is 2026-10-31 16:05:09 UTC.
+    opened = datetime(2026, 11, 1, 0, 5, 9, tzinfo=timezone(timedelta(hours=8)))
+    assert session_id_for(VIN, opened) == f"{VIN}-20261031T160509"
+
+
+def test_session_id_is_deterministic_and_matches_the_parsed_alert() -> None:
+    first = parse_event(json.dumps(alert(ts="2026-11-01T16:15:30.7+08:00")))
+    again = parse_event(json.dumps(alert(ts="2026-11-01T08:15:30Z")))
+    assert session_id_for(first.vin, first.ts) == session_id_for(again.vin, again.ts)
+    assert session_id_for(first.vin, first.ts) == f"{VIN}-20261101T081530"

@@ -1,0 +1,170 @@
+"""Rendering recalled long-term memory into the prompt within the injection budget."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from vdoctor.embed import HashingEmbedder
+from vdoctor.memory.recall import (
+    INJECTION_BUDGET_TOKENS,
+    MEMORY_HEADER,
+    recall,
+    render_record,
+    render_within_budget,
+)
+from vdoctor.records import MemoryRecord
+from vdoctor.stores.memory import InMemoryStore
+from vdoctor.tokens import EstimatingCounter
+
+pytestmark = pytest.mark.unit
+
+COUNTER = EstimatingCounter()
+VIN_A = "LSVAU2180N2183294"
+VIN_B = "LSVAU2180N2100001"
+VIN_C = "LSVAU2180N2100002"
+BASE = datetime(2026, 11, 1, 8, 0, 0, tzinfo=UTC)
+EMB = HashingEmbedder()
+
+
+def record(
+    vin: str, n: int, summary: str = "", *, recheck_ok: bool | None = True, series: str = "EV-A"
+) -> MemoryRecord:
+    at = BASE + timedelta(days=n)
+    text = summary or f"{at:%Y-%m-%d %H:%M} | concluded P0A7F | P2 conf 0.80; confirmed cell_voltage_diff_mv=187>=100"
+    return MemoryRecord(
+        vin=vin,
+        series=series,
+        session_id=f"{vin}-{at:%Y%m%dT%H%M%S}",
+        concluded_at=at,
+        summary=text,
+        summary_vec=[float(x) for x in EMB.embed([text])[0]],
+        root_cause="weak cell group self-discharges",
+        fix_action="balance the pack; replace the module",
+        priority="P2",
+        dtc_codes=["P0A7F"],
+        recheck_ok=recheck_ok,
+        prompt_version="case-summary-v1",
+    )
+
+
+def cost(kind: str, rec: MemoryRecord) -> int:
+    """What a block costs in the budget: its tokens plus its line break."""
+    return COUNTER.count(render_record(kind, rec)) + 1
+
+
+HEADER_COST = COUNTER.count(MEMORY_HEADER) + 1
+
+
+def test_nothing_to_recall_renders_nothing() -> None:
+    out = render_within_budget([], [])
+    assert out.text == ""
+    assert out.tokens == 0
+    assert out.own == [] and out.similar == []
+
+
+def test_own_records_come_before_similar_ones() -> None:
+    own = [record(VIN_A, 2), record(VIN_A, 1)]
+    similar = [record(VIN_B, 3), record(VIN_C, 4)]
+    out = render_within_budget(own, similar, budget=INJECTION_BUDGET_TOKENS, counter=COUNTER)
+    assert out.own == own and out.similar == similar
+    assert out.text.startswith(MEMORY_HEADER)
+    positions = [out.text.index(f"case://{r.vin}/{r.session_id}") for r in [*own, *similar]]
+    assert positions == sorted(positions)
+    assert out.text.count("- [own] ") == 2
+    assert out.text.count("- [similar] ") == 2
+    assert out.text.index("- [similar] ") > out.text.rindex("- [own] ")
+    assert out.tokens == COUNTER.count(out.text)
+
+
+def test_own_history_fills_the_budget_before_similar_cases() -> None:
+    own = [record(VIN_A, 2), record(VIN_A, 1)]
+    similar = [record(VIN_B, 3)]
+    # Room for the header and both own records, one token short of the similar one.
+    budget = HEADER_COST + cost("own", own[0]) + cost("own", own[1]) + cost("similar", similar[0]) - 1
+    out = render_within_budget(own, similar, budget=budget, counter=COUNTER)
+    assert out.own == own
+    assert out.similar == []
+    assert "[similar]" not in out.text
+
+
+def test_an_exact_fit_is_kept_and_one_token_less_is_not() -> None:
+    own = [record(VIN_A, 2), record(VIN_A, 1)]
+    exact = HEADER_COST + cost("own", own[0]) + cost("own", own[1])
+    assert render_within_budget(own, [], budget=exact, counter=COUNTER).own == own
+    assert render_within_budget(own, [], budget=exact - 1, counter=COUNTER).own == own[:1]
+
+
+@pytest.mark.parametrize("budget", [0, 10, 50, 120, 200, 333, 500, 800])
+def test_rendered_memory_never_exceeds_the_budget_and_blocks_are_whole(budget: int) -> None:
+    own = [record(VIN_A, n) for n in range(5, 0, -1)]
+    similar = [record(VIN_B, 10), record(VIN_C, 11, summary="左前轮速传感器信号丢失" * 20)]
+    out = render_within_budget(own, similar, budget=budget, counter=COUNTER)
+    assert COUNTER.count(out.text) <= budget
+    assert out.tokens <= budget
+    # Every kept record is rendered whole; nothing else is rendered.
+    expected = "\n".join(
+        [
+            MEMORY_HEADER,
+            *(render_record("own", r) for r in out.own),
+            *(render_record("similar", r) for r in out.similar),
+        ]
+    )
+    assert out.text == (expected if out.own or out.similar else "")
+    for rec in [*own, *similar]:
+        kept = rec in out.own or rec in out.similar
+        assert (f"case://{rec.vin}/{rec.session_id}" in out.text) == kept
+
+
+def test_a_record_too_large_is_skipped_but_later_smaller_ones_are_kept() -> None:
+    small_1 = record(VIN_A, 3)
+    big = record(VIN_A, 2, summary="电池包单体压差过大" * 33)  # 297 CJK characters
+    small_2 = record(VIN_A, 1)
+    small_similar = record(VIN_B, 4)
+    budget = HEADER_COST + cost("own", small_1) + cost("own", small_2) + cost("similar", small_similar)
+    # Once small_1 is in, the big one does not fit in what is left.
+    assert cost("own", big) > budget - HEADER_COST - cost("own", small_1)
+    out = render_within_budget([small_1, big, small_2], [small_similar], budget=budget, counter=COUNTER)
+    assert out.own == [small_1, small_2]
+    assert out.similar == [small_similar]
+    assert big.session_id not in out.text
+    assert COUNTER.count(out.text) <= budget
+
+
+def test_multiline_summary_is_rendered_on_one_line() -> None:
+    rec = record(VIN_A, 1, summary="2026-11-01 08:15 | alert P0A7F | investigating | dtc://P0A7F\nsecond line")
+    block = render_record("own", rec)
+    assert "summary: 2026-11-01 08:15 | alert P0A7F | investigating | dtc://P0A7F / second line" in block
+    assert block.count("\n") == 3  # head, cause, fix, summary
+
+
+# -- recall over a store --------------------------------------------------------------
+
+
+def test_recall_keeps_other_vehicles_out_of_own_history_and_unverified_cases_out() -> None:
+    store = InMemoryStore()
+    mine = record(VIN_A, 1, recheck_ok=None)
+    verified = record(VIN_B, 2, recheck_ok=True)
+    unverified = record(VIN_C, 3, recheck_ok=None)
+    failed = record(VIN_C, 4, recheck_ok=False)
+    other_series = record("LSVAU2180N2100003", 5, recheck_ok=True, series="ICE-B")
+    for r in (mine, verified, unverified, failed, other_series):
+        store.upsert(r)
+    found = recall(store, EMB, VIN_A, "EV-A", "电池包单体压差过大", ["P0A7F"], now=BASE + timedelta(days=10))
+    assert found.own_refs == [mine.ref()]
+    assert found.similar_refs == [verified.ref()]
+    assert found.tokens <= INJECTION_BUDGET_TOKENS
+
+
+def test_recall_own_history_is_limited_to_two_years_and_ten_records() -> None:
+    store = InMemoryStore()
+    for n in range(12):
+        store.upsert(record(VIN_A, n))
+    old = record(VIN_A, -800)  # more than 730 days before "now"
+    store.upsert(old)
+    now = BASE + timedelta(days=20)
+    found = recall(store, EMB, VIN_A, "EV-A", "压差", ["P0A7F"], now=now, budget=100_000)
+    # Newest first: days 11 down to 2.
+    assert [r.concluded_at for r in found.own] == [BASE + timedelta(days=n) for n in range(11, 1, -1)]
+    assert old.ref() not in found.own_refs

@@ -1,0 +1,229 @@
+"""L1 working memory: key facts, the 6-round window, the 70% trigger, stage ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory, WorkingState, extract_key_facts
+from vdoctor.tokens import EstimatingCounter
+
+pytestmark = pytest.mark.unit
+
+VIN = "LSVAU2180N2183294"
+URI = f"signal://{VIN}/cell_voltage_diff_mv@2026-11-01T08:15:30Z"
+
+
+# -- key facts ------------------------------------------------------------------
+
+
+def test_chinese_readings_with_units_are_key_facts() -> None:
+    facts = extract_key_facts("电池包压差187mV，温度46.5℃，持续3.2 s", when="2026-11-01T08:15:30Z")
+    assert "reading 187mV @2026-11-01T08:15:30Z" in facts
+    assert "reading 46.5℃ @2026-11-01T08:15:30Z" in facts
+    assert "reading 3.2s @2026-11-01T08:15:30Z" in facts
+
+
+def test_english_readings_with_units_are_key_facts() -> None:
+    facts = extract_key_facts("cell diff 187mV at 46.5℃ for 3.2 s, SOC 12 %, pack 351.2 V")
+    for fact in ("reading 187mV", "reading 46.5℃", "reading 3.2s", "reading 12%", "reading 351.2V"):
+        assert fact in facts
+
+
+def test_signal_assignments_are_key_facts() -> None:
+    facts = extract_key_facts("cell_voltage_diff_mv=187 pack_temp_c: 41.5", when="T1")
+    assert "reading cell_voltage_diff_mv=187 @T1" in facts
+    assert "reading pack_temp_c=41.5 @T1" in facts
+
+
+def test_numbers_inside_identifiers_are_not_readings() -> None:
+    # The VIN's digits and the code's digits are not measurements.
+    facts = extract_key_facts(f"vin {VIN} code P0A7F")
+    assert [f for f in facts if f.startswith("reading ")] == []
+
+
+def test_codes_are_key_facts_in_english_and_chinese_text() -> None:
+    assert extract_key_facts("codes P0A7F and U0100") == ["code P0A7F", "code U0100"]
+    facts = extract_key_facts("仪表报P0A7F故障，同时报U0100")
+    assert "code P0A7F" in facts
+    assert "code U0100" in facts
+
+
+def test_excluded_hypotheses_are_key_facts() -> None:
+    facts = extract_key_facts("Suspected the harness, ruled out. Next: check the module.")
+    assert "excluded: Suspected the harness, ruled out" in facts
+    zh = extract_key_facts("怀疑线束松动，已排除。下一步检查模组")
+    assert "excluded: 怀疑线束松动，已排除" in zh
+
+
+def test_evidence_uris_are_key_facts() -> None:
+    text = f"see {URI}, dtc://P0A7F and case://{VIN}/{VIN}-20261101T081530."
+    facts = extract_key_facts(text)
+    # A trailing full stop ends the sentence, not the URI.
+    assert [f for f in facts if f.startswith("evidence ")] == [
+        f"evidence {URI}",
+        "evidence dtc://P0A7F",
+        f"evidence case://{VIN}/{VIN}-20261101T081530",
+    ]
+
+
+def test_uri_after_chinese_text_is_a_key_fact() -> None:
+    facts = extract_key_facts(f"证据{URI}，温度正常")
+    assert [f for f in facts if f.startswith("evidence ")] == [f"evidence {URI}"]
+
+
+def test_decisions_and_ticket_ids_are_key_facts() -> None:
+    facts = extract_key_facts("Concluded cell imbalance, confidence 0.8. Opened WO-12345.")
+    assert any(f.startswith("decision: ") and f.endswith("confidence 0.8") for f in facts)
+    assert "id WO-12345" in facts
+    assert "id WO-20931" in extract_key_facts("已开工单WO-20931")
+
+
+def test_text_without_facts_gives_none() -> None:
+    assert extract_key_facts("车主反馈一切正常 all good") == []
+
+
+# -- the window -------------------------------------------------------------------
+
+
+def ts(i: int) -> str:
+    return f"2026-11-01T{i:02d}:00:00Z"
+
+
+def small_round(i: int) -> Round:
+    return Round(ts=ts(i), user=f"alert {i}", assistant=f"answer {i}\nmore detail {i}")
+
+
+def test_six_rounds_stay_verbatim() -> None:
+    wm = WorkingMemory(WorkingState())
+    for i in range(1, KEEP_ROUNDS + 1):
+        wm.add_round(small_round(i))
+    assert KEEP_ROUNDS == 6
+    assert [r.ts for r in wm.state.rounds] == [ts(i) for i in range(1, 7)]
+    assert wm.state.summary_lines == []
+    assert wm.state.compressions == 0
+
+
+def test_seventh_round_folds_the_oldest_half_into_the_summary() -> None:
+    wm = WorkingMemory(WorkingState())
+    for i in range(1, 8):
+        wm.add_round(small_round(i))
+    # 7 rounds > 6: the oldest 7 // 2 = 3 are folded, one summary line each.
+    assert [r.ts for r in wm.state.rounds] == [ts(4), ts(5), ts(6), ts(7)]
+    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i}" for i in (1, 2, 3)]
+    assert wm.state.compressions == 1
+    text = wm.render()
+    # Folded rounds keep only their first line; the verbatim rounds keep all.
+    assert "more detail 1" not in text
+    assert "more detail 7" in text
+
+
+def test_rounds_never_exceed_six_over_a_long_session() -> None:
+    wm = WorkingMemory(WorkingState())
+    for i in range(1, 24):
+        wm.add_round(small_round(i))
+        assert len(wm.state.rounds) <= KEEP_ROUNDS
+    assert wm.state.rounds[-1].ts == ts(23)
+
+
+def big_round(i: int) -> Round:
+    # 277 tokens when rendered: "## Alert at <ts>" 18 + "alert i" 3 + "## Agent" 4
+    # + "gist line" 2 + 250 one-token words.
+    return Round(ts=ts(i), user=f"alert {i}", assistant="gist line\n" + " ".join(["word"] * 250))
+
+
+def test_context_is_compressed_past_70_percent_of_the_budget() -> None:
+    # Budget 1000 -> trigger at 700 tokens. Two big rounds are 554 tokens, three 831.
+    wm = WorkingMemory(WorkingState(), budget_tokens=1000, counter=EstimatingCounter())
+    wm.add_round(big_round(1))
+    wm.add_round(big_round(2))
+    assert len(wm.state.rounds) == 2
+    assert wm.state.compressions == 0
+
+    wm.add_round(big_round(3))
+    # 3 // 2 = 1 round folded: two remain, plus a one-line summary (554 + 32 tokens).
+    assert [r.ts for r in wm.state.rounds] == [ts(2), ts(3)]
+    assert wm.state.summary_lines == [f"{ts(1)} | alert 1 | gist line"]
+    assert wm.state.compressions == 1
+    assert wm.tokens() <= 700
+
+    wm.add_round(big_round(4))
+    assert [r.ts for r in wm.state.rounds] == [ts(3), ts(4)]
+    assert len(wm.state.summary_lines) == 2
+    assert wm.tokens() <= 700
+
+
+def test_context_stays_under_the_trigger_after_every_round() -> None:
+    wm = WorkingMemory(WorkingState(), budget_tokens=1000)
+    for i in range(1, 15):
+        wm.add_round(big_round(i))
+        assert wm.tokens() <= 0.7 * 1000
+
+
+def test_end_stage_folds_every_round() -> None:
+    wm = WorkingMemory(WorkingState())
+    for i in range(1, 4):
+        wm.add_round(small_round(i))
+    wm.end_stage()
+    assert wm.state.rounds == []
+    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i}" for i in (1, 2, 3)]
+    assert wm.state.compressions == 1
+    wm.end_stage()  # nothing left to fold: no empty compression
+    assert wm.state.compressions == 1
+
+
+def test_key_facts_survive_every_compression_and_render_last() -> None:
+    wm = WorkingMemory(WorkingState(), budget_tokens=1000)
+    wm.add_round(
+        Round(
+            ts=ts(1),
+            user="电池包压差187mV P0A7F",
+            assistant=f"suspected the harness, ruled out\nevidence {URI}",
+        )
+    )
+    expected = [
+        "code P0A7F",
+        f"reading 187mV @{ts(1)}",
+        f"evidence {URI}",
+        "excluded: suspected the harness, ruled out",
+    ]
+    for i in range(2, 20):
+        wm.add_round(big_round(i))
+    wm.end_stage()
+    assert wm.state.compressions > 2
+    assert wm.state.rounds == []
+    for fact in expected:
+        assert fact in wm.state.key_facts
+
+    text = wm.render(current="## Current alert\nalert 20")
+    facts_at = text.index("## Key facts (never compressed)")
+    assert facts_at > text.index("## Current alert")
+    assert facts_at > text.index("## Earlier in this session (summary)")
+    tail = text[facts_at:]
+    for fact in expected:
+        assert fact in tail
+    assert text.endswith(wm.state.key_facts[-1])
+
+
+def test_state_round_trips_through_json() -> None:
+    wm = WorkingMemory(WorkingState())
+    for i in range(1, 8):
+        wm.add_round(small_round(i))
+    restored = WorkingMemory(WorkingState.model_validate_json(wm.state.model_dump_json()))
+    assert restored.render() == wm.render()
+
+
+def test_key_facts_are_capped_by_dropping_the_oldest_readings_first() -> None:
+    wm = WorkingMemory(WorkingState())
+    wm.add_facts(["code P0A7F", "excluded: suspected the harness, ruled out"])
+    wm.add_facts([f"reading {i}mV" for i in range(250)])
+    # 200 at most: both non-reading facts, then the newest 198 readings (52..249).
+    assert len(wm.state.key_facts) == 200
+    assert wm.state.key_facts[:2] == ["code P0A7F", "excluded: suspected the harness, ruled out"]
+    assert wm.state.key_facts[2:] == [f"reading {i}mV" for i in range(52, 250)]
+
+
+def test_key_facts_are_not_repeated() -> None:
+    wm = WorkingMemory(WorkingState())
+    wm.add_round(Round(ts=ts(1), user="P0A7F 压差187mV", assistant="P0A7F"))
+    wm.add_round(Round(ts=ts(2), user="P0A7F", assistant="P0A7F again"))
+    assert wm.state.key_facts.count("code P0A7F") == 1
