@@ -109,7 +109,7 @@ def test_seventh_round_folds_the_oldest_half_into_the_summary() -> None:
         wm.add_round(small_round(i))
     # 7 rounds > 6: the oldest 7 // 2 = 3 are folded, one summary line each.
     assert [r.ts for r in wm.state.rounds] == [ts(4), ts(5), ts(6), ts(7)]
-    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i}" for i in (1, 2, 3)]
+    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i} | -" for i in (1, 2, 3)]
     assert wm.state.compressions == 1
     text = wm.render()
     # Folded rounds keep only their first line; the verbatim rounds keep all.
@@ -140,9 +140,9 @@ def test_context_is_compressed_past_70_percent_of_the_budget() -> None:
     assert wm.state.compressions == 0
 
     wm.add_round(big_round(3))
-    # 3 // 2 = 1 round folded: two remain, plus a one-line summary (554 + 32 tokens).
+    # 3 // 2 = 1 round folded: two remain, plus a one-line summary (554 + 34 tokens).
     assert [r.ts for r in wm.state.rounds] == [ts(2), ts(3)]
-    assert wm.state.summary_lines == [f"{ts(1)} | alert 1 | gist line"]
+    assert wm.state.summary_lines == [f"{ts(1)} | alert 1 | gist line | -"]
     assert wm.state.compressions == 1
     assert wm.tokens() <= 700
 
@@ -165,7 +165,7 @@ def test_end_stage_folds_every_round() -> None:
         wm.add_round(small_round(i))
     wm.end_stage()
     assert wm.state.rounds == []
-    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i}" for i in (1, 2, 3)]
+    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i} | -" for i in (1, 2, 3)]
     assert wm.state.compressions == 1
     wm.end_stage()  # nothing left to fold: no empty compression
     assert wm.state.compressions == 1
