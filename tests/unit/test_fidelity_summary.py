@@ -178,7 +178,7 @@ def test_summary_of_a_concluded_session() -> None:
     assert case.text == f"{opening}\n{final}"
     assert len(case.text) <= MAX_SUMMARY_CHARS == 300
     assert "cell_voltage_diff_mv=187" in case.text
-    assert case.required == ["P0A7F", "cell_voltage_diff_mv=187", "P2", "0.80"]
+    assert case.required == ["P0A7F", "cell_voltage_diff_mv=187", "P2", "0.80", URI_187]
     assert case.report.ok, case.report
 
 

@@ -184,7 +184,7 @@ def test_key_facts_survive_every_compression_and_render_last() -> None:
         "code P0A7F",
         f"reading 187mV @{ts(1)}",
         f"evidence {URI}",
-        "excluded: suspected the harness, ruled out",
+        f"excluded: suspected the harness, ruled out @{ts(1)}",
     ]
     for i in range(2, 20):
         wm.add_round(big_round(i))

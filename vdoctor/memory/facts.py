@@ -77,7 +77,7 @@ def extract_text_facts(text: str, when: str = "") -> list[str]:
     for uri in URI_RE.findall(text):
         facts.append(f"evidence {uri}")
     for match in _EXCLUDED_RE.findall(text):
-        facts.append(f"excluded: {match.strip()}")
+        facts.append(f"excluded: {match.strip()}{_at(when)}")
     for match in _VOID_RE.findall(text):
         facts.append(f"void: {match.strip()}{_at(when)}")
     for match in _DECISION_RE.findall(text):
@@ -128,7 +128,7 @@ def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[str]:
     for uri in answer.get("evidence", []) if isinstance(answer.get("evidence"), list) else []:
         facts.append(f"evidence {uri}")
     for hypothesis in answer.get("excluded", []) if isinstance(answer.get("excluded"), list) else []:
-        facts.append(f"excluded: {hypothesis}")
+        facts.append(f"excluded: {hypothesis}{_at(when)}")
     for voided in answer.get("voided", []) if isinstance(answer.get("voided"), list) else []:
         facts.append(f"void: {voided}{_at(when)}")
     return facts

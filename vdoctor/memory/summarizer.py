@@ -169,14 +169,19 @@ class CheckedSummary:
 def repair(text: str, report: FidelityReport, request: SummaryRequest) -> str:
     """Append the missing facts as structured ``fact | ...`` lines, making room if needed.
 
-    Room is made by dropping the summary's earliest lines except the first one
-    (the case's opening) until the facts fit; the facts are never dropped.
+    Room is made by dropping, earliest first, lines that carry no required
+    fact; the facts themselves are never dropped (a repair that still does not
+    fit fails the check and is retried).
     """
     facts = [f"fact | {m}" for m in report.missing]
     lines = text.splitlines() if text else []
-    while lines and len("\n".join([*lines, *facts])) > request.max_chars:
-        lines.pop(1 if len(lines) > 1 else 0)
-    return "\n".join([*lines, *facts])
+    droppable = [i for i, line in enumerate(lines) if not any(r in line for r in request.required)]
+    dropped: set[int] = set()
+    for i in droppable:
+        if len("\n".join([*(x for j, x in enumerate(lines) if j not in dropped), *facts])) <= request.max_chars:
+            break
+        dropped.add(i)
+    return "\n".join([*(x for j, x in enumerate(lines) if j not in dropped), *facts])
 
 
 def summarize_checked(
