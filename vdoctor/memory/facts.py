@@ -104,9 +104,9 @@ def extract_tool_facts(result: str, when: str = "") -> list[str]:
     for reading in data.get("readings", []) if isinstance(data.get("readings"), list) else []:
         if isinstance(reading, dict) and "value" in reading:
             ts = str(reading.get("ts", ""))
+            # The reading's URI is signal://<vin>/<signal>@<ts>: the fact names
+            # both, so the URI itself becomes a key fact only when it is cited.
             facts.append(f"{READING}{signal}={_num(reading['value'])}{_at(ts)}")
-            if reading.get("uri"):
-                facts.append(f"evidence {reading['uri']}")
     # Whatever else the tool said in prose (notes, ticket ids) is read as text.
     rest = {k: v for k, v in data.items() if k not in ("codes", "readings", "signal", "unknown")}
     if rest:

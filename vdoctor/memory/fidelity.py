@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from vdoctor.memory.facts import URI_RE as _URI_RE
+
 # Sources shorter than this are not worth compressing 5:1 (DESIGN.md §4).
 COMPRESSION_MIN_SOURCE_CHARS = 1500
 MIN_COMPRESSION = 5.0
@@ -19,7 +21,6 @@ MIN_COMPRESSION = 5.0
 # 压差187mV (or the code of 报P0A7F) would never be checked at all.
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?", re.ASCII)
 _CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
-_URI_RE = re.compile(r"\b(?:dtc|signal|case)://[^\s|]+", re.ASCII)
 
 
 @dataclass

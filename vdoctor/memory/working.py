@@ -109,6 +109,43 @@ def _clip(text: str, limit: int) -> str:
     return _TAIL_TOKEN_RE.sub("", first[:limit]).rstrip(" ,，;；|") + "…"
 
 
+_READING_FACT_RE = re.compile(r"^reading (?:([a-z][a-z0-9_]*)=)?(-?\d+(?:\.\d+)?)([^\s@]*)")
+
+
+def _condense(facts: list[str]) -> list[str]:
+    """Keep the key facts bounded without losing a key number or a changed decision.
+
+    - Readings: per signal (or per unit for readings from free text) the first,
+      the lowest, the highest and the latest are key facts; the rest stay in the
+      session's readings (the ``signal_history`` tool returns them).
+    - A decision, exclusion or void repeated at a later time is a repeated
+      confirmation: only its first occurrence is kept.
+    """
+    groups: dict[str, list[tuple[int, float]]] = {}
+    first_seen: set[str] = set()
+    drop: set[int] = set()
+    for i, fact in enumerate(facts):
+        m = _READING_FACT_RE.match(fact)
+        if m:
+            groups.setdefault(m.group(1) or m.group(3), []).append((i, float(m.group(2))))
+            continue
+        kind = fact.split(" ", 1)[0]
+        if kind in ("decision:", "excluded:", "void:"):
+            identity = fact.rsplit(" @", 1)[0]
+            if identity in first_seen:
+                drop.add(i)
+            first_seen.add(identity)
+    for readings in groups.values():
+        keep = {
+            readings[0][0],
+            readings[-1][0],
+            min(readings, key=lambda r: r[1])[0],
+            max(readings, key=lambda r: r[1])[0],
+        }
+        drop.update(i for i, _ in readings if i not in keep)
+    return [f for i, f in enumerate(facts) if i not in drop]
+
+
 def _fact_rank(fact: str) -> int:
     # Readings are the most numerous and the first to give way at the cap.
     return 1 if fact.startswith(READING) else 0
@@ -144,7 +181,7 @@ class WorkingMemory:
         self.keep_rounds = keep_rounds
 
     def add_facts(self, facts: list[str]) -> None:
-        merged = dedupe([*self.state.key_facts, *facts])
+        merged = _condense(dedupe([*self.state.key_facts, *facts]))
         if len(merged) > MAX_KEY_FACTS:
             # Stable: keep every non-reading fact, then the newest readings.
             ranked = sorted(enumerate(merged), key=lambda p: (_fact_rank(p[1]), -p[0]))
@@ -170,10 +207,20 @@ class WorkingMemory:
                 break
 
     def compress_oldest_half(self) -> bool:
-        """Fold the oldest half of the verbatim rounds into the rolling summary."""
+        """Fold the oldest half of the verbatim rounds into the rolling summary.
+
+        With no verbatim round left, the oldest half of the rolling summary's
+        own lines gives way instead (their key facts stay in the key facts).
+        """
         n = len(self.state.rounds)
         if n == 0:
-            return False
+            lines = len(self.state.summary_lines)
+            if lines <= 1:
+                return False
+            del self.state.summary_lines[: lines // 2]
+            self.state.compressions += 1
+            self.state.threshold_folds += 1
+            return True
         half = max(1, n // 2)
         self._fold(self.state.rounds[:half])
         self.state.rounds = self.state.rounds[half:]
@@ -205,10 +252,15 @@ class WorkingMemory:
             for r in rounds
         ]
         source = "\n\n".join(f"{r.ts}\n{r.user}\n{r.assistant}\n{r.event} {r.conclusion} {r.evidence}" for r in rounds)
+        # Every key fact of the folded rounds must survive, in the summary or in
+        # the key facts; readings that the key facts let go (neither first,
+        # lowest, highest nor latest of their signal) are not key numbers.
+        kept = set(self.state.key_facts)
         required: list[str] = []
         for r in rounds:
             for fact in dedupe([*extract_key_facts(r.user, r.ts), *extract_key_facts(r.assistant, r.ts)]):
-                required.append(fact_payload(fact))
+                if not fact.startswith(READING) or fact in kept:
+                    required.append(fact_payload(fact))
         request = SummaryRequest(
             kind="rolling",
             source=source,
