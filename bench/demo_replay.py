@@ -18,6 +18,7 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embed import HashingEmbedder
 from vdoctor.events import parse_event
 from vdoctor.knowledge import load_pack
+from vdoctor.memory import summary as case_summary
 from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.records import Diagnosis
 from vdoctor.stores import open_store
@@ -46,6 +47,8 @@ class Replay:
     summaries_checked: int = 0
     summary_failures: int = 0
     metrics: dict[str, int] = field(default_factory=dict)
+    # source chars / summary chars of each case summary written to L3
+    case_ratios: list[float] = field(default_factory=list)
 
 
 def _lines(path: Path) -> Iterator[str]:
@@ -63,6 +66,17 @@ def replay(path: Path = DEMO_ALERTS, limit: int | None = None, progress: bool = 
     sessions: dict[str, SessionState | None] = {}
     dedups: dict[str, DedupState] = {}
     out = Replay()
+    real_summarize = case_summary.summarize_case
+
+    def summarize_and_measure(*args: object, **kwargs: object) -> case_summary.CaseSummary:
+        case = real_summarize(*args, **kwargs)  # type: ignore[arg-type]
+        out.case_ratios.append(case.report.ratio)
+        return case
+
+    # Observe (not change) each case summary's compression ratio.
+    import vdoctor.diagnosis as diagnosis_module
+
+    diagnosis_module.summarize_case = summarize_and_measure  # type: ignore[assignment]
     started = last = time.monotonic()
     for i, raw in enumerate(_lines(path)):
         if limit is not None and i >= limit:
@@ -78,6 +92,7 @@ def replay(path: Path = DEMO_ALERTS, limit: int | None = None, progress: bool = 
         if progress and time.monotonic() - last > 2:
             last = time.monotonic()
             print(f"  replayed {i + 1} events in {last - started:.0f} s", file=sys.stderr)
+    diagnosis_module.summarize_case = real_summarize
     out.prompts = model.prompts
     out.metrics = engine.summary_metrics.as_dict()
     engine.close()

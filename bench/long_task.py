@@ -265,16 +265,20 @@ def main(argv: list[str] | None = None) -> int:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, rows, title, unit in (
-        (axes[0], scripted, "A. 23-step task", "step"),
-        (axes[1], session, f"B. {args.alerts}-alert session", "alert"),
-    ):
+    panels = (
+        (axes[0], scripted, "A. 23-step task: tokens of each step's call", "step", False),
+        (axes[1], session, f"B. {args.alerts}-alert session: L1 working context per alert", "alert", True),
+    )
+    for ax, rows, title, unit, l1 in panels:
         for s in rows:
-            xs = range(1, len(s.context_tokens) + 1)
-            ax.plot(xs, s.context_tokens, marker=".", label=f"{s.name} (missing facts {sum(s.missing)})")
+            ys = s.working_tokens if l1 else s.context_tokens
+            ax.plot(range(1, len(ys) + 1), ys, marker=".", label=f"{s.name} (missing facts {sum(s.missing)})")
         ax.axhline(args.budget, color="k", ls="--", lw=1, label=f"budget {args.budget}")
+        ax.axhline(0.7 * args.budget, color="grey", ls=":", lw=1, label="70% trigger")
         ax.set_xlabel(unit)
-        ax.set_ylabel("prompt tokens")
+        ax.set_ylabel("tokens (EstimatingCounter)")
+        if l1:
+            ax.set_yscale("log")
         ax.set_title(title)
         ax.legend(fontsize=8)
     args.plot.parent.mkdir(parents=True, exist_ok=True)
