@@ -234,7 +234,9 @@ class DiagnosisEngine:
 
     def _remember_round(self, working: WorkingMemory, alert: AlertEvent, run: AgentRun) -> None:
         when = f"{alert.ts:%Y-%m-%dT%H:%M:%SZ}"
-        user = alert.alert_text + (" " + " ".join(alert.dtc_codes) if alert.dtc_codes else "")
+        # The alert's own text on its first line: a clause read from it (an
+        # exclusion, a void conclusion) must not run on into the codes.
+        user = alert.alert_text + "\n" + " ".join(alert.dtc_codes)
         user += "".join(f" {k}={fmt_num(v)}" for k, v in alert.signals.items())
         tool_lines = [m.content for m in run.transcript if m.role == "tool"]
         final = run.transcript[-1].content if run.transcript else ""

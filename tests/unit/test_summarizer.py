@@ -284,3 +284,57 @@ def test_engine_stores_the_prompt_version_with_the_case() -> None:
     assert result.session is not None
     assert result.session.working.summary_lines == record.summary.splitlines()
     assert result.session.working.session_folds == 1
+
+
+@dataclass
+class Recording:
+    inner: OfflineModel
+    name: str = "recording"
+    sent: list[list[Message]] = field(default_factory=list)
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        self.sent.append(list(messages))
+        return self.inner.chat(messages, tools)
+
+
+def test_working_memory_carries_over_between_alerts_of_a_session_through_the_state_json() -> None:
+    pack = load_pack()
+    model = Recording(OfflineModel())
+    engine = DiagnosisEngine(store=open_store("memory://"), model=model, embedder=HashingEmbedder(), pack=pack)
+    first = _alert().model_copy(
+        update={
+            "ts": datetime(2026, 11, 1, 8, 0, 0, tzinfo=UTC),
+            "alert_text": "维修站反馈：怀疑线束松动，已排除",
+            "signals": {"cell_voltage_diff_mv": 60},
+        }
+    )
+    second = _alert().model_copy(
+        update={
+            "event_id": "e-2",
+            "ts": datetime(2026, 11, 1, 9, 0, 0, tzinfo=UTC),
+            "signals": {"cell_voltage_diff_mv": 70},
+        }
+    )
+    one = engine.on_event(None, DedupState(), first, "{}")
+    assert one.diagnoses[0].phase == "INVESTIGATING"  # 60 mV is below the 100 mV rule
+    assert one.session is not None
+    # The operator keeps the session as JSON in Flink state: go through it.
+    restored = type(one.session).model_validate_json(one.session.model_dump_json())
+    before = len(model.sent)
+    engine.on_event(restored, one.dedup, second, "{}")
+
+    context = model.sent[before][-1].content
+    facts_at = context.index("## Key facts (never compressed)")
+    assert facts_at > context.index("## Current alert")
+    tail = context[facts_at:]
+    entry = pack.get("P0A7F")
+    assert entry is not None
+    for fact in (
+        f"code P0A7F: {entry.definition_en}",
+        "reading cell_voltage_diff_mv=60 @2026-11-01T08:00:00Z",
+        "excluded: 维修站反馈：怀疑线束松动，已排除 @2026-11-01T08:00:00Z",
+        "decision: INVESTIGATING P0A7F (confidence 0.30) @2026-11-01T08:00:00Z",
+    ):
+        assert fact in tail
+    # The first alert's round is still verbatim (2 rounds < 6, far below 70% of 4000).
+    assert "## Alert at 2026-11-01T08:00:00Z" in context
