@@ -200,7 +200,6 @@ def summarize_checked(
         metrics.passed_first += 1
         return CheckedSummary(text=text, report=report)
 
-    result = CheckedSummary(text=text, report=report)
     if report.missing and not report.invented:
         fixed = repair(text, report, request)
         fixed_report = check(fixed)

@@ -59,10 +59,15 @@ def _kept_facts(session: SessionState) -> list[tuple[str, str, str]]:
     return kept
 
 
+def _short_time(when: str) -> str:
+    # Key facts carry ISO times (2026-11-01T10:15:30Z); summary lines use 2026-11-01 10:15.
+    return when[:16].replace("T", " ") if len(when) >= 16 else (when or "-")
+
+
 def render_source(session: SessionState) -> str:
     """The full session as text: what the summary must be faithful to."""
     lines = [_line(e) for e in session.timeline]
-    lines += [f"{when} | {kind} | {text}" for kind, text, when in _kept_facts(session)]
+    lines += [f"{_short_time(when)} | {kind} | {text}" for kind, text, when in _kept_facts(session)]
     lines += [f"reading {r.name}={fmt_num(r.value)} @{r.ts:%Y-%m-%dT%H:%M:%SZ} {r.uri}" for r in session.readings]
     if session.conclusion:
         lines.append(session.conclusion.model_dump_json())
@@ -87,11 +92,6 @@ def confirm_phrase(conclusion: Conclusion, session: SessionState, pack: Knowledg
         elif rule.repeat:
             return f"confirmed repeat {rule.repeat}", []
     return "", []
-
-
-def _short_time(when: str) -> str:
-    # Key facts carry ISO times (2026-11-01T10:15:30Z); summary lines use 2026-11-01 10:15.
-    return when[:16].replace("T", " ") if len(when) >= 16 else (when or "-")
 
 
 def summarize_case(
