@@ -25,6 +25,7 @@ from vdoctor.memory.summarizer import (
     ModelSummarizer,
     OfflineSummarizer,
     SummaryRequest,
+    repair,
     summarize_checked,
 )
 from vdoctor.memory.working import Round, WorkingMemory, WorkingState
@@ -338,3 +339,56 @@ def test_working_memory_carries_over_between_alerts_of_a_session_through_the_sta
         assert fact in tail
     # The first alert's round is still verbatim (2 rounds < 6, far below 70% of 4000).
     assert "## Alert at 2026-11-01T08:00:00Z" in context
+
+
+def test_repair_makes_room_by_dropping_lines_without_required_facts() -> None:
+    chatter = "2026-11-01 09:00 | driver called | all good | -"
+    text = f"{chatter}\n{GOOD.replace('; 怀疑线束松动，已排除', '')}"
+    req = SummaryRequest(kind="case", source=SOURCE, required=REQUIRED, events=[], max_chars=len(text) + 5)
+    report = check_summary(text, REQUIRED, SOURCE, req.max_chars)
+    assert report.missing == ["怀疑线束松动，已排除"]
+    repaired = repair(text, report, req)
+    # The chatter line carries no required fact: it gives way to the fact line.
+    assert repaired == GOOD.replace("; 怀疑线束松动，已排除", "") + "\nfact | 怀疑线束松动，已排除"
+    assert check_summary(repaired, REQUIRED, SOURCE, req.max_chars).ok
+
+
+def test_a_rolling_fold_that_fails_is_flagged_on_that_alert() -> None:
+    # A summary model that invents a reading in every fold.
+    liar = ModelSummarizer(ScriptedModel(["2026-11-01T01:00:00Z | alert | 压差999mV | -"]))
+    metrics = FidelityMetrics()
+    wm = WorkingMemory(WorkingState(), summarizer=liar, metrics=metrics)
+    for i in range(1, 8):
+        wm.add_round(_round(i))
+    assert wm.state.threshold_folds == 1
+    assert wm.state.fidelity_failures == 1
+    assert metrics.failed == 1 and metrics.retried == 1
+
+
+def test_engine_flags_the_alert_whose_rolling_fold_failed() -> None:
+    liar = ModelSummarizer(ScriptedModel(["2026-11-01T01:00:00Z | alert | 压差999mV | -"]))
+    engine = DiagnosisEngine(
+        store=open_store("memory://"),
+        model=OfflineModel(),
+        embedder=HashingEmbedder(),
+        pack=load_pack(),
+        summarizer=liar,
+    )
+    session, dedup = None, DedupState()
+    flagged: list[int] = []
+    for i in range(8):
+        alert = _alert().model_copy(
+            update={
+                "event_id": f"e-{i}",
+                "ts": datetime(2026, 11, 1, 8 + i, 0, 0, tzinfo=UTC),
+                "signals": {"cell_voltage_diff_mv": 50 + i},  # below the 100 mV rule: no conclusion
+            }
+        )
+        result = engine.on_event(session, dedup, alert, "{}")
+        session, dedup = result.session, result.dedup
+        if "summary_fidelity_failed" in result.diagnoses[0].flags:
+            flagged.append(i)
+    assert session is not None and session.working.fidelity_failures >= 1
+    # Exactly the alerts whose fold failed are flagged, and each failure is counted.
+    assert len(flagged) == session.working.threshold_folds == engine.summary_metrics.failed
+    assert flagged
