@@ -60,9 +60,7 @@ def _lines(path: Path) -> Iterator[str]:
 
 def replay(path: Path = DEMO_ALERTS, limit: int | None = None, progress: bool = True) -> Replay:
     model = RecordingModel(OfflineModel())
-    engine = DiagnosisEngine(
-        store=open_store("memory://"), model=model, embedder=HashingEmbedder(), pack=load_pack()
-    )
+    engine = DiagnosisEngine(store=open_store("memory://"), model=model, embedder=HashingEmbedder(), pack=load_pack())
     sessions: dict[str, SessionState | None] = {}
     dedups: dict[str, DedupState] = {}
     out = Replay()

@@ -61,8 +61,10 @@ EXCLUDED_TEXT = "suspected the harness connector, ruled out"
 
 
 def _history(signal: str, step: int, values: list[float]) -> str:
-    readings = [{"value": v, "ts": _ts(step - len(values) + i), "uri": _uri(signal, step - len(values) + i)}
-                for i, v in enumerate(values)]
+    readings = [
+        {"value": v, "ts": _ts(step - len(values) + i), "uri": _uri(signal, step - len(values) + i)}
+        for i, v in enumerate(values)
+    ]
     return json.dumps({"signal": signal, "readings": readings})
 
 
@@ -83,25 +85,56 @@ def scripted_steps() -> list[tuple[Round, list[str]]]:
     def add(step: int, user: str, assistant: str, needs: list[str]) -> None:
         steps.append((Round(ts=_ts(step), user=user, assistant=assistant), needs))
 
-    add(1, "电池包单体压差过大 P0A7F cell_voltage_diff_mv=187 pack_temp_c=41.5; 已开工单WO-20931",
-        "Opening the diagnosis; looking up P0A7F first. " + _filler(1), [])
-    add(2, json.dumps({"codes": [{"code": "P0A7F", "definition": "Hybrid/EV battery pack deterioration",
-                                  "family": "battery", "source": "pack"}], "unknown": []}),
-        "P0A7F is battery pack deterioration; reading the cell voltage history. " + _filler(2), base)
-    add(3, _history("cell_voltage_diff_mv", 3, [62, 88, 121, 150, 187]),
+    add(
+        1,
+        "电池包单体压差过大 P0A7F cell_voltage_diff_mv=187 pack_temp_c=41.5; 已开工单WO-20931",
+        "Opening the diagnosis; looking up P0A7F first. " + _filler(1),
+        [],
+    )
+    add(
+        2,
+        json.dumps(
+            {
+                "codes": [
+                    {
+                        "code": "P0A7F",
+                        "definition": "Hybrid/EV battery pack deterioration",
+                        "family": "battery",
+                        "source": "pack",
+                    }
+                ],
+                "unknown": [],
+            }
+        ),
+        "P0A7F is battery pack deterioration; reading the cell voltage history. " + _filler(2),
+        base,
+    )
+    add(
+        3,
+        _history("cell_voltage_diff_mv", 3, [62, 88, 121, 150, 187]),
         f"The spread grows from 62 to 187 mV; evidence {_uri('cell_voltage_diff_mv', 2)}. " + _filler(3),
-        [*base, "cell_voltage_diff_mv=187"])
-    add(4, "connector inspection photo: green residue on the harness connector X12",
+        [*base, "cell_voltage_diff_mv=187"],
+    )
+    add(
+        4,
+        "connector inspection photo: green residue on the harness connector X12",
         "Conclusion: harness connector corrosion causes the imbalance, confidence 0.6. " + _filler(4),
-        [*base, "cell_voltage_diff_mv=187"])
+        [*base, "cell_voltage_diff_mv=187"],
+    )
     for step in range(5, 9):
-        add(step, _history("pack_temp_c", step, [40.1, 40.8, 41.5, 46.5]),
+        add(
+            step,
+            _history("pack_temp_c", step, [40.1, 40.8, 41.5, 46.5]),
             f"Pack temperature reached 46.5℃ at {_ts(step)}; no thermal event. " + _filler(step),
-            [*base, "cell_voltage_diff_mv=187", "harness connector corrosion"])
-    add(9, "harness continuity test: 0.2 Ω on all 96 sense lines, within spec; connector cleaned, spread unchanged",
+            [*base, "cell_voltage_diff_mv=187", "harness connector corrosion"],
+        )
+    add(
+        9,
+        "harness continuity test: 0.2 Ω on all 96 sense lines, within spec; connector cleaned, spread unchanged",
         f"The {VOID_TEXT}: continuity is normal and cleaning changed nothing. "
         f"So we {EXCLUDED_TEXT}. Next: cell self-discharge. " + _filler(9),
-        [*base, "cell_voltage_diff_mv=187", "harness connector corrosion"])
+        [*base, "cell_voltage_diff_mv=187", "harness connector corrosion"],
+    )
     for step in range(10, 23):
         needs = [*base, "cell_voltage_diff_mv=187", EXCLUDED_TEXT]
         if step == 17:
@@ -109,12 +142,20 @@ def scripted_steps() -> list[tuple[Round, list[str]]]:
             needs = [*needs, VOID_TEXT]
         if step >= 20:
             needs = [*needs, "46.5℃", _uri("cell_voltage_diff_mv", 2)]
-        add(step, _history("cell_voltage_diff_mv", step, [187, 190, 195, 201]) if step % 2 else
-            f"self-discharge test {step}: cell 37 lost 3.2 s of balancing time per hour",
-            "Cell 37 keeps drifting; self-discharge is likely. " + _filler(step), needs)
-    add(23, "final check: cell 37 open-circuit voltage 3.21 V vs pack mean 3.29 V",
+        add(
+            step,
+            _history("cell_voltage_diff_mv", step, [187, 190, 195, 201])
+            if step % 2
+            else f"self-discharge test {step}: cell 37 lost 3.2 s of balancing time per hour",
+            "Cell 37 keeps drifting; self-discharge is likely. " + _filler(step),
+            needs,
+        )
+    add(
+        23,
+        "final check: cell 37 open-circuit voltage 3.21 V vs pack mean 3.29 V",
         "Conclusion: cell 37 self-discharge, confidence 0.85; replace module 4. " + _filler(23),
-        [*base, "cell_voltage_diff_mv=187", EXCLUDED_TEXT, VOID_TEXT, "46.5℃", _uri("cell_voltage_diff_mv", 2)])
+        [*base, "cell_voltage_diff_mv=187", EXCLUDED_TEXT, VOID_TEXT, "46.5℃", _uri("cell_voltage_diff_mv", 2)],
+    )
     return steps
 
 
@@ -154,12 +195,16 @@ def run_scripted(budget: int, counter: TokenCounter) -> list[Series]:
             series.missing_names += [f"step {len(series.missing)}: {n}" for n in lost]
         done.append(round_)
         wm.add_round(round_)
-    print(f"  working memory: {wm.state.threshold_folds} threshold folds, {wm.metrics.checked} summaries checked, "
-          f"{wm.metrics.failed} failed fidelity", file=sys.stderr)
+    print(
+        f"  working memory: {wm.state.threshold_folds} threshold folds, {wm.metrics.checked} summaries checked, "
+        f"{wm.metrics.failed} failed fidelity",
+        file=sys.stderr,
+    )
     return [full, window, working]
 
 
 # -- part B: a 40-alert session through the engine ---------------------------------------
+
 
 def session_alerts(n: int) -> list[tuple[AlertEvent, list[str]]]:
     """n alerts of one vehicle, 50 minutes apart; the last one confirms the fault."""
@@ -175,8 +220,14 @@ def session_alerts(n: int) -> list[tuple[AlertEvent, list[str]]]:
         if i == 11:
             text = "已开工单WO-88231，等待备件"
         alert = AlertEvent(
-            type="alert", event_id=f"e-{i:04d}", vin=VIN, series="EV-A", ts=ts, alert_text=text,
-            dtc_codes=["P0A7F"], signals={"cell_voltage_diff_mv": diff, "pack_temp_c": round(35 + i * 0.3, 1)},
+            type="alert",
+            event_id=f"e-{i:04d}",
+            vin=VIN,
+            series="EV-A",
+            ts=ts,
+            alert_text=text,
+            dtc_codes=["P0A7F"],
+            signals={"cell_voltage_diff_mv": diff, "pack_temp_c": round(35 + i * 0.3, 1)},
         )
         out.append((alert, list(needs)))
         if i == 0:
@@ -191,8 +242,12 @@ def session_alerts(n: int) -> list[tuple[AlertEvent, list[str]]]:
 def run_session(n: int, budget: int, keep_rounds: int, name: str, counter: TokenCounter) -> Series:
     model = RecordingModel(OfflineModel())
     engine = DiagnosisEngine(
-        store=open_store("memory://"), model=model, embedder=HashingEmbedder(), pack=load_pack(),
-        working_budget_tokens=budget, working_keep_rounds=keep_rounds,
+        store=open_store("memory://"),
+        model=model,
+        embedder=HashingEmbedder(),
+        pack=load_pack(),
+        working_budget_tokens=budget,
+        working_keep_rounds=keep_rounds,
     )
     series = Series(name)
     session: SessionState | None = None
@@ -216,16 +271,21 @@ def run_session(n: int, budget: int, keep_rounds: int, name: str, counter: Token
 
 # -- report ------------------------------------------------------------------------------
 
+
 def _table(title: str, rows: list[Series], budget: int) -> None:
     base = rows[0].total
     print(f"\n{title}")
-    print(f"{'context':<10} {'prompt tokens':>14} {'vs full':>8} {'peak call':>10} {'peak L1':>8} "
-          f"{'L1 within budget':>17} {'missing facts':>14}")
+    print(
+        f"{'context':<10} {'prompt tokens':>14} {'vs full':>8} {'peak call':>10} {'peak L1':>8} "
+        f"{'L1 within budget':>17} {'missing facts':>14}"
+    )
     for s in rows:
         peak_call = max(s.call_tokens or s.context_tokens)
         peak_l1 = max(s.working_tokens or s.context_tokens)
-        print(f"{s.name:<10} {s.total:>14} {100 * (s.total / base - 1):>+7.1f}% {peak_call:>10} {peak_l1:>8} "
-              f"{'yes' if peak_l1 <= budget else 'no':>17} {sum(s.missing):>14}")
+        print(
+            f"{s.name:<10} {s.total:>14} {100 * (s.total / base - 1):>+7.1f}% {peak_call:>10} {peak_l1:>8} "
+            f"{'yes' if peak_l1 <= budget else 'no':>17} {sum(s.missing):>14}"
+        )
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -247,17 +307,23 @@ def main(argv: list[str] | None = None) -> int:
         run_session(args.alerts, args.budget, KEEP_ROUNDS, "working", counter),
     ]
     _table("A. scripted 23-step task, one model call per step (system prompt + context)", scripted, args.budget)
-    _table(f"B. {args.alerts}-alert session, DiagnosisEngine + offline model (all calls; L1 = the working "
-           "context of the call)", session, args.budget)
+    _table(
+        f"B. {args.alerts}-alert session, DiagnosisEngine + offline model (all calls; L1 = the working "
+        "context of the call)",
+        session,
+        args.budget,
+    )
     for s in [*scripted, *session]:
         if s.missing_names:
             shown = ", ".join(s.missing_names[:6])
             more = f" (+{len(s.missing_names) - 6} more)" if len(s.missing_names) > 6 else ""
             print(f"  {s.name} missing: {shown}{more}")
     a_full, _, a_ours = scripted
-    print(f"\nlong task: working memory uses {100 * (1 - a_ours.total / a_full.total):.0f}% fewer prompt tokens "
-          f"than full context; step 17 sees the void step-4 conclusion: "
-          f"{'yes' if a_ours.missing[16] == 0 else 'NO'}")
+    print(
+        f"\nlong task: working memory uses {100 * (1 - a_ours.total / a_full.total):.0f}% fewer prompt tokens "
+        f"than full context; step 17 sees the void step-4 conclusion: "
+        f"{'yes' if a_ours.missing[16] == 0 else 'NO'}"
+    )
 
     import matplotlib
 

@@ -39,14 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     flags = Counter(f for d in run.diagnoses for f in d.flags)
     print(f"  summary_fidelity_failed flags  {flags['summary_fidelity_failed']}")
     if run.case_ratios:
-        print(f"  case summaries: {len(run.case_ratios)}, source/summary chars median "
-              f"{statistics.median(run.case_ratios):.1f}:1, min {min(run.case_ratios):.1f}:1")
+        print(
+            f"  case summaries: {len(run.case_ratios)}, source/summary chars median "
+            f"{statistics.median(run.case_ratios):.1f}:1, min {min(run.case_ratios):.1f}:1"
+        )
     if args.diagnoses:
         rows = [json.loads(line) for line in args.diagnoses.read_text(encoding="utf-8").splitlines() if line.strip()]
         failed = sum("summary_fidelity_failed" in r.get("flags", []) for r in rows)
         concluded = sum(r.get("phase") == "CONCLUDED" for r in rows)
-        print(f"{args.diagnoses}: {len(rows)} diagnoses, {concluded} concluded, "
-              f"{failed} flagged summary_fidelity_failed")
+        print(
+            f"{args.diagnoses}: {len(rows)} diagnoses, {concluded} concluded, {failed} flagged summary_fidelity_failed"
+        )
     return 0
 
 

@@ -62,8 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         "user prompts": [pair(m.content) for p in run.prompts for m in p if m.role == "user"],
         "tool results": [pair(m.content) for p in run.prompts for m in p if m.role == "tool"],
     }
-    print(f"{'text':<22} {'texts':>6} {'cl100k':>10} {'estimate':>10} {'total err':>10} "
-          f"{'mean|err|':>9} {'p95|err|':>9} {'worst under':>10}")
+    print(
+        f"{'text':<22} {'texts':>6} {'cl100k':>10} {'estimate':>10} {'total err':>10} "
+        f"{'mean|err|':>9} {'p95|err|':>9} {'worst under':>10}"
+    )
     for name, pairs in kinds.items():
         if pairs:
             print(_row(name, pairs))

@@ -9,7 +9,10 @@ Layout of the context (seed 000 §8.2, seed 003):
 When the context passes ``COMPRESS_AT`` of the window, the oldest half of the
 verbatim rounds is folded into the rolling summary. A stage end (the ReAct
 run moves from investigation to a conclusion) also folds the rounds, and the
-whole session is summarised when it concludes (see ``summary.py``).
+whole session is summarised when it concludes (see ``summary.py``). Every
+fold is written by the summarizer and checked for fidelity (``summarizer.py``).
+Key facts come from ``facts.py``; they stay bounded by keeping, per signal,
+the first, lowest, highest and latest reading.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ CONCLUSION_CHARS = 80
 # A clipped line must not end inside a number, code or URI: a cut 46.5 would
 # read as an invented 46.
 _TAIL_TOKEN_RE = re.compile(r"[A-Za-z0-9_.:/@%\-]+$")
+
 
 class Round(BaseModel):
     """One alert's exchange: what arrived, and what the agent did and decided.
