@@ -20,10 +20,12 @@ from vdoctor.embed import Embedder, HashingEmbedder
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
+from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
 from vdoctor.memory.recall import recall
 from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
+from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
-from vdoctor.memory.working import Round, WorkingMemory
+from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
 from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase
 from vdoctor.settings import Settings
 from vdoctor.stores import MemoryStore, open_store
@@ -60,6 +62,8 @@ class DiagnosisEngine:
         counter: TokenCounter = DEFAULT_COUNTER,
         working_budget_tokens: int = 4000,
         injection_budget_tokens: int = 800,
+        summarizer: Summarizer | None = None,
+        working_keep_rounds: int = KEEP_ROUNDS,
     ) -> None:
         self.store = store
         self.model = model
@@ -68,6 +72,12 @@ class DiagnosisEngine:
         self.counter = counter
         self.working_budget_tokens = working_budget_tokens
         self.injection_budget_tokens = injection_budget_tokens
+        # Summaries may come from a separate, cheaper model (seed 000 §8.2);
+        # the offline summarizer is the default.
+        self.summarizer: Summarizer = summarizer or OfflineSummarizer()
+        # Every summary's fidelity outcome, for the operator to expose.
+        self.summary_metrics = FidelityMetrics()
+        self.working_keep_rounds = working_keep_rounds
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DiagnosisEngine:
@@ -167,14 +177,24 @@ class DiagnosisEngine:
         for name, value in alert.signals.items():
             session.add_reading(Reading(name=name, value=value, ts=alert.ts, uri=signal_uri(alert.vin, name, alert)))
 
-        working = WorkingMemory(session.working, self.working_budget_tokens, self.counter)
+        working = WorkingMemory(
+            session.working,
+            self.working_budget_tokens,
+            self.counter,
+            self.summarizer,
+            self.summary_metrics,
+            self.working_keep_rounds,
+        )
+        failures_before = session.working.fidelity_failures
         messages = build_messages(session, alert, working)
         run = run_react(self.model, Toolbox(self.pack, session), messages)
         answer = run.answer
         self._remember_round(working, alert, run)
 
         flags = list(run.flags)
-        if answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority:
+        concluded = answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority
+        if concluded:
+            # Stage trigger: the investigation is over, its rounds become summary lines.
             working.end_stage()
             session.conclude(
                 Conclusion(
@@ -188,7 +208,9 @@ class DiagnosisEngine:
             )
         self._add_timeline(session, alert, answer.phase, answer.priority, answer.confidence, answer.evidence)
         if session.phase is Phase.CONCLUDED:
-            flags += self._write_case(session)
+            flags += self._write_case(session, working)
+        if session.working.fidelity_failures > failures_before and "summary_fidelity_failed" not in flags:
+            flags.append("summary_fidelity_failed")
 
         diagnosis = Diagnosis(
             vin=alert.vin,
@@ -211,13 +233,33 @@ class DiagnosisEngine:
         return session, diagnosis
 
     def _remember_round(self, working: WorkingMemory, alert: AlertEvent, run: AgentRun) -> None:
-        user = alert.alert_text + (" " + " ".join(alert.dtc_codes) if alert.dtc_codes else "")
+        when = f"{alert.ts:%Y-%m-%dT%H:%M:%SZ}"
+        # The alert's own text on its first line: a clause read from it (an
+        # exclusion, a void conclusion) must not run on into the codes.
+        user = alert.alert_text + "\n" + " ".join(alert.dtc_codes)
         user += "".join(f" {k}={fmt_num(v)}" for k, v in alert.signals.items())
         tool_lines = [m.content for m in run.transcript if m.role == "tool"]
         final = run.transcript[-1].content if run.transcript else ""
         steps = "; ".join(run.tools_used)
         assistant = f"{final}\n" + (f"tools: {steps}\n" if steps else "") + "\n".join(tool_lines)
-        working.add_round(Round(ts=f"{alert.ts:%Y-%m-%dT%H:%M:%SZ}", user=user, assistant=assistant))
+        # Key facts, read structurally: codes with their definitions, the
+        # alert's readings with their times, tool results, the decision.
+        facts = [f"code {c}: {d}" if (d := self._definition(c)) else f"code {c}" for c in alert.dtc_codes]
+        facts += [f"reading {k}={fmt_num(v)} @{when}" for k, v in alert.signals.items()]
+        for content in tool_lines:
+            facts += extract_tool_facts(content, when)
+        facts += extract_answer_facts(run.answer.model_dump(mode="json"), when)
+        answer = run.answer
+        if answer.phase is Phase.CONCLUDED:
+            conclusion = f"concluded {answer.priority} conf {answer.confidence:.2f}"
+        else:
+            conclusion = f"investigating conf {answer.confidence:.2f}"
+        event = " ".join(["alert", *alert.dtc_codes, *(f"{k}={fmt_num(v)}" for k, v in alert.signals.items())])
+        evidence = answer.evidence[0] if answer.evidence else "-"
+        working.add_round(
+            Round(ts=when, user=user, assistant=assistant, event=event, conclusion=conclusion, evidence=evidence),
+            facts,
+        )
 
     def _add_timeline(
         self,
@@ -237,14 +279,17 @@ class DiagnosisEngine:
         uri = evidence[0] if evidence else (f"dtc://{alert.dtc_codes[0]}" if alert.dtc_codes else "-")
         session.add_timeline(TimelineEntry(ts=alert.ts, event=" ".join(parts), conclusion=conclusion, evidence=uri))
 
-    def _write_case(self, session: SessionState) -> list[str]:
+    def _write_case(self, session: SessionState, working: WorkingMemory) -> list[str]:
         """Summarise, check, embed and upsert a concluded case. Returns output flags."""
         if session.l3_written or session.conclusion is None:
             return []
-        case = summarize_case(session, self.pack)
+        case = summarize_case(session, self.pack, self.summarizer, self.summary_metrics)
+        # Session trigger: the whole session is compressed into its case summary.
+        working.close_session(case.text)
         flags = [] if case.report.ok else ["summary_fidelity_failed"]
         if not case.report.ok:
-            log.warning("summary of %s failed fidelity: %s", session.session_id, case.report)
+            # Flagged in the output and counted; a failing summary never reaches L3.
+            log.warning("summary of %s failed fidelity: %s", session.session_id, case.report.describe())
             return flags
         vector = self.embedder.embed([case.text])[0]
         c = session.conclusion

@@ -178,7 +178,7 @@ def test_summary_of_a_concluded_session() -> None:
     assert case.text == f"{opening}\n{final}"
     assert len(case.text) <= MAX_SUMMARY_CHARS == 300
     assert "cell_voltage_diff_mv=187" in case.text
-    assert case.required == ["P0A7F", "cell_voltage_diff_mv=187", "P2", "0.80"]
+    assert case.required == ["P0A7F", "cell_voltage_diff_mv=187", "P2", "0.80", URI_187]
     assert case.report.ok, case.report
 
 
@@ -243,3 +243,23 @@ def test_a_session_concludes_once() -> None:
     session = concluded_session()
     with pytest.raises(ValueError, match="INVESTIGATING"):
         session.conclude(session.conclusion)  # type: ignore[arg-type]
+
+
+def test_case_summary_keeps_exclusions_and_void_conclusions() -> None:
+    session = concluded_session()
+    session.working.key_facts = [
+        "code P0A7F",
+        "excluded: 怀疑线束松动，已排除 @2026-11-01T09:00:00Z",
+        "void: 初判线束腐蚀的结论已作废 @2026-11-01T09:30:00Z",
+    ]
+    case = summarize_case(session, load_pack())
+    excluded = "2026-11-01 09:00 | excluded | 怀疑线束松动，已排除 | -"
+    void = "2026-11-01 09:30 | void | 初判线束腐蚀的结论已作废 | -"
+    final = f"2026-11-01 10:15 | concluded P0A7F | P2 conf 0.80; confirmed cell_voltage_diff_mv=187>=100 | {URI_187}"
+    opening = "2026-11-01 08:15 | alert P0A7F cell_voltage_diff_mv=87 | investigating | dtc://P0A7F"
+    # final 161 + excluded 44 + void 42 + opening 84 + 3 newlines = 334 > 300: the
+    # opening alert (least important) gives way, the rest stay in time order.
+    assert len(final) + len(excluded) + len(void) + len(opening) + 3 > 300
+    assert case.text == f"{excluded}\n{void}\n{final}"
+    assert "怀疑线束松动，已排除" in case.required and "初判线束腐蚀的结论已作废" in case.required
+    assert case.report.ok, case.report

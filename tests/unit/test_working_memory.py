@@ -109,7 +109,7 @@ def test_seventh_round_folds_the_oldest_half_into_the_summary() -> None:
         wm.add_round(small_round(i))
     # 7 rounds > 6: the oldest 7 // 2 = 3 are folded, one summary line each.
     assert [r.ts for r in wm.state.rounds] == [ts(4), ts(5), ts(6), ts(7)]
-    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i}" for i in (1, 2, 3)]
+    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i} | -" for i in (1, 2, 3)]
     assert wm.state.compressions == 1
     text = wm.render()
     # Folded rounds keep only their first line; the verbatim rounds keep all.
@@ -140,9 +140,9 @@ def test_context_is_compressed_past_70_percent_of_the_budget() -> None:
     assert wm.state.compressions == 0
 
     wm.add_round(big_round(3))
-    # 3 // 2 = 1 round folded: two remain, plus a one-line summary (554 + 32 tokens).
+    # 3 // 2 = 1 round folded: two remain, plus a one-line summary (554 + 34 tokens).
     assert [r.ts for r in wm.state.rounds] == [ts(2), ts(3)]
-    assert wm.state.summary_lines == [f"{ts(1)} | alert 1 | gist line"]
+    assert wm.state.summary_lines == [f"{ts(1)} | alert 1 | gist line | -"]
     assert wm.state.compressions == 1
     assert wm.tokens() <= 700
 
@@ -165,7 +165,7 @@ def test_end_stage_folds_every_round() -> None:
         wm.add_round(small_round(i))
     wm.end_stage()
     assert wm.state.rounds == []
-    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i}" for i in (1, 2, 3)]
+    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i} | -" for i in (1, 2, 3)]
     assert wm.state.compressions == 1
     wm.end_stage()  # nothing left to fold: no empty compression
     assert wm.state.compressions == 1
@@ -184,7 +184,7 @@ def test_key_facts_survive_every_compression_and_render_last() -> None:
         "code P0A7F",
         f"reading 187mV @{ts(1)}",
         f"evidence {URI}",
-        "excluded: suspected the harness, ruled out",
+        f"excluded: suspected the harness, ruled out @{ts(1)}",
     ]
     for i in range(2, 20):
         wm.add_round(big_round(i))
@@ -212,14 +212,33 @@ def test_state_round_trips_through_json() -> None:
     assert restored.render() == wm.render()
 
 
-def test_key_facts_are_capped_by_dropping_the_oldest_readings_first() -> None:
+def test_readings_keep_first_lowest_highest_latest_per_signal() -> None:
     wm = WorkingMemory(WorkingState())
     wm.add_facts(["code P0A7F", "excluded: suspected the harness, ruled out"])
-    wm.add_facts([f"reading {i}mV" for i in range(250)])
-    # 200 at most: both non-reading facts, then the newest 198 readings (52..249).
-    assert len(wm.state.key_facts) == 200
-    assert wm.state.key_facts[:2] == ["code P0A7F", "excluded: suspected the harness, ruled out"]
-    assert wm.state.key_facts[2:] == [f"reading {i}mV" for i in range(52, 250)]
+    values = [5, 9, 2, 7, 4]
+    wm.add_facts([f"reading x_mv={v} @{ts(i)}" for i, v in enumerate(values, 1)])
+    wm.add_facts([f"reading y_c=1 @{ts(9)}"])
+    # x: first 5, highest 9, lowest 2, latest 4 stay; 7 is none of them. y is its own signal.
+    assert wm.state.key_facts == [
+        "code P0A7F",
+        "excluded: suspected the harness, ruled out",
+        f"reading x_mv=5 @{ts(1)}",
+        f"reading x_mv=9 @{ts(2)}",
+        f"reading x_mv=2 @{ts(3)}",
+        f"reading x_mv=4 @{ts(5)}",
+        f"reading y_c=1 @{ts(9)}",
+    ]
+
+
+def test_a_repeated_decision_is_kept_once_but_a_changed_one_is_new() -> None:
+    wm = WorkingMemory(WorkingState())
+    wm.add_facts([f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(1)}"])
+    wm.add_facts([f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(2)}"])
+    wm.add_facts([f"decision: CONCLUDED cell imbalance (confidence 0.80) @{ts(3)}"])
+    assert wm.state.key_facts == [
+        f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(1)}",
+        f"decision: CONCLUDED cell imbalance (confidence 0.80) @{ts(3)}",
+    ]
 
 
 def test_key_facts_are_not_repeated() -> None:

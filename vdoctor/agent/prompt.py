@@ -9,7 +9,7 @@ from vdoctor.events import AlertEvent
 from vdoctor.memory.session import SessionState
 from vdoctor.memory.working import WorkingMemory
 
-PROMPT_VERSION = "diagnose-v1"
+PROMPT_VERSION = "diagnose-v2"
 ALERT_FENCE = "```json alert\n"
 CODES_SEEN_PREFIX = "codes seen: "
 
@@ -20,11 +20,14 @@ fault. Use the long-term memory below: the vehicle's own history first, then
 verified cases of similar vehicles. Never mention or guess about other
 vehicles' data beyond the verified cases given to you.
 
+The context ends with the session's key facts: they are exact and never
+compressed. A conclusion listed there as void was overturned: never rely on it.
+
 Answer with one JSON object and nothing else:
 {"phase": "CONCLUDED" | "INVESTIGATING", "root_cause": str | null,
  "fix_action": str | null, "priority": "P1" | "P2" | "P3" | null,
  "confidence": 0.0-1.0, "codes": [str], "evidence": [uri],
- "excluded": [str]}
+ "excluded": [hypotheses ruled out], "voided": [earlier conclusions now overturned]}
 Evidence URIs: dtc://<code>, signal://<vin>/<signal>@<ts>, case://<vin>/<session_id>."""
 
 

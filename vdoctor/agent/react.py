@@ -31,6 +31,8 @@ class FinalAnswer(BaseModel):
     codes: list[str] = []
     evidence: list[str] = []
     excluded: list[str] = []
+    # Earlier conclusions the model now overturns: kept in key facts as void.
+    voided: list[str] = []
 
 
 @dataclass

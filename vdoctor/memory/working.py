@@ -9,7 +9,10 @@ Layout of the context (seed 000 §8.2, seed 003):
 When the context passes ``COMPRESS_AT`` of the window, the oldest half of the
 verbatim rounds is folded into the rolling summary. A stage end (the ReAct
 run moves from investigation to a conclusion) also folds the rounds, and the
-whole session is summarised when it concludes (see ``summary.py``).
+whole session is summarised when it concludes (see ``summary.py``). Every
+fold is written by the summarizer and checked for fidelity (``summarizer.py``).
+Key facts come from ``facts.py``; they stay bounded by keeping, per signal,
+the first, lowest, highest and latest reading.
 """
 
 from __future__ import annotations
@@ -18,6 +21,16 @@ import re
 
 from pydantic import BaseModel
 
+from vdoctor.memory.facts import READING, URI_RE, dedupe, extract_text_facts
+from vdoctor.memory.summarizer import (
+    EventLine,
+    FidelityMetrics,
+    OfflineSummarizer,
+    Summarizer,
+    SummaryRequest,
+    summarize_checked,
+)
+from vdoctor.records import MAX_SUMMARY_CHARS
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 # Working-context budget in tokens (DESIGN.md §4).
@@ -32,29 +45,32 @@ COMPRESS_AT = 0.70
 MAX_KEY_FACTS = 200
 # The rolling summary is itself bounded; its oldest lines give way first.
 MAX_SUMMARY_LINES = 40
-
-# re.ASCII throughout: CJK characters count as \w in Python, so a plain \b or
-# (?<!\w) would miss 压差187mV, 报P0A7F or 证据signal://... in Chinese text.
-_CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
-# Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
-_URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
-# A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %.
-_READING_RE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])", re.ASCII)
-_SIGNAL_RE = re.compile(r"\b([a-z][a-z0-9_]*_(?:mv|c|pct|v|a|kpa|rpm|km|s))\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
-_EXCLUDED_RE = re.compile(
-    r"([^.;。；\n]{0,80}(?:ruled out|excluded|not the cause|排除|已排除|不是原因)[^.;。；\n]{0,40})",
-    re.IGNORECASE,
-)
-_DECISION_RE = re.compile(r"([^\n]{0,120}\bconfidence\s*[=:]?\s*(0(?:\.\d+)?|1(?:\.0+)?))")
-_ID_RE = re.compile(r"(?<![A-Za-z0-9_])(?:WO|TK|RO|工单)[-#: ]?\d{3,}(?![A-Za-z0-9_])")
+# One fold of rounds into the rolling summary follows the summary rules of
+# the case record: at most 300 characters (seed 000 §8.2.2).
+FOLD_MAX_CHARS = MAX_SUMMARY_CHARS
+# How much of a round's free text a summary line quotes when the round has no
+# structured event/conclusion (text from tools or scripted tests).
+EVENT_CHARS = 60
+CONCLUSION_CHARS = 80
+# A clipped line must not end inside a number, code or URI: a cut 46.5 would
+# read as an invented 46.
+_TAIL_TOKEN_RE = re.compile(r"[A-Za-z0-9_.:/@%\-]+$")
 
 
 class Round(BaseModel):
-    """One alert's exchange: what arrived, and what the agent did and decided."""
+    """One alert's exchange: what arrived, and what the agent did and decided.
+
+    ``event``, ``conclusion`` and ``evidence`` are the round's summary line in
+    structured form (the engine fills them); without them a summary line
+    quotes the start of ``user`` and ``assistant``.
+    """
 
     ts: str
     user: str
     assistant: str
+    event: str = ""
+    conclusion: str = ""
+    evidence: str = ""
 
 
 class WorkingState(BaseModel):
@@ -64,87 +80,204 @@ class WorkingState(BaseModel):
     rounds: list[Round] = []
     key_facts: list[str] = []
     compressions: int = 0
+    # Trigger counts, for metrics and tests: threshold folds, stage ends, session ends.
+    threshold_folds: int = 0
+    stage_folds: int = 0
+    session_folds: int = 0
+    # Summaries that failed the fidelity check even after repair and retry;
+    # the engine turns a change of this count into an output flag.
+    fidelity_failures: int = 0
 
 
 def extract_key_facts(text: str, when: str = "") -> list[str]:
-    """Pull the never-compressed facts out of a tool result or a model turn."""
-    facts: list[str] = []
-    for code in _CODE_RE.findall(text):
-        facts.append(f"code {code}")
-    for name, value in _SIGNAL_RE.findall(text):
-        facts.append(f"reading {name}={value}" + (f" @{when}" if when else ""))
-    for value, unit in _READING_RE.findall(text):
-        facts.append(f"reading {value}{unit}" + (f" @{when}" if when else ""))
-    for uri in _URI_RE.findall(text):
-        facts.append(f"evidence {uri}")
-    for match in _EXCLUDED_RE.findall(text):
-        facts.append(f"excluded: {match.strip()}")
-    for match, _conf in _DECISION_RE.findall(text):
-        facts.append(f"decision: {match.strip()}")
-    for ident in _ID_RE.findall(text):
-        facts.append(f"id {ident}")
-    return facts
+    """Pull the never-compressed facts out of free text (see ``facts.py`` for JSON)."""
+    return extract_text_facts(text, when)
+
+
+def fact_payload(fact: str) -> str:
+    """The part of a key fact a summary must carry verbatim (``code P0A7F: ...`` -> ``P0A7F``)."""
+    kind, _, rest = fact.partition(" ")
+    if kind == "code":
+        return rest.split(":", 1)[0]
+    if fact.startswith(READING):
+        return rest.split(" @", 1)[0]
+    if kind in ("excluded:", "void:", "decision:"):
+        return rest.split(" @", 1)[0]
+    return rest
+
+
+def _clip(text: str, limit: int) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if len(first) <= limit:
+        return first
+    return _TAIL_TOKEN_RE.sub("", first[:limit]).rstrip(" ,，;；|") + "…"
+
+
+_READING_FACT_RE = re.compile(r"^reading (?:([a-z][a-z0-9_]*)=)?(-?\d+(?:\.\d+)?)([^\s@]*)")
+
+
+def _condense(facts: list[str]) -> list[str]:
+    """Keep the key facts bounded without losing a key number or a changed decision.
+
+    - Readings: per signal (or per unit for readings from free text) the first,
+      the lowest, the highest and the latest are key facts; the rest stay in the
+      session's readings (the ``signal_history`` tool returns them).
+    - A decision, exclusion or void repeated at a later time is a repeated
+      confirmation: only its first occurrence is kept.
+    """
+    groups: dict[str, list[tuple[int, float]]] = {}
+    first_seen: set[str] = set()
+    drop: set[int] = set()
+    for i, fact in enumerate(facts):
+        m = _READING_FACT_RE.match(fact)
+        if m:
+            groups.setdefault(m.group(1) or m.group(3), []).append((i, float(m.group(2))))
+            continue
+        kind = fact.split(" ", 1)[0]
+        if kind in ("decision:", "excluded:", "void:"):
+            identity = fact.rsplit(" @", 1)[0]
+            if identity in first_seen:
+                drop.add(i)
+            first_seen.add(identity)
+    for readings in groups.values():
+        keep = {
+            readings[0][0],
+            readings[-1][0],
+            min(readings, key=lambda r: r[1])[0],
+            max(readings, key=lambda r: r[1])[0],
+        }
+        drop.update(i for i, _ in readings if i not in keep)
+    return [f for i, f in enumerate(facts) if i not in drop]
 
 
 def _fact_rank(fact: str) -> int:
     # Readings are the most numerous and the first to give way at the cap.
-    return 1 if fact.startswith("reading ") else 0
+    return 1 if fact.startswith(READING) else 0
 
 
 class WorkingMemory:
-    """Token-budgeted working context over a ``WorkingState`` snapshot."""
+    """Token-budgeted working context over a ``WorkingState`` snapshot.
+
+    Triggers (seed 000 §8.2.1): past ``COMPRESS_AT`` of the budget (or past
+    ``keep_rounds`` rounds) the oldest half of the verbatim rounds is folded
+    into the rolling summary; ``end_stage`` folds every round when the
+    investigation is over; ``close_session`` replaces everything with the
+    case summary when the session concludes. Every fold goes through the
+    summarizer and the fidelity check.
+    """
 
     def __init__(
         self,
         state: WorkingState,
         budget_tokens: int = DEFAULT_BUDGET_TOKENS,
         counter: TokenCounter = DEFAULT_COUNTER,
+        summarizer: Summarizer | None = None,
+        metrics: FidelityMetrics | None = None,
+        keep_rounds: int = KEEP_ROUNDS,
     ) -> None:
+        if budget_tokens <= 0 or keep_rounds <= 0:
+            raise ValueError(f"budget_tokens and keep_rounds must be positive, got {budget_tokens}, {keep_rounds}")
         self.state = state
         self.budget_tokens = budget_tokens
         self.counter = counter
+        self.summarizer: Summarizer = summarizer or OfflineSummarizer()
+        self.metrics = metrics if metrics is not None else FidelityMetrics()
+        self.keep_rounds = keep_rounds
 
     def add_facts(self, facts: list[str]) -> None:
-        known = set(self.state.key_facts)
-        for fact in facts:
-            if fact not in known:
-                self.state.key_facts.append(fact)
-                known.add(fact)
-        if len(self.state.key_facts) > MAX_KEY_FACTS:
+        merged = _condense(dedupe([*self.state.key_facts, *facts]))
+        if len(merged) > MAX_KEY_FACTS:
             # Stable: keep every non-reading fact, then the newest readings.
-            ranked = sorted(enumerate(self.state.key_facts), key=lambda p: (_fact_rank(p[1]), -p[0]))
+            ranked = sorted(enumerate(merged), key=lambda p: (_fact_rank(p[1]), -p[0]))
             keep = {i for i, _ in ranked[:MAX_KEY_FACTS]}
-            self.state.key_facts = [f for i, f in enumerate(self.state.key_facts) if i in keep]
+            merged = [f for i, f in enumerate(merged) if i in keep]
+        self.state.key_facts = merged
 
-    def add_round(self, round_: Round) -> None:
+    def add_round(self, round_: Round, facts: list[str] | None = None) -> None:
+        """Add a round and its key facts (``facts``: extracted structurally by the caller).
+
+        The round's free text is always read for facts too.
+        """
         self.state.rounds.append(round_)
-        self.add_facts(extract_key_facts(round_.user, round_.ts))
-        self.add_facts(extract_key_facts(round_.assistant, round_.ts))
-        while len(self.state.rounds) > KEEP_ROUNDS or self.tokens() > COMPRESS_AT * self.budget_tokens:
+        self.add_facts(
+            [
+                *(facts or []),
+                *extract_key_facts(round_.user, round_.ts),
+                *extract_key_facts(round_.assistant, round_.ts),
+            ]
+        )
+        while len(self.state.rounds) > self.keep_rounds or self.tokens() > COMPRESS_AT * self.budget_tokens:
             if not self.compress_oldest_half():
                 break
 
     def compress_oldest_half(self) -> bool:
-        """Fold the oldest half of the verbatim rounds into the rolling summary."""
+        """Fold the oldest half of the verbatim rounds into the rolling summary.
+
+        With no verbatim round left, the oldest half of the rolling summary's
+        own lines gives way instead (their key facts stay in the key facts).
+        """
         n = len(self.state.rounds)
         if n == 0:
-            return False
+            lines = len(self.state.summary_lines)
+            if lines <= 1:
+                return False
+            del self.state.summary_lines[: lines // 2]
+            self.state.compressions += 1
+            self.state.threshold_folds += 1
+            return True
         half = max(1, n // 2)
         self._fold(self.state.rounds[:half])
         self.state.rounds = self.state.rounds[half:]
+        self.state.threshold_folds += 1
         return True
 
     def end_stage(self) -> None:
-        """A ReAct stage ended: fold every verbatim round into the summary."""
+        """A ReAct stage ended (investigation done, conclusion starts): fold every verbatim round."""
         if self.state.rounds:
             self._fold(self.state.rounds)
             self.state.rounds = []
+            self.state.stage_folds += 1
+
+    def close_session(self, case_summary: str) -> None:
+        """The session concluded: the whole session is compressed into its case summary."""
+        self.end_stage()
+        self.state.summary_lines = case_summary.splitlines()
+        self.state.session_folds += 1
+        self.state.compressions += 1
 
     def _fold(self, rounds: list[Round]) -> None:
+        events = [
+            EventLine(
+                ts=r.ts,
+                event=r.event or _clip(r.user, EVENT_CHARS),
+                conclusion=r.conclusion or _clip(r.assistant, CONCLUSION_CHARS),
+                evidence=r.evidence or next(iter(URI_RE.findall(f"{r.assistant}\n{r.user}")), "-"),
+            )
+            for r in rounds
+        ]
+        source = "\n\n".join(f"{r.ts}\n{r.user}\n{r.assistant}\n{r.event} {r.conclusion} {r.evidence}" for r in rounds)
+        # Every key fact of the folded rounds must survive, in the summary or in
+        # the key facts; readings that the key facts let go (neither first,
+        # lowest, highest nor latest of their signal) are not key numbers.
+        kept = set(self.state.key_facts)
+        required: list[str] = []
         for r in rounds:
-            # One line per round; the facts it carried are already in key facts.
-            gist = r.assistant.splitlines()[0] if r.assistant else ""
-            self.state.summary_lines.append(f"{r.ts} | {r.user[:80]} | {gist[:120]}")
+            for fact in dedupe([*extract_key_facts(r.user, r.ts), *extract_key_facts(r.assistant, r.ts)]):
+                if not fact.startswith(READING) or fact in kept:
+                    required.append(fact_payload(fact))
+        request = SummaryRequest(
+            kind="rolling",
+            source=source,
+            required=list(dict.fromkeys(required)),
+            events=events,
+            max_chars=FOLD_MAX_CHARS,
+            keep_first=(0,),
+            carried="\n".join(self.state.key_facts),
+        )
+        checked = summarize_checked(self.summarizer, request, self.metrics)
+        if not checked.ok:
+            self.state.fidelity_failures += 1
+        self.state.summary_lines += checked.text.splitlines()
         del self.state.summary_lines[:-MAX_SUMMARY_LINES]
         self.state.compressions += 1
 

@@ -1,0 +1,146 @@
+"""Key facts: the never-compressed part of the working context (seed 003).
+
+Every tool result and every model turn passes through an extraction step that
+pulls out what a later step must not lose, as one short line per fact:
+
+    code P0A7F: Hybrid/EV battery pack deterioration   a DTC with its definition
+    reading cell_voltage_diff_mv=187 @2026-11-01T...   a numeric reading with unit and time
+    reading 46.5℃ @2026-11-01T...                      a number with a unit from free text
+    decision: cell imbalance (confidence 0.8) @...      a decision with its confidence
+    void: conclusion of step 4 voided @...              an overturned conclusion (kept!)
+    excluded: suspected the harness, ruled out          an excluded hypothesis
+    id WO-12345                                         ticket / work-order ids
+    evidence signal://<vin>/<signal>@<ts>               evidence URIs
+
+Tool results and final answers are JSON, so they are read structurally (by
+key); free text (alert texts, notes, model prose) is read with patterns that
+work on Chinese and English alike.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+# re.ASCII throughout: CJK characters count as \w in Python, so a plain \b or
+# (?<!\w) would miss 压差187mV, 报P0A7F or 证据signal://... in Chinese text.
+CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
+# Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
+URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
+# A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %.
+_READING_RE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])", re.ASCII)
+_SIGNAL_RE = re.compile(r"\b([a-z][a-z0-9_]*_(?:mv|c|pct|v|a|kpa|rpm|km|s))\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
+# Sentence pieces: clauses end at . ; 。 ； or a line break (a comma does not
+# end one: "suspected the harness, ruled out" is one fact).
+_CLAUSE = r"[^.;。；\n]"
+_EXCLUDED_RE = re.compile(
+    rf"({_CLAUSE}{{0,80}}(?:ruled out|excluded|not the cause|排除|已排除|不是原因){_CLAUSE}{{0,40}})",
+    re.IGNORECASE,
+)
+# An overturned conclusion: the conclusion itself must stay known as void.
+_VOID_RE = re.compile(
+    rf"({_CLAUSE}{{0,80}}(?:\bvoid(?:ed)?\b|\boverturned\b|\brevoked\b|\bwithdrawn\b|作废|推翻|撤销){_CLAUSE}{{0,60}})",
+    re.IGNORECASE,
+)
+_DECISION_RE = re.compile(rf"({_CLAUSE}{{0,120}}\bconfidence\s*[=:]?\s*(?:0(?:\.\d+)?|1(?:\.0+)?))\b")
+_ID_RE = re.compile(r"(?<![A-Za-z0-9_])(?:WO|TK|RO|TICK|ORD|工单)[-#: ]?\d{3,}(?:-\d+)*(?![A-Za-z0-9_])")
+
+# Fact kinds, in the order they give way when a session's facts hit the cap:
+# readings first (they are the most numerous and also kept in the session's
+# readings), everything else is kept.
+READING = "reading "
+
+
+def _at(when: str) -> str:
+    return f" @{when}" if when else ""
+
+
+def _num(value: Any) -> str:
+    """A JSON number as written by people: 187, not 187.0."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def extract_text_facts(text: str, when: str = "") -> list[str]:
+    """Facts in free text (alert texts, notes, model prose), Chinese or English."""
+    facts: list[str] = []
+    for code in CODE_RE.findall(text):
+        facts.append(f"code {code}")
+    for name, value in _SIGNAL_RE.findall(text):
+        facts.append(f"{READING}{name}={value}{_at(when)}")
+    for value, unit in _READING_RE.findall(text):
+        facts.append(f"{READING}{value}{unit}{_at(when)}")
+    for uri in URI_RE.findall(text):
+        facts.append(f"evidence {uri}")
+    for match in _EXCLUDED_RE.findall(text):
+        facts.append(f"excluded: {match.strip()}{_at(when)}")
+    for match in _VOID_RE.findall(text):
+        facts.append(f"void: {match.strip()}{_at(when)}")
+    for match in _DECISION_RE.findall(text):
+        facts.append(f"decision: {match.strip()}{_at(when)}")
+    for ident in _ID_RE.findall(text):
+        facts.append(f"id {ident}")
+    return facts
+
+
+def extract_tool_facts(result: str, when: str = "") -> list[str]:
+    """Facts in a tool result, read by key when it is JSON (our tools' shape)."""
+    try:
+        data = json.loads(result)
+    except ValueError:
+        return extract_text_facts(result, when)
+    if not isinstance(data, dict):
+        return extract_text_facts(result, when)
+    facts: list[str] = []
+    for item in data.get("codes", []) if isinstance(data.get("codes"), list) else []:
+        if isinstance(item, dict) and item.get("code"):
+            definition = item.get("definition_en") or item.get("definition") or ""
+            facts.append(f"code {item['code']}: {definition}".rstrip(": "))
+    signal = data.get("signal")
+    for reading in data.get("readings", []) if isinstance(data.get("readings"), list) else []:
+        if isinstance(reading, dict) and "value" in reading:
+            ts = str(reading.get("ts", ""))
+            # The reading's URI is signal://<vin>/<signal>@<ts>: the fact names
+            # both, so the URI itself becomes a key fact only when it is cited.
+            facts.append(f"{READING}{signal}={_num(reading['value'])}{_at(ts)}")
+    # Whatever else the tool said in prose (notes, ticket ids) is read as text.
+    rest = {k: v for k, v in data.items() if k not in ("codes", "readings", "signal", "unknown")}
+    if rest:
+        facts += extract_text_facts(json.dumps(rest, ensure_ascii=False), when)
+    return facts
+
+
+def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[str]:
+    """Facts in a model's final answer (the JSON of ``react.FinalAnswer``)."""
+    facts: list[str] = []
+    codes = [str(c) for c in answer.get("codes", []) if isinstance(c, str)]
+    facts += [f"code {c}" for c in codes]
+    conf = answer.get("confidence")
+    phase = answer.get("phase")
+    if answer.get("root_cause") and isinstance(conf, int | float):
+        facts.append(f"decision: {phase} {answer['root_cause']} (confidence {conf:.2f}){_at(when)}")
+    elif phase == "INVESTIGATING" and codes and isinstance(conf, int | float):
+        facts.append(f"decision: INVESTIGATING {' '.join(codes)} (confidence {conf:.2f}){_at(when)}")
+    for uri in answer.get("evidence", []) if isinstance(answer.get("evidence"), list) else []:
+        facts.append(f"evidence {uri}")
+    for hypothesis in answer.get("excluded", []) if isinstance(answer.get("excluded"), list) else []:
+        facts.append(f"excluded: {hypothesis}{_at(when)}")
+    for voided in answer.get("voided", []) if isinstance(answer.get("voided"), list) else []:
+        facts.append(f"void: {voided}{_at(when)}")
+    return facts
+
+
+def dedupe(facts: list[str]) -> list[str]:
+    """Facts in first-seen order, each once; a bare ``code X`` gives way to ``code X: definition``."""
+    defined = {f.split(":", 1)[0] for f in facts if f.startswith("code ") and ":" in f}
+    out: list[str] = []
+    seen: set[str] = set()
+    for fact in facts:
+        if fact.startswith("code ") and ":" not in fact and fact in defined:
+            continue
+        if fact not in seen:
+            seen.add(fact)
+            out.append(fact)
+    return out

@@ -1,0 +1,224 @@
+"""The summarizer behind every summary: rolling (L1) and case (L3) alike.
+
+A summary is asked for with a ``SummaryRequest``: the source text it must be
+faithful to, the facts it must carry verbatim, and the events it covers as
+structured ``time | event | conclusion | evidence URI`` lines. Two
+summarizers answer it:
+
+- ``OfflineSummarizer`` (the default): deterministic, no network. It writes
+  the event lines itself, dropping chit-chat by construction (it only ever
+  uses the structured parts).
+- ``ModelSummarizer``: any ``ChatModel`` (a cheaper model than the agent's,
+  seed 000 §8.2 / seed 003) prompted with ``SUMMARY_PROMPT``.
+
+``summarize_checked`` runs the fidelity checker on every summary. A summary
+that only lacks facts is repaired (the missing facts are appended as
+structured lines); one that invents facts, does not compress or does not fit
+is retried once with the checker's findings; a summary that still fails is
+returned flagged and counted in ``FidelityMetrics``, never kept silently.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from vdoctor.agent.model import ChatModel, Message
+from vdoctor.memory.fidelity import FidelityReport, check_summary
+from vdoctor.records import MAX_SUMMARY_CHARS
+
+log = logging.getLogger(__name__)
+
+# Bumped whenever the summary format, its rules or this prompt change, so that
+# L3 records written by older versions can be found and re-extracted.
+SUMMARY_PROMPT_VERSION = "case-summary-v2"
+
+# The fidelity rules of seed 000 §8.2.2, as the summary model reads them.
+SUMMARY_PROMPT = """You compress a vehicle diagnosis session into a faithful case record.
+
+Rules:
+1. Keep: trouble codes and their definitions, key numbers exactly as written
+   (187mV stays 187mV, never "high"), times, decisions with their confidence,
+   open questions, and every excluded hypothesis ("suspected the harness,
+   ruled out").
+2. Keep a conclusion that was later overturned, marked as void. Drop the
+   reasoning that led to it, guesses that were overturned, chit-chat and
+   repeated confirmations.
+3. Never write a number, code or URI that is not in the source.
+4. Format: one line per event, `time | event | conclusion | evidence URI`,
+   times and URIs copied from the source.
+5. At most {max_chars} characters in all.
+
+Facts that must appear verbatim:
+{required}
+
+Answer with the summary lines only."""
+
+RETRY_NOTE = "\n\nYour previous summary was rejected by the fidelity check: {problems}. Write it again."
+
+SummaryKind = Literal["rolling", "case"]
+
+
+@dataclass(frozen=True)
+class EventLine:
+    """One line of a summary: ``time | event | conclusion | evidence URI``."""
+
+    ts: str
+    event: str
+    conclusion: str
+    evidence: str = "-"
+
+    def render(self) -> str:
+        return f"{self.ts} | {self.event} | {self.conclusion} | {self.evidence or '-'}"
+
+
+@dataclass(frozen=True)
+class SummaryRequest:
+    kind: SummaryKind
+    source: str
+    required: list[str]
+    events: list[EventLine]
+    max_chars: int = MAX_SUMMARY_CHARS
+    # Lines the offline summarizer keeps first when space runs out (indexes into events).
+    keep_first: tuple[int, ...] = ()
+    # Text kept verbatim beside the summary (the key-facts region of the
+    # working context): a required fact found there is not lost.
+    carried: str = ""
+
+
+class Summarizer(Protocol):
+    """Anything that writes a summary for a request (checked by ``summarize_checked``)."""
+
+    name: str
+
+    def summarize(self, request: SummaryRequest, feedback: str = "") -> str: ...
+
+
+class OfflineSummarizer:
+    """Deterministic: the request's event lines, most important first, within the limit."""
+
+    name = "offline-summary-v1"
+
+    def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
+        lines = [e.render() for e in request.events]
+        order = list(dict.fromkeys([*request.keep_first, *range(len(lines) - 1, -1, -1)]))
+        chosen: set[int] = set()
+        used = 0
+        for i in order:
+            if i >= len(lines):
+                continue
+            cost = len(lines[i]) + (1 if chosen else 0)
+            if used + cost <= request.max_chars:
+                chosen.add(i)
+                used += cost
+        return "\n".join(lines[i] for i in sorted(chosen))
+
+
+class ModelSummarizer:
+    """A ``ChatModel`` (any OpenAI-compatible one) prompted with the fidelity rules."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+        self.name = f"model:{model.name}"
+
+    def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
+        system = SUMMARY_PROMPT.format(
+            max_chars=request.max_chars, required="\n".join(f"- {r}" for r in request.required) or "- (none)"
+        )
+        if feedback:
+            system += RETRY_NOTE.format(problems=feedback)
+        messages = [Message(role="system", content=system), Message(role="user", content=request.source)]
+        response = self.model.chat(messages, [])
+        return (response.content or "").strip()
+
+
+@dataclass
+class FidelityMetrics:
+    """Counters an operator can expose: every summary is checked, none fails silently."""
+
+    checked: int = 0
+    passed_first: int = 0
+    repaired: int = 0
+    retried: int = 0
+    failed: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "summaries_checked": self.checked,
+            "summaries_passed_first_time": self.passed_first,
+            "summaries_repaired": self.repaired,
+            "summaries_retried": self.retried,
+            "summary_fidelity_failed": self.failed,
+        }
+
+
+@dataclass
+class CheckedSummary:
+    text: str
+    report: FidelityReport
+    attempts: int = 1
+    repaired: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+
+def repair(text: str, report: FidelityReport, request: SummaryRequest) -> str:
+    """Append the missing facts as structured ``fact | ...`` lines, making room if needed.
+
+    Room is made by dropping, earliest first, lines that carry no required
+    fact; the facts themselves are never dropped (a repair that still does not
+    fit fails the check and is retried).
+    """
+    facts = [f"fact | {m}" for m in report.missing]
+    lines = text.splitlines() if text else []
+    droppable = [i for i, line in enumerate(lines) if not any(r in line for r in request.required)]
+    dropped: set[int] = set()
+    for i in droppable:
+        if len("\n".join([*(x for j, x in enumerate(lines) if j not in dropped), *facts])) <= request.max_chars:
+            break
+        dropped.add(i)
+    return "\n".join([*(x for j, x in enumerate(lines) if j not in dropped), *facts])
+
+
+def summarize_checked(
+    summarizer: Summarizer, request: SummaryRequest, metrics: FidelityMetrics | None = None
+) -> CheckedSummary:
+    """Summarise, check, repair or retry once; the result says whether it finally passed."""
+    metrics = metrics if metrics is not None else FidelityMetrics()
+    metrics.checked += 1
+
+    def check(text: str) -> FidelityReport:
+        return check_summary(text, request.required, request.source, request.max_chars, request.carried)
+
+    text = summarizer.summarize(request)
+    report = check(text)
+    if report.ok:
+        metrics.passed_first += 1
+        return CheckedSummary(text=text, report=report)
+
+    if report.missing and not report.invented:
+        fixed = repair(text, report, request)
+        fixed_report = check(fixed)
+        if fixed_report.ok:
+            metrics.repaired += 1
+            return CheckedSummary(text=fixed, report=fixed_report, repaired=True, notes=[report.describe()])
+
+    # Invented facts, no compression, too long, or a repair that did not fit: retry once.
+    metrics.retried += 1
+    retry = summarizer.summarize(request, feedback=report.describe())
+    retry_report = check(retry)
+    result = CheckedSummary(text=retry, report=retry_report, attempts=2, notes=[report.describe()])
+    if not retry_report.ok and retry_report.missing and not retry_report.invented:
+        fixed = repair(retry, retry_report, request)
+        fixed_report = check(fixed)
+        if fixed_report.ok:
+            metrics.repaired += 1
+            return CheckedSummary(text=fixed, report=fixed_report, attempts=2, repaired=True, notes=result.notes)
+    if not result.ok:
+        metrics.failed += 1
+        log.warning("%s summary failed the fidelity check twice: %s", request.kind, retry_report.describe())
+    return result
