@@ -68,6 +68,14 @@ class _Event(BaseModel):
             )
         return value
 
+    @field_validator("ts", mode="before")
+    @classmethod
+    def _iso_string(cls, value: object) -> object:
+        # The contract is an ISO-8601 string; epoch numbers are ambiguous (s or ms?).
+        if not isinstance(value, str):
+            raise ValueError(f"must be an ISO-8601 string with a timezone, got {type(value).__name__}")
+        return value
+
     @field_validator("ts")
     @classmethod
     def _second_precision(cls, value: datetime) -> datetime:

@@ -1,0 +1,132 @@
+"""A hostile corpus of 10,000 lines through the job: it never fails, and nothing is lost.
+
+Every bad line is a dead letter with its raw text, stage and a reason; every
+valid alert is diagnosed exactly once; prompt-injection text from one vehicle
+never changes what any other vehicle sees or gets.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from vdoctor.devtools.bad_corpus import Line, generate, write
+
+pytestmark = pytest.mark.e2e
+
+CORPUS_EVENTS = 10_000
+ISOLATION_EVENTS = 2_000
+
+
+def _run(lines: list[Line], out: Path, parallelism: int) -> tuple[list[dict], list[dict]]:
+    out.mkdir(parents=True, exist_ok=True)
+    alerts = out / "corpus.jsonl"
+    write(lines, alerts)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jobs.cli",
+            "run",
+            "--alerts",
+            str(alerts),
+            "--out",
+            str(out),
+            "--memory",
+            f"sqlite:///{out}/memory.db",
+            "--parallelism",
+            str(parallelism),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def read(name: str) -> list[dict]:
+        # split on "\n" only: U+2028 inside a JSON string is not a line break in JSONL
+        text = (out / name).read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.split("\n") if line]
+
+    return read("diagnoses.jsonl"), read("dead_letters.jsonl")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Line], list[dict], list[dict]]:
+    lines = generate(CORPUS_EVENTS, seed=7)
+    diagnoses, dead = _run(lines, tmp_path_factory.mktemp("corpus"), parallelism=2)
+    return lines, diagnoses, dead
+
+
+def test_corpus_covers_every_kind_of_bad_input(corpus: tuple[list[Line], list[dict], list[dict]]) -> None:
+    kinds = Counter(line.kind for line in corpus[0])
+    for kind in (
+        "truncated_json",
+        "garbage",
+        "nan_literal",
+        "infinity_literal",
+        "raw_control_char",
+        "missing_vin",
+        "missing_ts",
+        "signal_as_string",
+        "invalid_vin",
+        "huge_number",
+        "one_mb_text",
+        "unknown_type",
+        "duplicate",
+        "sql_text",
+        "escaped_control_chars",
+        "injection",
+        "recheck_unknown_session",
+    ):
+        assert kinds[kind] > 0, kind
+    assert sum(1 for line in corpus[0] if line.expect == "diagnosis") > 5000
+
+
+def test_every_bad_line_is_one_dead_letter_with_stage_and_reason(
+    corpus: tuple[list[Line], list[dict], list[dict]],
+) -> None:
+    lines, _, dead = corpus
+    expected = Counter(
+        (line.raw, line.expect.removeprefix("dead:")) for line in lines if line.expect.startswith("dead:")
+    )
+    got = Counter((d["raw"], d["stage"]) for d in dead)
+    assert got == expected
+    assert all(d["error"].strip() for d in dead)
+
+
+def test_every_valid_alert_is_diagnosed_exactly_once(corpus: tuple[list[Line], list[dict], list[dict]]) -> None:
+    lines, diagnoses, _ = corpus
+    expected = sorted(line.event_id for line in lines if line.expect == "diagnosis")
+    assert sorted(d["event_id"] for d in diagnoses) == expected
+
+
+def test_injection_vehicles_never_reach_other_vehicles(corpus: tuple[list[Line], list[dict], list[dict]]) -> None:
+    lines, diagnoses, _ = corpus
+    injectors = {line.vin for line in lines if line.kind == "injection"}
+    assert injectors
+    for d in diagnoses:
+        assert all(ref["vin"] == d["vin"] for ref in d["memory"]["own"])
+        assert not any(ref["vin"] in injectors for ref in d["memory"]["similar"])
+        if d["vin"] not in injectors:
+            assert not any(vin in json.dumps(d) for vin in injectors)
+
+
+def test_other_vehicles_get_identical_outputs_with_or_without_injection_traffic(
+    tmp_path: Path,
+) -> None:
+    lines = generate(ISOLATION_EVENTS, seed=11)
+    injectors = {line.vin for line in lines if line.kind == "injection"}
+    clean = [line for line in lines if line.vin not in injectors]
+    with_inj, _ = _run(lines, tmp_path / "with", parallelism=1)
+    without, _ = _run(clean, tmp_path / "without", parallelism=1)
+    others = [d for d in with_inj if d["vin"] not in injectors]
+    assert len(others) == len(without) > 0
+    assert others == without

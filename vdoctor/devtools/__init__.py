@@ -1,0 +1,1 @@
+"""Tools for tests and benchmarks: input corpora, local stand-ins for remote services."""
