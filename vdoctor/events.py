@@ -72,7 +72,7 @@ class _Event(BaseModel):
     @classmethod
     def _iso_string(cls, value: object) -> object:
         # The contract is an ISO-8601 string; epoch numbers are ambiguous (s or ms?).
-        if not isinstance(value, str):
+        if not isinstance(value, str | datetime):
             raise ValueError(f"must be an ISO-8601 string with a timezone, got {type(value).__name__}")
         return value
 
