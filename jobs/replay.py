@@ -69,14 +69,21 @@ class RunReport:
 
 
 def run_file(
-    alerts: Path, out_dir: Path, settings: Settings, parallelism: int = 1, progress: TextIO | None = sys.stderr
+    alerts: Path,
+    out_dir: Path,
+    settings: Settings,
+    parallelism: int = 1,
+    progress: TextIO | None = sys.stderr,
+    checkpoint_dir: Path | None = None,
+    checkpoint_interval_ms: int = 0,
+    restore_from: Path | None = None,
 ) -> RunReport:
     started = time.monotonic()
     report = RunReport()
     with alerts.open("rb") as fh:
         report.lines = sum(1 for line in fh if line.strip())
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = make_env(parallelism, out_dir / ".flink-tmp")
+    env = make_env(parallelism, out_dir / ".flink-tmp", checkpoint_dir, checkpoint_interval_ms, restore_from)
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(alerts.resolve())).build()
     raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "alerts file")
     results = pipeline.build(raw, settings.for_workers())

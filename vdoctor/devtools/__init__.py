@@ -1,0 +1,1 @@
+"""Development tools shipped with the package: a local OpenAI-compatible model server."""
