@@ -55,6 +55,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("vdoctor run: --model openai needs OPENAI_API_KEY (and OPENAI_BASE_URL for other endpoints)",
               file=sys.stderr)
         return 2
+    if args.rate is not None and args.rate <= 0:
+        print(f"vdoctor run: --rate must be positive, got {args.rate:g}", file=sys.stderr)
+        return 2
     checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     restore_from = None
     if args.restore == "latest":
@@ -84,6 +87,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         checkpoint_dir=checkpoint_dir,
         checkpoint_interval_ms=args.checkpoint_interval_ms if checkpoint_dir else 0,
         restore_from=restore_from,
+        rate=args.rate,
     )
     print(report.render())
     print(f"  outputs            {Path(args.out) / 'diagnoses.jsonl'}, {Path(args.out) / 'dead_letters.jsonl'}")
@@ -159,6 +163,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--concurrency", type=int, help="vehicles diagnosed at once per subtask (default 64)")
     run.add_argument("--checkpoint-dir", help="folder for checkpoints of the job's state (enables checkpointing)")
     run.add_argument("--checkpoint-interval-ms", type=int, default=DEFAULT_CHECKPOINT_INTERVAL_MS)
+    run.add_argument("--rate", type=float, help="replay at most this many lines per second (like a live stream)")
     run.add_argument("--restore", help="a chk-N folder to start from, or 'latest' (under --checkpoint-dir)")
     run.set_defaults(func=_cmd_run)
 

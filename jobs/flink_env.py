@@ -51,6 +51,7 @@ def make_env(
         conf.set_string("state.backend.type", "hashmap")
     if restore_from is not None:
         conf.set_string("execution.state-recovery.path", restore_from.resolve().as_uri())
+        conf.set_string("execution.state-recovery.ignore-unclaimed-state", "true")
     conf.set_string("python.execution-mode", "thread")
     conf.set_string("python.executable", sys.executable)
     conf.set_string("python.client.executable", sys.executable)
