@@ -135,7 +135,7 @@ def test_killed_with_runs_in_flight_and_restored_yields_every_l3_record_once(tmp
         assert first.poll() is None, "the first run ended before it could be killed"
         calls_before_kill = server.stats["ok"]
         os.killpg(first.pid, signal.SIGKILL)  # the job's whole process group: client and its JVM
-        first.wait(timeout=30)
+        first.communicate(timeout=30)  # reaps it and closes its pipes
         assert calls_before_kill < total_calls
         written_before = len(l3_keys(tmp_path / "memory.db"))
         finish(run_job(tmp_path / "out2", tmp_path / "alerts.jsonl", server.base_url, 16,

@@ -197,11 +197,14 @@ class _Handler(BaseHTTPRequestHandler):
         return  # quiet: tests and benchmarks read stdout
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up (timed out, or its job was killed)
 
     def _error(self, status: int, message: str, kind: str) -> None:
         body = {"error": {"message": message, "type": kind, "code": str(status)}}
@@ -248,10 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, b'{"id": "chatcmpl-broken", "choices": [')
         elif outcome == "timeout":
             time.sleep(server.config.timeout_hang_s)
-            try:
-                self._error(504, "hung (injected)", "timeout")
-            except OSError:
-                pass  # the client gave up long ago
+            self._error(504, "hung (injected)", "timeout")  # the client gave up long ago
         else:
             reply = server.responder(messages, tools)
             self._send(200, json.dumps(completion_body(reply, model), ensure_ascii=False).encode())
