@@ -143,7 +143,66 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path) -
     return Level(concurrency, events, len(diagnoses) / span, bound, calls, wall)
 
 
-def plot(levels: list[Level], latency_ms: float, path: Path) -> None:
+def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Path) -> Level:
+    """The same workload through the engine and KeyedRunPool in this process, without Flink.
+
+    Separates what scheduling and the engine's own CPU cost from what the
+    Flink operator adds. The model server runs as its own process, like the
+    job's.
+    """
+    from pydantic import SecretStr
+
+    from vdoctor.agent.openai_model import OpenAIChatModel
+    from vdoctor.diagnosis import DiagnosisEngine
+    from vdoctor.embed import HashingEmbedder
+    from vdoctor.events import parse_event
+    from vdoctor.knowledge import load_pack
+    from vdoctor.memory.session import DedupState
+    from vdoctor.runs import KeyedRunPool
+    from vdoctor.stores import open_store
+
+    bound = concurrency / (CALLS_PER_RUN * latency_ms / 1000.0)
+    vins = max(concurrency * 2, int(bound * seconds / ALERTS_PER_VIN))
+    out = work / f"pool-c{concurrency}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "memory.db").unlink(missing_ok=True)
+    events = write_alerts(out / "alerts.jsonl", vins)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vdoctor.devtools.model_server", "--latency-ms", str(latency_ms)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = (server.stdout.readline() if server.stdout else "").split()[-1]
+        model = OpenAIChatModel("bench", SecretStr("bench-key-not-secret"), url)
+        engine = DiagnosisEngine(open_store(f"sqlite:///{out / 'memory.db'}"), model, HashingEmbedder(), load_pack())
+
+        def step(key: str, carry: tuple, item: tuple[object, str]) -> tuple[tuple, int]:
+            result = engine.on_event(carry[0], carry[1], item[0], item[1])  # type: ignore[arg-type]
+            return (result.session, result.dedup), sum(d.llm_calls for d in result.diagnoses)
+
+        pool: KeyedRunPool[tuple[object, str], int] = KeyedRunPool(concurrency, step, name="bench")
+        lines = (out / "alerts.jsonl").read_text().splitlines()
+        started = time.perf_counter()
+        for line in lines:
+            event = parse_event(line)
+            if pool.knows(event.vin):
+                pool.add(event.vin, (event, line))
+            else:
+                pool.start(event.vin, (None, DedupState()), [(event, line)])
+        calls = []
+        for key in {parse_event(line).vin for line in lines}:
+            pool.wait(key)
+            calls += pool.take(key)
+        wall = time.perf_counter() - started
+        pool.close()
+        engine.close()
+    finally:
+        server.terminate()
+        server.communicate()
+    return Level(concurrency, events, len(calls) / wall, bound, sum(calls) / len(calls), wall)
+
+
+def plot(levels: list[Level], latency_ms: float, path: Path, pool_only: Level | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -153,6 +212,8 @@ def plot(levels: list[Level], latency_ms: float, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     ax.plot(xs, [lv.bound for lv in levels], "k--", label=f"ideal: c / (2 x {latency_ms:g} ms)")
     ax.plot(xs, [lv.runs_per_s for lv in levels], "o-", label="measured (PyFlink, thread mode, 1 subtask)")
+    if pool_only is not None:
+        ax.plot([pool_only.concurrency], [pool_only.runs_per_s], "s", label="engine + run pool, no Flink")
     for lv in levels:
         ax.annotate(f"{lv.ratio:.2f}", (lv.concurrency, lv.runs_per_s), textcoords="offset points", xytext=(6, -12))
     ax.set_xscale("log", base=2)
@@ -171,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=12.0, help="target busy time per level")
+    parser.add_argument("--no-pool-only", action="store_true", help="skip the Flink-free reference row")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -179,6 +241,11 @@ def main(argv: list[str] | None = None) -> int:
     for c in args.levels:
         print(f"concurrency {c}: starting the job", flush=True)
         levels.append(run_level(c, args.latency_ms, args.seconds, out / "work"))
+    pool_only = None
+    if not args.no_pool_only:
+        c = max(args.levels)
+        print(f"concurrency {c}: the same workload through the run pool alone (no Flink)", flush=True)
+        pool_only = run_pool_only(c, args.latency_ms, args.seconds, out / "work")
     print(f"\nmodel latency {args.latency_ms:g} ms, {CALLS_PER_RUN} calls per run, parallelism 1")
     print(f"{'concurrency':>11} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'wall s':>7}")
     for lv in levels:
@@ -186,8 +253,17 @@ def main(argv: list[str] | None = None) -> int:
             f"{lv.concurrency:>11} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} "
             f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.wall_s:>7.1f}"
         )
-    (out / "concurrency.json").write_text(json.dumps([lv.__dict__ | {"ratio": lv.ratio} for lv in levels], indent=2))
-    plot(levels, args.latency_ms, out / "concurrency.png")
+    if pool_only is not None:
+        lv = pool_only
+        print(
+            f"{'pool only':>11} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} "
+            f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.wall_s:>7.1f}   (c={lv.concurrency}, engine + pool, no Flink)"
+        )
+    rows = [lv.__dict__ | {"ratio": lv.ratio, "flink": True} for lv in levels]
+    if pool_only is not None:
+        rows.append(pool_only.__dict__ | {"ratio": pool_only.ratio, "flink": False})
+    (out / "concurrency.json").write_text(json.dumps(rows, indent=2))
+    plot(levels, args.latency_ms, out / "concurrency.png", pool_only)
     print(f"plot: {out / 'concurrency.png'}")
     return 0
 

@@ -11,9 +11,10 @@ in arrival order. The operator thread owns all Flink state:
   (snapshots, event) plus model/store calls, and chain a vehicle's next event
   onto the previous result themselves. They never touch Flink state and never
   read the current key.
-- Processing-time timers poll each vehicle with work (every ~20 ms, on a
-  shared grid so that vehicles share timers): a poll with nothing finished
-  reads no state; otherwise the operator stores the newest snapshots, drops
+- Processing-time timers poll each vehicle with work near its run's
+  expected finish, then every ~20 ms (on a shared grid so that vehicles
+  share timers; at most every second while it waits for a free worker): a
+  poll with nothing finished reads no state; otherwise the operator stores the newest snapshots, drops
   the finished events from ``pending`` and emits their results, in order.
 - ``pending`` holds every event whose result is not applied yet, so a
   checkpoint taken with runs in flight re-runs them after a restore (L3
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +58,10 @@ DEDUP_TTL_HOURS = 24 * 30
 # Poll grid for finished runs: ~20 ms keeps the added latency small against
 # 0.3-5 s model calls; rounding to the grid lets vehicles share timers.
 POLL_MS = 20
+# GIL hand-over interval in thread mode (Python's default is 5 ms).
+GIL_SWITCH_INTERVAL_S = 0.0005
+# Vehicles still waiting for a free worker are polled at least this often.
+MAX_POLL_MS = 1000
 # The final watermark of a bounded input; an event-time timer here fires only at end of input.
 END_OF_INPUT = 2**63 - 1
 
@@ -105,6 +111,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.engine = DiagnosisEngine.from_settings(settings)
         self.inline = settings.concurrency == 1
         if not self.inline:
+            # The operator thread shares the GIL with the workers: hand it over
+            # sooner than the default 5 ms, or every element and timer
+            # callback queues behind a worker's slice and the pool runs dry.
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
             self.pool = KeyedRunPool(settings.concurrency, self._step, name="diagnosis")
         session = ValueStateDescriptor("session", Types.STRING())
         session.enable_time_to_live(_ttl(STATE_TTL_HOURS))
@@ -180,9 +190,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     def _start_from_state(self, vin: str, items: list[Item]) -> None:
         self._pool().start(vin, self._carry_from_state(), items)
 
-    def _schedule_poll(self, ctx: KeyedProcessFunction.Context, first: bool) -> None:
+    def _schedule_poll(self, ctx: KeyedProcessFunction.Context, vin: str) -> None:
+        """Poll near the expected finish of the vehicle's run, then every POLL_MS."""
         timers = ctx.timer_service()
-        wait_ms = self._pool().mean_run_s * 1000.0 if first else POLL_MS
+        wait_ms = min(MAX_POLL_MS, self._pool().eta_s(vin) * 1000.0)
         timers.register_processing_time_timer(next_poll_ms(timers.current_processing_time(), wait_ms))
 
     def process_element(
@@ -203,7 +214,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # New work, or a vehicle restored with runs still to do: all of pending, in order.
             self._start_from_state(vin, [(e, r) for e, r in pending])
             ctx.timer_service().register_event_time_timer(END_OF_INPUT)
-            self._schedule_poll(ctx, first=True)
+            self._schedule_poll(ctx, vin)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
         pool = self._pool()
@@ -216,17 +227,17 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
                 return
             self._start_from_state(vin, [(e, r) for e, r in pending])
             if not end_of_input:
-                self._schedule_poll(ctx, first=True)
+                self._schedule_poll(ctx, vin)
                 return
         if end_of_input:
             # The final watermark: nothing more will arrive, finish this vehicle's runs here.
             pool.wait(vin)
         elif not pool.has_finished(vin):
-            self._schedule_poll(ctx, first=False)  # an empty poll reads no state
+            self._schedule_poll(ctx, vin)  # an empty poll reads no state
             return
         yield from self._apply(vin, pool.take(vin))
         if pool.knows(vin):
-            self._schedule_poll(ctx, first=False)
+            self._schedule_poll(ctx, vin)
         elif not end_of_input:
             ctx.timer_service().delete_event_time_timer(END_OF_INPUT)
 

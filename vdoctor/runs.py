@@ -44,6 +44,7 @@ class _Key(Generic[Item, Result]):
     queue: deque[Item] = field(default_factory=deque)
     finished: list[Result] = field(default_factory=list)
     running: bool = False
+    started: float = 0.0
     version: int = 0
     error: BaseException | None = None
 
@@ -134,6 +135,21 @@ class KeyedRunPool(Generic[Item, Result]):
                     return False
                 self._cond.wait(remaining)
 
+    def eta_s(self, key: str) -> float:
+        """About when the key's next result will be ready, in seconds from now (0: ready or unknown).
+
+        The operator times its polls by this, so that vehicles waiting for a
+        free worker are not polled every few milliseconds for nothing.
+        """
+        with self._cond:
+            entry = self._keys.get(key)
+            if entry is None or entry.finished or entry.error is not None:
+                return 0.0
+            if entry.running:
+                return max(0.0, self.mean_run_s - (time.perf_counter() - entry.started))
+            # Waiting for a worker: roughly the time to work through what is queued.
+            return self.mean_run_s * (1.0 + self._queued / self.concurrency)
+
     @property
     def in_flight(self) -> int:
         """Runs executing right now."""
@@ -169,6 +185,7 @@ class KeyedRunPool(Generic[Item, Result]):
                     if entry is None or entry.version != version or entry.running or not entry.queue:
                         continue  # a stale heap entry
                     entry.running = True
+                    entry.started = time.perf_counter()
                     self._running += 1
                     self._queued -= 1
                     return key, entry, entry.queue.popleft()

@@ -150,3 +150,26 @@ def test_custom_responder_scripts_any_reply() -> None:
     with ModelServer(responder=scripted) as srv:
         reply = make_model(srv.base_url, []).chat(MESSAGES, SPECS)
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("signal_history", {"signal": "pack_temp_c"})]
+
+
+def test_server_runs_standalone_and_refuses_unknown_error_kinds() -> None:
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.conftest import REPO_ROOT
+
+    cmd = [sys.executable, "-m", "vdoctor.devtools.model_server", "--port", "0", "--error-schedule", "429"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = (proc.stdout.readline() if proc.stdout else "").split()[-1]
+        reply = make_model(url, []).chat(MESSAGES, SPECS)  # one 429, one retry
+        assert reply.extra["attempts"] == 2
+        with urllib.request.urlopen(url + "/stats", timeout=5) as resp:
+            assert json.loads(resp.read()) == {"requests": 2, "429": 1, "ok": 1}
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    bad = subprocess.run([*cmd[:3], "--error-rates", "503=0.1"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown error kinds ['503']" in bad.stderr

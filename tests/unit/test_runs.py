@@ -152,3 +152,30 @@ def test_a_failing_step_is_raised_on_take_and_stops_that_key_only() -> None:
 def test_concurrency_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         KeyedRunPool(0, lambda k, c, i: (c, i))
+
+
+def test_eta_tells_when_to_poll() -> None:
+    gate = threading.Event()
+
+    def step(key: str, carry: None, item: str) -> tuple[None, str]:
+        if item == "wait":
+            gate.wait(5)
+        else:
+            time.sleep(0.05)
+        return None, item
+
+    pool: KeyedRunPool[str, str] = KeyedRunPool(1, step)
+    try:
+        assert pool.eta_s("nobody") == 0.0
+        pool.start("warm", None, ["x"])  # sets the mean run time to ~50 ms
+        assert pool.wait("warm", timeout_s=5) and pool.eta_s("warm") == 0.0  # finished: poll now
+        pool.take("warm")
+        pool.start("busy", None, ["wait"])
+        time.sleep(0.02)
+        pool.start("queued", None, ["x"])
+        # Running: at most the mean run time left; queued behind a busy worker: a mean run or more.
+        assert 0.0 <= pool.eta_s("busy") <= pool.mean_run_s
+        assert pool.eta_s("queued") >= pool.mean_run_s > 0.0
+    finally:
+        gate.set()
+        pool.close()
