@@ -28,26 +28,67 @@ def _absolute_memory_url(url: str) -> str:
     return url
 
 
+# Checkpoint every 10 s by default when a checkpoint folder is given.
+DEFAULT_CHECKPOINT_INTERVAL_MS = 10_000
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = load_settings(os.environ, memory_url=args.memory, model=getattr(args, "model", None))
+    settings = load_settings(
+        os.environ,
+        memory_url=args.memory,
+        model=getattr(args, "model", None),
+        concurrency=getattr(args, "concurrency", None),
+    )
     return settings.model_copy(update={"memory_url": _absolute_memory_url(settings.memory_url)})
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from jobs.replay import run_file  # imports pyflink: only for `run`
+    from jobs.flink_env import latest_checkpoint  # imports pyflink: only for `run`
+    from jobs.replay import run_file
 
     settings = _settings(args)
     alerts = Path(args.alerts)
     if not alerts.is_file():
         print(f"vdoctor run: no such alerts file: {alerts}", file=sys.stderr)
         return 2
+    if settings.model == "openai" and settings.openai_api_key is None:
+        print("vdoctor run: --model openai needs OPENAI_API_KEY (and OPENAI_BASE_URL for other endpoints)",
+              file=sys.stderr)
+        return 2
+    if args.rate is not None and args.rate <= 0:
+        print(f"vdoctor run: --rate must be positive, got {args.rate:g}", file=sys.stderr)
+        return 2
+    checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
+    restore_from = None
+    if args.restore == "latest":
+        restore_from = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
+        if restore_from is None:
+            print("vdoctor run: --restore latest found no complete checkpoint under --checkpoint-dir",
+                  file=sys.stderr)
+            return 2
+    elif args.restore:
+        restore_from = Path(args.restore)
+        if not (restore_from / "_metadata").is_file():
+            print(f"vdoctor run: {restore_from} is not a complete checkpoint (no _metadata)", file=sys.stderr)
+            return 2
+    if restore_from is not None:
+        print(f"vdoctor run: restoring from {restore_from}", file=sys.stderr)
     scheme = urlsplit(settings.memory_url).scheme
     print(
         f"vdoctor run: {alerts} -> {args.out} (memory: {scheme}, model: {settings.model}, "
-        f"parallelism {args.parallelism})",
+        f"parallelism {args.parallelism}, concurrency {settings.concurrency})",
         file=sys.stderr,
     )
-    report = run_file(alerts, Path(args.out), settings, parallelism=args.parallelism)
+    report = run_file(
+        alerts,
+        Path(args.out),
+        settings,
+        parallelism=args.parallelism,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_interval_ms=args.checkpoint_interval_ms if checkpoint_dir else 0,
+        restore_from=restore_from,
+        rate=args.rate,
+    )
     print(report.render())
     print(f"  outputs            {Path(args.out) / 'diagnoses.jsonl'}, {Path(args.out) / 'dead_letters.jsonl'}")
     return 0
@@ -114,8 +155,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--alerts", required=True, help="JSONL file of alert/recheck/lifecycle events")
     run.add_argument("--out", required=True, help="folder for diagnoses.jsonl and dead_letters.jsonl")
     run.add_argument("--memory", help="long-term memory URL (default sqlite:///.vdoctor/memory.db)")
-    run.add_argument("--model", choices=["offline"], help="chat model (default offline)")
+    run.add_argument(
+        "--model", choices=["offline", "openai"],
+        help="chat model (default offline); openai uses OPENAI_BASE_URL, OPENAI_API_KEY, VDOCTOR_CHAT_MODEL",
+    )
     run.add_argument("--parallelism", type=int, default=1)
+    run.add_argument("--concurrency", type=int, help="vehicles diagnosed at once per subtask (default 64)")
+    run.add_argument("--checkpoint-dir", help="folder for checkpoints of the job's state (enables checkpointing)")
+    run.add_argument("--checkpoint-interval-ms", type=int, default=DEFAULT_CHECKPOINT_INTERVAL_MS)
+    run.add_argument("--rate", type=float, help="replay at most this many lines per second (like a live stream)")
+    run.add_argument("--restore", help="a chk-N folder to start from, or 'latest' (under --checkpoint-dir)")
     run.set_defaults(func=_cmd_run)
 
     memory = sub.add_parser("memory", help="inspect and manage long-term memory").add_subparsers(

@@ -8,15 +8,18 @@ from pyflink.common import Types
 from pyflink.datastream import DataStream
 
 from operators.diagnosis import DiagnosisFunction
-from operators.parse import DEAD_LETTER, EVENT, ParseEvents
+from operators.parse import DEAD_LETTER, EVENT, ParseEvents, Throttle
 
 OUTPUT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING()])
 PARSED_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.STRING(), Types.STRING()])
 
 
-def build(raw_lines: DataStream, settings: dict[str, Any]) -> DataStream:
+def build(raw_lines: DataStream, settings: dict[str, Any], rate: float | None = None) -> DataStream:
     """Return a stream of ``(kind, json)``: kind "D" for diagnoses, "X" for dead letters."""
-    parsed = raw_lines.process(ParseEvents(), output_type=PARSED_TYPE).name("parse")
+    if rate:
+        raw_lines = raw_lines.map(Throttle(rate), output_type=Types.STRING()).name("throttle")
+    # Stable uids: a job restored from a checkpoint maps its state by them.
+    parsed = raw_lines.process(ParseEvents(), output_type=PARSED_TYPE).name("parse").uid("parse")
     events = parsed.filter(lambda t: t[0] == EVENT).name("valid events")
     bad = (
         parsed.filter(lambda t: t[0] == DEAD_LETTER)
@@ -27,5 +30,6 @@ def build(raw_lines: DataStream, settings: dict[str, Any]) -> DataStream:
         events.key_by(lambda t: t[1], key_type=Types.STRING())
         .process(DiagnosisFunction(settings), output_type=OUTPUT_TYPE)
         .name("diagnosis")
+        .uid("diagnosis")
     )
     return diagnosed.union(bad)

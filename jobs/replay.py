@@ -69,17 +69,30 @@ class RunReport:
 
 
 def run_file(
-    alerts: Path, out_dir: Path, settings: Settings, parallelism: int = 1, progress: TextIO | None = sys.stderr
+    alerts: Path,
+    out_dir: Path,
+    settings: Settings,
+    parallelism: int = 1,
+    progress: TextIO | None = sys.stderr,
+    checkpoint_dir: Path | None = None,
+    checkpoint_interval_ms: int = 0,
+    restore_from: Path | None = None,
+    rate: float | None = None,
 ) -> RunReport:
     started = time.monotonic()
     report = RunReport()
     with alerts.open("rb") as fh:
         report.lines = sum(1 for line in fh if line.strip())
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = make_env(parallelism, out_dir / ".flink-tmp")
+    env = make_env(parallelism, out_dir / ".flink-tmp", checkpoint_dir, checkpoint_interval_ms, restore_from)
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(alerts.resolve())).build()
-    raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "alerts file")
-    results = pipeline.build(raw, settings.for_workers())
+    raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "alerts file").uid("alerts-file")
+    results = pipeline.build(raw, settings.for_workers(), rate=rate)
+    if restore_from is not None:
+        # The collect sink's state belongs to the client of the run that died
+        # (restoring it fails with "userVisibleTail should not be larger than
+        # offset"): a restored run gets a new sink, and its old state is dropped.
+        results = results.map(lambda row: row, output_type=pipeline.OUTPUT_TYPE).name("restored output")
     first_at = last_print = 0.0
     with (
         (out_dir / "diagnoses.jsonl").open("w", encoding="utf-8") as diag_out,

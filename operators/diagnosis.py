@@ -1,15 +1,45 @@
 """DiagnosisFunction: the keyed operator that holds each vehicle's L2 session.
 
-A thin adapter: load the session and dedup snapshots from keyed state, call
-``DiagnosisEngine.on_event``, store the snapshots back, emit the results.
+Many vehicles are diagnosed at once; one vehicle's events run one at a time,
+in arrival order. The operator thread owns all Flink state:
+
+- ``process_element`` appends the event to the vehicle's ``pending`` list in
+  keyed state (arrival order) and hands it to a ``KeyedRunPool``; a vehicle
+  the pool does not know yet starts from its stored session and dedup
+  snapshots, parsed fresh from state (workers get their own copies).
+- Worker threads run ``DiagnosisEngine.on_event`` as a pure function of
+  (snapshots, event) plus model/store calls, and chain a vehicle's next event
+  onto the previous result themselves. They never touch Flink state and never
+  read the current key.
+- Processing-time timers poll each vehicle with work near its run's
+  expected finish, then every ~20 ms (on a shared grid so that vehicles
+  share timers; at most every second while it waits for a free worker): a
+  poll with nothing finished reads no state; otherwise the operator stores the newest snapshots, drops
+  the finished events from ``pending`` and emits their results, in order.
+- ``pending`` holds every event whose result is not applied yet, so a
+  checkpoint taken with runs in flight re-runs them after a restore (L3
+  upserts are idempotent by (vin, session_id)). The first timer or event of a
+  restored vehicle restarts its chain from state.
+- ``concurrency`` 1 runs each event inline in ``process_element`` instead:
+  one at a time in arrival order across all vehicles, so a replay where one
+  vehicle's verified case should inform another's follows the file's order.
+- Bounded input: processing-time timers still pending at the end of input
+  never fire (NOTES.md), so every vehicle with work also has an event-time
+  timer at Long.MAX_VALUE; the final watermark fires it and the operator
+  waits there for the vehicle's remaining runs.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyflink.common import Time, Types
+from pyflink.datastream import TimeDomain
 from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
@@ -17,6 +47,7 @@ from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.events import EVENT_ADAPTER
 from vdoctor.memory.session import SESSION_TTL, DedupState, SessionState
+from vdoctor.runs import KeyedRunPool
 from vdoctor.settings import Settings
 
 # Flink's TTL runs on processing time and only bounds the state's size; the
@@ -24,6 +55,32 @@ from vdoctor.settings import Settings
 STATE_TTL_HOURS = int(SESSION_TTL.total_seconds() // 3600)
 # Dedup ids must outlive a session so that a late replay is still caught.
 DEDUP_TTL_HOURS = 24 * 30
+# Poll grid for finished runs: ~20 ms keeps the added latency small against
+# 0.3-5 s model calls; rounding to the grid lets vehicles share timers.
+POLL_MS = 20
+# GIL hand-over interval in thread mode (Python's default is 5 ms).
+GIL_SWITCH_INTERVAL_S = 0.0005
+# Vehicles still waiting for a free worker are polled at least this often.
+MAX_POLL_MS = 1000
+# The final watermark of a bounded input; an event-time timer here fires only at end of input.
+END_OF_INPUT = 2**63 - 1
+
+Item = tuple[str, str]  # (event json, raw line)
+Carry = tuple[SessionState | None, DedupState]
+
+
+@dataclass
+class Applied:
+    """A finished run, ready to be stored and emitted on the operator thread."""
+
+    session_json: str | None
+    dedup_json: str
+    outputs: list[tuple[str, str]] = field(default_factory=list)
+    llm_calls: int = 0
+    tool_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_failures: int = 0
 
 
 def _ttl(hours: int) -> StateTtlConfig:
@@ -35,46 +92,176 @@ def _ttl(hours: int) -> StateTtlConfig:
     )
 
 
+def next_poll_ms(now_ms: int, wait_ms: float) -> int:
+    """The first grid point at least ``wait_ms`` after ``now_ms``."""
+    return int(math.ceil((now_ms + max(wait_ms, POLL_MS)) / POLL_MS) * POLL_MS)
+
+
 class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     """Keyed by VIN: (vin, event json, raw) -> (kind, json) diagnoses and dead letters."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
         self._settings = settings
         self.engine: DiagnosisEngine | None = None
+        self.pool: KeyedRunPool[Item, Applied] | None = None
+        self.inline = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.engine = DiagnosisEngine.from_settings(Settings.model_validate(self._settings))
+        settings = Settings.model_validate(self._settings)
+        self.engine = DiagnosisEngine.from_settings(settings)
+        self.inline = settings.concurrency == 1
+        if not self.inline:
+            # The operator thread shares the GIL with the workers: hand it over
+            # sooner than the default 5 ms, or every element and timer
+            # callback queues behind a worker's slice and the pool runs dry.
+            sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+            self.pool = KeyedRunPool(settings.concurrency, self._step, name="diagnosis")
         session = ValueStateDescriptor("session", Types.STRING())
         session.enable_time_to_live(_ttl(STATE_TTL_HOURS))
         dedup = ValueStateDescriptor("dedup", Types.STRING())
         dedup.enable_time_to_live(_ttl(DEDUP_TTL_HOURS))
+        # No TTL: events waiting for their run must never expire unseen.
+        pending = ValueStateDescriptor("pending", Types.STRING())
         self.session_state = runtime_context.get_state(session)
         self.dedup_state = runtime_context.get_state(dedup)
+        self.pending_state = runtime_context.get_state(pending)
+        self._metrics(runtime_context)
+
+    def _metrics(self, runtime_context: RuntimeContext) -> None:
+        group = runtime_context.get_metrics_group().add_group("vdoctor")
+        self.m_runs = group.counter("runs")
+        self.m_llm_calls = group.counter("llm_calls")
+        self.m_tool_calls = group.counter("tool_calls")
+        self.m_prompt_tokens = group.counter("prompt_tokens")
+        self.m_completion_tokens = group.counter("completion_tokens")
+        self.m_model_failures = group.counter("model_failures")
+        self.m_runs_per_s = group.meter("runs_per_second", time_span_in_seconds=60)
+        pool = self.pool
+        group.gauge("runs_in_flight", lambda: pool.in_flight if pool else 0)
+        group.gauge("runs_queued", lambda: pool.queued if pool else 0)
 
     def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
         if self.engine is not None:
             self.engine.close()
 
-    def process_element(
-        self, value: tuple[str, str, str, str], ctx: KeyedProcessFunction.Context
-    ) -> Iterator[tuple[str, str]]:
+    # -- worker threads: pure functions of (snapshots, event) ---------------------
+
+    def _step(self, vin: str, carry: Carry, item: Item) -> tuple[Carry, Applied]:
         if self.engine is None:
-            raise RuntimeError("DiagnosisFunction.open() was not called before process_element()")
-        _, _vin, event_json, raw = value
+            raise RuntimeError("DiagnosisFunction.open() was not called")
+        session, dedup = carry
+        event_json, raw = item
         event = EVENT_ADAPTER.validate_json(event_json)
+        result = self.engine.on_event(session, dedup, event, raw)
+        applied = Applied(
+            session_json=result.session.model_dump_json() if result.session is not None else None,
+            dedup_json=result.dedup.model_dump_json(),
+        )
+        for d in result.diagnoses:
+            applied.outputs.append((DIAGNOSIS, d.model_dump_json()))
+            applied.llm_calls += d.llm_calls
+            applied.tool_calls += d.tool_calls
+            applied.prompt_tokens += d.prompt_tokens
+            applied.completion_tokens += d.completion_tokens
+            applied.model_failures += "model_failed" in d.flags
+        applied.outputs += [(DEAD_LETTER, x.model_dump_json()) for x in result.dead_letters]
+        return (result.session, result.dedup), applied
+
+    # -- operator thread: the only one touching state ------------------------------
+
+    def _pool(self) -> KeyedRunPool[Item, Applied]:
+        if self.pool is None:
+            raise RuntimeError("DiagnosisFunction.open() was not called before use")
+        return self.pool
+
+    def _pending(self) -> list[list[str]]:
+        stored = self.pending_state.value()
+        return json.loads(stored) if stored else []
+
+    def _carry_from_state(self) -> Carry:
         stored = self.session_state.value()
         session = SessionState.model_validate_json(stored) if stored else None
         dedup_raw = self.dedup_state.value()
         dedup = DedupState.model_validate_json(dedup_raw) if dedup_raw else DedupState()
+        return session, dedup
 
-        result = self.engine.on_event(session, dedup, event, raw)
+    def _start_from_state(self, vin: str, items: list[Item]) -> None:
+        self._pool().start(vin, self._carry_from_state(), items)
 
-        if result.session is None:
+    def _schedule_poll(self, ctx: KeyedProcessFunction.Context, vin: str) -> None:
+        """Poll near the expected finish of the vehicle's run, then every POLL_MS."""
+        timers = ctx.timer_service()
+        wait_ms = min(MAX_POLL_MS, self._pool().eta_s(vin) * 1000.0)
+        timers.register_processing_time_timer(next_poll_ms(timers.current_processing_time(), wait_ms))
+
+    def process_element(
+        self, value: tuple[str, str, str, str], ctx: KeyedProcessFunction.Context
+    ) -> Iterator[tuple[str, str]]:
+        _, vin, event_json, raw = value
+        if self.inline:
+            _, applied = self._step(vin, self._carry_from_state(), (event_json, raw))
+            yield from self._apply(vin, [applied], from_pending=False)
+            return
+        pool = self._pool()
+        pending = self._pending()
+        pending.append([event_json, raw])
+        self.pending_state.update(json.dumps(pending, ensure_ascii=False))
+        if pool.knows(vin):
+            pool.add(vin, (event_json, raw))
+        else:
+            # New work, or a vehicle restored with runs still to do: all of pending, in order.
+            self._start_from_state(vin, [(e, r) for e, r in pending])
+            ctx.timer_service().register_event_time_timer(END_OF_INPUT)
+            self._schedule_poll(ctx, vin)
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
+        pool = self._pool()
+        vin = ctx.get_current_key()
+        end_of_input = ctx.time_domain() == TimeDomain.EVENT_TIME
+        if not pool.knows(vin):
+            # After a restore, or a leftover timer of a vehicle whose work is all applied.
+            pending = self._pending()
+            if not pending:
+                return
+            self._start_from_state(vin, [(e, r) for e, r in pending])
+            if not end_of_input:
+                self._schedule_poll(ctx, vin)
+                return
+        if end_of_input:
+            # The final watermark: nothing more will arrive, finish this vehicle's runs here.
+            pool.wait(vin)
+        elif not pool.has_finished(vin):
+            self._schedule_poll(ctx, vin)  # an empty poll reads no state
+            return
+        yield from self._apply(vin, pool.take(vin))
+        if pool.knows(vin):
+            self._schedule_poll(ctx, vin)
+        elif not end_of_input:
+            ctx.timer_service().delete_event_time_timer(END_OF_INPUT)
+
+    def _apply(self, vin: str, done: list[Applied], from_pending: bool = True) -> Iterator[tuple[str, str]]:
+        if not done:
+            return
+        last = done[-1]
+        if last.session_json is None:
             self.session_state.clear()
         else:
-            self.session_state.update(result.session.model_dump_json())
-        self.dedup_state.update(result.dedup.model_dump_json())
-        for diagnosis in result.diagnoses:
-            yield DIAGNOSIS, diagnosis.model_dump_json()
-        for letter in result.dead_letters:
-            yield DEAD_LETTER, letter.model_dump_json()
+            self.session_state.update(last.session_json)
+        self.dedup_state.update(last.dedup_json)
+        if from_pending:
+            rest = self._pending()[len(done) :]
+            if rest:
+                self.pending_state.update(json.dumps(rest, ensure_ascii=False))
+            else:
+                self.pending_state.clear()
+        for applied in done:
+            self.m_runs.inc()
+            self.m_runs_per_s.mark_event()
+            self.m_llm_calls.inc(applied.llm_calls)
+            self.m_tool_calls.inc(applied.tool_calls)
+            self.m_prompt_tokens.inc(applied.prompt_tokens)
+            self.m_completion_tokens.inc(applied.completion_tokens)
+            self.m_model_failures.inc(applied.model_failures)
+            yield from applied.outputs

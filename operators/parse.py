@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
-from pyflink.datastream.functions import ProcessFunction
+from pyflink.datastream.functions import MapFunction, ProcessFunction
 
 from vdoctor.errors import EventError
 from vdoctor.events import parse_event
@@ -30,3 +31,24 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
             yield DEAD_LETTER, "", letter.model_dump_json(), ""
             return
         yield EVENT, event.vin, event.model_dump_json(), raw
+
+
+class Throttle(MapFunction):  # type: ignore[misc]
+    """Passes lines on at most ``rate`` per second: a replay file that arrives like a live stream.
+
+    A bounded file otherwise ends at once, and the job then drains its runs in
+    flight at end of input, where no checkpoint can be taken.
+    """
+
+    def __init__(self, rate: float) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate}")
+        self.interval_s = 1.0 / rate
+        self._next = 0.0
+
+    def map(self, value: str) -> str:
+        now = time.monotonic()
+        if self._next > now:
+            time.sleep(self._next - now)
+        self._next = max(now, self._next) + self.interval_s
+        return value

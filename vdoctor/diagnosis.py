@@ -8,13 +8,14 @@ operator only loads and stores the snapshots; tests drive this class directly.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vdoctor.agent.model import ChatModel
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.agent.prompt import build_messages
 from vdoctor.agent.react import AgentRun, run_react
+from vdoctor.agent.registry import open_chat_model
 from vdoctor.agent.tools import Toolbox
 from vdoctor.embed import Embedder, HashingEmbedder
 from vdoctor.errors import EventError, StoreError
@@ -84,7 +85,7 @@ class DiagnosisEngine:
         extra = Path(settings.extra_dtc_csv) if settings.extra_dtc_csv else None
         return cls(
             store=open_store(settings.memory_url),
-            model=OfflineModel(),
+            model=open_chat_model(settings),
             embedder=HashingEmbedder(),
             pack=load_pack(extra_csv=extra),
             working_budget_tokens=settings.working_budget_tokens,
@@ -93,6 +94,9 @@ class DiagnosisEngine:
 
     def close(self) -> None:
         self.store.close()
+        close_model = getattr(self.model, "close", None)
+        if callable(close_model):
+            close_model()
 
     # -- events ---------------------------------------------------------------
 
@@ -168,6 +172,7 @@ class DiagnosisEngine:
         return entry.definition_en if entry else ""
 
     def _on_alert(self, session: SessionState | None, alert: AlertEvent) -> tuple[SessionState, Diagnosis]:
+        started = time.perf_counter()
         if session is None or not session.accepts_alert_at(alert.ts):
             session = self._open_session(alert)
         session.alerts += 1
@@ -188,6 +193,8 @@ class DiagnosisEngine:
         failures_before = session.working.fidelity_failures
         messages = build_messages(session, alert, working)
         run = run_react(self.model, Toolbox(self.pack, session), messages)
+        if run.error is not None:
+            log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
         answer = run.answer
         self._remember_round(working, alert, run)
 
@@ -227,6 +234,8 @@ class DiagnosisEngine:
             tool_calls=run.tool_calls,
             prompt_tokens=run.prompt_tokens,
             completion_tokens=run.completion_tokens,
+            latency_ms=round((time.perf_counter() - started) * 1000.0, 1),
+            model_latency_ms=round(run.latency_ms, 1),
             memory=session.memory,
             flags=flags,
         )

@@ -59,6 +59,9 @@ class Diagnosis(BaseModel):
     tool_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # Wall time of this alert's run (model, tools, memory), and the model's share of it.
+    latency_ms: float = 0.0
+    model_latency_ms: float = 0.0
     memory: MemoryUse = MemoryUse()
     flags: list[str] = []
 

@@ -29,14 +29,26 @@ ENV_VARS: dict[str, str] = {
     "extra_dtc_csv": "VDOCTOR_EXTRA_DTC_CSV",
     "working_budget_tokens": "VDOCTOR_WORKING_BUDGET_TOKENS",
     "injection_budget_tokens": "VDOCTOR_INJECTION_BUDGET_TOKENS",
+    "model_timeout_s": "VDOCTOR_MODEL_TIMEOUT_S",
+    "model_max_attempts": "VDOCTOR_MODEL_MAX_ATTEMPTS",
+    "concurrency": "VDOCTOR_CONCURRENCY",
 }
+
+# A hosted model answers in 0.3-5 s; 60 s means the call is stuck, not slow.
+DEFAULT_MODEL_TIMEOUT_S = 60.0
+# One try plus three retries (backoff 0.5, 1, 2 s plus jitter) rides out a
+# rate-limit burst or a restarting endpoint without holding a run for long.
+DEFAULT_MODEL_MAX_ATTEMPTS = 4
+# Vehicles diagnosed at once per subtask: at 2 model calls of ~0.4 s per run
+# that is ~80 runs/s per subtask, far beyond one at a time (~1.2 runs/s).
+DEFAULT_CONCURRENCY = 64
 
 
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     memory_url: str = DEFAULT_MEMORY_URL
-    model: Literal["offline"] = "offline"
+    model: Literal["offline", "openai"] = "offline"
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
     chat_model: str = "gpt-4o-mini"
@@ -45,6 +57,9 @@ class Settings(BaseModel):
     extra_dtc_csv: str | None = None
     working_budget_tokens: int = Field(default=4000, ge=500)
     injection_budget_tokens: int = Field(default=800, ge=0)
+    model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)
+    model_max_attempts: int = Field(default=DEFAULT_MODEL_MAX_ATTEMPTS, ge=1, le=10)
+    concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=4096)
 
     def for_workers(self) -> dict[str, Any]:
         """A plain dict to ship to Flink workers (secrets in clear: never log it)."""

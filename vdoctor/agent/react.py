@@ -14,11 +14,14 @@ from pydantic import BaseModel, ValidationError
 
 from vdoctor.agent.model import ChatModel, Message
 from vdoctor.agent.tools import Toolbox
+from vdoctor.errors import ModelError
 from vdoctor.records import Phase, Priority
 
 # Lookup, signal history, a knowledge search and a retry fit well within 6
 # model turns; more means the model is going round in circles.
 MAX_ITERATIONS = 6
+# Output flag of a run whose model call failed for good.
+MODEL_FAILED = "model_failed"
 _JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -46,6 +49,7 @@ class AgentRun:
     latency_ms: float = 0.0
     tools_used: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    error: str | None = None
 
 
 def parse_answer(content: str) -> FinalAnswer | None:
@@ -68,7 +72,15 @@ def run_react(
     transcript = list(messages)
     run = AgentRun(answer=FinalAnswer(phase=Phase.INVESTIGATING), transcript=transcript)
     for _ in range(max_iterations):
-        response = model.chat(transcript, toolbox.specs)
+        try:
+            response = model.chat(transcript, toolbox.specs)
+        except ModelError as e:
+            # The model is down or refused (after its retries): the session stays
+            # INVESTIGATING and the output says why; the next alert tries again.
+            run.llm_calls += 1
+            run.flags.append(MODEL_FAILED)
+            run.error = str(e)
+            return run
         run.llm_calls += 1
         run.prompt_tokens += response.prompt_tokens
         run.completion_tokens += response.completion_tokens

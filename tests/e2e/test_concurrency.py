@@ -1,0 +1,156 @@
+"""Many vehicles in flight in the diagnosis operator, through the real openai client and the local model server.
+
+The job runs as ``vdoctor run --model openai`` on the MiniCluster; the model
+server runs in this test process on a free port. Workload (by hand): every
+VIN sends 4 alerts of U0140 (confirmed when seen in 2 alerts of a session),
+one hour apart. Per VIN, then: alert 1 opens session 1 (INVESTIGATING), alert
+2 concludes it (CONCLUDED, written to L3), alert 3 opens session 2 and
+recalls session 1 as own history, alert 4 concludes it. Each run makes
+exactly 2 model calls (look the code up, answer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from vdoctor.devtools.model_server import ModelServer, ServerConfig
+
+pytestmark = pytest.mark.e2e
+
+ALPHABET = "0123456789ABCDEFGHJKLMNPRSTUVWXYZ"
+
+
+def vin(i: int) -> str:
+    return "LSVCNCR0000" + "".join(ALPHABET[(i // len(ALPHABET) ** p) % len(ALPHABET)] for p in (5, 4, 3, 2, 1, 0))
+
+
+def sid(v: str, hour: int) -> str:
+    return f"{v}-20261101T{hour:02d}0000"
+
+
+def write_alerts(path: Path, vins: int) -> list[dict]:
+    events = [
+        {"type": "alert", "event_id": f"c-{v}-{k}", "vin": vin(v), "series": "EV-A",
+         "ts": f"2026-11-01T{8 + k:02d}:00:00Z", "alert_text": "CAN communication lost", "dtc_codes": ["U0140"],
+         "signals": {"can_timeout_s": 0.5}}
+        for k in range(4) for v in range(vins)
+    ]  # fmt: skip
+    path.write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    return events
+
+
+def run_job(out: Path, alerts: Path, url: str, concurrency: int, *extra: str, **env: str) -> subprocess.Popen[str]:
+    environ = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "sk-e2e-secret-000", **env}
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(out),
+         "--memory", f"sqlite:///{out.parent}/memory.db", "--model", "openai", "--concurrency", str(concurrency),
+         *extra],
+        cwd=REPO_ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 300) -> str:
+    stdout, stderr = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "sk-e2e-secret-000" not in stdout + stderr
+    return stdout
+
+
+def diagnoses(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "diagnoses.jsonl").read_text().splitlines()]
+
+
+def l3_keys(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute("SELECT vin, session_id FROM case_memory").fetchall())
+
+
+def test_per_vin_order_and_state_hold_with_many_vehicles_in_flight(tmp_path: Path) -> None:
+    events = write_alerts(tmp_path / "alerts.jsonl", vins=40)
+    with ModelServer(ServerConfig(latency_ms=40, jitter_ms=30, seed=3)) as server:
+        finish(run_job(tmp_path / "out", tmp_path / "alerts.jsonl", server.base_url, 16))
+    diags = diagnoses(tmp_path / "out")
+    assert sorted(d["event_id"] for d in diags) == sorted(e["event_id"] for e in events)  # each exactly once
+    for v in range(40):
+        mine = [d for d in diags if d["vin"] == vin(v)]
+        assert [d["event_id"] for d in mine] == [f"c-{v}-{k}" for k in range(4)]
+        assert [d["phase"] for d in mine] == ["INVESTIGATING", "CONCLUDED", "INVESTIGATING", "CONCLUDED"]
+        assert [d["session_id"] for d in mine] == [sid(vin(v), 8)] * 2 + [sid(vin(v), 10)] * 2
+        assert mine[2]["memory"]["own"] == [{"vin": vin(v), "session_id": sid(vin(v), 8)}]
+    assert all(d["llm_calls"] == 2 and d["tool_calls"] == 1 and d["flags"] == [] for d in diags)
+    assert all(d["prompt_tokens"] > 0 and d["completion_tokens"] > 0 and d["model_latency_ms"] > 0 for d in diags)
+    assert server.stats["ok"] == 2 * len(events)
+    expected = sorted((vin(v), sid(vin(v), h)) for v in range(40) for h in (8, 10))
+    assert l3_keys(tmp_path / "memory.db") == expected
+
+
+def test_injected_429_500_timeouts_and_malformed_replies_end_in_success_or_a_flag(tmp_path: Path) -> None:
+    events = write_alerts(tmp_path / "alerts.jsonl", vins=24)
+    config = ServerConfig(
+        latency_ms=20, seed=11, timeout_hang_s=3.0,
+        error_rates={"429": 0.15, "500": 0.1, "timeout": 0.03, "malformed": 0.05},
+    )  # fmt: skip
+    with ModelServer(config) as server:
+        finish(
+            run_job(tmp_path / "out", tmp_path / "alerts.jsonl", server.base_url, 16,
+                    VDOCTOR_MODEL_TIMEOUT_S="1", VDOCTOR_MODEL_MAX_ATTEMPTS="3")
+        )  # fmt: skip
+    assert all(server.stats[k] > 0 for k in ("429", "500", "timeout", "malformed"))
+    diags = diagnoses(tmp_path / "out")
+    assert sorted(d["event_id"] for d in diags) == sorted(e["event_id"] for e in events)
+    failed = [d for d in diags if "model_failed" in d["flags"]]
+    assert all(d["phase"] == "INVESTIGATING" and d["root_cause"] is None for d in failed)
+    # A run either failed for good after 3 attempts or got both answers: with
+    # ~30% of calls failing, most runs succeed after retries.
+    assert all(d["llm_calls"] == 2 for d in diags if d not in failed)
+    assert len(failed) < len(diags) // 4
+    assert server.stats["requests"] > server.stats["ok"]  # retries happened
+
+
+def test_killed_with_runs_in_flight_and_restored_yields_every_l3_record_once(tmp_path: Path) -> None:
+    vins = 30
+    events = write_alerts(tmp_path / "alerts.jsonl", vins=vins)
+    checkpoints = tmp_path / "checkpoints"
+    total_calls = 2 * len(events)
+    with ModelServer(ServerConfig(latency_ms=300)) as server:
+        first = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 4,
+                        "--checkpoint-dir", str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "10")  # fmt: skip
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and first.poll() is None:
+            done = list(checkpoints.glob("*/chk-*/_metadata"))
+            if done and server.stats["ok"] >= total_calls * 0.2:
+                break
+            time.sleep(0.1)
+        assert first.poll() is None, "the first run ended before it could be killed"
+        calls_before_kill = server.stats["ok"]
+        os.killpg(first.pid, signal.SIGKILL)  # the job's whole process group: client and its JVM
+        first.communicate(timeout=30)  # reaps it and closes its pipes
+        assert calls_before_kill < total_calls
+        written_before = len(l3_keys(tmp_path / "memory.db"))
+        finish(run_job(tmp_path / "out2", tmp_path / "alerts.jsonl", server.base_url, 16,
+                       "--checkpoint-dir", str(checkpoints), "--restore", "latest", "--rate", "10"))  # fmt: skip
+    expected = sorted((vin(v), sid(vin(v), h)) for v in range(vins) for h in (8, 10))
+    assert written_before < len(expected)  # the kill came with cases still to conclude
+    assert l3_keys(tmp_path / "memory.db") == expected  # every concluded case, once
+    # The restored run re-ran what was in flight at the checkpoint and everything after it
+    # (what the killed run emitted before is not a contract: its collect client died with it).
+    second = diagnoses(tmp_path / "out2")
+    assert len({d["event_id"] for d in second}) == len(second)  # no duplicates within the restored run
+    assert {f"c-{v}-3" for v in range(vins)} <= {d["event_id"] for d in second}  # arrived after the kill
+    for v in range(vins):  # per-VIN order and state survive the restore
+        mine = [d for d in second if d["vin"] == vin(v)]
+        ks = [int(d["event_id"].rsplit("-", 1)[1]) for d in mine]
+        assert ks == sorted(ks)
+        phases = {0: "INVESTIGATING", 1: "CONCLUDED", 2: "INVESTIGATING", 3: "CONCLUDED"}
+        assert all(d["phase"] == phases[k] for d, k in zip(mine, ks, strict=True))

@@ -1,0 +1,175 @@
+"""OpenAIChatModel through the real ``openai`` client over HTTP, against the local model server.
+
+Each test starts its own server on a free port with the error schedule it needs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterator
+
+import pytest
+from pydantic import SecretStr
+
+from vdoctor.agent.model import ChatResponse, Message, ToolCall, ToolSpec
+from vdoctor.agent.openai_model import BACKOFF_BASE_S, OpenAIChatModel, backoff_s
+from vdoctor.agent.react import MODEL_FAILED, run_react
+from vdoctor.agent.registry import open_chat_model
+from vdoctor.agent.tools import SPECS, Toolbox
+from vdoctor.devtools.model_server import ModelServer, ServerConfig
+from vdoctor.errors import ConfigError, ModelError
+from vdoctor.knowledge import load_pack
+from vdoctor.memory.session import SessionState
+from vdoctor.settings import load_settings
+
+pytestmark = pytest.mark.integration
+
+KEY = "sk-test-9f8e7d6c5b4a"
+ALERT = 'alert\n```json alert\n{"dtc_codes": ["U0140"]}\n```'
+MESSAGES = [Message(role="system", content="diagnose"), Message(role="user", content=ALERT)]
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+def make_model(url: str, sleeps: list[float], attempts: int = 4, timeout_s: float = 5.0) -> OpenAIChatModel:
+    return OpenAIChatModel(
+        "chat-test", SecretStr(KEY), url, timeout_s=timeout_s, max_attempts=attempts,
+        sleep=sleeps.append, rng=random.Random(7),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[ModelServer]:
+    config = getattr(request, "param", ServerConfig())
+    with ModelServer(config) as srv:
+        yield srv
+
+
+def test_tool_call_then_answer_round_trip_with_usage_and_latency(server: ModelServer, sleeps: list[float]) -> None:
+    model = make_model(server.base_url, sleeps)
+    first = model.chat(MESSAGES, SPECS)
+    assert first.content is None
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [("lookup_dtc", {"codes": ["U0140"]})]
+    assert first.prompt_tokens > 0 and first.completion_tokens > 0 and first.latency_ms > 0
+    # Feed a tool result back: the offline decision behind the server then answers.
+    call = first.tool_calls[0]
+    lookup = '{"codes": [{"code": "U0140", "root_cause": "r", "fix_action": "f", "priority": "P2", '
+    lookup += '"confirm": "code seen in 2 alerts"}], "unknown": []}'
+    follow = [
+        *MESSAGES,
+        Message(role="assistant", tool_calls=(call,)),
+        Message(role="tool", content=lookup, tool_call_id=call.id),
+    ]
+    second = model.chat(follow, SPECS)
+    assert second.tool_calls == () and second.content is not None and '"INVESTIGATING"' in second.content
+    assert server.stats["ok"] == 2 and sleeps == []
+
+
+@pytest.mark.parametrize(
+    "server", [ServerConfig(error_schedule=["429", "500", "malformed", "timeout"], timeout_hang_s=2.0)], indirect=True
+)
+def test_retries_429_500_malformed_and_timeout_then_succeeds(server: ModelServer, sleeps: list[float]) -> None:
+    model = make_model(server.base_url, sleeps, attempts=5, timeout_s=0.5)
+    reply = model.chat(MESSAGES, SPECS)
+    assert reply.tool_calls and reply.extra["attempts"] == 5
+    assert server.stats["requests"] == 5
+    # Full-jitter exponential backoff: retry n waits within [0, 0.5 * 2**(n-1)] s.
+    assert len(sleeps) == 4
+    assert all(0 <= s <= BACKOFF_BASE_S * 2**i for i, s in enumerate(sleeps))
+
+
+@pytest.mark.parametrize("server", [ServerConfig(error_schedule=["500", "500", "500"])], indirect=True)
+def test_gives_up_after_the_attempt_bound(server: ModelServer, sleeps: list[float]) -> None:
+    model = make_model(server.base_url, sleeps, attempts=3)
+    with pytest.raises(ModelError, match="gave up after 3 attempts.*HTTP 500"):
+        model.chat(MESSAGES, SPECS)
+    assert server.stats["requests"] == 3 and len(sleeps) == 2
+
+
+@pytest.mark.parametrize("server", [ServerConfig(error_schedule=["400"])], indirect=True)
+def test_other_4xx_is_not_retried_and_never_shows_the_key(
+    server: ModelServer, sleeps: list[float], caplog: pytest.LogCaptureFixture
+) -> None:
+    model = make_model(server.base_url, sleeps)
+    with caplog.at_level(logging.DEBUG), pytest.raises(ModelError, match="HTTP 400, not retried") as info:
+        model.chat(MESSAGES, SPECS)
+    assert server.stats["requests"] == 1 and sleeps == []
+    # The injected 400 echoes the Authorization header it received.
+    assert KEY not in str(info.value) and "[redacted]" in str(info.value)
+    assert KEY not in caplog.text and KEY not in repr(model)
+
+
+@pytest.mark.parametrize("server", [ServerConfig(api_key="sk-the-right-one")], indirect=True)
+def test_wrong_key_is_a_clear_error_without_the_key(server: ModelServer, sleeps: list[float]) -> None:
+    model = make_model(server.base_url, sleeps)
+    with pytest.raises(ModelError, match="HTTP 401") as info:
+        model.chat(MESSAGES, SPECS)
+    assert KEY not in str(info.value) and server.stats["requests"] == 0
+
+
+@pytest.mark.parametrize("server", [ServerConfig(error_schedule=["429"] * 3)], indirect=True)
+def test_react_run_records_a_model_failure_instead_of_crashing(server: ModelServer, sleeps: list[float]) -> None:
+    model = make_model(server.base_url, sleeps, attempts=2)
+    session = SessionState(
+        vin="LSVAU2180N2183294", series="EV-A", session_id="s", opened_at="2026-11-01T00:00:00Z",
+        last_event_at="2026-11-01T00:00:00Z",
+    )  # fmt: skip
+    run = run_react(model, Toolbox(load_pack(), session), list(MESSAGES))
+    assert run.flags == [MODEL_FAILED] and run.answer.phase == "INVESTIGATING"
+    assert run.error is not None and "429" in run.error and KEY not in run.error
+
+
+def test_backoff_grows_exponentially_and_is_capped() -> None:
+    rng = random.Random(1)
+    caps = [max(backoff_s(n, rng) for _ in range(200)) for n in (1, 2, 3, 4, 10)]
+    assert caps[0] <= 0.5 < caps[1] <= 1.0 < caps[2] <= 2.0 < caps[3] <= 4.0
+    assert 4.0 < caps[4] <= 8.0
+
+
+def test_settings_select_the_openai_model_and_need_a_key() -> None:
+    env = {"VDOCTOR_MODEL": "openai", "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+           "VDOCTOR_CHAT_MODEL": "big", "VDOCTOR_SUMMARY_MODEL": "small", "VDOCTOR_MODEL_TIMEOUT_S": "3"}  # fmt: skip
+    settings = load_settings(env)
+    chat, summary = open_chat_model(settings), open_chat_model(settings, "summary")
+    assert isinstance(chat, OpenAIChatModel) and (chat.name, summary.name) == ("big", "small")
+    assert chat.timeout_s == 3.0 and KEY not in repr(settings) and KEY not in repr(chat)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        open_chat_model(load_settings({"VDOCTOR_MODEL": "openai"}))
+    with pytest.raises(ConfigError, match="model"):
+        load_settings({"VDOCTOR_MODEL": "gpt-5"})
+
+
+def test_custom_responder_scripts_any_reply() -> None:
+    def scripted(messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        return ChatResponse(content=None, tool_calls=(ToolCall("x", "signal_history", {"signal": "pack_temp_c"}),))
+
+    with ModelServer(responder=scripted) as srv:
+        reply = make_model(srv.base_url, []).chat(MESSAGES, SPECS)
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("signal_history", {"signal": "pack_temp_c"})]
+
+
+def test_server_runs_standalone_and_refuses_unknown_error_kinds() -> None:
+    import json
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.conftest import REPO_ROOT
+
+    cmd = [sys.executable, "-m", "vdoctor.devtools.model_server", "--port", "0", "--error-schedule", "429"]
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        url = (proc.stdout.readline() if proc.stdout else "").split()[-1]
+        reply = make_model(url, []).chat(MESSAGES, SPECS)  # one 429, one retry
+        assert reply.extra["attempts"] == 2
+        with urllib.request.urlopen(url + "/stats", timeout=5) as resp:
+            assert json.loads(resp.read()) == {"requests": 2, "429": 1, "ok": 1}
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    bad = subprocess.run([*cmd[:3], "--error-rates", "503=0.1"], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown error kinds ['503']" in bad.stderr
