@@ -37,6 +37,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         os.environ,
         memory_url=args.memory,
         model=getattr(args, "model", None),
+        summarizer=getattr(args, "summarizer", None),
         concurrency=getattr(args, "concurrency", None),
     )
     return settings.model_copy(update={"memory_url": _absolute_memory_url(settings.memory_url)})
@@ -52,8 +53,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"vdoctor run: no such alerts file: {alerts}", file=sys.stderr)
         return 2
     if settings.model == "openai" and settings.openai_api_key is None:
-        print("vdoctor run: --model openai needs OPENAI_API_KEY (and OPENAI_BASE_URL for other endpoints)",
-              file=sys.stderr)
+        print(
+            "vdoctor run: --model openai needs OPENAI_API_KEY (and OPENAI_BASE_URL for other endpoints)",
+            file=sys.stderr,
+        )
         return 2
     if args.rate is not None and args.rate <= 0:
         print(f"vdoctor run: --rate must be positive, got {args.rate:g}", file=sys.stderr)
@@ -63,8 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.restore == "latest":
         restore_from = latest_checkpoint(checkpoint_dir) if checkpoint_dir else None
         if restore_from is None:
-            print("vdoctor run: --restore latest found no complete checkpoint under --checkpoint-dir",
-                  file=sys.stderr)
+            print("vdoctor run: --restore latest found no complete checkpoint under --checkpoint-dir", file=sys.stderr)
             return 2
     elif args.restore:
         restore_from = Path(args.restore)
@@ -156,8 +158,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--out", required=True, help="folder for diagnoses.jsonl and dead_letters.jsonl")
     run.add_argument("--memory", help="long-term memory URL (default sqlite:///.vdoctor/memory.db)")
     run.add_argument(
-        "--model", choices=["offline", "openai"],
+        "--model",
+        choices=["offline", "openai"],
         help="chat model (default offline); openai uses OPENAI_BASE_URL, OPENAI_API_KEY, VDOCTOR_CHAT_MODEL",
+    )
+    run.add_argument(
+        "--summarizer",
+        choices=["offline", "openai"],
+        help="who writes summaries (default offline); openai uses VDOCTOR_SUMMARY_MODEL at OPENAI_BASE_URL",
     )
     run.add_argument("--parallelism", type=int, default=1)
     run.add_argument("--concurrency", type=int, help="vehicles diagnosed at once per subtask (default 64)")

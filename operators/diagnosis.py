@@ -138,6 +138,11 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.m_runs_per_s = group.meter("runs_per_second", time_span_in_seconds=60)
         pool = self.pool
         group.gauge("runs_in_flight", lambda: pool.in_flight if pool else 0)
+        # Every summary is checked (issue 4): checked, passed first time, repaired, retried, failed.
+        engine = self.engine
+        if engine is not None:
+            for name in engine.summary_metrics.as_dict():
+                group.gauge(name, lambda name=name: engine.summary_metrics.as_dict()[name])
         group.gauge("runs_queued", lambda: pool.queued if pool else 0)
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
 from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
 from vdoctor.memory.recall import recall
 from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
-from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer
+from vdoctor.memory.summarizer import FidelityMetrics, ModelSummarizer, OfflineSummarizer, Summarizer
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
 from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase
@@ -87,6 +87,12 @@ class DiagnosisEngine:
             store=open_store(settings.memory_url),
             model=open_chat_model(settings),
             embedder=HashingEmbedder(),
+            # Summaries may come from a separate, cheaper model (DESIGN.md §4).
+            summarizer=(
+                OfflineSummarizer()
+                if settings.summarizer == "offline"
+                else ModelSummarizer(open_chat_model(settings.model_copy(update={"model": "openai"}), "summary"))
+            ),
             pack=load_pack(extra_csv=extra),
             working_budget_tokens=settings.working_budget_tokens,
             injection_budget_tokens=settings.injection_budget_tokens,

@@ -21,6 +21,7 @@ DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
 ENV_VARS: dict[str, str] = {
     "memory_url": "VDOCTOR_MEMORY_URL",
     "model": "VDOCTOR_MODEL",
+    "summarizer": "VDOCTOR_SUMMARIZER",
     "openai_base_url": "OPENAI_BASE_URL",
     "openai_api_key": "OPENAI_API_KEY",
     "chat_model": "VDOCTOR_CHAT_MODEL",
@@ -49,6 +50,9 @@ class Settings(BaseModel):
 
     memory_url: str = DEFAULT_MEMORY_URL
     model: Literal["offline", "openai"] = "offline"
+    # Who writes summaries: the offline summarizer (default), or the hosted
+    # summary model (VDOCTOR_SUMMARY_MODEL, usually cheaper than the chat model).
+    summarizer: Literal["offline", "openai"] = "offline"
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
     chat_model: str = "gpt-4o-mini"

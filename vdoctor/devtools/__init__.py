@@ -1,1 +1,4 @@
-"""Tools for tests and benchmarks: input corpora and local stand-ins for remote services (an OpenAI-compatible model server)."""
+"""Tools for tests and benchmarks: input corpora and local stand-ins for remote services.
+
+model_server is a local OpenAI-compatible chat server; bad_corpus a hostile input corpus.
+"""
