@@ -106,6 +106,22 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_init(args: argparse.Namespace) -> int:
+    url = _settings(args).memory_url
+    store = open_store(url)
+    try:
+        init = getattr(store, "init_schema", None)
+        if init is None:
+            print(f"{urlsplit(url).scheme} memory creates its schema when opened; nothing to apply")
+            return 0
+        applied = init()
+        where = getattr(getattr(store, "info", None), "redacted", urlsplit(url).scheme)
+    finally:
+        store.close()
+    print(f"applied {', '.join(applied)} to {where}")
+    return 0
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vdoctor", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -141,6 +157,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     forget.add_argument("--change", required=True, choices=["scrapped", "transferred"])
     forget.add_argument("--memory")
     forget.set_defaults(func=_cmd_forget)
+
+    init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
+    init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")
+    init.set_defaults(func=_cmd_init)
     return parser.parse_args(argv)
 
 

@@ -75,6 +75,7 @@ def _doris(request: pytest.FixtureRequest) -> MemoryStore:
 
     return PaddedDoris(open_store(request.getfixturevalue("doris_url")), VECTOR_DIM)  # type: ignore[return-value]
 
+
 STORE_FACTORIES: dict[str, Callable[[Path, pytest.FixtureRequest], MemoryStore]] = {
     "memory": lambda tmp_path, request: InMemoryStore(),
     # Through the URL registry, as `--memory sqlite:////abs/path.db` would open it.

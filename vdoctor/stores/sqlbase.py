@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import numpy as np
+
 from vdoctor.errors import ConfigError, StoreError
 from vdoctor.records import MemoryRecord
 from vdoctor.stores.base import Scored, SimilarQuery
@@ -111,7 +113,9 @@ def vector_literal(vector: Sequence[float]) -> str:
     """An SQL array literal ``[0.1,-0.2,...]`` from finite floats only (anything else raises)."""
     parts = []
     for x in vector:
-        value = float(x)  # raises on non-numbers
+        if isinstance(x, bool) or not isinstance(x, int | float | np.floating | np.integer):
+            raise StoreError(f"a vector holds a {type(x).__name__}, not a number; refusing to build an SQL literal")
+        value = float(x)
         if not math.isfinite(value):
             raise StoreError("a vector holds a non-finite value; refusing to build an SQL literal from it")
         parts.append(repr(value))
