@@ -14,10 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from vdoctor.embed import HashingEmbedder
 from vdoctor.errors import VDoctorError
 from vdoctor.memory.recall import recall
-from vdoctor.settings import Settings, load_settings
+from vdoctor.settings import Settings, embedder_from, load_settings
 from vdoctor.stores import open_store
 
 
@@ -76,13 +75,15 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_recall(args: argparse.Namespace) -> int:
-    store = open_store(_settings(args).memory_url)
+    settings = _settings(args)
+    store = open_store(settings.memory_url)
     try:
         series = args.series
         if series is None:
             own = store.history(args.vin)
             series = own[0].series if own else ""
-        found = recall(store, HashingEmbedder(), args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
+        embedder = embedder_from(settings)
+        found = recall(store, embedder, args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
     finally:
         store.close()
     out = {

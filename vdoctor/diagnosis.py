@@ -16,7 +16,7 @@ from vdoctor.agent.offline import OfflineModel
 from vdoctor.agent.prompt import build_messages
 from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
-from vdoctor.embed import Embedder, HashingEmbedder
+from vdoctor.embed import Embedder
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
@@ -25,7 +25,7 @@ from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
 from vdoctor.memory.working import Round, WorkingMemory
 from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase
-from vdoctor.settings import Settings
+from vdoctor.settings import Settings, embedder_from
 from vdoctor.stores import MemoryStore, open_store
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -75,7 +75,7 @@ class DiagnosisEngine:
         return cls(
             store=open_store(settings.memory_url),
             model=OfflineModel(),
-            embedder=HashingEmbedder(),
+            embedder=embedder_from(settings),
             pack=load_pack(extra_csv=extra),
             working_budget_tokens=settings.working_budget_tokens,
             injection_budget_tokens=settings.injection_budget_tokens,
