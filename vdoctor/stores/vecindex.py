@@ -168,6 +168,8 @@ class SeriesVectorIndex:
     @classmethod
     def load(cls, folder: Path, epoch: str) -> SeriesVectorIndex | None:
         """The saved index if it exists and belongs to this database, else None (rebuild)."""
+        if not (folder / "meta.json").is_file():
+            return None  # never saved yet: a first build, not a problem
         try:
             meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
             if meta.get("format") != INDEX_FORMAT or meta.get("epoch") != epoch:
