@@ -114,7 +114,8 @@ class BM25:
             for w in q:
                 f = tf.get(w)
                 if f:
-                    s += self.idf[w] * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * self.lens[i] / self.avg))
+                    norm = 1 - self.b + self.b * self.lens[i] / self.avg
+                    s += self.idf[w] * f * (self.k1 + 1) / (f + self.k1 * norm)
             scores[i] = s
         return [int(i) for i in np.argsort(-scores, kind="stable")[:k]]
 

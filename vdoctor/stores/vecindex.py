@@ -26,8 +26,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 log = logging.getLogger(__name__)
+# A matrix-vector product is memory-bound: BLAS threads do not speed it up,
+# and on busy cores their spin-waits made a scan 2-3x slower (bench/).
+_BLAS_THREADS = 1
+_controller: ThreadpoolController | None = None
+
+
+def _blas_controller() -> ThreadpoolController:
+    global _controller
+    if _controller is None:
+        _controller = ThreadpoolController()
+    return _controller
 
 INDEX_FORMAT = 1
 # Growth factor of a series matrix: amortised O(1) appends without holding
@@ -133,7 +145,8 @@ class SeriesVectorIndex:
         if part is None or part.size == 0 or k <= 0 or vector.shape[0] != self.dim:
             return []
         n = part.size
-        scores = part.vectors[:n] @ vector.astype(np.float32, copy=False)
+        with _blas_controller().limit(limits=_BLAS_THREADS, user_api="blas"):
+            scores = part.vectors[:n] @ vector.astype(np.float32, copy=False)
         scores[part.vins[:n] == vin_hash(exclude_vin)] = -np.inf
         if n > k:
             idx = np.argpartition(-scores, k - 1)[:k]
