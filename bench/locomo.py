@@ -7,10 +7,17 @@ as records of one series in a real SqliteStore; each question of categories
 k when any gold evidence turn is among the first k results (any-hit recall@k).
 
 Methods, all over the same turns and questions:
-- bm25: plain Okapi BM25 (k1 = 1.2, b = 0.75) over lower-cased word tokens;
+- bm25: plain Okapi BM25 (k1 = 1.2, b = 0.75) over lower-cased word tokens
+  of each turn alone: the published baseline;
+- bm25+context: the same BM25 over the turns as our store indexes them;
 - vector: the store's similar-case search with the offline embedder alone;
 - vector+rerank: the store's top-N by vector, reordered by the offline
   reranker (the recall path's two stages; N = --candidates).
+
+Our store indexes each turn together with the --context turns before it (a
+reply is mostly about what it answers: "Yes, last Saturday!" names nothing),
+so a record is the turn in context, as a case summary is the case in context.
+The turn itself is what is returned and scored.
 
 Usage: .venv/bin/python bench/locomo.py [--candidates 50] [--plot out/bench/locomo.png]
 """
@@ -127,7 +134,8 @@ def any_hit(ranked: list[str], gold: set[str]) -> dict[int, bool]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--candidates", type=int, default=50, help="stage-1 vector candidates before reranking")
+    parser.add_argument("--candidates", type=int, default=200, help="stage-1 vector candidates before reranking")
+    parser.add_argument("--context", type=int, default=1, help="preceding turns indexed with each turn")
     parser.add_argument("--dim", type=int, default=256, help="embedding dimension (the stores' default is 256)")
     parser.add_argument("--plot", type=Path, default=REPO_ROOT / "out" / "bench" / "locomo.png")
     args = parser.parse_args(argv)
@@ -135,14 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     convs = load(args.data)
     embedder = HashingEmbedder(args.dim)
     reranker: Reranker = OverlapReranker()
-    hits: dict[str, dict[int, int]] = {m: dict.fromkeys(KS, 0) for m in ("bm25", "vector", "vector+rerank")}
+    methods = ("bm25", "bm25+context", "vector", "vector+rerank")
+    hits: dict[str, dict[int, int]] = {m: dict.fromkeys(KS, 0) for m in methods}
     asked = skipped = 0
     started = time.monotonic()
     at = datetime(2023, 1, 1, tzinfo=UTC)
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteStore(str(Path(tmp) / "locomo.db"))
         for n, (sample, turns, questions) in enumerate(convs, 1):
-            vectors = embedder.embed([t.text for t in turns])
+            docs = [" ".join(t.text for t in turns[max(0, i - args.context) : i + 1][::-1]) for i in range(len(turns))]
+            vectors = embedder.embed(docs)
             store.upsert_many(
                 [
                     MemoryRecord(
@@ -150,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                         session_id=t.dia_id,
                         series=sample,
                         concluded_at=at,
-                        summary=t.text[:MAX_SUMMARY_CHARS],
+                        summary=docs[i][:MAX_SUMMARY_CHARS],
                         summary_vec=vectors[i].tolist(),
-                        root_cause=t.text[MAX_SUMMARY_CHARS:],
+                        root_cause=docs[i][MAX_SUMMARY_CHARS:],
                         fix_action="",
                         priority="P3",
                         recheck_ok=True,
@@ -162,12 +172,16 @@ def main(argv: list[str] | None = None) -> int:
                 ]
             )
             bm25 = BM25([t.text for t in turns])
+            bm25_context = BM25(docs)
             for q in questions:
                 if not q.evidence:
                     skipped += 1
                     continue
                 asked += 1
-                ranked = {"bm25": [turns[i].dia_id for i in bm25.rank(q.text, max(KS))]}
+                ranked = {
+                    "bm25": [turns[i].dia_id for i in bm25.rank(q.text, max(KS))],
+                    "bm25+context": [turns[i].dia_id for i in bm25_context.rank(q.text, max(KS))],
+                }
                 qv = embedder.embed([q.text])[0]
                 cands = store.similar(SimilarQuery(QUERY_VIN, sample, qv, max(args.candidates, max(KS))))
                 ranked["vector"] = [c.record.session_id for c in cands]
@@ -188,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{method:<16}" + "".join(f"{row[k]:>8.3f}" for k in KS))
     print(f"{'bm25 (published)':<16}" + "".join(f"{PUBLISHED_BM25[k]:>8.3f}" for k in KS))
     plot(table, args.plot)
+    print(f"settings: offline embedder dim {args.dim}, {args.candidates} vector candidates, context {args.context}")
     print(f"plot: {args.plot}")
     return 0
 
