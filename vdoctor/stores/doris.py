@@ -27,7 +27,7 @@ from vdoctor.stores.base import Scored, SimilarQuery
 from vdoctor.stores.sqlbase import COLUMN_LIST, COLUMNS, ConnInfo, SqlStore, naive_utc, parse_url, vector_literal
 
 try:
-    import pymysql
+    import pymysql  # type: ignore[import-untyped]
 except ImportError as e:  # pragma: no cover - pymysql is a declared dependency
     raise ConfigError("the doris backend needs pymysql: pip install 'pymysql>=1.1'") from e
 
@@ -120,7 +120,7 @@ def open_doris(url: str) -> SqlStore:
     return SqlStore(info, DorisDialect(), lambda: connect(info), (pymysql.MySQLError,))
 
 
-def connect(info: ConnInfo) -> pymysql.connections.Connection:  # type: ignore[type-arg]
+def connect(info: ConnInfo) -> pymysql.connections.Connection:
     # Doris has no MySQL-protocol prepared statements; pymysql interpolates
     # client-side, and autocommit makes every INSERT its own load.
     return pymysql.connect(

@@ -19,7 +19,7 @@ from vdoctor.stores.base import Scored, SimilarQuery, top_k
 from vdoctor.stores.sqlbase import COLUMN_LIST, ConnInfo, SqlStore, naive_utc, parse_url
 
 try:
-    import pymysql
+    import pymysql  # type: ignore[import-untyped]
 except ImportError as e:  # pragma: no cover - pymysql is a declared dependency
     raise ConfigError("the mysql backend needs pymysql: pip install 'pymysql>=1.1'") from e
 
@@ -37,7 +37,8 @@ class MySqlDialect:
         return np.asarray(vector, dtype=np.float32).tobytes()
 
     def decode_vec(self, raw: object) -> list[float]:
-        return np.frombuffer(bytes(raw), dtype=np.float32).tolist()  # type: ignore[call-overload]
+        data = raw if isinstance(raw, bytes | bytearray | memoryview) else str(raw).encode("latin-1")
+        return [float(x) for x in np.frombuffer(bytes(data), dtype=np.float32)]
 
     def upsert(self, store: SqlStore, records: list[MemoryRecord]) -> None:
         row = "(" + ", ".join(["%s"] * 14) + ")"
@@ -96,7 +97,7 @@ def open_mysql(url: str) -> SqlStore:
     return SqlStore(info, MySqlDialect(), lambda: connect(info), (pymysql.MySQLError,))
 
 
-def connect(info: ConnInfo) -> pymysql.connections.Connection:  # type: ignore[type-arg]
+def connect(info: ConnInfo) -> pymysql.connections.Connection:
     return pymysql.connect(
         host=info.host,
         port=info.port,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 log = logging.getLogger(__name__)
 # A matrix-vector product is memory-bound: BLAS threads do not speed it up,
@@ -195,7 +195,7 @@ class SeriesVectorIndex:
                 vins = np.load(folder / f"s{i}.vins.npy")
                 if not (len(vectors) == len(rowids) == len(vins)) or vectors.shape[1:] != (index.dim,):
                     return None
-                part = _Series(int(index.dim))
+                part = _Series(int(meta["dim"]))
                 part.vectors, part.rowids, part.vins, part.size = vectors, rowids, vins, len(rowids)
                 index._series[name] = part
                 index._where.update((int(r), (name, slot)) for slot, r in enumerate(rowids.tolist()))
