@@ -14,10 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from vdoctor.embed import HashingEmbedder
 from vdoctor.errors import VDoctorError
 from vdoctor.memory.recall import recall
-from vdoctor.settings import Settings, load_settings
+from vdoctor.settings import Settings, embedder_from, load_settings
 from vdoctor.stores import open_store
 
 
@@ -119,13 +118,15 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_recall(args: argparse.Namespace) -> int:
-    store = open_store(_settings(args).memory_url)
+    settings = _settings(args)
+    store = open_store(settings.memory_url)
     try:
         series = args.series
         if series is None:
             own = store.history(args.vin)
             series = own[0].series if own else ""
-        found = recall(store, HashingEmbedder(), args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
+        embedder = embedder_from(settings)
+        found = recall(store, embedder, args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
     finally:
         store.close()
     out = {
@@ -146,6 +147,22 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     finally:
         store.close()
     print(f"{args.vin}: {n} records marked invalid ({args.change}); kept for audit, never recalled")
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    url = _settings(args).memory_url
+    store = open_store(url)
+    try:
+        init = getattr(store, "init_schema", None)
+        if init is None:
+            print(f"{urlsplit(url).scheme} memory creates its schema when opened; nothing to apply")
+            return 0
+        applied = init()
+        where = getattr(getattr(store, "info", None), "redacted", urlsplit(url).scheme)
+    finally:
+        store.close()
+    print(f"applied {', '.join(applied)} to {where}")
     return 0
 
 
@@ -198,6 +215,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     forget.add_argument("--change", required=True, choices=["scrapped", "transferred"])
     forget.add_argument("--memory")
     forget.set_defaults(func=_cmd_forget)
+
+    init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
+    init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")
+    init.set_defaults(func=_cmd_init)
     return parser.parse_args(argv)
 
 

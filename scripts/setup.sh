@@ -40,4 +40,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e '.[test]'
   touch "$stamp"
 fi
+# A real MariaDB for the mysql store's tests, unpacked into .services/ (no system change).
+bash scripts/install/mariadb.sh
 log "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

@@ -17,7 +17,7 @@ from vdoctor.agent.prompt import build_messages
 from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.registry import open_chat_model
 from vdoctor.agent.tools import Toolbox
-from vdoctor.embed import Embedder, HashingEmbedder
+from vdoctor.embed import Embedder
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
@@ -28,7 +28,7 @@ from vdoctor.memory.summarizer import FidelityMetrics, ModelSummarizer, OfflineS
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
 from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase
-from vdoctor.settings import Settings
+from vdoctor.settings import Settings, embedder_from
 from vdoctor.stores import MemoryStore, open_store
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -86,7 +86,7 @@ class DiagnosisEngine:
         return cls(
             store=open_store(settings.memory_url),
             model=open_chat_model(settings),
-            embedder=HashingEmbedder(),
+            embedder=embedder_from(settings),
             # Summaries may come from a separate, cheaper model (DESIGN.md §4).
             summarizer=(
                 OfflineSummarizer()

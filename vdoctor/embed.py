@@ -70,3 +70,22 @@ class HashingEmbedder:
             if length > 0:
                 out[row] /= length
         return out
+
+
+# The closed set of embedders, selected by name (settings: VDOCTOR_EMBEDDER).
+EMBEDDERS = ("offline", "openai")
+
+
+def open_embedder(
+    kind: str, base_url: str | None = None, model: str = "", api_key: str = "", dim: int = DEFAULT_DIM
+) -> Embedder:
+    """The embedder ``kind`` names; an unknown name lists the valid ones."""
+    if kind == "offline":
+        return HashingEmbedder(dim)
+    if kind == "openai":
+        from vdoctor.embed_openai import OpenAIEmbedder
+
+        return OpenAIEmbedder(base_url or "", model, api_key, dim)
+    from vdoctor.errors import ConfigError
+
+    raise ConfigError(f"unknown embedder {kind!r}; valid: {', '.join(EMBEDDERS)}")

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from vdoctor.embed import Embedder, open_embedder
 from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
 
@@ -27,6 +28,7 @@ ENV_VARS: dict[str, str] = {
     "chat_model": "VDOCTOR_CHAT_MODEL",
     "summary_model": "VDOCTOR_SUMMARY_MODEL",
     "embed_model": "VDOCTOR_EMBED_MODEL",
+    "embedder": "VDOCTOR_EMBEDDER",
     "extra_dtc_csv": "VDOCTOR_EXTRA_DTC_CSV",
     "working_budget_tokens": "VDOCTOR_WORKING_BUDGET_TOKENS",
     "injection_budget_tokens": "VDOCTOR_INJECTION_BUDGET_TOKENS",
@@ -58,6 +60,8 @@ class Settings(BaseModel):
     chat_model: str = "gpt-4o-mini"
     summary_model: str = "gpt-4o-mini"
     embed_model: str = "text-embedding-3-small"
+    # offline: hashed n-grams, no network; openai: an OpenAI-compatible endpoint.
+    embedder: Literal["offline", "openai"] = "offline"
     extra_dtc_csv: str | None = None
     working_budget_tokens: int = Field(default=4000, ge=500)
     injection_budget_tokens: int = Field(default=800, ge=0)
@@ -84,3 +88,9 @@ def load_settings(env: Mapping[str, str], **flags: Any) -> Settings:
         return Settings.model_validate(values)
     except ValidationError as e:
         raise ConfigError(f"invalid settings: {describe_validation_error(e)}") from e
+
+
+def embedder_from(settings: Settings) -> Embedder:
+    """The embedder the settings name (the OpenAI one reads base URL, model and key from them)."""
+    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
+    return open_embedder(settings.embedder, settings.openai_base_url, settings.embed_model, key)

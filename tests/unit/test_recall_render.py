@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -168,3 +169,57 @@ def test_recall_own_history_is_limited_to_two_years_and_ten_records() -> None:
     # Newest first: days 11 down to 2.
     assert [r.concluded_at for r in found.own] == [BASE + timedelta(days=n) for n in range(11, 1, -1)]
     assert old.ref() not in found.own_refs
+
+
+# -- the offline reranker (issue 5) --------------------------------------------------------------
+
+
+def _cand(vin: str, score: float, summary: str, codes: list[str]) -> Any:
+    from vdoctor.stores.base import Scored
+
+    record = MemoryRecord(
+        vin=vin,
+        session_id=f"{vin}-s",
+        series="EV-A",
+        concluded_at=datetime(2026, 11, 1, tzinfo=UTC),
+        summary=summary,
+        summary_vec=[1.0],
+        root_cause="",
+        fix_action="fix",
+        priority="P2",
+        dtc_codes=codes,
+        recheck_ok=True,
+        prompt_version="v1",
+    )
+    return Scored(record, score)
+
+
+def test_bm25_scores_weigh_rare_words_over_words_every_candidate_has() -> None:
+    import math
+
+    from vdoctor.memory.recall import bm25_scores
+
+    docs = ["pump coolant", "pump relay", "pump fuse"]
+    # "pump" is in all 3 docs: idf = ln(1 + 0.5/3.5); "relay" in 1: idf = ln(1 + 2.5/1.5).
+    # Every doc has 2 words (= the average), so each matching term scores idf * 1 * 2.2 / 2.2 = idf.
+    got = bm25_scores("the pump relay", docs)
+    low, high = math.log(1 + 0.5 / 3.5), math.log(1 + 2.5 / 1.5)
+    assert got == pytest.approx([low, low + high, low])
+    assert bm25_scores("anything", []) == []
+    assert bm25_scores("the of and", docs) == [0.0, 0.0, 0.0]  # stopwords only
+
+
+def test_reranker_blends_vector_codes_and_words() -> None:
+    from vdoctor.memory.recall import W_CODES, W_LEXICAL, W_VECTOR, OverlapReranker
+
+    a = _cand("A", 0.9, "coolant pump stalled", ["P0A7F"])
+    b = _cand("B", 0.5, "relay fuse blown", ["U0100"])
+    c = _cand("C", 0.4, "relay fuse blown again", ["U0100", "P0A7F"])
+    out = OverlapReranker().rerank("fuse", ["U0100"], [a, b, c], 2)
+    # lexical: A 0; B and C share "fuse" equally in idf, C is longer so scores a little less;
+    # codes: A 0, B 1, C 1/2. B: 0.5*0.5 + 0.5*1 + 1*1 = 1.75 beats C and A (0.45).
+    assert [s.record.vin for s in out] == ["B", "C"]
+    assert out[0].score == pytest.approx(W_VECTOR * 0.5 + W_CODES * 1.0 + W_LEXICAL * 1.0)
+    # With no words and no codes in common, the vector order stands.
+    plain = OverlapReranker().rerank("zzz", [], [b, a, c], 3)
+    assert [s.record.vin for s in plain] == ["A", "B", "C"]

@@ -1,0 +1,164 @@
+"""The OpenAI-compatible embedder, with the real ``openai`` client over HTTP.
+
+A small local server speaks ``POST /v1/embeddings`` as OpenAI does; its
+vectors are a fixed function of the text, so the expected results are known.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vdoctor.embed import HashingEmbedder, open_embedder
+from vdoctor.embed_openai import OpenAIEmbedder
+from vdoctor.errors import ConfigError, ModelError
+from vdoctor.settings import embedder_from, load_settings
+
+pytestmark = pytest.mark.integration
+
+API_KEY = "sk-test-very-secret-0123456789"
+
+
+def fake_vector(text: str, dim: int) -> list[float]:
+    """Unnormalised on purpose: [len(text), 1, 2, ..., dim - 1] (the client must normalise)."""
+    return [float(len(text))] + [float(i) for i in range(1, dim)]
+
+
+class Server(ThreadingHTTPServer):
+    requests: list[dict[str, Any]]
+    headers_seen: list[dict[str, str]]
+    mode: str
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append({"path": self.path, **body})
+        self.server.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
+        mode = self.server.mode
+        if mode == "error":
+            self._send(500, {"error": {"message": "backend exploded", "type": "server_error"}})
+            return
+        if self.path != "/v1/embeddings" or self.headers.get("Authorization") != f"Bearer {API_KEY}":
+            self._send(401, {"error": {"message": "bad key or path", "type": "auth"}})
+            return
+        dim = int(body.get("dimensions", 8))
+        if mode == "short":
+            dim -= 1
+        inputs = body["input"]
+        data = [
+            {"object": "embedding", "index": i, "embedding": fake_vector(t, dim)}
+            for i, t in reversed(list(enumerate(inputs)))
+        ]
+        self._send(
+            200,
+            {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}},
+        )
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    srv = Server(("127.0.0.1", 0), Handler)
+    srv.requests, srv.headers_seen, srv.mode = [], [], "ok"
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+    thread.join()
+
+
+@pytest.fixture
+def base_url(server: Server) -> Iterator[str]:
+    server.requests.clear()
+    server.headers_seen.clear()
+    server.mode = "ok"
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+def test_embeds_through_the_endpoint_normalised_and_in_input_order(server: Server, base_url: str) -> None:
+    emb = OpenAIEmbedder(base_url, "text-embedding-3-small", API_KEY, dim=4)
+    out = emb.embed(["ab", "abcd"])
+    # [2, 1, 2, 3] / sqrt(18) and [4, 1, 2, 3] / sqrt(30); the server answered in reverse order.
+    assert out.shape == (2, 4) and out.dtype == np.float32
+    assert out[0] == pytest.approx(np.array([2, 1, 2, 3]) / np.sqrt(18), rel=1e-6)
+    assert out[1] == pytest.approx(np.array([4, 1, 2, 3]) / np.sqrt(30), rel=1e-6)
+    assert len(server.requests) == 1
+    sent = server.requests[0]
+    assert (sent["path"], sent["model"], sent["input"], sent["dimensions"]) == (
+        "/v1/embeddings",
+        "text-embedding-3-small",
+        ["ab", "abcd"],
+        4,
+    )
+    assert server.headers_seen[0]["authorization"] == f"Bearer {API_KEY}"
+
+
+def test_settings_select_the_openai_embedder(server: Server, base_url: str) -> None:
+    env = {
+        "VDOCTOR_EMBEDDER": "openai",
+        "OPENAI_BASE_URL": base_url,
+        "OPENAI_API_KEY": API_KEY,
+        "VDOCTOR_EMBED_MODEL": "my-embedder",
+    }
+    settings = load_settings(env)
+    assert API_KEY not in repr(settings) and API_KEY not in str(settings.model_dump())
+    emb = embedder_from(settings)
+    assert emb.name == "openai:my-embedder" and emb.dim == 256
+    vec = emb.embed(["电池包单体压差过大"])[0]
+    assert float(np.linalg.norm(vec)) == pytest.approx(1.0, abs=1e-6)
+    assert server.requests[-1]["model"] == "my-embedder" and server.requests[-1]["dimensions"] == 256
+    assert isinstance(embedder_from(load_settings({})), HashingEmbedder)
+
+
+def test_server_errors_become_model_errors_without_the_key(
+    server: Server, base_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server.mode = "error"
+    emb = OpenAIEmbedder(base_url, "m", API_KEY, dim=4, max_retries=0)
+    with pytest.raises(ModelError, match="backend exploded") as err:
+        emb.embed(["x"])
+    assert API_KEY not in str(err.value) and err.value.__cause__ is None
+    assert API_KEY not in caplog.text
+
+
+def test_a_wrong_dimension_is_refused(server: Server, base_url: str) -> None:
+    server.mode = "short"
+    with pytest.raises(ModelError, match="dimension 3 .* expected 4"):
+        OpenAIEmbedder(base_url, "m", API_KEY, dim=4).embed(["x"])
+
+
+def test_a_wrong_key_is_refused_without_echoing_it(base_url: str) -> None:
+    with pytest.raises(ModelError) as err:
+        OpenAIEmbedder(base_url, "m", "sk-wrong-key-abcdef", dim=4, max_retries=0).embed(["x"])
+    assert "sk-wrong-key-abcdef" not in str(err.value)
+
+
+def test_bad_configuration_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="OPENAI_BASE_URL"):
+        open_embedder("openai", None, "m", API_KEY)
+    with pytest.raises(ConfigError, match="valid: offline, openai"):
+        open_embedder("word2vec")
+    with pytest.raises(ConfigError):
+        load_settings({"VDOCTOR_EMBEDDER": "word2vec"})

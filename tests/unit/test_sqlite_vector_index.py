@@ -1,0 +1,152 @@
+"""The embedded store's vector index: persisted, caught up, rebuilt when missing or stale."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vdoctor.records import MemoryRecord
+from vdoctor.stores import SimilarQuery
+from vdoctor.stores.sqlite import SqliteStore
+from vdoctor.stores.vecindex import SeriesVectorIndex
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def rec(i: int, vec: list[float], **overrides: Any) -> MemoryRecord:
+    vin = f"LSVAU2180N2{i:06d}"
+    data: dict[str, Any] = {
+        "vin": vin,
+        "session_id": f"{vin}-s",
+        "series": "EV-A",
+        "concluded_at": T0 + timedelta(hours=i),
+        "summary": f"case {i}",
+        "summary_vec": vec,
+        "root_cause": "cause",
+        "fix_action": "fix",
+        "priority": "P2",
+        "recheck_ok": True,
+        "prompt_version": "v1",
+    }
+    data.update(overrides)
+    return MemoryRecord(**data)
+
+
+def q(vec: list[float], k: int = 10, exclude: str = "NOBODY", series: str = "EV-A") -> SimilarQuery:
+    return SimilarQuery(exclude_vin=exclude, series=series, vector=np.asarray(vec, dtype=np.float32), k=k)
+
+
+def hits(store: SqliteStore, vec: list[float], **kw: Any) -> list[tuple[str, float]]:
+    return [(s.record.vin[-2:], round(s.score, 4)) for s in store.similar(q(vec, **kw))]
+
+
+def test_index_is_saved_on_close_and_reused(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    store = SqliteStore(db)
+    store.upsert_many([rec(1, [1.0, 0.0]), rec(2, [0.0, 1.0]), rec(3, [0.6, 0.8], recheck_ok=None)])
+    assert hits(store, [1.0, 0.0]) == [("01", 1.0), ("02", 0.0)]
+    store.close()
+    meta = json.loads((tmp_path / "m.db.vecindex" / "meta.json").read_text())
+    assert meta["dim"] == 2 and meta["series"] == ["EV-A"]
+
+    reopened = SqliteStore(db)
+    loaded = SeriesVectorIndex.load(tmp_path / "m.db.vecindex", reopened._epoch)
+    assert loaded is not None and len(loaded) == 2 and loaded.seq == meta["seq"]
+    assert hits(reopened, [0.0, 1.0]) == [("02", 1.0), ("01", 0.0)]
+    reopened.close()
+
+
+def test_a_second_writer_is_seen_by_the_first_store(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    reader, writer = SqliteStore(db), SqliteStore(db)
+    reader.upsert(rec(1, [1.0, 0.0]))
+    assert hits(reader, [1.0, 0.0]) == [("01", 1.0)]
+    writer.upsert(rec(2, [0.8, 0.6]))  # another process/subtask writes
+    assert hits(reader, [1.0, 0.0]) == [("01", 1.0), ("02", 0.8)]
+    writer.set_recheck(f"LSVAU2180N2{1:06d}", f"LSVAU2180N2{1:06d}-s", False)  # no longer verified
+    assert hits(reader, [1.0, 0.0]) == [("02", 0.8)]
+    writer.upsert(rec(2, [0.0, 1.0]))  # replaced with a new vector
+    assert hits(reader, [1.0, 0.0]) == [("02", 0.0)]
+    writer.soft_delete(f"LSVAU2180N2{2:06d}")
+    assert hits(reader, [1.0, 0.0]) == []
+    reader.close()
+    writer.close()
+
+
+def test_a_stale_saved_index_is_caught_up_on_start(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    store = SqliteStore(db)
+    store.upsert(rec(1, [1.0, 0.0]))
+    store.similar(q([1.0, 0.0]))
+    store.close()  # saved at this seq
+    other = SqliteStore(db)
+    other.upsert(rec(2, [0.0, 1.0]))  # written without ever loading the index
+    other._index_dir = None  # and this writer does not save one
+    other.close()
+    again = SqliteStore(db)
+    assert hits(again, [0.0, 1.0]) == [("02", 1.0), ("01", 0.0)]
+    again.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "foreign"])
+def test_a_missing_corrupt_or_foreign_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    db = str(tmp_path / "m.db")
+    store = SqliteStore(db)
+    store.upsert_many([rec(1, [1.0, 0.0]), rec(2, [0.0, 1.0])])
+    store.similar(q([1.0, 0.0]))
+    store.close()
+    folder = tmp_path / "m.db.vecindex"
+    if damage == "missing":
+        shutil.rmtree(folder)
+    elif damage == "corrupt":
+        (folder / "s0.vectors.npy").write_bytes(b"not numpy")
+    else:
+        # An index saved by another database (another epoch) with other content.
+        foreign = SqliteStore(str(tmp_path / "other.db"))
+        foreign.upsert(rec(9, [1.0, 0.0]))
+        foreign.similar(q([1.0, 0.0]))
+        foreign.close()
+        shutil.rmtree(folder)
+        shutil.copytree(tmp_path / "other.db.vecindex", folder)
+    store = SqliteStore(db)
+    assert hits(store, [1.0, 0.0]) == [("01", 1.0), ("02", 0.0)]
+    store.close()
+
+
+def test_search_masks_the_asking_vehicle_and_other_series(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "m.db"))
+    store.upsert_many([rec(1, [1.0, 0.0]), rec(2, [0.9, 0.1]), rec(3, [1.0, 0.0], series="EV-B")])
+    assert [v for v, _ in hits(store, [1.0, 0.0], exclude=f"LSVAU2180N2{1:06d}")] == ["02"]
+    assert [v for v, _ in hits(store, [1.0, 0.0], series="EV-B")] == ["03"]
+    assert hits(store, [1.0, 0.0], series="EV-C") == []
+    assert hits(store, [1.0, 0.0, 0.0]) == []  # another dimension matches nothing
+    store.close()
+
+
+def test_index_growth_and_removal_keep_every_row_findable() -> None:
+    index = SeriesVectorIndex()
+    rng = np.random.default_rng(7)
+    vectors = rng.normal(size=(300, 8)).astype(np.float32)
+    for i, v in enumerate(vectors):
+        index.apply(i, "S", f"V{i % 30}", True, v)
+    for i in range(0, 300, 3):  # remove a third: slots are refilled from the end
+        index.apply(i, "S", f"V{i % 30}", False, None)
+    assert len(index) == 200
+    for i in (1, 2, 298, 299):
+        top = index.search("S", "nobody", vectors[i], 200)
+        assert {r for r, _ in top} == {j for j in range(300) if j % 3}
+        # Every score is the row's own inner product with the query (no slot mixed up)...
+        for rowid, score in top:
+            assert score == pytest.approx(float(vectors[rowid] @ vectors[i]), rel=1e-4, abs=1e-5)
+        # ...and the top 5 are the brute-force top 5 of the remaining rows.
+        alive = [j for j in range(300) if j % 3]
+        brute = sorted(alive, key=lambda j: -float(vectors[j] @ vectors[i]))[:5]
+        assert [r for r, _ in index.search("S", "nobody", vectors[i], 5)] == brute

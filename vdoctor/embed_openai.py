@@ -1,0 +1,85 @@
+"""An OpenAI-compatible embeddings endpoint as an Embedder (``POST {base_url}/embeddings``).
+
+Any server that speaks the OpenAI embeddings API works (OpenAI, vLLM, Ollama,
+LiteLLM, ...). The base URL and model come from settings; the API key is a
+secret and never appears in errors or logs. Vectors are requested at the
+store's dimension (``dimensions``, honoured by text-embedding-3 models and
+most servers), checked (count, dimension, finite) and L2-normalised here,
+because every store ranks by inner product.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from vdoctor.embed import DEFAULT_DIM
+from vdoctor.errors import ConfigError, ModelError
+
+try:
+    import openai
+except ImportError as e:  # pragma: no cover - openai is a declared dependency
+    raise ConfigError("the openai embedder needs the openai package: pip install 'openai>=1.40'") from e
+
+# Texts per request: providers cap batch sizes (OpenAI at 2048 inputs).
+BATCH_TEXTS = 256
+REQUEST_TIMEOUT_S = 30.0
+
+
+class OpenAIEmbedder:
+    """Embeddings from an OpenAI-compatible HTTP endpoint through the ``openai`` client."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str,
+        dim: int = DEFAULT_DIM,
+        max_retries: int = 2,
+        send_dimensions: bool = True,
+    ) -> None:
+        if not base_url:
+            raise ConfigError("the openai embedder needs a base URL (OPENAI_BASE_URL)")
+        if not model:
+            raise ConfigError("the openai embedder needs a model name (VDOCTOR_EMBED_MODEL)")
+        self.dim = dim
+        self.name = f"openai:{model}"
+        self._model = model
+        self._send_dimensions = send_dimensions
+        # Local servers accept any key; the client refuses an empty one.
+        self._client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "unused", timeout=REQUEST_TIMEOUT_S, max_retries=max_retries
+        )
+        self._secret = api_key
+
+    def _safe(self, e: BaseException) -> str:
+        text = f"{type(e).__name__}: {e}"
+        return text.replace(self._secret, "***") if self._secret else text
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), BATCH_TEXTS):
+            batch = texts[start : start + BATCH_TEXTS]
+            try:
+                if self._send_dimensions:
+                    resp = self._client.embeddings.create(model=self._model, input=batch, dimensions=self.dim)
+                else:
+                    resp = self._client.embeddings.create(model=self._model, input=batch)
+            except openai.OpenAIError as e:
+                raise ModelError(f"embedding endpoint failed for model {self._model}: {self._safe(e)}") from None
+            if len(resp.data) != len(batch):
+                raise ModelError(f"embedding endpoint returned {len(resp.data)} vectors for {len(batch)} texts")
+            for item in resp.data:
+                vec = item.embedding
+                if not isinstance(vec, list) or len(vec) != self.dim:
+                    got = len(vec) if isinstance(vec, list) else type(vec).__name__
+                    raise ModelError(f"embedding of dimension {got} from model {self._model}; expected {self.dim}")
+                if not all(isinstance(x, int | float) and math.isfinite(x) for x in vec):
+                    raise ModelError(f"embedding from model {self._model} holds non-finite values")
+                if not 0 <= item.index < len(batch):
+                    raise ModelError(f"embedding endpoint returned index {item.index} for {len(batch)} texts")
+                row = np.asarray(vec, dtype=np.float32)
+                norm = float(np.linalg.norm(row))
+                out[start + item.index] = row / norm if norm > 0 else row
+        return out
