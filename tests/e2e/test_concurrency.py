@@ -124,8 +124,8 @@ def test_killed_with_runs_in_flight_and_restored_yields_every_l3_record_once(tmp
     checkpoints = tmp_path / "checkpoints"
     total_calls = 2 * len(events)
     with ModelServer(ServerConfig(latency_ms=300)) as server:
-        first = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 4,
-                        "--checkpoint-dir", str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "10")  # fmt: skip
+        first = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 4, "--checkpoint-dir",
+                        str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "10")  # fmt: skip
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and first.poll() is None:
             done = list(checkpoints.glob("*/chk-*/_metadata"))

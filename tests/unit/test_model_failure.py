@@ -20,8 +20,8 @@ pytestmark = pytest.mark.unit
 
 VIN = "LSVAU2180N2183294"
 LINE = (
-    '{"type": "alert", "event_id": "e-1", "vin": "%s", "series": "EV-A", "ts": "2026-11-01T08:00:00Z", '
-    '"alert_text": "压差过大", "dtc_codes": ["P0A7F"], "signals": {"cell_voltage_diff_mv": 187}}' % VIN
+    f'{{"type": "alert", "event_id": "e-1", "vin": "{VIN}", "series": "EV-A", "ts": "2026-11-01T08:00:00Z", '
+    '"alert_text": "压差过大", "dtc_codes": ["P0A7F"], "signals": {"cell_voltage_diff_mv": 187}}'
 )
 
 
