@@ -84,12 +84,37 @@ def extract_key_facts(text: str, when: str = "") -> list[str]:
     if any(word in lowered for word in _EXCLUDED_WORDS):
         for match in _EXCLUDED_RE.findall(text):
             facts.append(f"excluded: {match.strip()}")
-    if "confidence" in text:
-        for match, _conf in _DECISION_RE.findall(text):
-            facts.append(f"decision: {match.strip()}")
+    for match, _conf in decision_matches(text):
+        facts.append(f"decision: {match.strip()}")
     for ident in _ID_RE.findall(text):
         facts.append(f"id {ident}")
     return facts
+
+
+def decision_matches(text: str) -> list[tuple[str, str]]:
+    """``_DECISION_RE.findall(text)``, scanning only the lines that can hold a match.
+
+    A match starts at most 120 characters before "confidence" on the same
+    line and runs past that line only through whitespace and the number, so
+    each such line is searched within that window; the plain findall retries
+    its 120-character prefix at every position of the text (~1 ms on a round).
+    """
+    out: list[tuple[str, str]] = []
+    pos = 0
+    while (hit := text.find("confidence", pos)) >= 0:
+        start = max(pos, text.rfind("\n", 0, hit) + 1)
+        line_end = text.find("\n", hit)
+        line_end = len(text) if line_end < 0 else line_end
+        end = line_end
+        while end < len(text) and text[end].isspace():
+            end += 1
+        while end < len(text) and (text[end].isdigit() or text[end] == "."):
+            end += 1
+        pos = line_end
+        for m in _DECISION_RE.finditer(text, start, end):
+            out.append((m.group(1), m.group(2)))
+            pos = max(pos, m.end())
+    return out
 
 
 def _fact_rank(fact: str) -> int:
