@@ -60,6 +60,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.rate is not None and args.rate <= 0:
         print(f"vdoctor run: --rate must be positive, got {args.rate:g}", file=sys.stderr)
         return 2
+    flink_conf: dict[str, str] = {}
+    for item in args.flink_conf or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            print(f"vdoctor run: --flink-conf takes KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        flink_conf[key.strip()] = value.strip()
     checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else None
     restore_from = None
     if args.restore == "latest":
@@ -89,6 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         checkpoint_interval_ms=args.checkpoint_interval_ms if checkpoint_dir else 0,
         restore_from=restore_from,
         rate=args.rate,
+        flink_conf=flink_conf,
     )
     print(report.render())
     print(f"  outputs            {Path(args.out) / 'diagnoses.jsonl'}, {Path(args.out) / 'dead_letters.jsonl'}")
@@ -189,6 +197,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--checkpoint-dir", help="folder for checkpoints of the job's state (enables checkpointing)")
     run.add_argument("--checkpoint-interval-ms", type=int, default=DEFAULT_CHECKPOINT_INTERVAL_MS)
     run.add_argument("--rate", type=float, help="replay at most this many lines per second (like a live stream)")
+    run.add_argument(
+        "--flink-conf", action="append", metavar="KEY=VALUE",
+        help="any Flink option, e.g. rest.port=8081 to watch the job's metrics (repeatable)",
+    )
     run.add_argument("--restore", help="a chk-N folder to start from, or 'latest' (under --checkpoint-dir)")
     run.set_defaults(func=_cmd_run)
 

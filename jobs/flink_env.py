@@ -37,12 +37,14 @@ def make_env(
     checkpoint_dir: Path | None = None,
     checkpoint_interval_ms: int = 0,
     restore_from: Path | None = None,
+    extra_conf: dict[str, str] | None = None,
 ) -> StreamExecutionEnvironment:
     """A local environment in thread mode (state, TTL and timers work there, and it is ~10x faster).
 
     With ``checkpoint_dir`` and an interval the job checkpoints its state
     (sessions, dedup ids and the events whose runs are in flight);
-    ``restore_from`` (a ``chk-N`` folder) starts it from one.
+    ``restore_from`` (a ``chk-N`` folder) starts it from one. ``extra_conf``
+    sets any other Flink option (e.g. ``rest.port`` to read the job's metrics).
     """
     conf = Configuration()
     if checkpoint_dir is not None and checkpoint_interval_ms > 0:
@@ -60,6 +62,8 @@ def make_env(
     conf.set_string("io.tmp.dirs", str(tmp_dir))
     # A bounded replay that fails must fail, not restart forever (NOTES.md).
     conf.set_string("restart-strategy.type", "none")
+    for key, value in (extra_conf or {}).items():
+        conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(parallelism)
     return env

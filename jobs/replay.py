@@ -78,13 +78,16 @@ def run_file(
     checkpoint_interval_ms: int = 0,
     restore_from: Path | None = None,
     rate: float | None = None,
+    flink_conf: dict[str, str] | None = None,
 ) -> RunReport:
     started = time.monotonic()
     report = RunReport()
     with alerts.open("rb") as fh:
         report.lines = sum(1 for line in fh if line.strip())
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = make_env(parallelism, out_dir / ".flink-tmp", checkpoint_dir, checkpoint_interval_ms, restore_from)
+    env = make_env(
+        parallelism, out_dir / ".flink-tmp", checkpoint_dir, checkpoint_interval_ms, restore_from, flink_conf
+    )
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(alerts.resolve())).build()
     raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "alerts file").uid("alerts-file")
     results = pipeline.build(raw, settings.for_workers(), rate=rate)

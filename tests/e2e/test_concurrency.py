@@ -124,8 +124,8 @@ def test_killed_with_runs_in_flight_and_restored_yields_every_l3_record_once(tmp
     checkpoints = tmp_path / "checkpoints"
     total_calls = 2 * len(events)
     with ModelServer(ServerConfig(latency_ms=300)) as server:
-        first = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 4,
-                        "--checkpoint-dir", str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "10")  # fmt: skip
+        first = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 4, "--checkpoint-dir",
+                        str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "10")  # fmt: skip
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and first.poll() is None:
             done = list(checkpoints.glob("*/chk-*/_metadata"))
@@ -154,3 +154,48 @@ def test_killed_with_runs_in_flight_and_restored_yields_every_l3_record_once(tmp
         assert ks == sorted(ks)
         phases = {0: "INVESTIGATING", 1: "CONCLUDED", 2: "INVESTIGATING", 3: "CONCLUDED"}
         assert all(d["phase"] == phases[k] for d, k in zip(mine, ks, strict=True))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_json(url: str) -> object:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_operator_reports_llm_figures_as_flink_metrics(tmp_path: Path) -> None:
+    write_alerts(tmp_path / "alerts.jsonl", vins=20)
+    port = free_port()
+    rest = f"http://127.0.0.1:{port}"
+    names = ["runs", "llm_calls", "tool_calls", "prompt_tokens", "completion_tokens", "model_failures",
+             "runs_in_flight", "runs_queued"]  # fmt: skip
+    seen: dict[str, float] = {}
+    with ModelServer(ServerConfig(latency_ms=50)) as server:
+        job = run_job(tmp_path / "out", tmp_path / "alerts.jsonl", server.base_url, 8,
+                      "--rate", "8", "--flink-conf", f"rest.port={port}")  # fmt: skip
+        deadline = time.monotonic() + 180
+        while job.poll() is None and time.monotonic() < deadline and seen.get("runs", 0) < 10:
+            time.sleep(0.5)
+            try:
+                jobs = get_json(f"{rest}/jobs")["jobs"]  # type: ignore[index]
+                vertices = get_json(f"{rest}/jobs/{jobs[0]['id']}")["vertices"]  # type: ignore[index]
+                vertex = next(v for v in vertices if v["name"].startswith("diagnosis"))
+                query = ",".join(f"0.diagnosis.vdoctor.{n}" for n in names)
+                got = get_json(f"{rest}/jobs/{jobs[0]['id']}/vertices/{vertex['id']}/metrics?get={query}")
+                seen = {m["id"].rsplit(".", 1)[1]: float(m["value"]) for m in got}  # type: ignore[attr-defined]
+            except (OSError, KeyError, IndexError, StopIteration, ValueError):
+                continue  # the job is still starting
+        finish(job)
+    assert set(seen) == set(names), seen
+    # Read while the job runs (counters move between reads): every run made 2 calls and 1 tool call.
+    assert seen["runs"] >= 10 and seen["model_failures"] == 0
+    assert abs(seen["llm_calls"] - 2 * seen["runs"]) <= 2 and abs(seen["tool_calls"] - seen["runs"]) <= 1
+    assert seen["prompt_tokens"] >= seen["llm_calls"] > 0 and seen["completion_tokens"] >= seen["llm_calls"]

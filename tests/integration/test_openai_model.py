@@ -173,3 +173,26 @@ def test_server_runs_standalone_and_refuses_unknown_error_kinds() -> None:
         proc.communicate(timeout=10)
     bad = subprocess.run([*cmd[:3], "--error-rates", "503=0.1"], cwd=REPO_ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown error kinds ['503']" in bad.stderr
+
+
+def test_run_refuses_openai_without_a_key_and_restore_without_a_checkpoint(tmp_path: object) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.conftest import REPO_ROOT
+
+    base = Path(str(tmp_path))
+    (base / "a.jsonl").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VDOCTOR_MODEL")}
+    cmd = [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(base / "a.jsonl"), "--out", str(base / "out")]
+    no_key = subprocess.run([*cmd, "--model", "openai"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert no_key.returncode == 2 and "needs OPENAI_API_KEY" in no_key.stderr
+    no_chk = subprocess.run(
+        [*cmd, "--checkpoint-dir", str(base / "ck"), "--restore", "latest"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert no_chk.returncode == 2 and "no complete checkpoint" in no_chk.stderr
+    bad_rate = subprocess.run([*cmd, "--rate", "0"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert bad_rate.returncode == 2 and "--rate must be positive" in bad_rate.stderr
