@@ -44,6 +44,11 @@ _VOID_RE = re.compile(
     re.IGNORECASE,
 )
 _DECISION_RE = re.compile(rf"({_CLAUSE}{{0,120}}\bconfidence\s*[=:]?\s*(?:0(?:\.\d+)?|1(?:\.0+)?))\b")
+# The clause regexes scan up to 120 characters at every position: run each
+# only when one of its keywords is in the text (a superset test: same result,
+# about ten times cheaper on the usual text that has none).
+_EXCLUDED_WORDS = ("ruled out", "excluded", "not the cause", "排除", "不是原因")
+_VOID_WORDS = ("void", "overturned", "revoked", "withdrawn", "作废", "推翻", "撤销")
 _ID_RE = re.compile(r"(?<![A-Za-z0-9_])(?:WO|TK|RO|TICK|ORD|工单)[-#: ]?\d{3,}(?:-\d+)*(?![A-Za-z0-9_])")
 
 # Fact kinds, in the order they give way when a session's facts hit the cap:
@@ -74,12 +79,16 @@ def extract_text_facts(text: str, when: str = "") -> list[str]:
         facts.append(f"{READING}{value}{unit}{_at(when)}")
     for uri in URI_RE.findall(text):
         facts.append(f"evidence {uri}")
-    for match in _EXCLUDED_RE.findall(text):
-        facts.append(f"excluded: {match.strip()}{_at(when)}")
-    for match in _VOID_RE.findall(text):
-        facts.append(f"void: {match.strip()}{_at(when)}")
-    for match in _DECISION_RE.findall(text):
-        facts.append(f"decision: {match.strip()}{_at(when)}")
+    lowered = text.lower()
+    if any(word in lowered for word in _EXCLUDED_WORDS):
+        for match in _EXCLUDED_RE.findall(text):
+            facts.append(f"excluded: {match.strip()}{_at(when)}")
+    if any(word in lowered for word in _VOID_WORDS):
+        for match in _VOID_RE.findall(text):
+            facts.append(f"void: {match.strip()}{_at(when)}")
+    if "confidence" in text:
+        for match in _DECISION_RE.findall(text):
+            facts.append(f"decision: {match.strip()}{_at(when)}")
     for ident in _ID_RE.findall(text):
         facts.append(f"id {ident}")
     return facts
