@@ -20,6 +20,7 @@ from vdoctor.embed import Embedder, HashingEmbedder
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
+from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
 from vdoctor.memory.recall import recall
 from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
@@ -60,6 +61,8 @@ class DiagnosisEngine:
         counter: TokenCounter = DEFAULT_COUNTER,
         working_budget_tokens: int = 4000,
         injection_budget_tokens: int = 800,
+        knowledge: KnowledgeBase | None = None,
+        memory_enabled: bool = True,
     ) -> None:
         self.store = store
         self.model = model
@@ -68,21 +71,28 @@ class DiagnosisEngine:
         self.counter = counter
         self.working_budget_tokens = working_budget_tokens
         self.injection_budget_tokens = injection_budget_tokens
+        self.knowledge = knowledge
+        self.memory_enabled = memory_enabled
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DiagnosisEngine:
         extra = Path(settings.extra_dtc_csv) if settings.extra_dtc_csv else None
+        embedder = HashingEmbedder()
         return cls(
             store=open_store(settings.memory_url),
             model=OfflineModel(),
-            embedder=HashingEmbedder(),
+            embedder=embedder,
             pack=load_pack(extra_csv=extra),
             working_budget_tokens=settings.working_budget_tokens,
             injection_budget_tokens=settings.injection_budget_tokens,
+            knowledge=KnowledgeBase(open_knowledge(settings.knowledge_url), embedder),
+            memory_enabled=settings.memory_enabled,
         )
 
     def close(self) -> None:
         self.store.close()
+        if self.knowledge is not None:
+            self.knowledge.close()
 
     # -- events ---------------------------------------------------------------
 
@@ -129,6 +139,8 @@ class DiagnosisEngine:
             opened_at=alert.ts,
             last_event_at=alert.ts,
         )
+        if not self.memory_enabled:
+            return session
         symptom = " ".join([alert.alert_text, *(self._definition(c) for c in alert.dtc_codes)])
         try:
             found = recall(
@@ -169,7 +181,7 @@ class DiagnosisEngine:
 
         working = WorkingMemory(session.working, self.working_budget_tokens, self.counter)
         messages = build_messages(session, alert, working)
-        run = run_react(self.model, Toolbox(self.pack, session), messages)
+        run = run_react(self.model, Toolbox(self.pack, session, self.knowledge), messages)
         answer = run.answer
         self._remember_round(working, alert, run)
 

@@ -17,9 +17,12 @@ from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
+DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
 
 ENV_VARS: dict[str, str] = {
     "memory_url": "VDOCTOR_MEMORY_URL",
+    "knowledge_url": "VDOCTOR_KNOWLEDGE_URL",
+    "memory_enabled": "VDOCTOR_MEMORY_ENABLED",
     "model": "VDOCTOR_MODEL",
     "openai_base_url": "OPENAI_BASE_URL",
     "openai_api_key": "OPENAI_API_KEY",
@@ -36,6 +39,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     memory_url: str = DEFAULT_MEMORY_URL
+    knowledge_url: str = DEFAULT_KNOWLEDGE_URL
+    # False runs the agent without long-term recall: the "memory off" arm of the A/B experiment.
+    memory_enabled: bool = True
     model: Literal["offline"] = "offline"
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
