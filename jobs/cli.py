@@ -180,6 +180,19 @@ def _cmd_eval_ab(args: argparse.Namespace) -> int:
     run_ab(Path(args.alerts), out, _settings(args), parallelism=args.parallelism)
     print((out / "ab_report.md").read_text(encoding="utf-8"))
     print(f"report: {out / 'ab_report.md'}, chart: {out / 'ab_report.png'}")
+def _cmd_init(args: argparse.Namespace) -> int:
+    url = _settings(args).memory_url
+    store = open_store(url)
+    try:
+        init = getattr(store, "init_schema", None)
+        if init is None:
+            print(f"{urlsplit(url).scheme} memory creates its schema when opened; nothing to apply")
+            return 0
+        applied = init()
+        where = getattr(getattr(store, "info", None), "redacted", urlsplit(url).scheme)
+    finally:
+        store.close()
+    print(f"applied {', '.join(applied)} to {where}")
     return 0
 
 
@@ -245,6 +258,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ab.add_argument("--knowledge")
     ab.add_argument("--parallelism", type=int, default=1)
     ab.set_defaults(func=_cmd_eval_ab)
+    init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
+    init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")
+    init.set_defaults(func=_cmd_init)
     return parser.parse_args(argv)
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Real services, started once per session by the tests that need them.
+from tests.services.doris import doris_url  # noqa: F401
+from tests.services.mariadb import mariadb, mariadb_database, mariadb_url  # noqa: F401
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Licensed data sets live beside the checkout, never inside it.
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

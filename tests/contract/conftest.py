@@ -1,30 +1,100 @@
 """Store backends for the contract suite: one factory per backend.
 
 Add a backend by adding an entry to ``STORE_FACTORIES``; every contract test
-then runs against it too. A factory gets the test's ``tmp_path`` and returns a
-fresh, empty store.
+then runs against it too. A factory gets the test's ``tmp_path`` and the
+fixture request (to reach service fixtures) and returns a fresh, empty store.
+
+- ``mysql`` runs against a real MariaDB server started for the session
+  (tests/services/mariadb.py); it fails, never skips, if the server cannot start.
+- ``doris`` runs against a real Doris only when VDOCTOR_DORIS_URL is set.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
-from vdoctor.stores import MemoryStore, open_store
+from tests.services.doris import DORIS_ENV, doris_configured
+from vdoctor.records import MemoryRecord
+from vdoctor.stores import MemoryStore, Scored, SimilarQuery, open_store
 from vdoctor.stores.memory import InMemoryStore
 
-STORE_FACTORIES: dict[str, Callable[[Path], MemoryStore]] = {
-    "memory": lambda tmp_path: InMemoryStore(),
+
+class PaddedDoris:
+    """The Doris store with the suite's short vectors zero-padded to the table's fixed dimension.
+
+    Doris's ANN index takes vectors of exactly the DDL's ``dim``; the suite uses
+    4-dimensional ones. Zero padding keeps every inner product the same; reads
+    cut the padding off again. Everything else goes to the real store unchanged.
+    """
+
+    def __init__(self, inner: MemoryStore, dim: int) -> None:
+        self.inner, self.dim = inner, dim
+        self.lengths: dict[tuple[str, str], int] = {}
+
+    def _pad(self, r: MemoryRecord) -> MemoryRecord:
+        self.lengths[(r.vin, r.session_id)] = len(r.summary_vec)
+        return r.model_copy(update={"summary_vec": r.summary_vec + [0.0] * (self.dim - len(r.summary_vec))})
+
+    def _cut(self, r: MemoryRecord | None) -> MemoryRecord | None:
+        if r is None:
+            return None
+        n = self.lengths.get((r.vin, r.session_id), self.dim)
+        return r.model_copy(update={"summary_vec": r.summary_vec[:n]})
+
+    def upsert(self, record: MemoryRecord) -> None:
+        self.inner.upsert(self._pad(record))
+
+    def upsert_many(self, records: list[MemoryRecord]) -> None:
+        self.inner.upsert_many([self._pad(r) for r in records])
+
+    def similar(self, query: SimilarQuery) -> list[Scored]:
+        vec = np.zeros(self.dim, dtype=np.float32)
+        vec[: len(query.vector)] = query.vector
+        padded = SimilarQuery(exclude_vin=query.exclude_vin, series=query.series, vector=vec, k=query.k)
+        return [Scored(self._cut(s.record), s.score) for s in self.inner.similar(padded)]  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name in ("get", "own_history", "history", "by_prompt_version", "find_duplicate"):
+
+            def cut(*args: Any) -> Any:
+                out = attr(*args)
+                return [self._cut(r) for r in out] if isinstance(out, list) else self._cut(out)
+
+            return cut
+        return attr
+
+
+def _doris(request: pytest.FixtureRequest) -> MemoryStore:
+    from vdoctor.stores.doris import VECTOR_DIM
+
+    return PaddedDoris(open_store(request.getfixturevalue("doris_url")), VECTOR_DIM)  # type: ignore[return-value]
+
+
+STORE_FACTORIES: dict[str, Callable[[Path, pytest.FixtureRequest], MemoryStore]] = {
+    "memory": lambda tmp_path, request: InMemoryStore(),
     # Through the URL registry, as `--memory sqlite:////abs/path.db` would open it.
-    "sqlite": lambda tmp_path: open_store(f"sqlite:///{tmp_path / 'memory.db'}"),
+    "sqlite": lambda tmp_path, request: open_store(f"sqlite:///{tmp_path / 'memory.db'}"),
+    "mysql": lambda tmp_path, request: open_store(request.getfixturevalue("mariadb_url")),
+    "doris": lambda tmp_path, request: _doris(request),
 }
 
+_PARAMS = [
+    "memory",
+    "sqlite",
+    "mysql",
+    pytest.param("doris", marks=pytest.mark.skipif(not doris_configured(), reason=f"{DORIS_ENV} not set")),
+]
 
-@pytest.fixture(params=list(STORE_FACTORIES))
+
+@pytest.fixture(params=_PARAMS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
-    backend = STORE_FACTORIES[request.param](tmp_path)
+    backend = STORE_FACTORIES[request.param](tmp_path, request)
     try:
         yield backend
     finally:

@@ -354,3 +354,57 @@ def test_vectors_and_codes_round_trip(store: MemoryStore) -> None:
     assert len(got.summary_vec) == 256
     assert got.summary_vec == pytest.approx(vec, rel=1e-6, abs=1e-7)
     assert got.dtc_codes == ["P0A7F", "U0100", "C0035"]
+
+
+# -- batches, prompt versions, dedup -------------------------------------------------------------
+
+
+def test_upsert_many_writes_every_record_and_replaces_by_key(store: MemoryStore) -> None:
+    batch = [rec(VIN_A, hours=h, recheck_ok=True) for h in range(3)] + [rec(VIN_B, hours=1)]
+    store.upsert_many(batch)
+    assert store.count() == 4
+    for r in batch:
+        same(store.get(r.vin, r.session_id), r)
+    store.upsert_many([rec(VIN_A, hours=0, root_cause="replaced cause")])
+    store.upsert_many([])
+    assert store.count() == 4
+    got = store.get(VIN_A, batch[0].session_id)
+    assert got is not None and got.root_cause == "replaced cause" and got.recheck_ok is None
+
+
+def test_by_prompt_version_lists_valid_records_of_that_version_by_key(store: MemoryStore) -> None:
+    v1_b = rec(VIN_B, hours=1, prompt_version="case-summary-v1")
+    v1_a_new = rec(VIN_A, hours=9, prompt_version="case-summary-v1")
+    v1_a_old = rec(VIN_A, hours=2, prompt_version="case-summary-v1")
+    v2 = rec(VIN_C, hours=3, prompt_version="case-summary-v2")
+    v1_deleted = rec(VIN_C, hours=4, prompt_version="case-summary-v1", valid=False)
+    for r in (v1_b, v2, v1_a_new, v1_deleted, v1_a_old):
+        store.upsert(r)
+    # Ordered by (vin, session_id): VIN_B (...2100001) sorts before VIN_A (...2183294);
+    # VIN_A's older session id (...T101530) before its newer one (...T171530).
+    expected = [v1_b.session_id, v1_a_old.session_id, v1_a_new.session_id]
+    assert [r.session_id for r in store.by_prompt_version("case-summary-v1", 10)] == expected
+    assert [r.session_id for r in store.by_prompt_version("case-summary-v1", 2)] == expected[:2]
+    assert [r.session_id for r in store.by_prompt_version("case-summary-v2", 10)] == [v2.session_id]
+    assert store.by_prompt_version("case-summary-v9", 10) == []
+
+
+def test_find_duplicate_same_vin_and_root_cause_within_the_window(store: MemoryStore) -> None:
+    cause = "weak cell group self-discharges"
+    old = rec(VIN_A, hours=0, root_cause=cause)
+    newer = rec(VIN_A, hours=10 * 24, root_cause=cause)
+    other_cause = rec(VIN_A, hours=20 * 24, root_cause="coolant pump stalls")
+    other_vin = rec(VIN_B, hours=25 * 24, root_cause=cause)
+    deleted = rec(VIN_A, hours=15 * 24, root_cause=cause, valid=False)
+    for r in (old, newer, other_cause, other_vin, deleted):
+        store.upsert(r)
+    since = T0 + timedelta(days=1)  # leaves out `old`
+    got = store.find_duplicate(VIN_A, cause, since)
+    assert got is not None and got.session_id == newer.session_id  # newest valid match; not the deleted one
+    assert store.find_duplicate(VIN_A, cause, T0 + timedelta(days=11)) is None  # only the deleted one is newer
+    got_old = store.find_duplicate(VIN_A, cause, T0)  # inclusive lower bound
+    assert got_old is not None and got_old.session_id == newer.session_id
+    assert store.find_duplicate(VIN_A, "no such cause", T0) is None
+    got_b = store.find_duplicate(VIN_B, cause, T0)
+    assert got_b is not None and got_b.vin == VIN_B
+    assert store.find_duplicate(VIN_C, cause, T0) is None

@@ -23,9 +23,23 @@ def _open_memory(url: str) -> MemoryStore:
     return InMemoryStore()
 
 
+def _open_mysql(url: str) -> MemoryStore:
+    from vdoctor.stores.mysql import open_mysql
+
+    return open_mysql(url)
+
+
+def _open_doris(url: str) -> MemoryStore:
+    from vdoctor.stores.doris import open_doris
+
+    return open_doris(url)
+
+
 _REGISTRY: dict[str, Callable[[str], MemoryStore]] = {
     "sqlite": _open_sqlite,
     "memory": _open_memory,
+    "mysql": _open_mysql,
+    "doris": _open_doris,
 }
 
 

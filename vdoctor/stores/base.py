@@ -40,6 +40,10 @@ class MemoryStore(Protocol):
         """Insert, or replace the whole row with the same (vin, session_id)."""
         ...
 
+    def upsert_many(self, records: list[MemoryRecord]) -> None:
+        """Upsert a batch (one round trip where the backend allows; Doris wants batches)."""
+        ...
+
     def get(self, vin: str, session_id: str) -> MemoryRecord | None: ...
 
     def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
@@ -60,6 +64,18 @@ class MemoryStore(Protocol):
 
     def history(self, vin: str) -> list[MemoryRecord]:
         """Every record of the VIN, valid or not, newest first (for audit and the CLI)."""
+        ...
+
+    def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
+        """Valid records written by this summary-prompt version, by (vin, session_id); for re-extraction."""
+        ...
+
+    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
+        """The newest valid record of this VIN with this root cause concluded at or after ``since``.
+
+        The write policy uses it to update an existing case instead of adding a
+        near-identical one (same vin and root_cause within 30 days).
+        """
         ...
 
     def count(self) -> int: ...

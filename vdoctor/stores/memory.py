@@ -22,6 +22,10 @@ class InMemoryStore:
         with self._lock:
             self._rows[(record.vin, record.session_id)] = record.model_copy(deep=True)
 
+    def upsert_many(self, records: list[MemoryRecord]) -> None:
+        for record in records:
+            self.upsert(record)
+
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         with self._lock:
             row = self._rows.get((vin, session_id))
@@ -65,6 +69,23 @@ class InMemoryStore:
             rows = [r.model_copy(deep=True) for r in self._rows.values() if r.vin == vin]
         rows.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
         return rows
+
+    def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
+        with self._lock:
+            rows = [r for r in self._rows.values() if r.prompt_version == prompt_version and r.valid]
+        rows.sort(key=lambda r: (r.vin, r.session_id))
+        return [r.model_copy(deep=True) for r in rows[:limit]]
+
+    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
+        with self._lock:
+            rows = [
+                r
+                for r in self._rows.values()
+                if r.vin == vin and r.valid and r.root_cause == root_cause and r.concluded_at >= since
+            ]
+        if not rows:
+            return None
+        return max(rows, key=lambda r: (r.concluded_at, r.session_id)).model_copy(deep=True)
 
     def count(self) -> int:
         with self._lock:

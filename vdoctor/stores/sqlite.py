@@ -1,14 +1,18 @@
 """The embedded L3 backend: one SQLite file, no server (the default store).
 
-Vectors are stored as float32 blobs. Similar-case search filters in SQL
-(series, verified, valid, other VINs) and scores the candidates with numpy.
+Vectors are stored as float32 blobs. Similar-case search runs on an exact
+per-series vector index kept beside the file (``<db>.vecindex/``, see
+``vecindex``); the winning rows are then read back from SQL with every filter
+(series, verified, valid, other VINs) applied again.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +20,10 @@ import numpy as np
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord, utc_now
-from vdoctor.stores.base import Scored, SimilarQuery, top_k
+from vdoctor.stores.base import Scored, SimilarQuery
+from vdoctor.stores.vecindex import SeriesVectorIndex
+
+log = logging.getLogger(__name__)
 
 # Several Flink subtasks (threads or processes) may write one file: wait for
 # the lock rather than fail.
@@ -38,15 +45,31 @@ CREATE TABLE IF NOT EXISTS case_memory (
     prompt_version TEXT NOT NULL,
     valid INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
+    seq INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (vin, session_id)
 );
 CREATE INDEX IF NOT EXISTS idx_similar ON case_memory (series, recheck_ok, valid);
 CREATE INDEX IF NOT EXISTS idx_own ON case_memory (vin, concluded_at);
+CREATE INDEX IF NOT EXISTS idx_prompt ON case_memory (prompt_version);
+CREATE TABLE IF NOT EXISTS vd_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO vd_meta (key, value) VALUES ('seq', '0');
 """
+# Files written before the change sequence existed get the column on open.
+_MIGRATE_SEQ = "ALTER TABLE case_memory ADD COLUMN seq INTEGER NOT NULL DEFAULT 0"
+_SEQ_INDEX = "CREATE INDEX IF NOT EXISTS idx_seq ON case_memory (seq)"
 
 _COLUMNS = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, "
     "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at"
+)
+# Placeholder in a parameter row for the change seq of the write's transaction.
+_SEQ = object()
+_FIELDS = [c.strip() for c in _COLUMNS.split(",")]
+# Upsert in place (keeps the rowid, which names the row in the vector index).
+_UPSERT = (
+    f"INSERT INTO case_memory ({_COLUMNS}, seq) VALUES ({', '.join('?' * (len(_FIELDS) + 1))}) "
+    "ON CONFLICT (vin, session_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in [*_FIELDS[2:], "seq"])
 )
 
 
@@ -102,6 +125,9 @@ class SqliteStore:
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._index: SeriesVectorIndex | None = None
+        self._index_dir = None if path == ":memory:" else Path(path + ".vecindex")
+        self._saved_seq = -1
         try:
             if path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -112,9 +138,18 @@ class SqliteStore:
             if path != ":memory:":
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.executescript(_SCHEMA)
+            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(case_memory)")}
+            if "seq" not in columns:
+                self._conn.execute(_MIGRATE_SEQ)
+            self._conn.execute(_SEQ_INDEX)
+            # The epoch names this database, so an index folder copied from
+            # another file is never mistaken for this one's.
+            self._conn.execute("INSERT OR IGNORE INTO vd_meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
+            self._epoch = str(self._conn.execute("SELECT value FROM vd_meta WHERE key = 'epoch'").fetchone()[0])
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open the sqlite store at {path}: {e}") from e
         self._lock = threading.Lock()
+        self._index_guard = threading.Lock()
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
@@ -123,17 +158,35 @@ class SqliteStore:
         except sqlite3.Error as e:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
 
-    def _write(self, sql: str, params: tuple[object, ...]) -> int:
-        """Run one statement and return the rows it changed."""
+    def _write(self, sql: str, rows: list[tuple[object, ...]]) -> int:
+        """Run one statement per parameter row in one transaction, stamped with the next change seq."""
         try:
             with self._lock:
-                return self._conn.execute(sql, params).rowcount
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    seq = int(
+                        self._conn.execute(
+                            "UPDATE vd_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'seq' RETURNING value"
+                        ).fetchone()[0]
+                    )
+                    changed = 0
+                    for params in rows:
+                        bound = tuple(seq if p is _SEQ else p for p in params)
+                        changed += self._conn.execute(sql, bound).rowcount
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                return changed
         except sqlite3.Error as e:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
 
     def upsert(self, record: MemoryRecord) -> None:
-        placeholders = ", ".join("?" * 14)
-        self._write(f"INSERT OR REPLACE INTO case_memory ({_COLUMNS}) VALUES ({placeholders})", _to_row(record))
+        self.upsert_many([record])
+
+    def upsert_many(self, records: list[MemoryRecord]) -> None:
+        if records:
+            self._write(_UPSERT, [(*_to_row(r), _SEQ) for r in records])
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         rows = self._query(f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND session_id = ?", (vin, session_id))
@@ -147,28 +200,64 @@ class SqliteStore:
         )
         return [_from_row(r) for r in rows]
 
+    # -- similar cases: the vector index -------------------------------------------------
+
+    def _catch_up(self) -> SeriesVectorIndex:
+        """Load or rebuild the index on first use, then apply rows changed since it last looked."""
+        if self._index is None:
+            loaded = SeriesVectorIndex.load(self._index_dir, self._epoch) if self._index_dir else None
+            db_seq = int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
+            if loaded is None or loaded.seq > db_seq:
+                log.info("building the vector index of %s", self.path)
+                loaded = SeriesVectorIndex()
+                loaded.seq = -1
+            else:
+                self._saved_seq = loaded.seq
+            self._index = loaded
+        index = self._index
+        db_seq = int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
+        if db_seq != index.seq:
+            rows = self._query(
+                "SELECT rowid, series, vin, recheck_ok, valid, summary_vec FROM case_memory WHERE seq > ? "
+                "ORDER BY seq",
+                (index.seq,),
+            )
+            for rowid, series, vin, ok, valid, vec in rows:
+                eligible = ok == 1 and valid == 1
+                vector = np.frombuffer(vec, dtype=np.float32) if eligible else None  # type: ignore[call-overload]
+                index.apply(int(rowid), str(series), str(vin), eligible, vector)  # type: ignore[call-overload]
+            index.seq = db_seq
+        return index
+
     def similar(self, query: SimilarQuery) -> list[Scored]:
-        rows = self._query(
-            f"SELECT {_COLUMNS} FROM case_memory WHERE series = ? AND recheck_ok = 1 AND valid = 1 AND vin <> ?",
-            (query.series, query.exclude_vin),
-        )
-        if not rows:
+        with self._index_guard:
+            hits = self._catch_up().search(query.series, query.exclude_vin, query.vector, query.k)
+        if not hits:
             return []
-        records = [_from_row(r) for r in rows]
-        matrix = np.asarray([r.summary_vec for r in records], dtype=np.float32)
-        return top_k(records, matrix, query.vector, query.k)
+        scores = dict(hits)
+        marks = ", ".join("?" * len(hits))
+        rows = self._query(
+            f"SELECT rowid, {_COLUMNS} FROM case_memory WHERE rowid IN ({marks}) "
+            "AND series = ? AND recheck_ok = 1 AND valid = 1 AND vin <> ?",
+            (*scores, query.series, query.exclude_vin),
+        )
+        found = [Scored(_from_row(row[1:]), scores[int(row[0])]) for row in rows]  # type: ignore[call-overload]
+        found.sort(key=lambda s: -s.score)
+        return found
+
+    # -- updates ---------------------------------------------------------------------------
 
     def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
         changed = self._write(
-            "UPDATE case_memory SET recheck_ok = ?, updated_at = ? WHERE vin = ? AND session_id = ?",
-            (int(ok), _epoch(utc_now()), vin, session_id),
+            "UPDATE case_memory SET recheck_ok = ?, updated_at = ?, seq = ? WHERE vin = ? AND session_id = ?",
+            [(int(ok), _epoch(utc_now()), _SEQ, vin, session_id)],
         )
         return changed > 0
 
     def soft_delete(self, vin: str) -> int:
         return self._write(
-            "UPDATE case_memory SET valid = 0, updated_at = ? WHERE vin = ? AND valid = 1",
-            (_epoch(utc_now()), vin),
+            "UPDATE case_memory SET valid = 0, updated_at = ?, seq = ? WHERE vin = ? AND valid = 1",
+            [(_epoch(utc_now()), _SEQ, vin)],
         )
 
     def history(self, vin: str) -> list[MemoryRecord]:
@@ -178,9 +267,38 @@ class SqliteStore:
         )
         return [_from_row(r) for r in rows]
 
+    def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM case_memory WHERE prompt_version = ? AND valid = 1 "
+            "ORDER BY vin, session_id LIMIT ?",
+            (prompt_version, limit),
+        )
+        return [_from_row(r) for r in rows]
+
+    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
+        rows = self._query(
+            f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND valid = 1 AND root_cause = ? "
+            "AND concluded_at >= ? ORDER BY concluded_at DESC, session_id DESC LIMIT 1",
+            (vin, root_cause, _epoch(since)),
+        )
+        return _from_row(rows[0]) if rows else None
+
     def count(self) -> int:
         return int(self._query("SELECT COUNT(*) FROM case_memory")[0][0])  # type: ignore[call-overload]
 
+    def save_index(self) -> None:
+        """Persist the vector index (also done on close), so the next start need not rebuild it."""
+        with self._index_guard:
+            if self._index is None or self._index_dir is None or self._index.seq == self._saved_seq:
+                return
+            try:
+                self._index.save(self._index_dir, self._epoch)
+                self._saved_seq = self._index.seq
+            except OSError as e:
+                # The index is a cache: losing it costs a rebuild, never data.
+                log.warning("could not save the vector index of %s: %s", self.path, e)
+
     def close(self) -> None:
+        self.save_index()
         with self._lock:
             self._conn.close()

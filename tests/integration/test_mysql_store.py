@@ -1,0 +1,116 @@
+"""The mysql backend against a real MariaDB: schema init through the CLI, secrets, errors."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from jobs.cli import main
+from tests.services.mariadb import MariaDB
+from vdoctor.errors import StoreError
+from vdoctor.records import MemoryRecord
+from vdoctor.stores import open_store
+
+pytestmark = pytest.mark.integration
+
+VIN = "LSVAU2180N2183294"
+
+
+def _record() -> MemoryRecord:
+    at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+    return MemoryRecord(
+        vin=VIN,
+        session_id=f"{VIN}-20261101T081530",
+        series="EV-A",
+        concluded_at=at,
+        summary="2026-11-01 08:15 | P0A7F confirmed | cell_voltage_diff_mv=187",
+        summary_vec=[0.6, 0.8],
+        root_cause="weak cell group",
+        fix_action="balance the pack",
+        priority="P2",
+        dtc_codes=["P0A7F"],
+        prompt_version="case-summary-v1",
+    )
+
+
+def test_memory_init_applies_the_ddl_then_the_store_works(
+    mariadb: MariaDB, mariadb_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = mariadb.url(mariadb_database)
+    store = open_store(url)
+    with pytest.raises(StoreError, match="vdoctor memory init"):
+        store.count()  # no table yet: the error says what to run
+    store.close()
+
+    assert main(["memory", "init", "--memory", url]) == 0
+    out = capsys.readouterr().out
+    assert "001_case_memory.sql" in out and mariadb.password not in out
+    assert main(["memory", "init", "--memory", url]) == 0  # idempotent
+
+    store = open_store(url)
+    try:
+        store.upsert(_record())
+        assert store.count() == 1
+        got = store.get(VIN, f"{VIN}-20261101T081530")
+        assert got is not None and got.summary_vec == pytest.approx([0.6, 0.8])
+    finally:
+        store.close()
+    assert main(["memory", "history", "--vin", VIN, "--json", "--memory", url]) == 0
+    assert '"root_cause": "weak cell group"' in capsys.readouterr().out
+
+
+def test_a_wrong_password_fails_clearly_and_never_shows_a_password(
+    mariadb: MariaDB, mariadb_database: str, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wrong = "Wr0ng-Pa55word-xyz"
+    url = f"mysql://root:{wrong}@{mariadb.host}:{mariadb.port}/{mariadb_database}"
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(StoreError) as err:
+        open_store(url)
+    message = str(err.value)
+    assert "Access denied" in message
+    assert f"mysql://root:***@{mariadb.host}:{mariadb.port}/{mariadb_database}" in message
+    assert wrong not in message and wrong not in repr(err.value)
+    assert err.value.__cause__ is None  # the driver's exception is not chained in
+    assert main(["memory", "history", "--vin", VIN, "--memory", url]) == 2
+    captured = capsys.readouterr()
+    assert "Access denied" in captured.err
+    assert wrong not in captured.out + captured.err + caplog.text
+
+
+def test_the_right_password_never_reaches_errors_either(mariadb: MariaDB, mariadb_database: str) -> None:
+    store = open_store(mariadb.url(mariadb_database))  # schema not applied
+    try:
+        with pytest.raises(StoreError) as err:
+            store.history(VIN)
+        assert mariadb.password not in str(err.value)
+        assert "***" in str(err.value)
+    finally:
+        store.close()
+
+
+def test_unreachable_server_is_a_store_error(mariadb: MariaDB) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(StoreError, match="connect failed") as err:
+        open_store(f"mysql://root:topsecret@127.0.0.1:{port}/fleet")
+    assert "topsecret" not in str(err.value)
+
+
+def test_reconnects_after_the_server_drops_the_connection(mariadb: MariaDB, mariadb_url: str) -> None:
+    store = open_store(mariadb_url)
+    try:
+        store.upsert(_record())
+        conn_id = store.query("SELECT CONNECTION_ID()")[0][0]  # type: ignore[attr-defined]
+        admin = mariadb.admin()
+        with admin.cursor() as cur:
+            cur.execute("KILL %s", (conn_id,))
+        admin.close()
+        assert store.count() == 1  # reconnected transparently
+    finally:
+        store.close()

@@ -1,0 +1,190 @@
+"""An exact, per-series vector index for the embedded store, persisted beside the database.
+
+Similar-case recall only ever searches verified (recheck_ok = true), valid
+records of one series, so the index holds exactly those, one float32 matrix
+per series. A query is one matrix-vector product over that series (an exact
+scan: no recall loss), with the asking vehicle masked out by a 64-bit VIN hash;
+the store re-checks every filter when it fetches the winning rows.
+
+Rows are named by the SQLite rowid (stable: the store upserts in place). The
+index follows the database through a change sequence: every write stamps its
+row with the next ``seq``; the index remembers the highest ``seq`` it has
+applied and catches up on rows with a higher one. On disk it is a folder of
+``.npy`` files plus ``meta.json`` (database epoch, seq, dimension). On start it
+is loaded if it belongs to this database and is not ahead of it, caught up
+incrementally, and rebuilt from the table when missing, foreign or corrupt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = 1
+# Growth factor of a series matrix: amortised O(1) appends without holding
+# twice the memory for long.
+_GROWTH = 1.5
+_MIN_CAPACITY = 64
+
+
+def vin_hash(vin: str) -> int:
+    """A 64-bit hash of a VIN, to mask the asking vehicle inside a vectorised scan."""
+    return int.from_bytes(hashlib.blake2b(vin.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+@dataclass
+class _Series:
+    """One series' verified, valid vectors: rows [0, size) of each array are in use."""
+
+    dim: int
+    vectors: np.ndarray = field(init=False)
+    rowids: np.ndarray = field(init=False)
+    vins: np.ndarray = field(init=False)
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        self.vectors = np.zeros((_MIN_CAPACITY, self.dim), dtype=np.float32)
+        self.rowids = np.zeros(_MIN_CAPACITY, dtype=np.int64)
+        self.vins = np.zeros(_MIN_CAPACITY, dtype=np.int64)
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.rowids)
+        if need <= cap:
+            return
+        new_cap = max(need, int(cap * _GROWTH) + 1)
+        for name in ("vectors", "rowids", "vins"):
+            old = getattr(self, name)
+            new = np.zeros((new_cap, *old.shape[1:]), dtype=old.dtype)
+            new[: self.size] = old[: self.size]
+            setattr(self, name, new)
+
+    def append(self, rowid: int, vin_h: int, vector: np.ndarray) -> int:
+        self._grow(self.size + 1)
+        slot = self.size
+        self.vectors[slot] = vector
+        self.rowids[slot] = rowid
+        self.vins[slot] = vin_h
+        self.size += 1
+        return slot
+
+    def remove(self, slot: int) -> int | None:
+        """Remove a slot by moving the last row into it; returns the rowid that moved, if any."""
+        last = self.size - 1
+        moved = None
+        if slot != last:
+            self.vectors[slot] = self.vectors[last]
+            self.rowids[slot] = self.rowids[last]
+            self.vins[slot] = self.vins[last]
+            moved = int(self.rowids[slot])
+        self.size -= 1
+        return moved
+
+
+class SeriesVectorIndex:
+    """Exact per-series inner-product index over verified, valid records."""
+
+    def __init__(self, dim: int | None = None) -> None:
+        self.dim = dim
+        self.seq = 0
+        self._series: dict[str, _Series] = {}
+        self._where: dict[int, tuple[str, int]] = {}  # rowid -> (series, slot)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def apply(self, rowid: int, series: str, vin: str, eligible: bool, vector: np.ndarray | None) -> None:
+        """Bring one row up to date: present (with this vector) iff eligible for similar recall."""
+        self._discard(rowid)
+        if not eligible or vector is None:
+            return
+        if self.dim is None:
+            self.dim = int(vector.shape[0])
+        if vector.shape[0] != self.dim:
+            # Vectors of another dimension cannot be compared; the store reports
+            # the mismatch when it writes, so here they are simply not indexed.
+            log.warning("vector of dimension %d not indexed (index dimension %d)", vector.shape[0], self.dim)
+            return
+        part = self._series.get(series)
+        if part is None:
+            part = self._series[series] = _Series(self.dim)
+        self._where[rowid] = (series, part.append(rowid, vin_hash(vin), vector))
+
+    def _discard(self, rowid: int) -> None:
+        hit = self._where.pop(rowid, None)
+        if hit is None:
+            return
+        series, slot = hit
+        moved = self._series[series].remove(slot)
+        if moved is not None:
+            self._where[moved] = (series, slot)
+
+    def search(self, series: str, exclude_vin: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """Top-k (rowid, inner product) of the series, the excluded VIN's rows masked out."""
+        part = self._series.get(series)
+        if part is None or part.size == 0 or k <= 0 or vector.shape[0] != self.dim:
+            return []
+        n = part.size
+        scores = part.vectors[:n] @ vector.astype(np.float32, copy=False)
+        scores[part.vins[:n] == vin_hash(exclude_vin)] = -np.inf
+        if n > k:
+            idx = np.argpartition(-scores, k - 1)[:k]
+        else:
+            idx = np.arange(n)
+        idx = idx[np.argsort(-scores[idx], kind="stable")]
+        return [(int(part.rowids[i]), float(scores[i])) for i in idx if np.isfinite(scores[i])]
+
+    # -- persistence ---------------------------------------------------------------
+
+    def save(self, folder: Path, epoch: str) -> None:
+        """Write the index atomically (a temp folder renamed over the old one)."""
+        # Per-process temp names: several Flink workers may share one database.
+        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        names = sorted(self._series)
+        for i, name in enumerate(names):
+            part = self._series[name]
+            np.save(tmp / f"s{i}.vectors.npy", part.vectors[: part.size])
+            np.save(tmp / f"s{i}.rowids.npy", part.rowids[: part.size])
+            np.save(tmp / f"s{i}.vins.npy", part.vins[: part.size])
+        meta = {"format": INDEX_FORMAT, "epoch": epoch, "seq": self.seq, "dim": self.dim, "series": names}
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        old = folder.with_name(f"{folder.name}.old{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        shutil.rmtree(old, ignore_errors=True)
+
+    @classmethod
+    def load(cls, folder: Path, epoch: str) -> SeriesVectorIndex | None:
+        """The saved index if it exists and belongs to this database, else None (rebuild)."""
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            if meta.get("format") != INDEX_FORMAT or meta.get("epoch") != epoch:
+                return None
+            index = cls(meta["dim"])
+            index.seq = int(meta["seq"])
+            for i, name in enumerate(meta["series"]):
+                vectors = np.load(folder / f"s{i}.vectors.npy")
+                rowids = np.load(folder / f"s{i}.rowids.npy")
+                vins = np.load(folder / f"s{i}.vins.npy")
+                if not (len(vectors) == len(rowids) == len(vins)) or vectors.shape[1:] != (index.dim,):
+                    return None
+                part = _Series(int(index.dim))
+                part.vectors, part.rowids, part.vins, part.size = vectors, rowids, vins, len(rowids)
+                index._series[name] = part
+                index._where.update((int(r), (name, slot)) for slot, r in enumerate(rowids.tolist()))
+            return index
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            log.warning("vector index at %s unreadable (%s); rebuilding", folder, e)
+            return None
