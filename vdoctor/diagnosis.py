@@ -25,7 +25,8 @@ from vdoctor.memory.recall import recall
 from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
 from vdoctor.memory.working import Round, WorkingMemory
-from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase
+from vdoctor.memory.write_policy import WriteStatus, milestone_id, milestones_due, set_recheck, write_final
+from vdoctor.records import MAX_SUMMARY_CHARS, DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase, RecordKind
 from vdoctor.settings import Settings
 from vdoctor.stores import MemoryStore, open_store
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
@@ -126,7 +127,7 @@ class DiagnosisEngine:
     def _on_recheck(self, event: RecheckEvent) -> None:
         if not event.session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {event.session_id!r} does not belong to vin {event.vin}")
-        if not self.store.set_recheck(event.vin, event.session_id, event.recheck_ok):
+        if not set_recheck(self.store, event.vin, event.session_id, event.recheck_ok):
             raise EventError(
                 "process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory"
             )
@@ -201,6 +202,8 @@ class DiagnosisEngine:
         self._add_timeline(session, alert, answer.phase, answer.priority, answer.confidence, answer.evidence)
         if session.phase is Phase.CONCLUDED:
             flags += self._write_case(session)
+        else:
+            flags += self._write_milestone(session, alert)
 
         diagnosis = Diagnosis(
             vin=alert.vin,
@@ -274,10 +277,45 @@ class DiagnosisEngine:
             prompt_version=SUMMARY_PROMPT_VERSION,
         )
         try:
-            self.store.upsert(record)
+            if write_final(self.store, record) is WriteStatus.MERGED:
+                flags.append("l3_merged")
         except StoreError as e:
             # The diagnosis still goes out; the case is flagged, never silently dropped.
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)
             return [*flags, "l3_write_failed"]
         session.l3_written = True
         return flags
+
+    def _write_milestone(self, session: SessionState, alert: AlertEvent) -> list[str]:
+        """A session open for more than 24 h leaves a milestone record per 24 h: facts, no guesses."""
+        due = milestones_due(session.opened_at, alert.ts, session.milestones_written)
+        if due <= session.milestones_written:
+            return []
+        lines = [f"{e.ts:%Y-%m-%d %H:%M} | {e.event} | {e.conclusion} | {e.evidence}" for e in session.timeline]
+        kept: list[str] = []
+        for line in reversed(lines):  # newest first, whole lines only
+            if sum(len(k) + 1 for k in kept) + len(line) > MAX_SUMMARY_CHARS:
+                break
+            kept.insert(0, line)
+        summary = "\n".join(kept)
+        record = MemoryRecord(
+            vin=session.vin,
+            session_id=milestone_id(session.session_id, due),
+            series=session.series,
+            concluded_at=alert.ts,
+            summary=summary,
+            summary_vec=[float(x) for x in self.embedder.embed([summary])[0]],
+            root_cause="",
+            fix_action="",
+            priority="P3",
+            dtc_codes=list(session.codes),
+            prompt_version=SUMMARY_PROMPT_VERSION,
+            kind=RecordKind.MILESTONE,
+        )
+        try:
+            self.store.upsert(record)
+        except StoreError as e:
+            log.warning("could not write milestone of %s: %s", session.session_id, e)
+            return ["l3_write_failed"]
+        session.milestones_written = due
+        return ["l3_milestone"]

@@ -23,6 +23,13 @@ class Phase(StrEnum):
 Priority = Literal["P1", "P2", "P3"]
 
 
+class RecordKind(StrEnum):
+    """A final record concludes a case; a milestone keeps a long open session's progress."""
+
+    FINAL = "final"
+    MILESTONE = "milestone"
+
+
 class MemoryRef(BaseModel):
     """Names one long-term record: the unique key of the L3 table."""
 
@@ -92,6 +99,9 @@ class MemoryRecord(BaseModel):
     prompt_version: str
     valid: bool = True
     updated_at: datetime = Field(default_factory=utc_now)
+    kind: RecordKind = RecordKind.FINAL
+    # Later sessions of the same fault within the dedup window, merged into this record.
+    merged_sessions: list[str] = []
 
     @field_validator("concluded_at", "updated_at")
     @classmethod

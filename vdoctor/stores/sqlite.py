@@ -68,8 +68,7 @@ _FIELDS = [c.strip() for c in _COLUMNS.split(",")]
 # Upsert in place (keeps the rowid, which names the row in the vector index).
 _UPSERT = (
     f"INSERT INTO case_memory ({_COLUMNS}, seq) VALUES ({', '.join('?' * (len(_FIELDS) + 1))}) "
-    "ON CONFLICT (vin, session_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in [*_FIELDS[2:], "seq"])
+    "ON CONFLICT (vin, session_id) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in [*_FIELDS[2:], "seq"])
 )
 
 
@@ -218,8 +217,7 @@ class SqliteStore:
         db_seq = int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
         if db_seq != index.seq:
             rows = self._query(
-                "SELECT rowid, series, vin, recheck_ok, valid, summary_vec FROM case_memory WHERE seq > ? "
-                "ORDER BY seq",
+                "SELECT rowid, series, vin, recheck_ok, valid, summary_vec FROM case_memory WHERE seq > ? ORDER BY seq",
                 (index.seq,),
             )
             for rowid, series, vin, ok, valid, vec in rows:
