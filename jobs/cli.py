@@ -173,6 +173,22 @@ def _cmd_knowledge_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_health(args: argparse.Namespace) -> int:
+    from vdoctor.evaluation.health import assess, plot
+
+    store = open_store(_settings(args).memory_url)
+    try:
+        report = assess(Path(args.diagnoses), store, sample=args.sample)
+    finally:
+        store.close()
+    print(report.render())
+    out = Path(args.plot)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(report, out)
+    print(f"  plot                             {out}")
+    return 0
+
+
 def _cmd_eval_ab(args: argparse.Namespace) -> int:
     from jobs.eval_ab import run_ab  # imports pyflink: only for `eval`
 
@@ -180,6 +196,8 @@ def _cmd_eval_ab(args: argparse.Namespace) -> int:
     run_ab(Path(args.alerts), out, _settings(args), parallelism=args.parallelism)
     print((out / "ab_report.md").read_text(encoding="utf-8"))
     print(f"report: {out / 'ab_report.md'}, chart: {out / 'ab_report.png'}")
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     url = _settings(args).memory_url
     store = open_store(url)
@@ -258,6 +276,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     ab.add_argument("--knowledge")
     ab.add_argument("--parallelism", type=int, default=1)
     ab.set_defaults(func=_cmd_eval_ab)
+    health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
+    health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")
+    health.add_argument("--sample", type=int, default=500, help="concluded sessions with memory to sample")
+    health.add_argument("--plot", default="memory_health.png", help="where to write the PNG plot")
+    health.add_argument("--memory")
+    health.set_defaults(func=_cmd_health)
+
     init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
     init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")
     init.set_defaults(func=_cmd_init)
