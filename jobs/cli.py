@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,7 +21,7 @@ from vdoctor.settings import Settings, embedder_from, load_settings
 from vdoctor.stores import open_store
 
 
-def _absolute_memory_url(url: str) -> str:
+def _absolute_sqlite_url(url: str) -> str:
     """Flink workers may run in another directory: pin a relative sqlite path to this one."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         return "sqlite:///" + str(Path(url[len("sqlite:///") :]).resolve())
@@ -34,12 +35,18 @@ DEFAULT_CHECKPOINT_INTERVAL_MS = 10_000
 def _settings(args: argparse.Namespace) -> Settings:
     settings = load_settings(
         os.environ,
-        memory_url=args.memory,
+        memory_url=getattr(args, "memory", None),
+        knowledge_url=getattr(args, "knowledge", None),
         model=getattr(args, "model", None),
         summarizer=getattr(args, "summarizer", None),
         concurrency=getattr(args, "concurrency", None),
     )
-    return settings.model_copy(update={"memory_url": _absolute_memory_url(settings.memory_url)})
+    return settings.model_copy(
+        update={
+            "memory_url": _absolute_sqlite_url(settings.memory_url),
+            "knowledge_url": _absolute_sqlite_url(settings.knowledge_url),
+        }
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -158,6 +165,89 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_knowledge_load(args: argparse.Namespace) -> int:
+    from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
+    from vdoctor.knowledge.chunks import rows_from_csv
+
+    settings = _settings(args)
+    base = KnowledgeBase(open_knowledge(settings.knowledge_url), embedder_from(settings))
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r  embedded {done}/{total} chunks", end="", file=sys.stderr, flush=True)
+
+    try:
+        written = base.load(rows_from_csv(Path(args.csv), scope=args.scope), args.version, progress)
+        total = base.store.count()
+    finally:
+        base.close()
+    print(file=sys.stderr)
+    print(
+        f"loaded {args.csv}: {written} chunks (version {args.version}) in {time.monotonic() - started:.1f} s; "
+        f"{total} chunks in the knowledge base"
+    )
+    return 0
+
+
+def _cmd_knowledge_search(args: argparse.Namespace) -> int:
+    from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
+
+    settings = _settings(args)
+    base = KnowledgeBase(open_knowledge(settings.knowledge_url), embedder_from(settings))
+    try:
+        hits = base.search(args.query, scope=args.scope, version=args.version)
+    finally:
+        base.close()
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "chunk_id": h.chunk.chunk_id,
+                        "scope": h.chunk.scope,
+                        "version": h.chunk.version,
+                        "score": round(h.score, 4),
+                        "codes": h.chunk.codes,
+                        "text": h.chunk.text,
+                    }
+                    for h in hits
+                ],
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
+    else:
+        for h in hits:
+            print(f"{h.score:.3f}  {h.chunk.chunk_id}\n  " + h.chunk.text[:300].replace("\n", "\n  "))
+    return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from vdoctor.evaluation.health import assess, plot
+
+    store = open_store(_settings(args).memory_url)
+    try:
+        report = assess(Path(args.diagnoses), store, sample=args.sample)
+    finally:
+        store.close()
+    print(report.render())
+    out = Path(args.plot)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(report, out)
+    print(f"  plot                             {out}")
+    return 0
+
+
+def _cmd_eval_ab(args: argparse.Namespace) -> int:
+    from jobs.eval_ab import run_ab  # imports pyflink: only for `eval`
+
+    out = Path(args.out)
+    run_ab(Path(args.alerts), out, _settings(args), parallelism=args.parallelism)
+    print((out / "ab_report.md").read_text(encoding="utf-8"))
+    print(f"report: {out / 'ab_report.md'}, chart: {out / 'ab_report.png'}")
+    return 0
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     url = _settings(args).memory_url
     store = open_store(url)
@@ -182,6 +272,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--alerts", required=True, help="JSONL file of alert/recheck/lifecycle events")
     run.add_argument("--out", required=True, help="folder for diagnoses.jsonl and dead_letters.jsonl")
     run.add_argument("--memory", help="long-term memory URL (default sqlite:///.vdoctor/memory.db)")
+    run.add_argument("--knowledge", help="knowledge URL (default sqlite:///.vdoctor/knowledge.db)")
     run.add_argument(
         "--model",
         choices=["offline", "openai"],
@@ -198,7 +289,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--checkpoint-interval-ms", type=int, default=DEFAULT_CHECKPOINT_INTERVAL_MS)
     run.add_argument("--rate", type=float, help="replay at most this many lines per second (like a live stream)")
     run.add_argument(
-        "--flink-conf", action="append", metavar="KEY=VALUE",
+        "--flink-conf",
+        action="append",
+        metavar="KEY=VALUE",
         help="any Flink option, e.g. rest.port=8081 to watch the job's metrics (repeatable)",
     )
     run.add_argument("--restore", help="a chk-N folder to start from, or 'latest' (under --checkpoint-dir)")
@@ -227,6 +320,44 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     forget.add_argument("--change", required=True, choices=["scrapped", "transferred"])
     forget.add_argument("--memory")
     forget.set_defaults(func=_cmd_forget)
+
+    knowledge = sub.add_parser("knowledge", help="the knowledge base the agent's search_knowledge tool reads")
+    ksub = knowledge.add_subparsers(dest="knowledge_command", required=True)
+    load = ksub.add_parser("load", help="load a code table (CSV: code, description[, manufacturer]) as chunks")
+    load.add_argument("--csv", required=True)
+    load.add_argument("--scope", help="scope of every row (default dtc:generic or dtc:<MANUFACTURER>)")
+    load.add_argument("--version", default="1", help="version label stored with the chunks")
+    load.add_argument("--knowledge", help="knowledge URL (default sqlite:///.vdoctor/knowledge.db)")
+    load.set_defaults(func=_cmd_knowledge_load)
+    search = ksub.add_parser("search", help="two-stage search: top-20 by vector, reranked to top-5")
+    search.add_argument("--query", required=True)
+    search.add_argument("--scope")
+    search.add_argument("--version")
+    search.add_argument("--json", action="store_true")
+    search.add_argument("--knowledge")
+    search.set_defaults(func=_cmd_knowledge_search)
+
+    evaluation = sub.add_parser("eval", help="experiments over a replay file").add_subparsers(
+        dest="eval_command", required=True
+    )
+    ab = evaluation.add_parser("ab", help="memory off vs memory on, as a markdown report and a PNG chart")
+    ab.add_argument("--alerts", required=True)
+    ab.add_argument("--out", required=True)
+    ab.add_argument("--knowledge")
+    ab.add_argument("--parallelism", type=int, default=1)
+    ab.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="vehicles in flight per subtask (default 1: file order across vehicles, so both arms see the same order)",
+    )
+    ab.set_defaults(func=_cmd_eval_ab)
+    health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
+    health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")
+    health.add_argument("--sample", type=int, default=500, help="concluded sessions with memory to sample")
+    health.add_argument("--plot", default="memory_health.png", help="where to write the PNG plot")
+    health.add_argument("--memory")
+    health.set_defaults(func=_cmd_health)
 
     init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
     init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")

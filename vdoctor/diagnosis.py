@@ -21,13 +21,15 @@ from vdoctor.embed import Embedder
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
+from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
 from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
 from vdoctor.memory.recall import recall
 from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
 from vdoctor.memory.summarizer import FidelityMetrics, ModelSummarizer, OfflineSummarizer, Summarizer
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
-from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase
+from vdoctor.memory.write_policy import WriteStatus, milestone_id, milestones_due, set_recheck, write_final
+from vdoctor.records import MAX_SUMMARY_CHARS, DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase, RecordKind
 from vdoctor.settings import Settings, embedder_from
 from vdoctor.stores import MemoryStore, open_store
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
@@ -65,6 +67,8 @@ class DiagnosisEngine:
         injection_budget_tokens: int = 800,
         summarizer: Summarizer | None = None,
         working_keep_rounds: int = KEEP_ROUNDS,
+        knowledge: KnowledgeBase | None = None,
+        memory_enabled: bool = True,
     ) -> None:
         self.store = store
         self.model = model
@@ -79,14 +83,17 @@ class DiagnosisEngine:
         # Every summary's fidelity outcome, for the operator to expose.
         self.summary_metrics = FidelityMetrics()
         self.working_keep_rounds = working_keep_rounds
+        self.knowledge = knowledge
+        self.memory_enabled = memory_enabled
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DiagnosisEngine:
         extra = Path(settings.extra_dtc_csv) if settings.extra_dtc_csv else None
+        embedder = embedder_from(settings)
         return cls(
             store=open_store(settings.memory_url),
             model=open_chat_model(settings),
-            embedder=embedder_from(settings),
+            embedder=embedder,
             # Summaries may come from a separate, cheaper model (DESIGN.md §4).
             summarizer=(
                 OfflineSummarizer()
@@ -96,6 +103,8 @@ class DiagnosisEngine:
             pack=load_pack(extra_csv=extra),
             working_budget_tokens=settings.working_budget_tokens,
             injection_budget_tokens=settings.injection_budget_tokens,
+            knowledge=KnowledgeBase(open_knowledge(settings.knowledge_url), embedder),
+            memory_enabled=settings.memory_enabled,
         )
 
     def close(self) -> None:
@@ -103,6 +112,8 @@ class DiagnosisEngine:
         close_model = getattr(self.model, "close", None)
         if callable(close_model):
             close_model()
+        if self.knowledge is not None:
+            self.knowledge.close()
 
     # -- events ---------------------------------------------------------------
 
@@ -136,7 +147,7 @@ class DiagnosisEngine:
     def _on_recheck(self, event: RecheckEvent) -> None:
         if not event.session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {event.session_id!r} does not belong to vin {event.vin}")
-        if not self.store.set_recheck(event.vin, event.session_id, event.recheck_ok):
+        if not set_recheck(self.store, event.vin, event.session_id, event.recheck_ok):
             raise EventError(
                 "process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory"
             )
@@ -149,6 +160,8 @@ class DiagnosisEngine:
             opened_at=alert.ts,
             last_event_at=alert.ts,
         )
+        if not self.memory_enabled:
+            return session
         symptom = " ".join([alert.alert_text, *(self._definition(c) for c in alert.dtc_codes)])
         try:
             found = recall(
@@ -198,7 +211,7 @@ class DiagnosisEngine:
         )
         failures_before = session.working.fidelity_failures
         messages = build_messages(session, alert, working)
-        run = run_react(self.model, Toolbox(self.pack, session), messages)
+        run = run_react(self.model, Toolbox(self.pack, session, self.knowledge), messages)
         if run.error is not None:
             log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
         answer = run.answer
@@ -224,6 +237,8 @@ class DiagnosisEngine:
             flags += self._write_case(session, working)
         if session.working.fidelity_failures > failures_before and "summary_fidelity_failed" not in flags:
             flags.append("summary_fidelity_failed")
+        else:
+            flags += self._write_milestone(session, alert)
 
         diagnosis = Diagnosis(
             vin=alert.vin,
@@ -322,10 +337,45 @@ class DiagnosisEngine:
             prompt_version=SUMMARY_PROMPT_VERSION,
         )
         try:
-            self.store.upsert(record)
+            if write_final(self.store, record) is WriteStatus.MERGED:
+                flags.append("l3_merged")
         except StoreError as e:
             # The diagnosis still goes out; the case is flagged, never silently dropped.
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)
             return [*flags, "l3_write_failed"]
         session.l3_written = True
         return flags
+
+    def _write_milestone(self, session: SessionState, alert: AlertEvent) -> list[str]:
+        """A session open for more than 24 h leaves a milestone record per 24 h: facts, no guesses."""
+        due = milestones_due(session.opened_at, alert.ts, session.milestones_written)
+        if due <= session.milestones_written:
+            return []
+        lines = [f"{e.ts:%Y-%m-%d %H:%M} | {e.event} | {e.conclusion} | {e.evidence}" for e in session.timeline]
+        kept: list[str] = []
+        for line in reversed(lines):  # newest first, whole lines only
+            if sum(len(k) + 1 for k in kept) + len(line) > MAX_SUMMARY_CHARS:
+                break
+            kept.insert(0, line)
+        summary = "\n".join(kept)
+        record = MemoryRecord(
+            vin=session.vin,
+            session_id=milestone_id(session.session_id, due),
+            series=session.series,
+            concluded_at=alert.ts,
+            summary=summary,
+            summary_vec=[float(x) for x in self.embedder.embed([summary])[0]],
+            root_cause="",
+            fix_action="",
+            priority="P3",
+            dtc_codes=list(session.codes),
+            prompt_version=SUMMARY_PROMPT_VERSION,
+            kind=RecordKind.MILESTONE,
+        )
+        try:
+            self.store.upsert(record)
+        except StoreError as e:
+            log.warning("could not write milestone of %s: %s", session.session_id, e)
+            return ["l3_write_failed"]
+        session.milestones_written = due
+        return ["l3_milestone"]

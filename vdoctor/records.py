@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # A case summary is read by people and injected into prompts: short by rule.
 MAX_SUMMARY_CHARS = 300
+# The stored source of a summary, for re-extraction: enough for a long session's
+# event lines and required facts, small enough for a row.
+MAX_SOURCE_CHARS = 16_000
 
 
 class Phase(StrEnum):
@@ -21,6 +24,13 @@ class Phase(StrEnum):
 
 
 Priority = Literal["P1", "P2", "P3"]
+
+
+class RecordKind(StrEnum):
+    """A final record concludes a case; a milestone keeps a long open session's progress."""
+
+    FINAL = "final"
+    MILESTONE = "milestone"
 
 
 class MemoryRef(BaseModel):
@@ -95,6 +105,12 @@ class MemoryRecord(BaseModel):
     prompt_version: str
     valid: bool = True
     updated_at: datetime = Field(default_factory=utc_now)
+    kind: RecordKind = RecordKind.FINAL
+    # Later sessions of the same fault within the dedup window, merged into this record.
+    merged_sessions: list[str] = []
+    # What the summary was written from (the summarizer's request, as JSON), kept
+    # so that a new summary prompt can re-extract it; bounded.
+    source: Annotated[str, Field(max_length=MAX_SOURCE_CHARS)] = ""
 
     @field_validator("concluded_at", "updated_at")
     @classmethod
@@ -117,4 +133,4 @@ class MemoryRecord(BaseModel):
 
     def public_dict(self) -> dict[str, object]:
         """The record as users see it (``memory history --json``): vectors left out."""
-        return self.model_dump(mode="json", exclude={"summary_vec"})
+        return self.model_dump(mode="json", exclude={"summary_vec", "source"})

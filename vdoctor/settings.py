@@ -18,9 +18,12 @@ from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
+DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
 
 ENV_VARS: dict[str, str] = {
     "memory_url": "VDOCTOR_MEMORY_URL",
+    "knowledge_url": "VDOCTOR_KNOWLEDGE_URL",
+    "memory_enabled": "VDOCTOR_MEMORY_ENABLED",
     "model": "VDOCTOR_MODEL",
     "summarizer": "VDOCTOR_SUMMARIZER",
     "openai_base_url": "OPENAI_BASE_URL",
@@ -51,6 +54,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     memory_url: str = DEFAULT_MEMORY_URL
+    knowledge_url: str = DEFAULT_KNOWLEDGE_URL
+    # False runs the agent without long-term recall: the "memory off" arm of the A/B experiment.
+    memory_enabled: bool = True
     model: Literal["offline", "openai"] = "offline"
     # Who writes summaries: the offline summarizer (default), or the hosted
     # summary model (VDOCTOR_SUMMARY_MODEL, usually cheaper than the chat model).

@@ -22,6 +22,9 @@ CREATE TABLE IF NOT EXISTS case_memory (
     prompt_version VARCHAR(255) NOT NULL,
     valid BOOLEAN NOT NULL,
     updated_at DATETIME NOT NULL,
+    kind VARCHAR(16) NOT NULL DEFAULT "final",
+    merged_sessions STRING NOT NULL,
+    source STRING NOT NULL,
     INDEX idx_vin (vin) USING INVERTED,
     INDEX idx_series (series) USING INVERTED,
     INDEX idx_vec (summary_vec) USING ANN PROPERTIES (

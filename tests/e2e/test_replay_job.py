@@ -110,15 +110,17 @@ def test_bad_lines_land_in_dead_letters_with_reasons(run_out: Path) -> None:
     assert "unknown session" in by_stage["process"]["error"]
 
 
-def test_long_term_memory_holds_concluded_cases_with_rechecks(run_out: Path) -> None:
+def test_long_term_memory_merges_the_repeat_of_a_fault_within_30_days(run_out: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "jobs.cli", "memory", "history", "--vin", A, "--json",
          "--memory", f"sqlite:///{run_out}/memory.db"],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True,
     )
     records = json.loads(proc.stdout)
-    assert [r["session_id"] for r in records] == [f"{A}-20261110T080000", f"{A}-20261101T080000"]
-    assert [r["recheck_ok"] for r in records] == [None, True]
+    # A's second session (11-10) repeats the 11-01 fault within 30 days: one record, both sessions.
+    assert [r["session_id"] for r in records] == [f"{A}-20261101T080000"]
+    assert records[0]["merged_sessions"] == [f"{A}-20261110T080000"]
+    assert records[0]["recheck_ok"] is None  # the fault came back: the 11-04 recheck no longer holds
     assert all("summary_vec" not in r and len(r["summary"]) <= 300 for r in records)
     assert "cell_voltage_diff_mv=155" in records[0]["summary"]
 

@@ -142,7 +142,7 @@ class OfflineModel:
         prompt_tokens = sum(self.counter.count(m.content) for m in messages) + sum(
             self.counter.count(json.dumps(t.parameters)) + self.counter.count(t.description) for t in tools
         )
-        content, calls = self._decide(messages)
+        content, calls = self._decide(messages, tools)
         out_text = content or json.dumps([c.arguments for c in calls])
         return ChatResponse(
             content=content,
@@ -151,7 +151,7 @@ class OfflineModel:
             completion_tokens=self.counter.count(out_text) + 4 * len(calls),
         )
 
-    def _decide(self, messages: list[Message]) -> tuple[str | None, list[ToolCall]]:
+    def _decide(self, messages: list[Message], tools: list[ToolSpec]) -> tuple[str | None, list[ToolCall]]:
         system = next((m.content for m in messages if m.role == "system"), "")
         last_user = max(i for i, m in enumerate(messages) if m.role == "user")
         alert, seen = _parse_user(messages[last_user].content)
@@ -160,6 +160,7 @@ class OfflineModel:
 
         looked_up: dict[str, _Fault | None] = {}
         histories: dict[str, list[dict[str, Any]]] = {}
+        searched = False
         for m in messages[last_user + 1 :]:
             if m.role != "tool":
                 continue
@@ -170,10 +171,18 @@ class OfflineModel:
                 looked_up[str(code)] = None
             if "signal" in result and "readings" in result:
                 histories[str(result["signal"])] = list(result["readings"])
+            if "hits" in result:
+                searched = True
 
         to_lookup = [c for c in codes if c not in remembered and c not in looked_up]
         if to_lookup:
             return None, [self._call("lookup_dtc", {"codes": to_lookup})]
+
+        unknown = [c for c in codes if c not in remembered and looked_up.get(c) is None]
+        can_search = any(t.name == "search_knowledge" for t in tools)
+        if unknown and can_search and not searched:
+            # Codes the pack cannot act on: see what the knowledge base says of them.
+            return None, [self._call("search_knowledge", {"query": " ".join(unknown)})]
 
         faults = [remembered.get(c) or looked_up.get(c) for c in codes]
         known = [f for f in faults if f is not None]

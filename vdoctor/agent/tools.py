@@ -11,11 +11,15 @@ from typing import Any
 
 from vdoctor.agent.model import ToolSpec
 from vdoctor.knowledge import KnowledgePack
+from vdoctor.knowledge.base import KnowledgeBase
+from vdoctor.knowledge.chunks import codes_in
 from vdoctor.memory.session import SessionState
 
 # A tool result is injected into the context: keep it small.
 MAX_READINGS_RETURNED = 12
 MAX_CODES_PER_LOOKUP = 8
+MAX_QUERY_CHARS = 500
+MAX_HIT_CHARS = 400
 
 SPECS = [
     ToolSpec(
@@ -38,19 +42,30 @@ SPECS = [
             "required": ["signal"],
         },
     ),
+    ToolSpec(
+        name="search_knowledge",
+        description="Search the knowledge base (code tables, repair rules) by free text or codes; "
+        "optional scope filter such as dtc:generic, dtc:FORD or rules. Returns the best chunks.",
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "scope": {"type": "string"}},
+            "required": ["query"],
+        },
+    ),
 ]
 
 
 class Toolbox:
     """Tools bound to one session."""
 
-    def __init__(self, pack: KnowledgePack, session: SessionState) -> None:
+    def __init__(self, pack: KnowledgePack, session: SessionState, knowledge: KnowledgeBase | None = None) -> None:
         self.pack = pack
         self.session = session
+        self.knowledge = knowledge
 
     @property
     def specs(self) -> list[ToolSpec]:
-        return SPECS
+        return SPECS if self.knowledge is not None else [s for s in SPECS if s.name != "search_knowledge"]
 
     def call(self, name: str, arguments: dict[str, Any]) -> str:
         """Run a tool; bad arguments come back as an error result the model can read."""
@@ -58,8 +73,11 @@ class Toolbox:
             result = self._lookup_dtc(arguments.get("codes"))
         elif name == "signal_history":
             result = self._signal_history(arguments.get("signal"))
+        elif name == "search_knowledge" and self.knowledge is not None:
+            result = self._search_knowledge(arguments.get("query"), arguments.get("scope"))
         else:
-            result = {"error": f"unknown tool {name!r}; tools: lookup_dtc, signal_history"}
+            names = ", ".join(s.name for s in self.specs)
+            result = {"error": f"unknown tool {name!r}; tools: {names}"}
         return json.dumps(result, ensure_ascii=False, sort_keys=True)
 
     def _lookup_dtc(self, codes: object) -> dict[str, Any]:
@@ -83,3 +101,28 @@ class Toolbox:
             "signal": signal,
             "readings": [{"value": r.value, "ts": r.ts.strftime("%Y-%m-%dT%H:%M:%SZ"), "uri": r.uri} for r in readings],
         }
+
+    def _search_knowledge(self, query: object, scope: object) -> dict[str, Any]:
+        if not isinstance(query, str) or not query.strip():
+            return {"error": "query must be a non-empty string"}
+        if scope is not None and not isinstance(scope, str):
+            return {"error": "scope must be a string such as dtc:generic"}
+        if self.knowledge is None:
+            return {"error": "no knowledge base is configured"}
+        query = query[:MAX_QUERY_CHARS]
+        wanted = codes_in(query)
+        hits = []
+        for h in self.knowledge.search(query, scope=scope or None):
+            # A chunk is 200-400 tokens; when the query names codes, only their lines matter.
+            lines = [ln for ln in h.chunk.text.splitlines() if wanted and ln.split(":", 1)[0] in wanted]
+            text = "\n".join(lines) if lines else h.chunk.text[:MAX_HIT_CHARS]
+            hits.append(
+                {
+                    "chunk_id": h.chunk.chunk_id,
+                    "scope": h.chunk.scope,
+                    "version": h.chunk.version,
+                    "score": round(h.score, 3),
+                    "text": text,
+                }
+            )
+        return {"hits": hits}

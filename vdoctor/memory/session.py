@@ -75,6 +75,7 @@ class SessionState(BaseModel):
     memory: MemoryUse = MemoryUse()
     conclusion: Conclusion | None = None
     l3_written: bool = False
+    milestones_written: int = 0
 
     def expired_at(self, now: datetime) -> bool:
         """True when an event at ``now`` can no longer join this session."""

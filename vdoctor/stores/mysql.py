@@ -16,7 +16,7 @@ import numpy as np
 from vdoctor.errors import ConfigError
 from vdoctor.records import MemoryRecord
 from vdoctor.stores.base import Scored, SimilarQuery, top_k
-from vdoctor.stores.sqlbase import COLUMN_LIST, ConnInfo, SqlStore, naive_utc, parse_url
+from vdoctor.stores.sqlbase import COLUMN_LIST, COLUMNS, ConnInfo, SqlStore, naive_utc, parse_url
 
 try:
     import pymysql  # type: ignore[import-untyped]
@@ -41,7 +41,7 @@ class MySqlDialect:
         return [float(x) for x in np.frombuffer(bytes(data), dtype=np.float32)]
 
     def upsert(self, store: SqlStore, records: list[MemoryRecord]) -> None:
-        row = "(" + ", ".join(["%s"] * 14) + ")"
+        row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
         for start in range(0, len(records), BATCH_ROWS):
             batch = records[start : start + BATCH_ROWS]
             params = [p for r in batch for p in store.to_params(r)]

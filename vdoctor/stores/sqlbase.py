@@ -57,6 +57,9 @@ COLUMNS = (
     "prompt_version",
     "valid",
     "updated_at",
+    "kind",
+    "merged_sessions",
+    "source",
 )
 COLUMN_LIST = ", ".join(COLUMNS)
 
@@ -255,7 +258,9 @@ class SqlStore:
         return self.run(sql, params)[0]
 
     def from_row(self, row: Sequence[Any]) -> MemoryRecord:
-        (vin, sid, series, concluded, summary, vec, cause, fix, prio, codes, ok, pv, valid, upd) = row[:14]
+        (vin, sid, series, concluded, summary, vec, cause, fix, prio, codes, ok, pv, valid, upd, kind, merged, src) = (
+            row[:17]
+        )
         return MemoryRecord(
             vin=vin,
             session_id=sid,
@@ -271,6 +276,9 @@ class SqlStore:
             prompt_version=pv,
             valid=bool(to_bool(valid)),
             updated_at=to_utc(upd),
+            kind=kind,
+            merged_sessions=json.loads(merged),
+            source=src or "",
         )
 
     def to_params(self, r: MemoryRecord) -> list[object]:
@@ -289,6 +297,9 @@ class SqlStore:
             r.prompt_version,
             r.valid,
             naive_utc(r.updated_at),
+            r.kind.value,
+            json.dumps(r.merged_sessions),
+            r.source,
         ]
 
     def _select(self, where: str, params: Sequence[object], tail: str = "") -> list[MemoryRecord]:

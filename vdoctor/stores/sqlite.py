@@ -45,6 +45,9 @@ CREATE TABLE IF NOT EXISTS case_memory (
     prompt_version TEXT NOT NULL,
     valid INTEGER NOT NULL,
     updated_at INTEGER NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'final',
+    merged_sessions TEXT NOT NULL DEFAULT '[]',
+    source TEXT NOT NULL DEFAULT '',
     seq INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (vin, session_id)
 );
@@ -56,11 +59,17 @@ INSERT OR IGNORE INTO vd_meta (key, value) VALUES ('seq', '0');
 """
 # Files written before the change sequence existed get the column on open.
 _MIGRATE_SEQ = "ALTER TABLE case_memory ADD COLUMN seq INTEGER NOT NULL DEFAULT 0"
+# ... and the write-policy columns (record kind, merged sessions, summary source).
+_MIGRATE_COLUMNS = {
+    "kind": "ALTER TABLE case_memory ADD COLUMN kind TEXT NOT NULL DEFAULT 'final'",
+    "merged_sessions": "ALTER TABLE case_memory ADD COLUMN merged_sessions TEXT NOT NULL DEFAULT '[]'",
+    "source": "ALTER TABLE case_memory ADD COLUMN source TEXT NOT NULL DEFAULT ''",
+}
 _SEQ_INDEX = "CREATE INDEX IF NOT EXISTS idx_seq ON case_memory (seq)"
 
 _COLUMNS = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, "
-    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at"
+    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source"
 )
 # Placeholder in a parameter row for the change seq of the write's transaction.
 _SEQ = object()
@@ -68,8 +77,7 @@ _FIELDS = [c.strip() for c in _COLUMNS.split(",")]
 # Upsert in place (keeps the rowid, which names the row in the vector index).
 _UPSERT = (
     f"INSERT INTO case_memory ({_COLUMNS}, seq) VALUES ({', '.join('?' * (len(_FIELDS) + 1))}) "
-    "ON CONFLICT (vin, session_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in [*_FIELDS[2:], "seq"])
+    "ON CONFLICT (vin, session_id) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in [*_FIELDS[2:], "seq"])
 )
 
 
@@ -97,11 +105,14 @@ def _to_row(r: MemoryRecord) -> tuple[object, ...]:
         r.prompt_version,
         int(r.valid),
         _epoch(r.updated_at),
+        r.kind.value,
+        json.dumps(r.merged_sessions),
+        r.source,
     )
 
 
 def _from_row(row: tuple[object, ...]) -> MemoryRecord:
-    (vin, sid, series, concluded, summary, vec, cause, fix, prio, codes, ok, pv, valid, upd) = row
+    (vin, sid, series, concluded, summary, vec, cause, fix, prio, codes, ok, pv, valid, upd, kind, merged, src) = row
     return MemoryRecord(
         vin=str(vin),
         session_id=str(sid),
@@ -117,6 +128,9 @@ def _from_row(row: tuple[object, ...]) -> MemoryRecord:
         prompt_version=str(pv),
         valid=bool(valid),
         updated_at=_from_epoch(int(upd)),  # type: ignore[call-overload]
+        kind=str(kind),  # type: ignore[arg-type]
+        merged_sessions=json.loads(str(merged)),
+        source=str(src),
     )
 
 
@@ -141,6 +155,9 @@ class SqliteStore:
             columns = {row[1] for row in self._conn.execute("PRAGMA table_info(case_memory)")}
             if "seq" not in columns:
                 self._conn.execute(_MIGRATE_SEQ)
+            for column, statement in _MIGRATE_COLUMNS.items():
+                if column not in columns:
+                    self._conn.execute(statement)
             self._conn.execute(_SEQ_INDEX)
             # The epoch names this database, so an index folder copied from
             # another file is never mistaken for this one's.
@@ -218,8 +235,7 @@ class SqliteStore:
         db_seq = int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
         if db_seq != index.seq:
             rows = self._query(
-                "SELECT rowid, series, vin, recheck_ok, valid, summary_vec FROM case_memory WHERE seq > ? "
-                "ORDER BY seq",
+                "SELECT rowid, series, vin, recheck_ok, valid, summary_vec FROM case_memory WHERE seq > ? ORDER BY seq",
                 (index.seq,),
             )
             for rowid, series, vin, ok, valid, vec in rows:

@@ -41,6 +41,7 @@ def _blas_controller() -> ThreadpoolController:
         _controller = ThreadpoolController()
     return _controller
 
+
 INDEX_FORMAT = 1
 # Growth factor of a series matrix: amortised O(1) appends without holding
 # twice the memory for long.

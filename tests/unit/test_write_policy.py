@@ -1,0 +1,92 @@
+"""Write gates: merge within 30 days, milestones for long sessions, rechecks that follow merges."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.unit.test_engine import SID_1, T0, VIN, Harness, alert, recheck
+from vdoctor.agent.offline import OfflineModel
+from vdoctor.diagnosis import DiagnosisEngine
+from vdoctor.embed import HashingEmbedder
+from vdoctor.knowledge import load_pack
+from vdoctor.records import Phase, RecordKind
+from vdoctor.stores.memory import InMemoryStore
+
+pytestmark = pytest.mark.unit
+
+CONFIRMING = {"cell_voltage_diff_mv": 187}
+
+
+@pytest.fixture
+def store() -> InMemoryStore:
+    return InMemoryStore()
+
+
+@pytest.fixture
+def h(store: InMemoryStore) -> Harness:
+    return Harness(DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack()))
+
+
+def test_same_fault_within_30_days_updates_the_existing_record(h: Harness, store: InMemoryStore) -> None:
+    first = h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    h.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=True))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=29), signals={"cell_voltage_diff_mv": 150}))
+    assert first.phase is second.phase is Phase.CONCLUDED
+    assert second.session_id == f"{VIN}-20261130T081530"
+    assert "l3_merged" in second.flags
+    records = store.history(VIN)
+    assert [r.session_id for r in records] == [SID_1]
+    merged = records[0]
+    assert merged.merged_sessions == [second.session_id]
+    assert merged.recheck_ok is None  # the fault came back: no longer verified
+    assert "cell_voltage_diff_mv=150" in merged.summary
+    assert merged.concluded_at == T0 + timedelta(days=29)
+
+
+def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: InMemoryStore) -> None:
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    later = h.diagnose(alert("e-2", T0 + timedelta(days=31), signals=CONFIRMING))
+    assert "l3_merged" not in later.flags
+    assert sorted(r.session_id for r in store.history(VIN)) == [SID_1, later.session_id]
+
+
+def test_another_root_cause_within_30_days_is_a_new_record(h: Harness, store: InMemoryStore) -> None:
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    other = h.diagnose(alert("e-2", T0 + timedelta(days=3), codes=["P0562"], signals={"battery_voltage_v": 10.9}))
+    assert other.phase is Phase.CONCLUDED
+    assert len(store.history(VIN)) == 2
+
+
+def test_recheck_of_a_merged_session_lands_on_the_merged_record(h: Harness, store: InMemoryStore) -> None:
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=10), signals=CONFIRMING))
+    result = h.send(recheck("r-2", T0 + timedelta(days=12), second.session_id, ok=True))
+    assert result.dead_letters == []
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is True
+
+
+def test_long_session_writes_milestones_superseded_by_the_final_record(h: Harness, store: InMemoryStore) -> None:
+    # Below-threshold readings every 20 h keep the session open (expiry is 48 h without an alert).
+    for i, hours in enumerate((0, 20, 40, 60)):
+        d = h.diagnose(alert(f"e-{i}", T0 + timedelta(hours=hours), signals={"cell_voltage_diff_mv": 60}))
+        assert d.phase is Phase.INVESTIGATING
+    # 40 h: one full day open -> milestone 1; 60 h: two days -> milestone 2.
+    milestones = [r for r in store.history(VIN) if r.kind is RecordKind.MILESTONE]
+    assert sorted(r.session_id for r in milestones) == [f"{SID_1}-m1", f"{SID_1}-m2"]
+    assert all(r.valid and r.root_cause == "" and len(r.summary) <= 300 for r in milestones)
+    assert "cell_voltage_diff_mv=60" in milestones[0].summary
+    final = h.diagnose(alert("e-9", T0 + timedelta(hours=70), signals=CONFIRMING))
+    assert final.phase is Phase.CONCLUDED
+    by_id = {r.session_id: r for r in store.history(VIN)}
+    assert by_id[SID_1].kind is RecordKind.FINAL and by_id[SID_1].valid
+    assert not by_id[f"{SID_1}-m1"].valid and not by_id[f"{SID_1}-m2"].valid  # superseded, kept for audit
+
+
+def test_a_session_that_never_concludes_writes_no_final_record(h: Harness, store: InMemoryStore) -> None:
+    h.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 60}))
+    h.diagnose(alert("e-2", T0 + timedelta(hours=5), signals={"cell_voltage_diff_mv": 70}))
+    h.diagnose(alert("e-3", T0 + timedelta(days=5), codes=[], signals={}))  # the first session expired
+    assert store.history(VIN) == []

@@ -1,0 +1,1 @@
+"""Offline evaluations of the agent's memory, computed from job outputs."""

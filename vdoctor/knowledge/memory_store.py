@@ -1,0 +1,40 @@
+"""In-memory twin of the knowledge store."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from vdoctor.knowledge.base import Hit
+from vdoctor.knowledge.chunks import Chunk
+
+
+class InMemoryKnowledgeStore:
+    def __init__(self) -> None:
+        self._rows: dict[str, tuple[Chunk, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> int:
+        with self._lock:
+            for chunk, vec in zip(chunks, vectors, strict=True):
+                self._rows[chunk.chunk_id] = (chunk, np.asarray(vec, dtype=np.float32))
+        return len(chunks)
+
+    def candidates(self, vector: np.ndarray, k: int, scope: str | None, version: str | None) -> list[Hit]:
+        with self._lock:
+            rows = [
+                (c, v)
+                for c, v in self._rows.values()
+                if (scope is None or c.scope == scope) and (version is None or c.version == version)
+            ]
+        hits = [Hit(c, float(v @ vector)) for c, v in rows]
+        hits.sort(key=lambda h: (-h.score, h.chunk.chunk_id))
+        return hits[:k]
+
+    def count(self, scope: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for c, _ in self._rows.values() if scope is None or c.scope == scope)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,94 @@
+"""What may enter long-term memory, and how a case is merged, milestoned and verified.
+
+Gates (DESIGN.md §4, seed 000 §8.4):
+- only CONCLUDED sessions write a final record; a session that never concludes
+  writes none, and no intermediate guess is ever stored;
+- the same vehicle with the same root cause within 30 days updates the
+  existing record instead of adding a near-copy: the newest case's summary
+  and conclusion replace the old, the merged session ids are kept, and the
+  recheck result is reset (a fault that came back is not verified any more);
+- a session open longer than 24 h also writes milestone records (kind
+  ``milestone``: facts so far, no root cause), superseded (marked invalid,
+  kept for audit) when the session's final record is written;
+- a recheck names a session; when that session was merged into an earlier
+  record, the recheck lands on that record.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from vdoctor.records import MemoryRecord, RecordKind
+from vdoctor.stores.base import MemoryStore
+
+# Same fault again within a month is the same case, not new experience.
+DEDUP_WINDOW = timedelta(days=30)
+# A session open this long leaves a milestone per period, so its progress
+# survives in long-term memory even if it never concludes.
+MILESTONE_INTERVAL = timedelta(hours=24)
+MILESTONE_SEPARATOR = "-m"
+
+
+class WriteStatus(StrEnum):
+    WRITTEN = "written"
+    MERGED = "merged"
+
+
+def milestone_id(session_id: str, n: int) -> str:
+    return f"{session_id}{MILESTONE_SEPARATOR}{n}"
+
+
+def milestones_due(opened_at: datetime, now: datetime, written: int) -> int:
+    """How many milestones a session opened at ``opened_at`` should have written by ``now``."""
+    return max(written, int((now - opened_at) / MILESTONE_INTERVAL))
+
+
+def _supersede_milestones(store: MemoryStore, vin: str, session_id: str) -> int:
+    prefix = session_id + MILESTONE_SEPARATOR
+    stale = [
+        r for r in store.history(vin) if r.kind is RecordKind.MILESTONE and r.session_id.startswith(prefix) and r.valid
+    ]
+    if stale:
+        store.upsert_many([r.model_copy(update={"valid": False}) for r in stale])
+    return len(stale)
+
+
+def write_final(store: MemoryStore, record: MemoryRecord) -> WriteStatus:
+    """Write a concluded case through the gates: merge into a recent same-cause record, or add it."""
+    if record.kind is not RecordKind.FINAL:
+        raise ValueError(f"write_final takes a final record, got kind {record.kind}; allowed: final")
+    duplicate = store.find_duplicate(record.vin, record.root_cause, record.concluded_at - DEDUP_WINDOW)
+    status = WriteStatus.WRITTEN
+    if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
+        merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
+        record = record.model_copy(
+            update={"session_id": duplicate.session_id, "merged_sessions": merged, "recheck_ok": None}
+        )
+        status = WriteStatus.MERGED
+    elif duplicate is not None and duplicate.session_id == record.session_id:
+        # A re-run of the same session (restore, retry): keep what was merged into it.
+        record = record.model_copy(update={"merged_sessions": duplicate.merged_sessions})
+    store.upsert(record)
+    _supersede_milestones(
+        store, record.vin, record.merged_sessions[-1] if status is WriteStatus.MERGED else record.session_id
+    )
+    return status
+
+
+def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str | None:
+    """The session id of the record holding this session: itself, or the record it was merged into."""
+    if store.get(vin, session_id) is not None:
+        return session_id
+    for record in store.history(vin):
+        if session_id in record.merged_sessions:
+            return record.session_id
+    return None
+
+
+def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool) -> bool:
+    """Store a recheck for a session, following merges. False when no record holds the session."""
+    key = record_key_for_session(store, vin, session_id)
+    if key is None:
+        return False
+    return store.set_recheck(vin, key, ok)
