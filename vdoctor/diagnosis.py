@@ -235,10 +235,10 @@ class DiagnosisEngine:
         self._add_timeline(session, alert, answer.phase, answer.priority, answer.confidence, answer.evidence)
         if session.phase is Phase.CONCLUDED:
             flags += self._write_case(session, working)
-        if session.working.fidelity_failures > failures_before and "summary_fidelity_failed" not in flags:
-            flags.append("summary_fidelity_failed")
         else:
             flags += self._write_milestone(session, alert)
+        if session.working.fidelity_failures > failures_before and "summary_fidelity_failed" not in flags:
+            flags.append("summary_fidelity_failed")
 
         diagnosis = Diagnosis(
             vin=alert.vin,
