@@ -238,6 +238,32 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reextract(args: argparse.Namespace) -> int:
+    from vdoctor.diagnosis import DiagnosisEngine
+    from vdoctor.memory.reextract import ReextractReport, reextract
+    from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION
+
+    if args.prompt_version != SUMMARY_PROMPT_VERSION:
+        print(
+            f"vdoctor memory reextract: this build writes summaries with prompt version {SUMMARY_PROMPT_VERSION}; "
+            f"--prompt-version {args.prompt_version} would label them wrongly",
+            file=sys.stderr,
+        )
+        return 2
+    engine = DiagnosisEngine.from_settings(_settings(args))
+
+    def progress(report: ReextractReport) -> None:
+        print(f"\r  {report.seen} seen, {report.rewritten} rewritten", end="", file=sys.stderr, flush=True)
+
+    try:
+        report = reextract(engine.store, engine.summarizer, engine.embedder, args.prompt_version, progress)
+    finally:
+        engine.close()
+    print(file=sys.stderr)
+    print(report.render())
+    return 0
+
+
 def _cmd_eval_ab(args: argparse.Namespace) -> int:
     from jobs.eval_ab import run_ab  # imports pyflink: only for `eval`
 
@@ -352,6 +378,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="vehicles in flight per subtask (default 1: file order across vehicles, so both arms see the same order)",
     )
     ab.set_defaults(func=_cmd_eval_ab)
+    rex = memory.add_parser("reextract", help="re-summarize records written with older summary-prompt versions")
+    rex.add_argument("--prompt-version", required=True, help="the version this build writes (resumable)")
+    rex.add_argument("--summarizer", choices=["offline", "openai"])
+    rex.add_argument("--memory")
+    rex.set_defaults(func=_cmd_reextract)
+
     health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
     health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")
     health.add_argument("--sample", type=int, default=500, help="concluded sessions with memory to sample")

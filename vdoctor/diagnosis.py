@@ -25,11 +25,26 @@ from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
 from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
 from vdoctor.memory.recall import recall
 from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
-from vdoctor.memory.summarizer import FidelityMetrics, ModelSummarizer, OfflineSummarizer, Summarizer
-from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, summarize_case
+from vdoctor.memory.summarizer import (
+    FidelityMetrics,
+    ModelSummarizer,
+    OfflineSummarizer,
+    Summarizer,
+    request_to_json,
+)
+from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
 from vdoctor.memory.write_policy import WriteStatus, milestone_id, milestones_due, set_recheck, write_final
-from vdoctor.records import MAX_SUMMARY_CHARS, DeadLetter, Diagnosis, MemoryRecord, MemoryUse, Phase, RecordKind
+from vdoctor.records import (
+    MAX_SOURCE_CHARS,
+    MAX_SUMMARY_CHARS,
+    DeadLetter,
+    Diagnosis,
+    MemoryRecord,
+    MemoryUse,
+    Phase,
+    RecordKind,
+)
 from vdoctor.settings import Settings, embedder_from
 from vdoctor.stores import MemoryStore, open_store
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
@@ -335,6 +350,7 @@ class DiagnosisEngine:
             priority=c.priority,
             dtc_codes=c.codes,
             prompt_version=SUMMARY_PROMPT_VERSION,
+            source=self._bounded_source(case),
         )
         try:
             if write_final(self.store, record) is WriteStatus.MERGED:
@@ -345,6 +361,17 @@ class DiagnosisEngine:
             return [*flags, "l3_write_failed"]
         session.l3_written = True
         return flags
+
+    @staticmethod
+    def _bounded_source(case: CaseSummary) -> str:
+        """What the summary was written from, for re-extraction; empty when too large to keep."""
+        if case.request is None:
+            return ""
+        text = request_to_json(case.request)
+        if len(text) > MAX_SOURCE_CHARS:
+            log.warning("summary source of %d characters not kept (limit %d)", len(text), MAX_SOURCE_CHARS)
+            return ""
+        return text
 
     def _write_milestone(self, session: SessionState, alert: AlertEvent) -> list[str]:
         """A session open for more than 24 h leaves a milestone record per 24 h: facts, no guesses."""

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 MAX_SUMMARY_CHARS = 300
 # The stored source of a summary, for re-extraction: enough for a long session's
 # event lines and required facts, small enough for a row.
-MAX_SOURCE_CHARS = 16_000
+MAX_SOURCE_CHARS = 64_000
 
 
 class Phase(StrEnum):

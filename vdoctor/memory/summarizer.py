@@ -20,6 +20,7 @@ returned flagged and counted in ``FidelityMetrics``, never kept silently.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -85,6 +86,35 @@ class SummaryRequest:
     # Text kept verbatim beside the summary (the key-facts region of the
     # working context): a required fact found there is not lost.
     carried: str = ""
+
+
+def request_to_json(request: SummaryRequest) -> str:
+    """The request as JSON: stored with an L3 record so a new prompt version can re-extract it."""
+    return json.dumps(
+        {
+            "kind": request.kind,
+            "source": request.source,
+            "required": request.required,
+            "events": [[e.ts, e.event, e.conclusion, e.evidence] for e in request.events],
+            "max_chars": request.max_chars,
+            "keep_first": list(request.keep_first),
+            "carried": request.carried,
+        },
+        ensure_ascii=False,
+    )
+
+
+def request_from_json(text: str) -> SummaryRequest:
+    data = json.loads(text)
+    return SummaryRequest(
+        kind=data["kind"],
+        source=data["source"],
+        required=list(data["required"]),
+        events=[EventLine(*e) for e in data["events"]],
+        max_chars=int(data["max_chars"]),
+        keep_first=tuple(data["keep_first"]),
+        carried=data.get("carried", ""),
+    )
 
 
 class Summarizer(Protocol):

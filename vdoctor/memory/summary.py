@@ -41,6 +41,7 @@ class CaseSummary:
     report: FidelityReport
     attempts: int = 1
     repaired: bool = False
+    request: SummaryRequest | None = None
 
 
 def _line(entry: TimelineEntry) -> str:
@@ -145,4 +146,5 @@ def summarize_case(
         report=checked.report,
         attempts=checked.attempts,
         repaired=checked.repaired,
+        request=request,
     )

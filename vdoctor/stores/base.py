@@ -70,6 +70,10 @@ class MemoryStore(Protocol):
         """Valid records written by this summary-prompt version, by (vin, session_id); for re-extraction."""
         ...
 
+    def prompt_versions(self) -> list[str]:
+        """Every summary-prompt version that valid records were written with, sorted."""
+        ...
+
     def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
         """The newest valid record of this VIN with this root cause concluded at or after ``since``.
 

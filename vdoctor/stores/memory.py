@@ -83,6 +83,10 @@ class InMemoryStore:
         rows.sort(key=lambda r: (r.vin, r.session_id))
         return [r.model_copy(deep=True) for r in rows[:limit]]
 
+    def prompt_versions(self) -> list[str]:
+        with self._lock:
+            return sorted({r.prompt_version for r in self._rows.values() if r.valid})
+
     def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
         with self._lock:
             rows = [r for r in self._of(vin) if r.valid and r.root_cause == root_cause and r.concluded_at >= since]

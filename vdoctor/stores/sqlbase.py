@@ -345,6 +345,10 @@ class SqlStore:
             "prompt_version = %s AND valid = TRUE", (prompt_version, int(limit)), " ORDER BY vin, session_id LIMIT %s"
         )
 
+    def prompt_versions(self) -> list[str]:
+        rows = self.query(f"SELECT DISTINCT prompt_version FROM {self.table} WHERE valid = TRUE", ())
+        return sorted(str(r[0]) for r in rows)
+
     def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
         found = self._select(
             "vin = %s AND valid = TRUE AND root_cause = %s AND concluded_at >= %s",

@@ -291,6 +291,10 @@ class SqliteStore:
         )
         return [_from_row(r) for r in rows]
 
+    def prompt_versions(self) -> list[str]:
+        rows = self._query("SELECT DISTINCT prompt_version FROM case_memory WHERE valid = 1")
+        return sorted(str(r[0]) for r in rows)
+
     def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
         rows = self._query(
             f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND valid = 1 AND root_cause = ? "

@@ -1,0 +1,95 @@
+"""Re-extraction: rewrite long-term summaries when the summary prompt changes.
+
+Every final record keeps the summarizer's request (its source, required facts
+and event lines) beside the summary. When the summary prompt's version moves
+on, ``reextract`` walks the records written with older versions, summarizes
+each request again with the current summarizer, checks fidelity, re-embeds,
+and upserts the record with the new version. A record whose new summary fails
+the check keeps its old one (and is counted); a record written before sources
+were kept is skipped (and counted). The walk is resumable: records already at
+the new version are not touched, so running it again after an interruption
+picks up where it stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from vdoctor.embed import Embedder
+from vdoctor.memory.summarizer import FidelityMetrics, Summarizer, request_from_json, summarize_checked
+from vdoctor.records import RecordKind
+from vdoctor.stores.base import MemoryStore
+
+# Records per store round trip: small enough to show progress often.
+BATCH = 100
+
+
+@dataclass
+class ReextractReport:
+    target_version: str
+    seen: int = 0
+    rewritten: int = 0
+    no_source: int = 0
+    failed_check: int = 0
+
+    def render(self) -> str:
+        return (
+            f"re-extracted to {self.target_version}: {self.rewritten} rewritten, {self.no_source} without a stored "
+            f"source (kept as they are), {self.failed_check} failed the fidelity check (old summary kept); "
+            f"{self.seen} records of older versions seen"
+        )
+
+
+def reextract(
+    store: MemoryStore,
+    summarizer: Summarizer,
+    embedder: Embedder,
+    target_version: str,
+    progress: Callable[[ReextractReport], None] | None = None,
+) -> ReextractReport:
+    report = ReextractReport(target_version=target_version)
+    metrics = FidelityMetrics()
+    for version in store.prompt_versions():
+        if version == target_version:
+            continue
+        left_alone: set[tuple[str, str]] = set()
+        while True:
+            # Rewritten records leave this version, so each query returns the next ones.
+            batch = [
+                r
+                for r in store.by_prompt_version(version, len(left_alone) + BATCH)
+                if (r.vin, r.session_id) not in left_alone
+            ]
+            if not batch:
+                break
+            rewritten = []
+            for record in batch:
+                report.seen += 1
+                key = (record.vin, record.session_id)
+                if record.kind is not RecordKind.FINAL or not record.source:
+                    report.no_source += 1
+                    left_alone.add(key)
+                    continue
+                request = request_from_json(record.source)
+                checked = summarize_checked(summarizer, request, metrics)
+                if not checked.ok:
+                    report.failed_check += 1
+                    left_alone.add(key)
+                    continue
+                vector = embedder.embed([checked.text])[0]
+                rewritten.append(
+                    record.model_copy(
+                        update={
+                            "summary": checked.text,
+                            "summary_vec": [float(x) for x in vector],
+                            "prompt_version": target_version,
+                        }
+                    )
+                )
+            if rewritten:
+                store.upsert_many(rewritten)
+                report.rewritten += len(rewritten)
+            if progress is not None:
+                progress(report)
+    return report
