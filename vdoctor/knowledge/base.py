@@ -34,6 +34,10 @@ class KnowledgeStore(Protocol):
         """Top-k chunks by inner product among those matching the filters."""
         ...
 
+    def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
+        """Chunks that hold any of these codes (the exact-match stage for code queries)."""
+        ...
+
     def count(self, scope: str | None = None) -> int: ...
 
     def close(self) -> None: ...
@@ -90,6 +94,14 @@ class KnowledgeBase:
         vector = self.embedder.embed([query])[0]
         candidates = self.store.candidates(vector, SEARCH_CANDIDATES, scope, version)
         query_codes = codes_in(query)
+        if query_codes:
+            # A code is looked up exactly: chunks holding it join the candidates
+            # even when the vector stage missed them (a code is 5 characters of
+            # a 300-token chunk, too little for an n-gram vector to find).
+            have = {h.chunk.chunk_id for h in candidates}
+            for chunk in self.store.with_codes(query_codes, scope, version):
+                if chunk.chunk_id not in have:
+                    candidates.append(Hit(chunk, 0.0))
         query_words = words(query)
         rescored = []
         for hit in candidates:

@@ -32,6 +32,16 @@ class InMemoryKnowledgeStore:
         hits.sort(key=lambda h: (-h.score, h.chunk.chunk_id))
         return hits[:k]
 
+    def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
+        with self._lock:
+            return [
+                c
+                for c, _ in self._rows.values()
+                if codes & set(c.codes)
+                and (scope is None or c.scope == scope)
+                and (version is None or c.version == version)
+            ]
+
     def count(self, scope: str | None = None) -> int:
         with self._lock:
             return sum(1 for c, _ in self._rows.values() if scope is None or c.scope == scope)

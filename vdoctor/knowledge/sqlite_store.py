@@ -104,6 +104,11 @@ class SqliteKnowledgeStore:
         top = np.argsort(-scores, kind="stable")[:k]
         return [Hit(chunks[i], float(scores[i])) for i in top]
 
+    def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
+        with self._lock:
+            chunks, _ = self._filtered(scope, version)
+        return [c for c in chunks if codes & set(c.codes)]
+
     def count(self, scope: str | None = None) -> int:
         sql, params = "SELECT COUNT(*) FROM knowledge_chunk", ()
         if scope is not None:
