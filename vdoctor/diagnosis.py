@@ -47,6 +47,7 @@ from vdoctor.records import (
 )
 from vdoctor.settings import Settings, embedder_from
 from vdoctor.stores import MemoryStore, open_store
+from vdoctor.stores.retry import RetryingStore
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ class DiagnosisEngine:
         extra = Path(settings.extra_dtc_csv) if settings.extra_dtc_csv else None
         embedder = embedder_from(settings)
         return cls(
-            store=open_store(settings.memory_url),
+            store=RetryingStore(open_store(settings.memory_url), deadline_s=settings.store_retry_s),
             model=open_chat_model(settings),
             embedder=embedder,
             # Summaries may come from a separate, cheaper model (DESIGN.md §4).

@@ -24,6 +24,7 @@ ENV_VARS: dict[str, str] = {
     "memory_url": "VDOCTOR_MEMORY_URL",
     "knowledge_url": "VDOCTOR_KNOWLEDGE_URL",
     "memory_enabled": "VDOCTOR_MEMORY_ENABLED",
+    "store_retry_s": "VDOCTOR_STORE_RETRY_S",
     "model": "VDOCTOR_MODEL",
     "summarizer": "VDOCTOR_SUMMARIZER",
     "openai_base_url": "OPENAI_BASE_URL",
@@ -57,6 +58,8 @@ class Settings(BaseModel):
     knowledge_url: str = DEFAULT_KNOWLEDGE_URL
     # False runs the agent without long-term recall: the "memory off" arm of the A/B experiment.
     memory_enabled: bool = True
+    # How long a long-term-memory write is retried through an outage before the case is flagged.
+    store_retry_s: float = Field(default=300.0, ge=0)
     model: Literal["offline", "openai"] = "offline"
     # Who writes summaries: the offline summarizer (default), or the hosted
     # summary model (VDOCTOR_SUMMARY_MODEL, usually cheaper than the chat model).
