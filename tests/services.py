@@ -107,14 +107,23 @@ class KafkaBroker:
                 [java, "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp, "kafka.Kafka", str(config)],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        if self.proc is None:
+            raise ServiceError("Kafka broker process was not started")
         deadline = time.monotonic() + KAFKA_START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServiceError(f"Kafka broker exited with {self.proc.returncode}:\n{_tail(self.log)}")
             if _port_open(self.port) and self._ready():
-                return self
+                return
             time.sleep(0.5)
-        self.stop()
         raise ServiceError(f"Kafka broker not ready after {KAFKA_START_TIMEOUT_S} s:\n{_tail(self.log)}")
 
     def _ready(self) -> bool:
