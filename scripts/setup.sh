@@ -40,4 +40,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e '.[test]'
   touch "$stamp"
 fi
+# Real services for the integration tests and `vdoctor run --kafka` (Maven Central jars into .services/).
+bash scripts/install/kafka.sh
+bash scripts/install/flink-kafka.sh
 log "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"
