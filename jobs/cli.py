@@ -53,7 +53,12 @@ def _cmd_run_kafka(args: argparse.Namespace) -> int:
         f"{job.delivery}, checkpoints every {job.checkpoint_interval_s:g} s in {job.checkpoint_dir}); Ctrl-C stops",
         file=sys.stderr,
     )
-    kafka_job.run(job, settings.for_workers())
+    try:
+        kafka_job.run(job, settings.for_workers())
+    except KeyboardInterrupt:
+        # Offsets and state are as of the last checkpoint; resume with --from-savepoint <its chk-N folder>.
+        print(f"vdoctor run: stopped; checkpoints are kept in {job.checkpoint_dir}", file=sys.stderr)
+        return 130
     return 0
 
 

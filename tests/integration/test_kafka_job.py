@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import write_events
-from tests.integration.events import A, B, C, alert, recheck
+from tests.integration.events import PART_1, PART_2, A, B, C, alert, recheck
 from tests.services import KafkaBroker, read_topic
 
 pytestmark = pytest.mark.integration
@@ -87,28 +87,84 @@ def test_run_kafka_rejects_bad_topic_and_missing_jar(kafka: KafkaBroker, tmp_pat
     assert "scripts/install/flink-kafka.sh" in proc.stderr
 
 
+def _start_job(kafka: KafkaBroker, topics: dict[str, str], work: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """`vdoctor run --kafka` as its own process group on the MiniCluster, logging to work/job.log."""
+    log = (work / "job.log").open("ab")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", "run", "--kafka", kafka.bootstrap,
+             "--alerts-topic", topics["alerts"], "--diagnoses-topic", topics["diagnoses"],
+             "--dead-letters-topic", topics["dead"], "--group-id", f"g-{topics['alerts']}",
+             "--memory", f"sqlite:///{work}/memory.db", "--checkpoint-dir", str(work / "checkpoints"),
+             "--checkpoint-interval", "2", "--restart-attempts", "0", *extra],
+            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    finally:
+        log.close()
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    """Signal the job's whole process group (the Python driver and its JVM) and reap the driver."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 @pytest.fixture
 def running_job(kafka: KafkaBroker, topics: dict[str, str], tmp_path: Path) -> Iterator[Path]:
-    """`vdoctor run --kafka` as a process on the MiniCluster; its process group is stopped afterwards."""
-    log = (tmp_path / "job.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "run", "--kafka", kafka.bootstrap,
-         "--alerts-topic", topics["alerts"], "--diagnoses-topic", topics["diagnoses"],
-         "--dead-letters-topic", topics["dead"], "--group-id", f"g-{topics['alerts']}",
-         "--memory", f"sqlite:///{tmp_path}/memory.db", "--checkpoint-dir", str(tmp_path / "checkpoints"),
-         "--checkpoint-interval", "2", "--restart-attempts", "0"],
-        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    proc = _start_job(kafka, topics, tmp_path)
     try:
         yield tmp_path
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
+        _stop(proc)
+
+
+def _completed_checkpoints(root: Path) -> list[Path]:
+    """Retained checkpoints (<dir>/<job id>/chk-N with _metadata), oldest first."""
+    done = [p for p in root.glob("*/chk-*") if (p / "_metadata").is_file()]
+    return sorted(done, key=lambda p: (p / "_metadata").stat().st_mtime)
+
+
+def test_crashed_local_job_resumes_from_its_last_checkpoint(
+    kafka: KafkaBroker, topics: dict[str, str], tmp_path: Path
+) -> None:
+    _replay = ("replay", "--bootstrap", kafka.bootstrap, "--topic", topics["alerts"], "--quiet", "--alerts")
+    assert _cli(*_replay, str(write_events(tmp_path / "part1.jsonl", PART_1))).returncode == 0
+    job = _start_job(kafka, topics, tmp_path)
+    try:
+        first = read_topic(kafka.bootstrap, topics["diagnoses"], expect=3, timeout_s=240)
+        assert sorted(json.loads(v)["event_id"] for _, v in first) == ["e-1", "e-2", "e-5"]
+        # Wait for a checkpoint taken after part 1 was processed, then crash the whole process tree.
+        processed_at = time.time()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done = _completed_checkpoints(tmp_path / "checkpoints")
+            if done and (done[-1] / "_metadata").stat().st_mtime > processed_at + 0.5:
+                break
+            time.sleep(0.5)
+    finally:
+        _stop(job, signal.SIGKILL)
+    checkpoint = _completed_checkpoints(tmp_path / "checkpoints")[-1]
+
+    assert _cli(*_replay, str(write_events(tmp_path / "part2.jsonl", PART_2))).returncode == 0
+    job = _start_job(kafka, topics, tmp_path, "--from-savepoint", str(checkpoint))
+    try:
+        # 3 before + e-3 and e-6 after; then ask for one more to see that nothing is duplicated.
+        read_topic(kafka.bootstrap, topics["diagnoses"], expect=5, timeout_s=150)
+        everything = read_topic(kafka.bootstrap, topics["diagnoses"], expect=6, timeout_s=15)
+    finally:
+        _stop(job)
+    diagnoses = [json.loads(v) for _, v in everything]
+    assert sorted(d["event_id"] for d in diagnoses) == ["e-1", "e-2", "e-3", "e-5", "e-6"], (
+        (tmp_path / "job.log").read_text()[-3000:]
+    )
+    by_id = {d["event_id"]: d for d in diagnoses}
+    assert by_id["e-6"]["session_id"] == f"{A}-20261110T080000" and by_id["e-6"]["phase"] == "CONCLUDED"
+    assert {"vin": A, "session_id": f"{A}-20261101T080000"} in by_id["e-3"]["memory"]["similar"]
 
 
 def test_job_reads_kafka_and_writes_vin_keyed_diagnoses_and_dead_letters(
