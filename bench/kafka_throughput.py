@@ -44,6 +44,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--vins", type=int, default=600, help="fleet size for scripts/gen_demo.py (default 600)")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--parallelism", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--repeat", type=int, default=1, help="rounds of all runs, interleaved; the median is reported")
     p.add_argument("--no-baseline", action="store_true", help="skip the file-replay baseline run")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for one run's diagnoses")
     p.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench", help="folder for JSON and PNG")
@@ -79,13 +80,13 @@ def _consume(bootstrap: str, topic: str, expect: int, timeout_s: float, label: s
     return count, first_at, last_at
 
 
-def run_file_baseline(alerts: Path, lines: int, work: Path) -> dict[str, float]:
+def run_file_baseline(alerts: Path, lines: int, work: Path, round_no: int = 0) -> dict[str, float]:
     """`vdoctor run --alerts` over the same file: its summary reports events/s after the first result."""
     print("  [file baseline] vdoctor run --alerts ... (no Kafka), parallelism 1", file=sys.stderr, flush=True)
     launched = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(work / "file-out"),
-         "--memory", f"sqlite:///{work}/memory-file.db"],
+        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(work / f"file-out-r{round_no}"),
+         "--memory", f"sqlite:///{work}/memory-file-r{round_no}.db"],
         cwd=REPO_ROOT, capture_output=True, text=True, check=True,
     )
     wall = time.monotonic() - launched
@@ -103,16 +104,17 @@ def run_file_baseline(alerts: Path, lines: int, work: Path) -> dict[str, float]:
 
 
 def run_once(broker: KafkaBroker, alerts_topic: str, expect: int, lines: int, parallelism: int, work: Path,
-             timeout_s: float) -> dict[str, float]:
-    diag, dead = f"bench-p{parallelism}.diagnoses", f"bench-p{parallelism}.dead"
+             timeout_s: float, round_no: int = 0) -> dict[str, float]:
+    tag = f"r{round_no}-p{parallelism}"
+    diag, dead = f"bench-{tag}.diagnoses", f"bench-{tag}.dead"
     broker.create_topics([diag, dead], partitions=PARTITIONS)
-    log = (work / f"job-p{parallelism}.log").open("w")
+    log = (work / f"job-{tag}.log").open("w")
     launched = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "run", "--kafka", broker.bootstrap, "--alerts-topic", alerts_topic,
-         "--diagnoses-topic", diag, "--dead-letters-topic", dead, "--group-id", f"bench-p{parallelism}",
-         "--parallelism", str(parallelism), "--memory", f"sqlite:///{work}/memory-p{parallelism}.db",
-         "--checkpoint-dir", str(work / f"chk-p{parallelism}"), "--restart-attempts", "0"],
+         "--diagnoses-topic", diag, "--dead-letters-topic", dead, "--group-id", f"bench-{tag}",
+         "--parallelism", str(parallelism), "--memory", f"sqlite:///{work}/memory-{tag}.db",
+         "--checkpoint-dir", str(work / f"chk-{tag}"), "--restart-attempts", "0"],
         cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -138,6 +140,12 @@ def run_once(broker: KafkaBroker, alerts_topic: str, expect: int, lines: int, pa
     }
 
 
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    """The run with the median alerts/s (the lower middle one for an even count)."""
+    ordered = sorted(runs, key=lambda r: r["alerts_per_s"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def _plot(results: list[dict[str, float]], path: Path, title: str) -> None:
     import matplotlib
 
@@ -148,6 +156,7 @@ def _plot(results: list[dict[str, float]], path: Path, title: str) -> None:
     labels = [f"{r['run']} p={int(r['parallelism'])}" for r in results]
     bars = ax.bar(labels, [r["alerts_per_s"] for r in results], color="#4477aa")
     ax.bar_label(bars, fmt="%.0f")
+    ax.set_ylim(0, 1.15 * max(r["alerts_per_s"] for r in results))
     ax.set_ylabel("alerts/s (first to last diagnosis)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
@@ -157,6 +166,7 @@ def _plot(results: list[dict[str, float]], path: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="vdoctor-bench-") as tmp:
         work = Path(tmp)
         alerts = work / "alerts.jsonl"
@@ -171,14 +181,23 @@ def main(argv: list[str] | None = None) -> int:
             broker.create_topics(["bench.alerts"], partitions=PARTITIONS)
             subprocess.run([sys.executable, "-m", "jobs.cli", "replay", "--alerts", str(alerts), "--bootstrap",
                             broker.bootstrap, "--topic", "bench.alerts", "--quiet"], cwd=REPO_ROOT, check=True)
-            results = [
-                run_once(broker, "bench.alerts", expect, lines, p, work, args.timeout) for p in args.parallelism
-            ]
+            rounds: list[list[dict[str, float]]] = []
+            for n in range(args.repeat):
+                one = [run_once(broker, "bench.alerts", expect, lines, p, work, args.timeout, n)
+                       for p in args.parallelism]
+                if not args.no_baseline:
+                    one.append(run_file_baseline(alerts, lines, work, n))
+                rounds.append(one)
         finally:
             broker.stop()
-        if not args.no_baseline:
-            results.append(run_file_baseline(alerts, lines, work))
-    print(f"\nKafka -> job -> Kafka, offline model, {lines} events ({expect} alerts), {os.cpu_count()} cores")
+    results = [_median(list(runs)) for runs in zip(*rounds, strict=True)]
+    if args.repeat > 1:
+        for runs in zip(*rounds, strict=True):
+            rates = ", ".join(f"{r['alerts_per_s']:.0f}" for r in runs)
+            print(f"{runs[0]['run']} p={int(runs[0]['parallelism'])}: alerts/s per round {rates}")
+    print(f"\nKafka -> job -> Kafka, offline model, {lines} events ({expect} alerts), {os.cpu_count()} cores, "
+          f"load average {load_before:.1f} before / {os.getloadavg()[0]:.1f} after (other work on the machine "
+          "skews the figures)")
     print(f"{'run':>5}  {'parallelism':>11}  {'diagnoses':>9}  {'alerts/s':>8}  {'events/s':>8}  "
           f"{'start-up s':>10}  {'wall s':>7}")
     for r in results:
@@ -188,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results[1:]:
         print(f"ratio {r['run']} p={int(r['parallelism'])} / kafka p={int(base['parallelism'])}: "
               f"{r['alerts_per_s'] / base['alerts_per_s']:.2f}")
-    (args.out / "kafka_throughput.json").write_text(json.dumps(results, indent=2))
+    (args.out / "kafka_throughput.json").write_text(json.dumps({"median": results, "rounds": rounds}, indent=2))
     _plot(results, args.out / "kafka_throughput.png", f"Kafka -> job -> Kafka, {expect} alerts, offline model")
     print(f"results: {args.out / 'kafka_throughput.json'}, plot: {args.out / 'kafka_throughput.png'}")
     return 0 if all(r["diagnoses"] == expect for r in results) else 1
