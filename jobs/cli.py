@@ -54,7 +54,7 @@ def _cmd_run_kafka(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     try:
-        kafka_job.run(job, settings.for_workers())
+        kafka_job.run(job, settings.for_workers(), local=True)
     except KeyboardInterrupt:
         # Offsets and state are as of the last checkpoint; resume with --from-savepoint <its chk-N folder>.
         print(f"vdoctor run: stopped; checkpoints are kept in {job.checkpoint_dir}", file=sys.stderr)

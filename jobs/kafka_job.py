@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -281,14 +282,34 @@ def build_job(job: KafkaJobSettings, worker_settings: dict[str, Any]) -> Any:
     return env
 
 
-def run(job: KafkaJobSettings, worker_settings: dict[str, Any], detached: bool = False) -> None:
-    """Build and execute; blocks until the job ends (an unbounded job runs until cancelled)."""
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run(job: KafkaJobSettings, worker_settings: dict[str, Any], detached: bool = False, local: bool = False) -> None:
+    """Build and execute; blocks until the job ends (an unbounded job runs until cancelled).
+
+    Submitted by ``flink run`` (``local=False``), the CLI decides about
+    detaching (``-d``). On the local MiniCluster (``local=True``), Ctrl-C or
+    SIGTERM cancels the job before returning (its last checkpoint is kept), so
+    that no Flink JVM is left running the job without its driver.
+    """
     env = build_job(job, worker_settings)
+    if not local and not detached:
+        env.execute(job.job_name)
+        return
+    client = env.execute_async(job.job_name)
     if detached:
-        client = env.execute_async(job.job_name)
         print(f"vdoctor: submitted {job.job_name} as job {client.get_job_id()}", file=sys.stderr)
         return
-    env.execute(job.job_name)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        client.get_job_execution_result().result()
+    except KeyboardInterrupt:
+        client.cancel().result()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -297,11 +297,17 @@ class FlinkCluster:
             return data
 
     def flink(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        """Run ``bin/flink`` against this cluster."""
-        return subprocess.run(
-            ["bash", str(self.home / "bin" / "flink"), *args],
-            env=self.env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT,
-        )
+        """Run ``bin/flink`` against this cluster; on a time-out its whole process group (the client JVM) goes."""
+        cmd = ["bash", str(self.home / "bin" / "flink"), *args]
+        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=REPO_ROOT, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
     def stop(self) -> None:
         if not self.env:
