@@ -49,10 +49,44 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from jobs.flink_env import latest_checkpoint  # imports pyflink: only for `run`
-    from jobs.replay import run_file
+def worker_settings(args: argparse.Namespace) -> dict[str, object]:
+    """The diagnosis settings from flags and environment, as shipped to Flink workers."""
+    return _settings(args).for_workers()
 
+
+def _cmd_run_kafka(args: argparse.Namespace) -> int:
+    from jobs import kafka_job  # imports pyflink: only for `run --kafka`
+
+    if args.alerts or args.out:
+        print("vdoctor run: --kafka reads topics; --alerts/--out are for file replays", file=sys.stderr)
+        return 2
+    job = kafka_job.settings_from_args(args)
+    settings = _settings(args)
+    scheme = urlsplit(settings.memory_url).scheme
+    print(
+        f"vdoctor run: kafka {job.bootstrap} {','.join(job.input_topics())} -> {job.diagnoses_topic}, "
+        f"{job.dead_letters_topic} (memory: {scheme}, model: {settings.model}, parallelism {job.parallelism}, "
+        f"{job.delivery}, checkpoints every {job.checkpoint_interval_s:g} s in {job.checkpoint_dir}); Ctrl-C stops",
+        file=sys.stderr,
+    )
+    try:
+        kafka_job.run(job, settings.for_workers(), local=True)
+    except KeyboardInterrupt:
+        # Offsets and state are as of the last checkpoint; resume with --from-savepoint <its chk-N folder>.
+        print(f"vdoctor run: stopped; checkpoints are kept in {job.checkpoint_dir}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if args.kafka:
+        return _cmd_run_kafka(args)
+    from jobs.flink_env import latest_checkpoint  # imports pyflink: only for `run`
+    from jobs.replay import run_file  # imports pyflink: only for `run`
+
+    if not args.alerts or not args.out:
+        print("vdoctor run: give --alerts FILE --out DIR (file replay) or --kafka HOST:PORT", file=sys.stderr)
+        return 2
     settings = _settings(args)
     alerts = Path(args.alerts)
     if not alerts.is_file():
@@ -290,13 +324,35 @@ def _cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    from jobs.kafka_job import add_arguments  # no pyflink import at module level
+
+    add_arguments(parser)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from jobs.kafka_replay import replay_file
+
+    alerts = Path(args.alerts)
+    if not alerts.is_file():
+        print(f"vdoctor replay: no such alerts file: {alerts}", file=sys.stderr)
+        return 2
+    progress = None if args.quiet else sys.stderr
+    report = replay_file(alerts, args.bootstrap, args.topic, rate=args.rate, progress=progress)
+    print(report.render())
+    return 0
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vdoctor", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="replay a JSONL file through the PyFlink job on the local MiniCluster")
-    run.add_argument("--alerts", required=True, help="JSONL file of alert/recheck/lifecycle events")
-    run.add_argument("--out", required=True, help="folder for diagnoses.jsonl and dead_letters.jsonl")
+    run = sub.add_parser(
+        "run", help="run the PyFlink job on the local MiniCluster: over a JSONL file, or on Kafka topics (--kafka)"
+    )
+    run.add_argument("--alerts", help="JSONL file of alert/recheck/lifecycle events")
+    run.add_argument("--out", help="folder for diagnoses.jsonl and dead_letters.jsonl")
+    run.add_argument("--kafka", metavar="HOST:PORT", help="run unbounded on Kafka topics instead of a file")
     run.add_argument("--memory", help="long-term memory URL (default sqlite:///.vdoctor/memory.db)")
     run.add_argument("--knowledge", help="knowledge URL (default sqlite:///.vdoctor/knowledge.db)")
     run.add_argument(
@@ -322,6 +378,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     run.add_argument("--restore", help="a chk-N folder to start from, or 'latest' (under --checkpoint-dir)")
     run.set_defaults(func=_cmd_run)
+    _add_kafka_arguments(run)
+
+    replay = sub.add_parser("replay", help="produce a JSONL file of events to a Kafka topic, keyed by VIN")
+    replay.add_argument("--alerts", required=True, help="JSONL file of alert/recheck/lifecycle events")
+    replay.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka bootstrap servers")
+    replay.add_argument("--topic", default="vdoctor.alerts", help="topic to produce to (default vdoctor.alerts)")
+    replay.add_argument("--rate", type=float, help="events per second (default: as fast as the broker takes them)")
+    replay.add_argument("--quiet", action="store_true", help="no progress bar")
+    replay.set_defaults(func=_cmd_replay)
 
     memory = sub.add_parser("memory", help="inspect and manage long-term memory").add_subparsers(
         dest="memory_command", required=True

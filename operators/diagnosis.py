@@ -88,6 +88,13 @@ def _ttl(hours: int) -> StateTtlConfig:
         StateTtlConfig.new_builder(Time.hours(hours))
         .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
         .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
+        # The default background cleanup includes a RocksDB compaction-filter
+        # strategy whose Python side builds a java Duration over the py4j
+        # gateway; a standalone cluster's TaskManager has none in thread mode
+        # and the operator fails to open. Name the strategies explicitly instead.
+        .disable_cleanup_in_background()
+        .cleanup_incrementally(10, False)
+        .cleanup_full_snapshot()
         .build()
     )
 

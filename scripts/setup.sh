@@ -42,4 +42,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 # A real MariaDB for the mysql store's tests, unpacked into .services/ (no system change).
 bash scripts/install/mariadb.sh
+# Real services for the integration tests and `vdoctor run --kafka` (Maven Central jars into .services/).
+bash scripts/install/kafka.sh
+bash scripts/install/flink-kafka.sh
 log "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, then run the whole test suite: unit, contract, e2e (PyFlink MiniCluster).
+# Set up, then run the whole test suite: unit, contract, e2e (PyFlink MiniCluster),
+# integration (a real Kafka broker and a standalone Flink cluster, started by the tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
