@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import FlinkCluster, KafkaBroker
+from tests.services.kafka_flink import FlinkCluster, KafkaBroker
 
 _topic_ids = itertools.count(1)
 

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import write_events
 from tests.integration.events import PART_1, PART_2, A, B, C, alert, recheck
-from tests.services import KafkaBroker, read_topic
+from tests.services.kafka_flink import KafkaBroker, read_topic
 
 pytestmark = pytest.mark.integration
 

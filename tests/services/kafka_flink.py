@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICES = REPO_ROOT / ".services"
 KAFKA_LIB = SERVICES / "kafka" / "lib"
 CONNECTOR_JAR = SERVICES / "flink" / "lib" / "flink-sql-connector-kafka-5.0.0-2.2.jar"

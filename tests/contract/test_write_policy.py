@@ -1,4 +1,8 @@
-"""Write gates: merge within 30 days, milestones for long sessions, rechecks that follow merges."""
+"""Write gates: merge within 30 days, milestones for long sessions, rechecks that follow merges.
+
+Run over every store backend (the contract suite's ``store`` fixture: the
+in-memory twin, sqlite, a real MariaDB, and Doris when configured).
+"""
 
 from __future__ import annotations
 
@@ -12,24 +16,19 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embed import HashingEmbedder
 from vdoctor.knowledge import load_pack
 from vdoctor.records import Phase, RecordKind
-from vdoctor.stores.memory import InMemoryStore
+from vdoctor.stores.base import MemoryStore
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.contract
 
 CONFIRMING = {"cell_voltage_diff_mv": 187}
 
 
 @pytest.fixture
-def store() -> InMemoryStore:
-    return InMemoryStore()
-
-
-@pytest.fixture
-def h(store: InMemoryStore) -> Harness:
+def h(store: MemoryStore) -> Harness:
     return Harness(DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack()))
 
 
-def test_same_fault_within_30_days_updates_the_existing_record(h: Harness, store: InMemoryStore) -> None:
+def test_same_fault_within_30_days_updates_the_existing_record(h: Harness, store: MemoryStore) -> None:
     first = h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     h.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=True))
     second = h.diagnose(alert("e-2", T0 + timedelta(days=29), signals={"cell_voltage_diff_mv": 150}))
@@ -45,21 +44,21 @@ def test_same_fault_within_30_days_updates_the_existing_record(h: Harness, store
     assert merged.concluded_at == T0 + timedelta(days=29)
 
 
-def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: InMemoryStore) -> None:
+def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     later = h.diagnose(alert("e-2", T0 + timedelta(days=31), signals=CONFIRMING))
     assert "l3_merged" not in later.flags
     assert sorted(r.session_id for r in store.history(VIN)) == [SID_1, later.session_id]
 
 
-def test_another_root_cause_within_30_days_is_a_new_record(h: Harness, store: InMemoryStore) -> None:
+def test_another_root_cause_within_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     other = h.diagnose(alert("e-2", T0 + timedelta(days=3), codes=["P0562"], signals={"battery_voltage_v": 10.9}))
     assert other.phase is Phase.CONCLUDED
     assert len(store.history(VIN)) == 2
 
 
-def test_recheck_of_a_merged_session_lands_on_the_merged_record(h: Harness, store: InMemoryStore) -> None:
+def test_recheck_of_a_merged_session_lands_on_the_merged_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     second = h.diagnose(alert("e-2", T0 + timedelta(days=10), signals=CONFIRMING))
     result = h.send(recheck("r-2", T0 + timedelta(days=12), second.session_id, ok=True))
@@ -68,7 +67,7 @@ def test_recheck_of_a_merged_session_lands_on_the_merged_record(h: Harness, stor
     assert record is not None and record.recheck_ok is True
 
 
-def test_long_session_writes_milestones_superseded_by_the_final_record(h: Harness, store: InMemoryStore) -> None:
+def test_long_session_writes_milestones_superseded_by_the_final_record(h: Harness, store: MemoryStore) -> None:
     # Below-threshold readings every 20 h keep the session open (expiry is 48 h without an alert).
     for i, hours in enumerate((0, 20, 40, 60)):
         d = h.diagnose(alert(f"e-{i}", T0 + timedelta(hours=hours), signals={"cell_voltage_diff_mv": 60}))
@@ -85,7 +84,7 @@ def test_long_session_writes_milestones_superseded_by_the_final_record(h: Harnes
     assert not by_id[f"{SID_1}-m1"].valid and not by_id[f"{SID_1}-m2"].valid  # superseded, kept for audit
 
 
-def test_a_session_that_never_concludes_writes_no_final_record(h: Harness, store: InMemoryStore) -> None:
+def test_a_session_that_never_concludes_writes_no_final_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 60}))
     h.diagnose(alert("e-2", T0 + timedelta(hours=5), signals={"cell_voltage_diff_mv": 70}))
     h.diagnose(alert("e-3", T0 + timedelta(days=5), codes=[], signals={}))  # the first session expired
