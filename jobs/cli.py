@@ -327,7 +327,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
     from jobs.kafka_job import add_arguments  # no pyflink import at module level
 
-    add_arguments(parser)
+    add_arguments(parser, checkpoint_dir=False)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:

@@ -102,8 +102,12 @@ class KafkaJobSettings(BaseModel):
         return list(dict.fromkeys(t for t in topics if t))
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The Kafka job's flags, shared by ``vdoctor run --kafka`` and ``flink run -py jobs/kafka_job.py``."""
+def add_arguments(parser: argparse.ArgumentParser, checkpoint_dir: bool = True) -> None:
+    """The Kafka job's flags, shared by ``vdoctor run --kafka`` and ``flink run -py jobs/kafka_job.py``.
+
+    ``vdoctor run`` has its own ``--checkpoint-dir`` (file replays checkpoint too): it passes
+    ``checkpoint_dir=False`` and the one flag serves both modes.
+    """
     g = parser.add_argument_group("Kafka job (with --kafka)")
     g.add_argument("--alerts-topic", default=DEFAULT_ALERTS_TOPIC, help=f"input topic (default {DEFAULT_ALERTS_TOPIC})")
     g.add_argument("--rechecks-topic", help="extra input topic for recheck events (default: the alerts topic)")
@@ -119,7 +123,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--transaction-timeout", type=int, default=DEFAULT_TRANSACTION_TIMEOUT_S, metavar="SECONDS")
     g.add_argument("--checkpoint-interval", type=float, default=DEFAULT_CHECKPOINT_INTERVAL_S, metavar="SECONDS")
-    g.add_argument("--checkpoint-dir", help="folder or URI for RocksDB checkpoints (default .vdoctor/checkpoints)")
+    if checkpoint_dir:
+        g.add_argument("--checkpoint-dir", help="folder or URI for RocksDB checkpoints (default .vdoctor/checkpoints)")
     g.add_argument("--from-savepoint", help="savepoint or retained checkpoint to resume from (local runs)")
     g.add_argument("--restart-attempts", type=int, default=DEFAULT_RESTART_ATTEMPTS)
     g.add_argument(

@@ -72,8 +72,15 @@ def diagnoses(out: Path) -> list[dict]:
 
 
 def l3_keys(db: Path) -> list[tuple[str, str]]:
+    """Every session each L3 record holds: its own key, and the sessions merged into it."""
     with sqlite3.connect(db) as conn:
-        return sorted(conn.execute("SELECT vin, session_id FROM case_memory").fetchall())
+        rows = conn.execute("SELECT vin, session_id, merged_sessions FROM case_memory").fetchall()
+    return sorted([(v, s) for v, s, _ in rows] + [(v, m) for v, _, merged in rows for m in json.loads(merged)])
+
+
+def l3_rows(db: Path) -> int:
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM case_memory").fetchone()[0])
 
 
 def test_per_vin_order_and_state_hold_with_many_vehicles_in_flight(tmp_path: Path) -> None:
@@ -88,11 +95,15 @@ def test_per_vin_order_and_state_hold_with_many_vehicles_in_flight(tmp_path: Pat
         assert [d["phase"] for d in mine] == ["INVESTIGATING", "CONCLUDED", "INVESTIGATING", "CONCLUDED"]
         assert [d["session_id"] for d in mine] == [sid(vin(v), 8)] * 2 + [sid(vin(v), 10)] * 2
         assert mine[2]["memory"]["own"] == [{"vin": vin(v), "session_id": sid(vin(v), 8)}]
-    assert all(d["llm_calls"] == 2 and d["tool_calls"] == 1 and d["flags"] == [] for d in diags)
+    assert all(d["llm_calls"] == 2 and d["tool_calls"] == 1 for d in diags)
+    # The second session repeats the first one's fault within 30 days: merged into its record.
+    assert [d["flags"] for d in diags if d["event_id"].endswith("-3")] == [["l3_merged"]] * 40
+    assert all(d["flags"] == [] for d in diags if not d["event_id"].endswith("-3"))
     assert all(d["prompt_tokens"] > 0 and d["completion_tokens"] > 0 and d["model_latency_ms"] > 0 for d in diags)
     assert server.stats["ok"] == 2 * len(events)
     expected = sorted((vin(v), sid(vin(v), h)) for v in range(40) for h in (8, 10))
     assert l3_keys(tmp_path / "memory.db") == expected
+    assert l3_rows(tmp_path / "memory.db") == 40  # one record per vehicle: the repeat was merged
 
 
 def test_injected_429_500_timeouts_and_malformed_replies_end_in_success_or_a_flag(tmp_path: Path) -> None:
@@ -143,6 +154,7 @@ def test_killed_with_runs_in_flight_and_restored_yields_every_l3_record_once(tmp
     expected = sorted((vin(v), sid(vin(v), h)) for v in range(vins) for h in (8, 10))
     assert written_before < len(expected)  # the kill came with cases still to conclude
     assert l3_keys(tmp_path / "memory.db") == expected  # every concluded case, once
+    assert l3_rows(tmp_path / "memory.db") == vins
     # The restored run re-ran what was in flight at the checkpoint and everything after it
     # (what the killed run emitted before is not a contract: its collect client died with it).
     second = diagnoses(tmp_path / "out2")
