@@ -1,15 +1,19 @@
 """Soak: a steady replay for a long time, with faults on a schedule, nothing lost or doubled.
 
-The demo generator makes a large fleet; ``vdoctor run --rate`` streams it
-through the real PyFlink job at a steady rate, with ``--model openai``
-against the local model server (real ``openai`` client over HTTP) and RocksDB
-checkpoints. On a schedule the soak injects:
+The production path, for real: a Kafka 4 broker (started from the jars that
+``scripts/setup.sh`` fetched), ``vdoctor replay --rate`` producing a large
+generated fleet to the alerts topic at a steady rate, and ``vdoctor run
+--kafka`` consuming it with ``--model openai`` against the local model server
+(the real ``openai`` client over HTTP), RocksDB checkpoints every 5 s, and
+diagnoses and dead letters written to their topics. On a schedule the soak
+injects:
 
 - model storms: for ``--storm-s`` seconds every ``--storm-every-s``, 30% of
   model calls answer 500 and 10% answer 429 (retried with backoff, or the run
   is flagged ``model_failed``);
 - crashes: every ``--kill-every-s`` the job's whole process group is killed
-  (SIGKILL) and the job is restarted from its newest checkpoint.
+  (SIGKILL) and the job is restarted from its newest complete checkpoint
+  (``--from-savepoint``), as an operator would after a crash.
 
 Long-term-memory outages are covered by tests/integration/test_store_outage.py
 (a real MariaDB behind a proxy); this soak runs on the embedded store.
@@ -19,11 +23,11 @@ and the checkpoint size (the keyed state). At the end it reports events in
 and out, dead letters, L3 records, losses and duplicates, and plots memory and
 state over time.
 
-Output of a job killed mid-run is at-least-once (what it emitted after its
+Diagnoses are delivered at least once (what a killed job emitted after its
 last checkpoint is emitted again by the restored job), so duplicates are
-counted twice: raw, and by event_id, which is what downstream consumers key
-on. L3 records are unique by (vin, session_id) and must never double; a loss
-is a valid alert without any diagnosis, or a concluded session without its
+counted raw and by event_id, which is what downstream consumers key on. L3
+records are unique by (vin, session_id) and must never double; a loss is a
+valid alert without any diagnosis, or a concluded session without its
 L3 record.
 
 Usage: .venv/bin/python bench/soak.py [--minutes 30] [--rate 8] [--vins 3000]
@@ -46,11 +50,16 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from jobs.flink_env import latest_checkpoint  # noqa: E402
+from tests.services.kafka_flink import KafkaBroker, read_topic  # noqa: E402
 from vdoctor.devtools.model_server import ModelServer, ServerConfig  # noqa: E402
 from vdoctor.errors import EventError  # noqa: E402
 from vdoctor.events import AlertEvent, parse_event  # noqa: E402
 
 STORM_RATES = {"500": 0.3, "429": 0.1}
+TOPIC, DIAGNOSES, DEAD = "soak-alerts", "soak-diagnoses", "soak-dead-letters"
+# After the last line is produced, the job gets this long to drain before it is stopped.
+DRAIN_S = 90.0
 
 
 def _tree_rss_mb(pid: int) -> float:
@@ -81,15 +90,16 @@ def _dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
 
 
-def _start(alerts: Path, out: Path, ckpt: Path, db: Path, url: str, rate: float, restore: bool) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(out),
-           "--memory", f"sqlite:///{db}", "--knowledge", "memory://", "--model", "openai", "--rate", str(rate),
-           "--checkpoint-dir", str(ckpt), "--checkpoint-interval-ms", "5000"]  # fmt: skip
-    if restore:
-        cmd += ["--restore", "latest"]
+def _start_job(bootstrap: str, ckpt: Path, db: Path, url: str, restore: Path | None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "jobs.cli", "run", "--kafka", bootstrap, "--alerts-topic", TOPIC,
+           "--diagnoses-topic", DIAGNOSES, "--dead-letters-topic", DEAD, "--group-id", "soak",
+           "--memory", f"sqlite:///{db}", "--knowledge", "memory://", "--model", "openai",
+           "--checkpoint-dir", str(ckpt), "--checkpoint-interval", "5"]  # fmt: skip
+    if restore is not None:
+        cmd += ["--from-savepoint", str(restore)]
     env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "soak-local", "VDOCTOR_MODEL_MAX_ATTEMPTS": "3"}
-    return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # fmt: skip
+    return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,33 +130,50 @@ def main(argv: list[str] | None = None) -> int:
     ckpt, db = work / "checkpoints", work / "memory.db"
     samples: list[tuple[float, float, float, int]] = []
     kills = storms = 0
-    with ModelServer(ServerConfig(latency_ms=50, jitter_ms=20, seed=7)) as server:
-        run = 0
-        proc = _start(alerts, work / f"run{run}", ckpt, db, server.base_url, args.rate, restore=False)
-        t0 = time.monotonic()
-        next_kill, next_storm, storm_end = args.kill_every_s, args.storm_every_s, -1.0
-        while proc.poll() is None:
-            time.sleep(args.sample_s)
-            now = time.monotonic() - t0
-            if storm_end > 0 and now >= storm_end:
-                server.config.error_rates.clear()
-                storm_end = -1.0
-            if now >= next_storm:
-                server.config.error_rates.update(STORM_RATES)
-                storm_end, next_storm, storms = now + args.storm_s, next_storm + args.storm_every_s, storms + 1
-            done = sum(1 for p in work.glob("run*/diagnoses.jsonl") for _ in p.open(encoding="utf-8"))
-            samples.append((now, _tree_rss_mb(proc.pid), _dir_mb(ckpt), done))
-            print(f"[soak] t={now:6.0f}s rss={samples[-1][1]:6.0f} MB state={samples[-1][2]:6.1f} MB "
-                  f"diagnoses={done} storms={storms} kills={kills}", file=sys.stderr, flush=True)  # fmt: skip
-            if now >= next_kill and now < args.minutes * 60 - 60:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                kills, next_kill, run = kills + 1, next_kill + args.kill_every_s, run + 1
-                proc = _start(alerts, work / f"run{run}", ckpt, db, server.base_url, args.rate, restore=True)
-        if proc.returncode != 0:
-            print(proc.stderr.read()[-3000:] if proc.stderr else "", file=sys.stderr)
-            return 1
-        model_stats = dict(server.stats)
+    broker = KafkaBroker(work / "kafka").start()
+    try:
+        with ModelServer(ServerConfig(latency_ms=50, jitter_ms=20, seed=7)) as server:
+            replay = subprocess.Popen(
+                [sys.executable, "-m", "jobs.cli", "replay", "--alerts", str(alerts), "--bootstrap", broker.bootstrap,
+                 "--topic", TOPIC, "--rate", str(args.rate), "--quiet"],
+                cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            job = _start_job(broker.bootstrap, ckpt, db, server.base_url, None)
+            t0 = time.monotonic()
+            next_kill, next_storm, storm_end, drain_until = args.kill_every_s, args.storm_every_s, -1.0, -1.0
+            while True:
+                time.sleep(args.sample_s)
+                now = time.monotonic() - t0
+                if storm_end > 0 and now >= storm_end:
+                    server.config.error_rates.clear()
+                    storm_end = -1.0
+                if now >= next_storm and replay.poll() is None:
+                    server.config.error_rates.update(STORM_RATES)
+                    storm_end, next_storm, storms = now + args.storm_s, next_storm + args.storm_every_s, storms + 1
+                samples.append((now, _tree_rss_mb(job.pid), _dir_mb(ckpt), server.stats["ok"]))
+                print(f"[soak] t={now:6.0f}s rss={samples[-1][1]:6.0f} MB state={samples[-1][2]:6.1f} MB "
+                      f"model calls ok={server.stats['ok']} storms={storms} kills={kills}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                if job.poll() is not None:
+                    print(f"[soak] the job exited with {job.returncode}", file=sys.stderr)
+                    return 1
+                if now >= next_kill and replay.poll() is None:
+                    os.killpg(job.pid, signal.SIGKILL)
+                    job.wait()
+                    kills, next_kill = kills + 1, next_kill + args.kill_every_s
+                    job = _start_job(broker.bootstrap, ckpt, db, server.base_url, latest_checkpoint(ckpt))
+                if replay.poll() is not None and drain_until < 0:
+                    server.config.error_rates.clear()
+                    drain_until = now + DRAIN_S
+                if drain_until > 0 and now >= drain_until:
+                    break
+            job.send_signal(signal.SIGTERM)  # a clean stop: the job is cancelled
+            job.wait(timeout=120)
+            model_stats = dict(server.stats)
+        diags = [json.loads(v) for _, v in read_topic(broker.bootstrap, DIAGNOSES, 10**9, 60.0, committed_only=False)]
+        dead = [json.loads(v) for _, v in read_topic(broker.bootstrap, DEAD, 10**9, 20.0, committed_only=False)]
+    finally:
+        broker.stop()
 
     valid: list[str] = []
     for line in alerts.read_text(encoding="utf-8").splitlines():
@@ -157,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(event, AlertEvent):
             valid.append(event.event_id)
     valid_ids = set(valid)
-    diags = [json.loads(x) for p in sorted(work.glob("run*/diagnoses.jsonl")) for x in p.open(encoding="utf-8")]
-    dead = [json.loads(x) for p in sorted(work.glob("run*/dead_letters.jsonl")) for x in p.open(encoding="utf-8")]
     by_id = Counter(d["event_id"] for d in diags)
     concluded = {d["session_id"] for d in diags if d["phase"] == "CONCLUDED" and "model_failed" not in d["flags"]}
     with sqlite3.connect(db) as conn:

@@ -85,10 +85,19 @@ def test_cluster_job_survives_stop_with_savepoint_and_resume(
     by_id = {d["event_id"]: d for d in diagnoses}
     # L2 state came back from the savepoint: e-6 concludes the session e-5 opened.
     assert by_id["e-6"]["session_id"] == f"{A}-20261110T080000" and by_id["e-6"]["phase"] == "CONCLUDED"
-    assert {"vin": A, "session_id": f"{A}-20261101T080000"} in by_id["e-3"]["memory"]["similar"]
+    # B's second session recalls B's first case (per-vehicle order holds across the stop). Whether A's
+    # verified case is among e-3's similar cases depends on how Kafka interleaves A's and B's partitions.
+    assert by_id["e-3"]["memory"]["own"] == [{"vin": B, "session_id": f"{B}-20261102T080000"}]
+    assert all(ref["vin"] != B for ref in by_id["e-3"]["memory"]["similar"])
 
-    # L3: every concluded case exactly once, nothing lost, the recheck applied.
+    # L3: every concluded case exactly once, nothing lost. Each vehicle's second session repeats its first
+    # fault within 30 days, so it is merged into the first record; A's recheck (11-04) was applied, then
+    # reset to pending when the fault came back (e-6, 11-10).
     history_a = _history(memory, A)
-    assert [r["session_id"] for r in history_a] == [f"{A}-20261110T080000", f"{A}-20261101T080000"]
-    assert [r["recheck_ok"] for r in history_a] == [None, True]
-    assert [r["session_id"] for r in _history(memory, B)] == [f"{B}-20261112T080000", f"{B}-20261102T080000"]
+    assert [(r["session_id"], r["merged_sessions"]) for r in history_a] == [
+        (f"{A}-20261101T080000", [f"{A}-20261110T080000"])
+    ]
+    assert [r["recheck_ok"] for r in history_a] == [None]
+    assert [(r["session_id"], r["merged_sessions"]) for r in _history(memory, B)] == [
+        (f"{B}-20261102T080000", [f"{B}-20261112T080000"])
+    ]

@@ -257,6 +257,9 @@ class FlinkCluster:
             "FLINK_LOG_DIR": str(self.workdir / "log"),
             "FLINK_PID_DIR": str(self.workdir / "pid"),
             "PYTHONPATH": str(REPO_ROOT),
+            # The tests' fleets rely on file order across vehicles (one vehicle's verified case
+            # informs another's next session): one run at a time.
+            "VDOCTOR_CONCURRENCY": "1",
         }
 
     def start(self) -> FlinkCluster:
