@@ -92,28 +92,16 @@ class KnowledgePack:
 
     def merge_csv(self, path: Path) -> int:
         """Add definitions from a CSV code table; pack entries win. Returns rows added."""
+        from vdoctor.knowledge.table import read_code_table
+
         added = 0
-        try:
-            with path.open(newline="", encoding="utf-8") as fh:
-                reader = csv.DictReader(fh)
-                if not reader.fieldnames or not {"code", "description"} <= set(reader.fieldnames):
-                    raise KnowledgeError(
-                        f"{path}: a code table needs the columns code and description, found {reader.fieldnames}"
-                    )
-                for row in reader:
-                    code = (row.get("code") or "").strip().upper()
-                    desc = (row.get("description") or "").strip()
-                    maker = (row.get("manufacturer") or "GENERIC").strip().upper()
-                    # Manufacturer-specific rows reuse generic codes with other
-                    # meanings; only generic definitions are safe fleet-wide.
-                    if not DTC_RE.match(code) or not desc or maker != "GENERIC":
-                        continue
-                    if code in self.entries:
-                        continue
-                    self.entries[code] = DtcEntry(code=code, definition_en=desc, source=f"csv:{path.name}")
-                    added += 1
-        except OSError as e:
-            raise KnowledgeError(f"cannot read code table {path}: {e}") from e
+        for row in read_code_table(path):
+            # Manufacturer-specific rows reuse generic codes with other
+            # meanings; only generic definitions are safe fleet-wide.
+            if not row.generic or row.code in self.entries:
+                continue
+            self.entries[row.code] = DtcEntry(code=row.code, definition_en=row.description, source=f"csv:{path.name}")
+            added += 1
         return added
 
 

@@ -10,15 +10,13 @@ top-20 by vector, reranked to top-5 by code and word overlap.
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vdoctor.errors import KnowledgeError
-from vdoctor.events import DTC_RE
 from vdoctor.knowledge import KnowledgePack
+from vdoctor.knowledge.table import read_code_table
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 # Seed 003: chunks of 200-400 tokens retrieved far better than whole rule
@@ -57,23 +55,9 @@ def rows_from_csv(path: Path, scope: str | None = None) -> Iterator[KnowledgeRow
     manufacturer rows ``dtc:<MANUFACTURER>``: the same code means different
     things to different makers, and a filter must be able to tell them apart.
     """
-    try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            if not reader.fieldnames or not {"code", "description"} <= set(reader.fieldnames):
-                raise KnowledgeError(
-                    f"{path}: a code table needs the columns code and description, found {reader.fieldnames}"
-                )
-            for row in reader:
-                code = (row.get("code") or "").strip().upper()
-                desc = " ".join((row.get("description") or "").split())
-                if not DTC_RE.match(code) or not desc:
-                    continue
-                maker = (row.get("manufacturer") or "GENERIC").strip().upper() or "GENERIC"
-                row_scope = scope or ("dtc:generic" if maker == "GENERIC" else f"dtc:{maker}")
-                yield KnowledgeRow(code=code, text=f"{code}: {desc}", scope=row_scope)
-    except OSError as e:
-        raise KnowledgeError(f"cannot read code table {path}: {e}") from e
+    for row in read_code_table(path):
+        row_scope = scope or ("dtc:generic" if row.generic else f"dtc:{row.manufacturer}")
+        yield KnowledgeRow(code=row.code, text=f"{row.code}: {row.description}", scope=row_scope)
 
 
 def rows_from_pack(pack: KnowledgePack, scope: str = "rules") -> Iterator[KnowledgeRow]:

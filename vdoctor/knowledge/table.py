@@ -1,0 +1,43 @@
+"""Reading a DTC code table (CSV with ``code`` and ``description``, optionally ``manufacturer``)."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from vdoctor.errors import KnowledgeError
+from vdoctor.events import DTC_RE
+
+GENERIC = "GENERIC"
+
+
+@dataclass(frozen=True)
+class CodeRow:
+    code: str
+    description: str
+    manufacturer: str
+
+    @property
+    def generic(self) -> bool:
+        return self.manufacturer == GENERIC
+
+
+def read_code_table(path: Path) -> Iterator[CodeRow]:
+    """Rows with a valid code and a description; a missing column or an unreadable file is a KnowledgeError."""
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames or not {"code", "description"} <= set(reader.fieldnames):
+                raise KnowledgeError(
+                    f"{path}: a code table needs the columns code and description, found {reader.fieldnames}"
+                )
+            for row in reader:
+                code = (row.get("code") or "").strip().upper()
+                desc = " ".join((row.get("description") or "").split())
+                maker = (row.get("manufacturer") or GENERIC).strip().upper() or GENERIC
+                if DTC_RE.match(code) and desc:
+                    yield CodeRow(code=code, description=desc, manufacturer=maker)
+    except OSError as e:
+        raise KnowledgeError(f"cannot read code table {path}: {e}") from e
