@@ -10,7 +10,6 @@ session on their own.
 
 from __future__ import annotations
 
-import csv
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Literal
 
 from vdoctor.errors import KnowledgeError
-from vdoctor.events import DTC_RE
 
 
 @dataclass(frozen=True)
