@@ -196,3 +196,42 @@ def test_run_refuses_openai_without_a_key_and_restore_without_a_checkpoint(tmp_p
     assert no_chk.returncode == 2 and "no complete checkpoint" in no_chk.stderr
     bad_rate = subprocess.run([*cmd, "--rate", "0"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     assert bad_rate.returncode == 2 and "--rate must be positive" in bad_rate.stderr
+
+
+def _closed_port_url() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"  # nothing listens here: connections are refused
+
+
+def test_endpoint_down_is_retried_then_a_clear_error_without_the_key(sleeps: list[float]) -> None:
+    model = make_model(_closed_port_url(), sleeps, attempts=3)
+    with pytest.raises(ModelError, match="gave up after 3 attempts.*connection failed") as info:
+        model.chat(MESSAGES, SPECS)
+    assert len(sleeps) == 2 and KEY not in str(info.value)
+
+
+def test_endpoint_that_comes_back_during_the_retries_answers(sleeps: list[float]) -> None:
+    url = _closed_port_url()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    started: list[ModelServer] = []
+
+    def sleep_then_start(seconds: float) -> None:
+        sleeps.append(seconds)
+        if not started:  # the endpoint comes back after the first refused attempt
+            server = ModelServer(ServerConfig())
+            server.start(port=port)
+            started.append(server)
+
+    model = OpenAIChatModel("chat-test", SecretStr(KEY), url, timeout_s=5.0, max_attempts=4,
+                            sleep=sleep_then_start, rng=random.Random(7))  # fmt: skip
+    try:
+        response = model.chat(MESSAGES, SPECS)
+    finally:
+        for server in started:
+            server.stop()
+    assert response.tool_calls and response.tool_calls[0].name == "lookup_dtc"
+    assert len(sleeps) == 1 and started[0].stats["ok"] == 1
