@@ -94,14 +94,15 @@ class KafkaBroker:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self._write_config()
         cp = f"{KAFKA_LIB}/*"
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        fmt = subprocess.run(
-            [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id,
-             "-c", str(config)],
-            capture_output=True, text=True, timeout=120,
-        )
-        if fmt.returncode != 0:
-            raise ServiceError(f"formatting Kafka storage failed: {fmt.stderr[-2000:]}")
+        if not (self.workdir / "data" / "meta.properties").exists():  # a restart keeps its storage
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            fmt = subprocess.run(
+                [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id,
+                 "-c", str(config)],
+                capture_output=True, text=True, timeout=120,
+            )
+            if fmt.returncode != 0:
+                raise ServiceError(f"formatting Kafka storage failed: {fmt.stderr[-2000:]}")
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [java, "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp, "kafka.Kafka", str(config)],
@@ -151,6 +152,11 @@ class KafkaBroker:
             admin.create_topics([NewTopic(n, num_partitions=partitions, replication_factor=1) for n in names])
         finally:
             admin.close()
+
+    def restart(self) -> KafkaBroker:
+        """Stop the broker and start it again on the same ports and storage (a rolling restart of one node)."""
+        self.stop()
+        return self.start()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
