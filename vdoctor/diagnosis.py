@@ -354,7 +354,7 @@ class DiagnosisEngine:
             source=self._bounded_source(case),
         )
         try:
-            if write_final(self.store, record) is WriteStatus.MERGED:
+            if write_final(self.store, record, had_milestones=session.milestones_written > 0) is WriteStatus.MERGED:
                 flags.append("l3_merged")
         except StoreError as e:
             # The diagnosis still goes out; the case is flagged, never silently dropped.

@@ -54,8 +54,12 @@ def _supersede_milestones(store: MemoryStore, vin: str, session_id: str) -> int:
     return len(stale)
 
 
-def write_final(store: MemoryStore, record: MemoryRecord) -> WriteStatus:
-    """Write a concluded case through the gates: merge into a recent same-cause record, or add it."""
+def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool = True) -> WriteStatus:
+    """Write a concluded case through the gates: merge into a recent same-cause record, or add it.
+
+    ``had_milestones=False`` (a session shorter than 24 h, the usual case) skips
+    looking for milestones to supersede: one store read less per concluded case.
+    """
     if record.kind is not RecordKind.FINAL:
         raise ValueError(f"write_final takes a final record, got kind {record.kind}; allowed: final")
     duplicate = store.find_duplicate(record.vin, record.root_cause, record.concluded_at - DEDUP_WINDOW)
@@ -70,9 +74,10 @@ def write_final(store: MemoryStore, record: MemoryRecord) -> WriteStatus:
         # A re-run of the same session (restore, retry): keep what was merged into it.
         record = record.model_copy(update={"merged_sessions": duplicate.merged_sessions})
     store.upsert(record)
-    _supersede_milestones(
-        store, record.vin, record.merged_sessions[-1] if status is WriteStatus.MERGED else record.session_id
-    )
+    if had_milestones:
+        _supersede_milestones(
+            store, record.vin, record.merged_sessions[-1] if status is WriteStatus.MERGED else record.session_id
+        )
     return status
 
 

@@ -24,7 +24,8 @@ from datetime import datetime
 from vdoctor.errors import ConfigError, StoreError
 from vdoctor.records import MemoryRecord
 from vdoctor.stores.base import Scored, SimilarQuery
-from vdoctor.stores.sqlbase import COLUMN_LIST, COLUMNS, ConnInfo, SqlStore, naive_utc, parse_url, vector_literal
+from vdoctor.stores.mysql import connect
+from vdoctor.stores.sqlbase import COLUMN_LIST, COLUMNS, SqlStore, naive_utc, parse_url, vector_literal
 
 try:
     import pymysql  # type: ignore[import-untyped]
@@ -32,7 +33,6 @@ except ImportError as e:  # pragma: no cover - pymysql is a declared dependency
     raise ConfigError("the doris backend needs pymysql: pip install 'pymysql>=1.1'") from e
 
 DEFAULT_PORT = 9030
-CONNECT_TIMEOUT_S = 10
 # Doris builds one HNSW graph per segment: few, large INSERTs, not many tiny ones.
 BATCH_ROWS = 1000
 # The dimension of summary_vec in sql/doris/001_case_memory.sql.
@@ -117,19 +117,6 @@ class DorisDialect:
 
 def open_doris(url: str) -> SqlStore:
     info = parse_url(url, DEFAULT_PORT)
-    return SqlStore(info, DorisDialect(), lambda: connect(info), (pymysql.MySQLError,))
-
-
-def connect(info: ConnInfo) -> pymysql.connections.Connection:
     # Doris has no MySQL-protocol prepared statements; pymysql interpolates
     # client-side, and autocommit makes every INSERT its own load.
-    return pymysql.connect(
-        host=info.host,
-        port=info.port,
-        user=info.user,
-        password=info.password,
-        database=info.database,
-        charset="utf8mb4",
-        autocommit=True,
-        connect_timeout=CONNECT_TIMEOUT_S,
-    )
+    return SqlStore(info, DorisDialect(), lambda: connect(info, found_rows=False), (pymysql.MySQLError,))

@@ -97,7 +97,12 @@ def open_mysql(url: str) -> SqlStore:
     return SqlStore(info, MySqlDialect(), lambda: connect(info), (pymysql.MySQLError,))
 
 
-def connect(info: ConnInfo) -> pymysql.connections.Connection:
+def connect(info: ConnInfo, found_rows: bool = True) -> pymysql.connections.Connection:
+    """A pymysql connection for a MySQL-protocol store (autocommit, utf8mb4, a connect timeout).
+
+    ``found_rows``: UPDATE reports matched rows, not changed ones (MySQL/MariaDB;
+    the Doris backend does not use it).
+    """
     return pymysql.connect(
         host=info.host,
         port=info.port,
@@ -107,5 +112,5 @@ def connect(info: ConnInfo) -> pymysql.connections.Connection:
         charset="utf8mb4",
         autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,
-        client_flag=pymysql.constants.CLIENT.FOUND_ROWS,
+        client_flag=pymysql.constants.CLIENT.FOUND_ROWS if found_rows else 0,
     )
