@@ -43,6 +43,7 @@ from pyflink.datastream import TimeDomain
 from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
+from operators import logs
 from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.events import EVENT_ADAPTER
@@ -115,6 +116,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
 
     def open(self, runtime_context: RuntimeContext) -> None:
         settings = Settings.model_validate(self._settings)
+        logs.configure(settings.log_level)
         self.engine = DiagnosisEngine.from_settings(settings)
         self.inline = settings.concurrency == 1
         if not self.inline:

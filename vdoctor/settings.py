@@ -39,6 +39,7 @@ ENV_VARS: dict[str, str] = {
     "model_timeout_s": "VDOCTOR_MODEL_TIMEOUT_S",
     "model_max_attempts": "VDOCTOR_MODEL_MAX_ATTEMPTS",
     "concurrency": "VDOCTOR_CONCURRENCY",
+    "log_level": "VDOCTOR_LOG_LEVEL",
 }
 
 # A hosted model answers in 0.3-5 s; 60 s means the call is stuck, not slow.
@@ -77,6 +78,9 @@ class Settings(BaseModel):
     model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)
     model_max_attempts: int = Field(default=DEFAULT_MODEL_MAX_ATTEMPTS, ge=1, le=10)
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=4096)
+    # Python log level inside the Flink operators (DEBUG also lets the HTTP
+    # client libraries' per-request records through).
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     def for_workers(self) -> dict[str, Any]:
         """A plain dict to ship to Flink workers (secrets in clear: never log it)."""

@@ -1,0 +1,48 @@
+"""The operators' Python log level: INFO by default, the HTTP stack kept quiet.
+
+PyFlink's thread mode sets the root logger to DEBUG and sends every record to
+the JVM; the model client's per-request DEBUG records halved the operator's
+throughput before the level was set (bench/concurrency.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from operators import logs
+from vdoctor.settings import load_settings
+
+
+@pytest.fixture(autouse=True)
+def _restore_levels() -> Iterator[None]:
+    names = ["", *logs.CHATTY]
+    saved = {name: logging.getLogger(name).level for name in names}
+    yield
+    for name, level in saved.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_default_level_drops_debug_records_of_the_http_stack() -> None:
+    logging.getLogger().setLevel(logging.DEBUG)  # what the embedded interpreter starts with
+    logs.configure(load_settings({}).log_level)
+    assert logging.getLogger().getEffectiveLevel() == logging.INFO
+    for name in ("httpx", "httpcore", "openai", "openai._base_client"):
+        assert not logging.getLogger(name).isEnabledFor(logging.INFO)
+        assert logging.getLogger(name).isEnabledFor(logging.WARNING)  # failures still show
+    assert logging.getLogger("vdoctor.agent.openai_model").isEnabledFor(logging.WARNING)
+
+
+def test_debug_lets_everything_through() -> None:
+    logs.configure(load_settings({"VDOCTOR_LOG_LEVEL": "DEBUG"}).log_level)
+    assert logging.getLogger("httpcore").isEnabledFor(logging.DEBUG)
+    assert logging.getLogger("vdoctor").isEnabledFor(logging.DEBUG)
+
+
+def test_an_unknown_level_is_a_settings_error() -> None:
+    from vdoctor.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="log_level"):
+        load_settings({"VDOCTOR_LOG_LEVEL": "LOUD"})
