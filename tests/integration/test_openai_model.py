@@ -235,3 +235,63 @@ def test_endpoint_that_comes_back_during_the_retries_answers(sleeps: list[float]
             server.stop()
     assert response.tool_calls and response.tool_calls[0].name == "lookup_dtc"
     assert len(sleeps) == 1 and started[0].stats["ok"] == 1
+
+
+class _Bodies:
+    """A bare HTTP endpoint answering 200 with the given JSON texts, one per request, in order."""
+
+    def __init__(self, bodies: list[str]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from threading import Thread
+
+        queue = list(bodies)
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                return
+
+            def do_POST(self) -> None:  # noqa: N802
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = queue.pop(0).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_replies_of_the_wrong_shape_are_retried_and_odd_fields_do_not_crash(sleeps: list[float]) -> None:
+    good = (
+        '{"model": "m", "choices": [{"message": {"content": null, "tool_calls": ['
+        '{"id": "c1", "type": "function", "function": {"name": "lookup_dtc", '
+        '"arguments": "{\\"codes\\": [\\"U0140\\"]}"}},'
+        '{"id": "c2", "type": "function"}]}}], "usage": {"prompt_tokens": "many", "completion_tokens": 7}}'
+    )
+    endpoint = _Bodies(["[]", '{"choices": []}', '{"choices": [{"text": "legacy"}]}', good])
+    try:
+        response = make_model(endpoint.url, sleeps).chat(MESSAGES, SPECS)
+    finally:
+        endpoint.close()
+    assert len(sleeps) == 3  # three replies of the wrong shape, each retried
+    assert [c.name for c in response.tool_calls] == ["lookup_dtc"]  # the call without a function is skipped
+    assert response.tool_calls[0].arguments == {"codes": ["U0140"]}
+    assert (response.prompt_tokens, response.completion_tokens) == (0, 7)
+
+
+def test_a_reply_that_never_has_the_right_shape_is_a_clear_error(sleeps: list[float]) -> None:
+    endpoint = _Bodies(['{"choices": []}'] * 2)
+    try:
+        with pytest.raises(ModelError, match="gave up after 2 attempts; last error: reply has no choices"):
+            make_model(endpoint.url, sleeps, attempts=2).chat(MESSAGES, SPECS)
+    finally:
+        endpoint.close()
