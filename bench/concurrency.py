@@ -8,7 +8,7 @@ model calls (look the code up, then answer), so at concurrency c the ideal is
 c / (2 x latency) runs/s.
 
 The rate is measured at the model server, from the first request to the last
-reply: Flink's start-up is left out, the operator's own overhead (state,
+reply (one latency after the last request): Flink's start-up is left out, the operator's own overhead (state,
 timers, polling, the engine's memory work) is in. All levels run in the same
 invocation, so the ratios compare like with like.
 
@@ -59,7 +59,12 @@ class Level:
 
 
 class TimedResponder:
-    """Wraps the offline responder and records when the first call came and the last one ended."""
+    """Wraps the offline responder and records when the first and the last call arrived.
+
+    The server composes a reply as a call arrives and sends it when the call's
+    latency is up, so the last reply goes out one latency after the last call
+    came in.
+    """
 
     def __init__(self) -> None:
         self._inner = offline_responder()
@@ -69,13 +74,13 @@ class TimedResponder:
         self.calls = 0
 
     def __call__(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
-        with self._lock:
-            if self.first is None:
-                self.first = time.perf_counter()
+        arrived = time.perf_counter()
         reply = self._inner(messages, tools)
         with self._lock:
+            if self.first is None:
+                self.first = arrived
             self.calls += 1
-            self.last = time.perf_counter()
+            self.last = max(self.last, arrived)
         return reply
 
 
@@ -139,7 +144,7 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path) -
     if len(diagnoses) != events:
         raise SystemExit(f"expected {events} diagnoses at concurrency {concurrency}, got {len(diagnoses)}")
     calls = sum(d["llm_calls"] for d in diagnoses) / len(diagnoses)
-    span = responder.last - (responder.first or responder.last)
+    span = responder.last - (responder.first or responder.last) + latency_ms / 1000.0
     return Level(concurrency, events, len(diagnoses) / span, bound, calls, wall)
 
 

@@ -218,6 +218,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._error(404, f"no route {self.path}", "not_found")
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        # The latency is from the request's arrival to the reply: the work of
+        # reading it and of composing the reply is inside it, not added to it.
+        arrived = time.perf_counter()
         server = self.server_ref
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
@@ -239,7 +242,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, f"malformed request: {e}", "invalid_request_error")
             return
         outcome = server.next_outcome()
-        time.sleep(server.latency_s())
+        reply = server.responder(messages, tools) if outcome == "ok" else None
+        time.sleep(max(0.0, arrived + server.latency_s() - time.perf_counter()))
         server.count(outcome)
         if outcome == "429":
             self._error(429, "Rate limit reached (injected)", "rate_limit_exceeded")
@@ -252,8 +256,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif outcome == "timeout":
             time.sleep(server.config.timeout_hang_s)
             self._error(504, "hung (injected)", "timeout")  # the client gave up long ago
-        else:
-            reply = server.responder(messages, tools)
+        elif reply is not None:
             self._send(200, json.dumps(completion_body(reply, model), ensure_ascii=False).encode())
 
 
