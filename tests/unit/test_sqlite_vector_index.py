@@ -150,3 +150,37 @@ def test_index_growth_and_removal_keep_every_row_findable() -> None:
         alive = [j for j in range(300) if j % 3]
         brute = sorted(alive, key=lambda j: -float(vectors[j] @ vectors[i]))[:5]
         assert [r for r, _ in index.search("S", "nobody", vectors[i], 5)] == brute
+
+
+def _seqs(store: SqliteStore) -> tuple[int, dict[str, int]]:
+    meta = int(store._conn.execute("SELECT value FROM vd_meta WHERE key = 'seq'").fetchone()[0])
+    rows = {sid[-3:-2]: seq for sid, seq in store._conn.execute("SELECT session_id, seq FROM case_memory")}
+    return meta, rows
+
+
+def test_every_write_stamps_its_rows_with_the_next_change_seq(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "m.db"))
+    store.upsert(rec(1, [1.0, 0.0]))
+    assert _seqs(store) == (1, {"1": 1})
+    store.upsert_many([rec(2, [0.0, 1.0]), rec(3, [1.0, 1.0])])
+    meta, rows = _seqs(store)
+    assert meta == max(rows.values()) and rows["1"] == 1 and min(rows["2"], rows["3"]) > 1
+    store.set_recheck(rec(1, [1.0]).vin, rec(1, [1.0]).session_id, True)
+    assert _seqs(store)[1]["1"] == meta + 1
+    store.upsert(rec(1, [1.0, 0.0], summary="rewritten"))  # an upsert in place is a change too
+    assert _seqs(store)[1]["1"] == meta + 2 == _seqs(store)[0]
+    store.close()
+
+
+def test_a_file_from_before_the_seq_triggers_gets_them_on_open(tmp_path: Path) -> None:
+    path = str(tmp_path / "m.db")
+    store = SqliteStore(path)
+    store.upsert(rec(1, [1.0, 0.0]))
+    for name in ("vd_seq_after_insert", "vd_seq_after_update"):
+        store._conn.execute(f"DROP TRIGGER {name}")
+    store.close()
+    reopened = SqliteStore(path)
+    reopened.upsert(rec(2, [0.0, 1.0]))
+    assert _seqs(reopened) == (2, {"1": 1, "2": 2})
+    assert [vin for vin, _ in hits(reopened, [0.0, 1.0])] == ["02", "01"]  # the new row is in the index
+    reopened.close()

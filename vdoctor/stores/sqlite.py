@@ -66,17 +66,24 @@ _MIGRATE_COLUMNS = {
     "source": "ALTER TABLE case_memory ADD COLUMN source TEXT NOT NULL DEFAULT ''",
 }
 _SEQ_INDEX = "CREATE INDEX IF NOT EXISTS idx_seq ON case_memory (seq)"
+# Every statement that changes a row stamps it with the next change seq, and
+# the trigger moves vd_meta's seq along, in the statement's own transaction:
+# a one-record write is a single statement (see ``_write``).
+_NEXT_SEQ = "(SELECT CAST(value AS INTEGER) + 1 FROM vd_meta WHERE key = 'seq')"
+_SEQ_TRIGGERS = [
+    f"""CREATE TRIGGER IF NOT EXISTS vd_seq_after_{when.split()[0].lower()} AFTER {when} ON case_memory
+    BEGIN UPDATE vd_meta SET value = NEW.seq WHERE key = 'seq' AND CAST(value AS INTEGER) < NEW.seq; END"""
+    for when in ("INSERT", "UPDATE OF seq")
+]
 
 _COLUMNS = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, "
     "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source"
 )
-# Placeholder in a parameter row for the change seq of the write's transaction.
-_SEQ = object()
 _FIELDS = [c.strip() for c in _COLUMNS.split(",")]
 # Upsert in place (keeps the rowid, which names the row in the vector index).
 _UPSERT = (
-    f"INSERT INTO case_memory ({_COLUMNS}, seq) VALUES ({', '.join('?' * (len(_FIELDS) + 1))}) "
+    f"INSERT INTO case_memory ({_COLUMNS}, seq) VALUES ({', '.join('?' * len(_FIELDS))}, {_NEXT_SEQ}) "
     "ON CONFLICT (vin, session_id) DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in [*_FIELDS[2:], "seq"])
 )
 
@@ -159,37 +166,64 @@ class SqliteStore:
                 if column not in columns:
                     self._conn.execute(statement)
             self._conn.execute(_SEQ_INDEX)
+            for trigger in _SEQ_TRIGGERS:
+                self._conn.execute(trigger)
             # The epoch names this database, so an index folder copied from
             # another file is never mistaken for this one's.
             self._conn.execute("INSERT OR IGNORE INTO vd_meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
             self._epoch = str(self._conn.execute("SELECT value FROM vd_meta WHERE key = 'epoch'").fetchone()[0])
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open the sqlite store at {path}: {e}") from e
+        # Writes go through the one connection above, one at a time. Reads use a
+        # connection per thread and no lock: in WAL mode readers never wait for
+        # each other or for the writer. (A shared connection behind a lock made
+        # a lock convoy: the sqlite module lets go of the GIL inside every
+        # statement, so the holder had to queue for the GIL again while 63
+        # other vehicles' runs queued for the lock.) An in-memory database
+        # exists only on its own connection, so it keeps the shared one.
         self._lock = threading.Lock()
         self._index_guard = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+
+    def _reader(self) -> sqlite3.Connection | None:
+        """This thread's read connection; None for an in-memory database (use the shared one)."""
+        if self.path == ":memory:":
+            return None
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            with self._lock:
+                self._readers.append(conn)
+            self._local.conn = conn
+        return conn
 
     def _query(self, sql: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
         try:
+            reader = self._reader()
+            if reader is not None:
+                return reader.execute(sql, params).fetchall()
             with self._lock:
                 return self._conn.execute(sql, params).fetchall()
         except sqlite3.Error as e:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
 
     def _write(self, sql: str, rows: list[tuple[object, ...]]) -> int:
-        """Run one statement per parameter row in one transaction, stamped with the next change seq."""
+        """Run one statement per parameter row in one transaction (each changed row gets the next seq).
+
+        One row is one statement in autocommit: the sqlite module lets go of
+        the GIL inside every statement, and the writer must win it back each
+        time while holding the write lock, so a write of four statements
+        (begin, seq, upsert, commit) held the lock about four times as long.
+        """
         try:
             with self._lock:
+                if len(rows) == 1:
+                    return int(self._conn.execute(sql, rows[0]).rowcount)
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
-                    seq = int(
-                        self._conn.execute(
-                            "UPDATE vd_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'seq' RETURNING value"
-                        ).fetchone()[0]
-                    )
-                    changed = 0
-                    for params in rows:
-                        bound = tuple(seq if p is _SEQ else p for p in params)
-                        changed += self._conn.execute(sql, bound).rowcount
+                    changed = sum(self._conn.execute(sql, params).rowcount for params in rows)
                     self._conn.execute("COMMIT")
                 except BaseException:
                     self._conn.execute("ROLLBACK")
@@ -203,7 +237,7 @@ class SqliteStore:
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         if records:
-            self._write(_UPSERT, [(*_to_row(r), _SEQ) for r in records])
+            self._write(_UPSERT, [_to_row(r) for r in records])
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         rows = self._query(f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND session_id = ?", (vin, session_id))
@@ -219,11 +253,13 @@ class SqliteStore:
 
     # -- similar cases: the vector index -------------------------------------------------
 
-    def _catch_up(self) -> SeriesVectorIndex:
-        """Load or rebuild the index on first use, then apply rows changed since it last looked."""
+    def _seq(self) -> int:
+        return int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
+
+    def _catch_up(self, db_seq: int) -> SeriesVectorIndex:
+        """Load or rebuild the index on first use, then apply rows changed up to ``db_seq`` or later."""
         if self._index is None:
             loaded = SeriesVectorIndex.load(self._index_dir, self._epoch) if self._index_dir else None
-            db_seq = int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
             if loaded is None or loaded.seq > db_seq:
                 log.info("building the vector index of %s", self.path)
                 loaded = SeriesVectorIndex()
@@ -232,8 +268,8 @@ class SqliteStore:
                 self._saved_seq = loaded.seq
             self._index = loaded
         index = self._index
-        db_seq = int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
         if db_seq != index.seq:
+            db_seq = self._seq()  # rows may have changed since the caller looked: take them all
             rows = self._query(
                 "SELECT rowid, series, vin, recheck_ok, valid, summary_vec FROM case_memory WHERE seq > ? ORDER BY seq",
                 (index.seq,),
@@ -246,8 +282,11 @@ class SqliteStore:
         return index
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
+        # The change seq is read before the guard: when the index is current
+        # (the usual case), the guard is held for the search alone.
+        db_seq = self._seq()
         with self._index_guard:
-            hits = self._catch_up().search(query.series, query.exclude_vin, query.vector, query.k)
+            hits = self._catch_up(db_seq).search(query.series, query.exclude_vin, query.vector, query.k)
         if not hits:
             return []
         scores = dict(hits)
@@ -265,15 +304,16 @@ class SqliteStore:
 
     def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
         changed = self._write(
-            "UPDATE case_memory SET recheck_ok = ?, updated_at = ?, seq = ? WHERE vin = ? AND session_id = ?",
-            [(int(ok), _epoch(utc_now()), _SEQ, vin, session_id)],
+            f"UPDATE case_memory SET recheck_ok = ?, updated_at = ?, seq = {_NEXT_SEQ} "
+            "WHERE vin = ? AND session_id = ?",
+            [(int(ok), _epoch(utc_now()), vin, session_id)],
         )
         return changed > 0
 
     def soft_delete(self, vin: str) -> int:
         return self._write(
-            "UPDATE case_memory SET valid = 0, updated_at = ?, seq = ? WHERE vin = ? AND valid = 1",
-            [(_epoch(utc_now()), _SEQ, vin)],
+            f"UPDATE case_memory SET valid = 0, updated_at = ?, seq = {_NEXT_SEQ} WHERE vin = ? AND valid = 1",
+            [(_epoch(utc_now()), vin)],
         )
 
     def history(self, vin: str) -> list[MemoryRecord]:
@@ -321,4 +361,7 @@ class SqliteStore:
     def close(self) -> None:
         self.save_index()
         with self._lock:
+            for reader in self._readers:
+                reader.close()
+            self._readers.clear()
             self._conn.close()
