@@ -59,13 +59,15 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             norm = _SPACE_RE.sub(" ", text.lower()).strip()
-            for n in NGRAM_SIZES:
-                for i in range(len(norm) - n + 1):
-                    gram = norm[i : i + n]
-                    if gram == " " * n:
-                        continue
-                    idx, sign = self._index(gram)
-                    out[row, idx] += sign
+            grams = [norm[i : i + n] for n in NGRAM_SIZES for i in range(len(norm) - n + 1)]
+            # Whitespace is collapsed to single spaces, so the only all-space gram is " ".
+            cached = self._cache.get
+            hits = [cached(gram) or self._index(gram) for gram in grams if gram != " "]
+            if not hits:
+                continue
+            buckets, signs = zip(*hits, strict=True)
+            # Sums of +-1 are exact in float64 and float32 alike: same vector as adding one by one.
+            out[row] = np.bincount(buckets, weights=signs, minlength=self.dim)
             length = float(np.linalg.norm(out[row]))
             if length > 0:
                 out[row] /= length
