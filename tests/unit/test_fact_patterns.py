@@ -20,7 +20,9 @@ PATTERNS = {"excluded": facts._EXCLUDED_RE, "void": facts._VOID_RE, "decision": 
 PIECES = [
     "ruled out", "Excluded", "not the cause", "排除", "已排除", "不是原因", "void", "voided", "VOIDED", "avoid",
     "overturned", "revoked", "withdrawn", "作废", "推翻", "撤销", "confidence", "confidence 0.8", "confidence=1.0",
-    "confidence: 0", "confidence 0.85x", "1", "0.", ".", ";", "。", "；", "\n", ", ", " ", "，", "the harness",
+    "confidence: 0", "confidence 0.85x",
+    "voıd", "VOİD", "not the cauſe", "REVOKED", "排 除",
+    "1", "0.", ".", ";", "。", "；", "\n", ", ", " ", "，", "the harness",
     "怀疑线束松动", "conclusion of step 4", "cell imbalance", "P0A7F", "x" * 30, "电池" * 20, "a" * 90,
 ]  # fmt: skip
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo" / "alerts.jsonl"
