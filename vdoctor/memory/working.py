@@ -17,6 +17,7 @@ the first, lowest, highest and latest reading.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from pydantic import BaseModel
@@ -91,7 +92,14 @@ class WorkingState(BaseModel):
 
 def extract_key_facts(text: str, when: str = "") -> list[str]:
     """Pull the never-compressed facts out of free text (see ``facts.py`` for JSON)."""
-    return extract_text_facts(text, when)
+    return list(_text_facts(text, when))
+
+
+# A round's texts are read when it is added and again when it is folded into
+# the summary a few rounds later; the second reading comes from here.
+@functools.lru_cache(maxsize=2048)
+def _text_facts(text: str, when: str) -> tuple[str, ...]:
+    return tuple(extract_text_facts(text, when))
 
 
 def fact_payload(fact: str) -> str:
