@@ -295,3 +295,25 @@ def test_a_reply_that_never_has_the_right_shape_is_a_clear_error(sleeps: list[fl
             make_model(endpoint.url, sleeps, attempts=2).chat(MESSAGES, SPECS)
     finally:
         endpoint.close()
+
+
+def test_worker_threads_share_a_few_http_clients(server: ModelServer, sleeps: list[float]) -> None:
+    import threading
+
+    from vdoctor.agent.openai_model import CLIENTS
+
+    model = make_model(server.base_url, sleeps)
+    used: dict[int, object] = {}
+
+    def work(i: int) -> None:
+        model.chat(MESSAGES, SPECS)
+        used[i] = model._client()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3 * CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(used) == 3 * CLIENTS and server.stats["ok"] == 3 * CLIENTS
+    assert len({id(c) for c in used.values()}) == CLIENTS  # bounded, and every client in use
+    model.close()
