@@ -114,3 +114,39 @@ def test_reconnects_after_the_server_drops_the_connection(mariadb: MariaDB, mari
         assert store.count() == 1  # reconnected transparently
     finally:
         store.close()
+
+
+def test_many_threads_share_a_bounded_pool_of_connections(mariadb: MariaDB, mariadb_url: str) -> None:
+    import threading
+
+    from vdoctor.stores.sqlbase import POOL_SIZE
+
+    store = open_store(mariadb_url)
+    seen: set[int] = set()
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                # SLEEP keeps each connection busy, so the threads really overlap.
+                (conn_id, _), *_ = store.query("SELECT CONNECTION_ID(), SLEEP(0.02)")  # type: ignore[attr-defined]
+                with lock:
+                    seen.add(int(conn_id))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4 * POOL_SIZE)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert 1 < len(seen) <= POOL_SIZE  # statements ran side by side, never on more than the pool's connections
+        with store.locked():  # type: ignore[attr-defined]
+            # A held connection keeps its session across statements.
+            store.query("SET @vdoctor_probe = 42")  # type: ignore[attr-defined]
+            assert store.query("SELECT @vdoctor_probe")[0][0] == 42  # type: ignore[attr-defined]
+    finally:
+        store.close()

@@ -36,6 +36,10 @@ from vdoctor.stores.base import Scored, SimilarQuery
 log = logging.getLogger(__name__)
 
 # Identifiers are never taken from input as-is: the table comes from this list.
+# Connections a store keeps open at most. The diagnosis operator runs up to 64
+# vehicles at once per subtask; with one connection their recalls and writes
+# queued behind each other's network round trips.
+POOL_SIZE = 8
 ALLOWED_TABLES = ("case_memory",)
 DEFAULT_TABLE = "case_memory"
 _DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -195,10 +199,14 @@ class SqlStore:
         self.table = info.table
         self._connect = connect
         self._errors = driver_errors
-        self._lock = threading.RLock()
-        self._conn: Connection | None = None
+        # Idle connections; ``_open`` counts idle ones plus those lent out.
+        self._idle: list[Connection] = []
+        self._open = 0
+        self._pool = threading.Condition()
+        self._held = threading.local()
         with self._guard("connect"):
-            self._conn = connect()
+            self._idle.append(connect())
+            self._open = 1
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -219,14 +227,39 @@ class SqlStore:
             # `from None`: the driver's exception (and its arguments) stays out of the chain.
             raise StoreError(f"{where}: {what} failed: {self._describe(e)}") from None
 
+    @contextmanager
+    def _lease(self) -> Iterator[_Lease]:
+        """A connection for this thread: the one it holds (``locked``), or one from the pool."""
+        held: _Lease | None = getattr(self._held, "lease", None)
+        if held is not None:
+            yield held
+            return
+        with self._pool:
+            while not self._idle and self._open >= POOL_SIZE:
+                self._pool.wait()
+            if self._idle:
+                lease = _Lease(self._idle.pop())
+            else:
+                lease = _Lease(None)  # connected on first use, outside the pool's lock
+                self._open += 1
+        try:
+            yield lease
+        finally:
+            with self._pool:
+                if lease.conn is None:
+                    self._open -= 1
+                else:
+                    self._idle.append(lease.conn)
+                self._pool.notify()
+
     def run(self, sql: str, params: Sequence[object] | None = None) -> tuple[list[tuple[Any, ...]], int]:
         """Run one statement; returns (rows, rowcount). Reconnects once on a dropped connection."""
-        with self._lock, self._guard(sql.split(None, 1)[0].lower()):
+        with self._lease() as lease, self._guard(sql.split(None, 1)[0].lower()):
             for attempt in (1, 2):
                 try:
-                    if self._conn is None:
-                        self._conn = self._connect()
-                    cur = self._conn.cursor()
+                    if lease.conn is None:
+                        lease.conn = self._connect()
+                    cur = lease.conn.cursor()
                     try:
                         cur.execute(sql, params)
                         rows = list(cur.fetchall() or [])
@@ -237,22 +270,19 @@ class SqlStore:
                     if attempt == 2 or not _is_disconnect(e):
                         raise
                     log.warning("%s store %s: connection lost; reconnecting", self.dialect.name, self.info.redacted)
-                    self._drop()
+                    _close_quietly(lease.conn)
+                    lease.conn = None
         raise AssertionError("unreachable")  # pragma: no cover
 
     @contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold the connection for a sequence of statements that share session state."""
-        with self._lock:
-            yield
-
-    def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        """Hold one connection for a sequence of statements that share session state."""
+        with self._lease() as lease:
+            self._held.lease = lease
             try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
-                pass
+                yield
+            finally:
+                self._held.lease = None
 
     def query(self, sql: str, params: Sequence[object] | None = None) -> list[tuple[Any, ...]]:
         return self.run(sql, params)[0]
@@ -361,8 +391,12 @@ class SqlStore:
         return int(self.query(f"SELECT COUNT(*) FROM {self.table}")[0][0])
 
     def close(self) -> None:
-        with self._lock:
-            self._drop()
+        """Close the idle connections (a statement still running keeps its own until it ends)."""
+        with self._pool:
+            idle, self._idle = self._idle, []
+            self._open -= len(idle)
+        for conn in idle:
+            _close_quietly(conn)
 
     # -- schema ------------------------------------------------------------------------------
 
@@ -393,6 +427,21 @@ def split_statements(text: str) -> list[str]:
         if statement:
             out.append(statement)
     return out
+
+
+@dataclass
+class _Lease:
+    """A pooled connection lent to one thread; None until connected, or after it was dropped."""
+
+    conn: Connection | None
+
+
+def _close_quietly(conn: Connection | None) -> None:
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - closing a broken connection may fail any way
+            pass
 
 
 def _now() -> datetime:
