@@ -12,8 +12,12 @@ reply (one latency after the last request): Flink's start-up is left out, the op
 timers, polling, the engine's memory work) is in. All levels run in the same
 invocation, so the ratios compare like with like.
 
-    .venv/bin/python bench/concurrency.py                 # 1, 8, 64 at 200 ms (~2 min)
-    .venv/bin/python bench/concurrency.py --levels 1 8 64 256 --seconds 30
+    .venv/bin/python bench/concurrency.py                 # 1, 8, 64 at 200 ms, 3 trials each (~5 min)
+    .venv/bin/python bench/concurrency.py --levels 1 8 64 256 --seconds 30 --repeat 1
+
+Each level runs ``--repeat`` times (a fresh job each time) and the median
+trial is reported with the lowest and highest: on a shared 2-core machine one
+trial of the 64 level varies by a few hundredths of the ratio.
 
 Prints a table and writes bench/out/concurrency.png (and .json).
 """
@@ -52,10 +56,24 @@ class Level:
     bound: float
     calls_per_run: float
     wall_s: float
+    # Ratios of all trials of this level (the reported one is their median).
+    trials: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
         return self.runs_per_s / self.bound
+
+    @property
+    def spread(self) -> str:
+        return f"{min(self.trials):.2f}-{max(self.trials):.2f}" if len(self.trials) > 1 else ""
+
+
+def median_trial(trials: list[Level]) -> Level:
+    """The trial with the median rate, carrying every trial's ratio."""
+    ranked = sorted(trials, key=lambda lv: lv.runs_per_s)
+    chosen = ranked[(len(ranked) - 1) // 2]
+    chosen.trials = tuple(lv.ratio for lv in trials)
+    return chosen
 
 
 class TimedResponder:
@@ -238,35 +256,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=12.0, help="target busy time per level")
     parser.add_argument("--no-pool-only", action="store_true", help="skip the Flink-free reference row")
+    parser.add_argument("--repeat", type=int, default=3, help="trials per level; the median is reported")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     levels = []
     for c in args.levels:
-        print(f"concurrency {c}: starting the job", flush=True)
-        levels.append(run_level(c, args.latency_ms, args.seconds, out / "work"))
+        trials = []
+        for trial in range(1, args.repeat + 1):
+            print(f"concurrency {c}, trial {trial}/{args.repeat}: starting the job", flush=True)
+            trials.append(run_level(c, args.latency_ms, args.seconds, out / "work"))
+            print(f"  ratio {trials[-1].ratio:.3f}", flush=True)
+        levels.append(median_trial(trials))
     pool_only = None
     if not args.no_pool_only:
         c = max(args.levels)
-        print(f"concurrency {c}: the same workload through the run pool alone (no Flink)", flush=True)
-        pool_only = run_pool_only(c, args.latency_ms, args.seconds, out / "work")
+        trials = []
+        for trial in range(1, args.repeat + 1):
+            print(f"concurrency {c}: the run pool alone (no Flink), trial {trial}/{args.repeat}", flush=True)
+            trials.append(run_pool_only(c, args.latency_ms, args.seconds, out / "work"))
+        pool_only = median_trial(trials)
     print(f"\nmodel latency {args.latency_ms:g} ms, {CALLS_PER_RUN} calls per run, parallelism 1")
-    print(f"{'concurrency':>11} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'wall s':>7}")
+    print(f"median trial of {args.repeat}; 'trials' gives the lowest and highest ratio")
+    print(f"{'concurrency':>11} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'trials':>10}")
     for lv in levels:
         print(
             f"{lv.concurrency:>11} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} "
-            f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.wall_s:>7.1f}"
+            f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.spread:>10}"
         )
     if pool_only is not None:
         lv = pool_only
         print(
             f"{'pool only':>11} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} "
-            f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.wall_s:>7.1f}   (c={lv.concurrency}, engine + pool, no Flink)"
+            f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.spread:>10}   (c={lv.concurrency}, engine + pool, no Flink)"
         )
-    rows = [lv.__dict__ | {"ratio": lv.ratio, "flink": True} for lv in levels]
+    rows = [lv.__dict__ | {"ratio": lv.ratio, "trials": list(lv.trials), "flink": True} for lv in levels]
     if pool_only is not None:
-        rows.append(pool_only.__dict__ | {"ratio": pool_only.ratio, "flink": False})
+        rows.append(pool_only.__dict__ | {"ratio": pool_only.ratio, "trials": list(pool_only.trials), "flink": False})
     (out / "concurrency.json").write_text(json.dumps(rows, indent=2))
     plot(levels, args.latency_ms, out / "concurrency.png", pool_only)
     print(f"plot: {out / 'concurrency.png'}")
