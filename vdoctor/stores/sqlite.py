@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 # Several Flink subtasks (threads or processes) may write one file: wait for
 # the lock rather than fail.
 BUSY_TIMEOUT_MS = 30_000
+# Page cache of each per-thread read connection, in KiB.
+READER_CACHE_KIB = 512
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS case_memory (
@@ -194,6 +196,9 @@ class SqliteStore:
         if conn is None:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # Small indexed lookups: a small page cache each (sqlite's default is
+            # 2 MB per connection, 128 MB for 64 worker threads).
+            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
             with self._lock:
                 self._readers.append(conn)
             self._local.conn = conn
