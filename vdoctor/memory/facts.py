@@ -39,6 +39,15 @@ _VOID_KEY = r"(?:\bvoid(?:ed)?\b|\boverturned\b|\brevoked\b|\bwithdrawn\b|作废
 _DECISION_KEY = r"\bconfidence\s*[=:]?\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\b"
 
 
+def fold_case(text: str) -> str:
+    """``text`` folded so that a substring test finds whatever an IGNORECASE pattern matches.
+
+    casefold covers it, except the dotless i that IGNORECASE lets match "i"
+    and the dot above that follows the i of a folded capital İ.
+    """
+    return text.casefold().replace("ı", "i").replace("\u0307", "")
+
+
 class _ClausePattern:
     """A clause of up to ``reach`` characters that leads up to a keyword, plus what follows it.
 
@@ -58,11 +67,10 @@ class _ClausePattern:
         self._words = words
         self._fold = bool(flags & re.IGNORECASE)
 
-    def findall(self, text: str) -> list[str]:
-        # casefold covers what IGNORECASE matches, except the dotless i it lets match "i"
-        # and the dot above that follows the i of a folded capital İ.
-        folded = text.casefold().replace("ı", "i").replace("\u0307", "") if self._fold else text
-        if not any(word in folded for word in self._words):
+    def findall(self, text: str, folded: str | None = None) -> list[str]:
+        """``folded`` is ``fold_case(text)`` when the caller has it already."""
+        haystack = (fold_case(text) if folded is None else folded) if self._fold else text
+        if not any(word in haystack for word in self._words):
             return []
         found: list[str] = []
         pos = 0
@@ -117,9 +125,10 @@ def extract_text_facts(text: str, when: str = "") -> list[str]:
         facts.append(f"{READING}{value}{unit}{_at(when)}")
     for uri in URI_RE.findall(text):
         facts.append(f"evidence {uri}")
-    for match in _EXCLUDED_RE.findall(text):
+    folded = fold_case(text)  # for both case-blind patterns
+    for match in _EXCLUDED_RE.findall(text, folded):
         facts.append(f"excluded: {match.strip()}{_at(when)}")
-    for match in _VOID_RE.findall(text):
+    for match in _VOID_RE.findall(text, folded):
         facts.append(f"void: {match.strip()}{_at(when)}")
     for match in _DECISION_RE.findall(text):
         facts.append(f"decision: {match.strip()}{_at(when)}")
