@@ -47,12 +47,11 @@ class HashingEmbedder:
         self.dim = dim
         self._cache: dict[str, tuple[int, float]] = {}
 
-    def _index(self, gram: str) -> tuple[int, float]:
-        hit = self._cache.get(gram)
-        if hit is None:
-            hit = _bucket(gram, self.dim)
-            if len(self._cache) < 500_000:
-                self._cache[gram] = hit
+    def _miss(self, gram: str) -> tuple[int, float]:
+        """Bucket and sign of a gram not in the cache yet (``embed`` looks there first)."""
+        hit = _bucket(gram, self.dim)
+        if len(self._cache) < 500_000:
+            self._cache[gram] = hit
         return hit
 
     def embed(self, texts: list[str]) -> np.ndarray:
@@ -62,7 +61,7 @@ class HashingEmbedder:
             grams = [norm[i : i + n] for n in NGRAM_SIZES for i in range(len(norm) - n + 1)]
             # Whitespace is collapsed to single spaces, so the only all-space gram is " ".
             cached = self._cache.get
-            hits = [cached(gram) or self._index(gram) for gram in grams if gram != " "]
+            hits = [cached(gram) or self._miss(gram) for gram in grams if gram != " "]
             if not hits:
                 continue
             buckets, signs = zip(*hits, strict=True)
