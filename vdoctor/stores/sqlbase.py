@@ -35,11 +35,11 @@ from vdoctor.stores.base import Scored, SimilarQuery
 
 log = logging.getLogger(__name__)
 
-# Identifiers are never taken from input as-is: the table comes from this list.
 # Connections a store keeps open at most. The diagnosis operator runs up to 64
 # vehicles at once per subtask; with one connection their recalls and writes
 # queued behind each other's network round trips.
 POOL_SIZE = 8
+# Identifiers are never taken from input as-is: the table comes from this list.
 ALLOWED_TABLES = ("case_memory",)
 DEFAULT_TABLE = "case_memory"
 _DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
