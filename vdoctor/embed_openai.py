@@ -16,6 +16,7 @@ import numpy as np
 
 from vdoctor.embed import DEFAULT_DIM
 from vdoctor.errors import ConfigError, ModelError
+from vdoctor.openai_clients import ThreadClients
 
 try:
     import openai
@@ -48,8 +49,10 @@ class OpenAIEmbedder:
         self._model = model
         self._send_dimensions = send_dimensions
         # Local servers accept any key; the client refuses an empty one.
-        self._client = openai.OpenAI(
-            base_url=base_url, api_key=api_key or "unused", timeout=REQUEST_TIMEOUT_S, max_retries=max_retries
+        self._clients = ThreadClients(
+            lambda: openai.OpenAI(
+                base_url=base_url, api_key=api_key or "unused", timeout=REQUEST_TIMEOUT_S, max_retries=max_retries
+            )
         )
         self._secret = api_key
 
@@ -63,9 +66,9 @@ class OpenAIEmbedder:
             batch = texts[start : start + BATCH_TEXTS]
             try:
                 if self._send_dimensions:
-                    resp = self._client.embeddings.create(model=self._model, input=batch, dimensions=self.dim)
+                    resp = self._clients.get().embeddings.create(model=self._model, input=batch, dimensions=self.dim)
                 else:
-                    resp = self._client.embeddings.create(model=self._model, input=batch)
+                    resp = self._clients.get().embeddings.create(model=self._model, input=batch)
             except openai.OpenAIError as e:
                 raise ModelError(f"embedding endpoint failed for model {self._model}: {self._safe(e)}") from None
             if len(resp.data) != len(batch):

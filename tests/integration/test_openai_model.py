@@ -300,7 +300,7 @@ def test_a_reply_that_never_has_the_right_shape_is_a_clear_error(sleeps: list[fl
 def test_worker_threads_share_a_few_http_clients(server: ModelServer, sleeps: list[float]) -> None:
     import threading
 
-    from vdoctor.agent.openai_model import CLIENTS
+    from vdoctor.openai_clients import CLIENTS
 
     model = make_model(server.base_url, sleeps)
     used: dict[int, object] = {}

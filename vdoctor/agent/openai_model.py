@@ -13,11 +13,9 @@ scrubbed from every error message this module raises.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +25,7 @@ from pydantic import SecretStr
 
 from vdoctor.agent.model import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.errors import ConfigError, ModelError
+from vdoctor.openai_clients import ThreadClients
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +36,6 @@ BACKOFF_CAP_S = 8.0
 # Error text from the server is cut to this length in our messages.
 MAX_ERROR_DETAIL = 300
 _REDACTED = "[redacted]"
-# HTTP clients (connection pools) shared out among the calling threads.
-CLIENTS = 8
 
 
 def backoff_s(retry: int, rng: random.Random, base: float = BACKOFF_BASE_S, cap: float = BACKOFF_CAP_S) -> float:
@@ -118,39 +115,20 @@ class OpenAIChatModel:
         self._secret = api_key.get_secret_value()
         self._sleep = sleep
         self._rng = rng or random.Random()
-        # Several clients (each with its own connection pool), a thread keeping
-        # to one: with a single client, 64 worker threads took its pool's lock
-        # several times per request each. Not one per thread: building a client
-        # costs ~20 ms of CPU (its TLS context).
-        self._local = threading.local()
-        self._clients: list[openai.OpenAI] = []
-        self._clients_lock = threading.Lock()
-        self._threads = itertools.count()
+        # Retries are ours (counted, logged, jittered); the client must not add its own.
+        self._clients = ThreadClients(
+            lambda: openai.OpenAI(api_key=self._secret, base_url=base_url, timeout=timeout_s, max_retries=0)
+        )
         self._client()  # a bad base URL fails here, not in the first run
 
     def _client(self) -> openai.OpenAI:
-        client: openai.OpenAI | None = getattr(self._local, "client", None)
-        if client is None:
-            with self._clients_lock:
-                if len(self._clients) < CLIENTS:
-                    # Retries are ours (counted, logged, jittered); the client must not add its own.
-                    client = openai.OpenAI(
-                        api_key=self._secret, base_url=self.base_url, timeout=self.timeout_s, max_retries=0
-                    )
-                    self._clients.append(client)
-                else:
-                    client = self._clients[next(self._threads) % CLIENTS]
-            self._local.client = client
-        return client
+        return self._clients.get()
 
     def __repr__(self) -> str:  # the key must never show, not even in a debugger's repr
         return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
 
     def close(self) -> None:
-        with self._clients_lock:
-            clients, self._clients = self._clients, []
-        for client in clients:
-            client.close()
+        self._clients.close()
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._secret, _REDACTED) if self._secret else text
