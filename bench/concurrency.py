@@ -37,8 +37,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from vdoctor.agent.model import ChatResponse, Message, ToolSpec  # noqa: E402
 from vdoctor.devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
+from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 
 # Exactly 2 calls per run with the offline decision: U0140 is confirmed by
 # repetition, so each alert looks the code up, then answers.
@@ -175,12 +175,12 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
     """
     from pydantic import SecretStr
 
-    from vdoctor.agent.openai_model import OpenAIChatModel
     from vdoctor.diagnosis import DiagnosisEngine
-    from vdoctor.embed import HashingEmbedder
+    from vdoctor.embedders.hashing import HashingEmbedder
     from vdoctor.events import parse_event
     from vdoctor.knowledge import load_pack
     from vdoctor.memory.session import DedupState
+    from vdoctor.models.openai import OpenAIChatModel
     from vdoctor.runs import KeyedRunPool
     from vdoctor.stores import open_store
 

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vdoctor.agent.model import ChatModel, ChatResponse, Message, ToolSpec
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import parse_event
 from vdoctor.knowledge import load_pack
 from vdoctor.memory import summary as case_summary
 from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolSpec
+from vdoctor.models.offline import OfflineModel
 from vdoctor.records import Diagnosis
 from vdoctor.stores import open_store
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vdoctor.embed import HashingEmbedder
-from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge.chunks import rows_from_csv
+from vdoctor.knowledge.search import KnowledgeBase
+from vdoctor.knowledge.stores import open_knowledge_store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = REPO_ROOT.parent / "shared" / "data" / "dtc" / "dtc_codes.csv"
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = list(rows_from_csv(args.csv))
     with tempfile.TemporaryDirectory() as tmp:
-        base = KnowledgeBase(open_knowledge(f"sqlite:///{tmp}/knowledge.db"), HashingEmbedder())
+        base = KnowledgeBase(open_knowledge_store(f"sqlite:///{tmp}/knowledge.db"), HashingEmbedder())
         started = time.perf_counter()
         chunks = base.load(rows, "bench")
         load_s = time.perf_counter() - started

@@ -41,7 +41,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from vdoctor.embed import HashingEmbedder  # noqa: E402
+from vdoctor.embedders.hashing import HashingEmbedder  # noqa: E402
 from vdoctor.memory.recall import OverlapReranker, Reranker  # noqa: E402
 from vdoctor.records import MAX_SUMMARY_CHARS, MemoryRecord  # noqa: E402
 from vdoctor.stores import SimilarQuery  # noqa: E402

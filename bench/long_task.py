@@ -30,14 +30,14 @@ from pathlib import Path
 
 from demo_replay import RecordingModel
 
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.agent.prompt import SYSTEM_PROMPT
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import AlertEvent
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory, WorkingState
+from vdoctor.models.offline import OfflineModel
 from vdoctor.stores import open_store
 from vdoctor.tokens import EstimatingCounter, TokenCounter
 

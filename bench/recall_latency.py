@@ -33,7 +33,8 @@ from threadpoolctl import ThreadpoolController
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from vdoctor.embed import DEFAULT_DIM, HashingEmbedder  # noqa: E402
+from vdoctor.embedders import DEFAULT_DIM  # noqa: E402
+from vdoctor.embedders.hashing import HashingEmbedder  # noqa: E402
 from vdoctor.memory.recall import SIMILAR_CANDIDATES, recall  # noqa: E402
 from vdoctor.records import utc_now  # noqa: E402
 from vdoctor.stores import SimilarQuery  # noqa: E402

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from vdoctor import assembly
 from vdoctor.errors import VDoctorError
-from vdoctor.memory.recall import recall
-from vdoctor.settings import Settings, embedder_from, load_settings
+from vdoctor.settings import Settings, load_settings, with_overrides
 from vdoctor.stores import open_store
 
 
@@ -41,11 +41,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         summarizer=getattr(args, "summarizer", None),
         concurrency=getattr(args, "concurrency", None),
     )
-    return settings.model_copy(
-        update={
-            "memory_url": _absolute_sqlite_url(settings.memory_url),
-            "knowledge_url": _absolute_sqlite_url(settings.knowledge_url),
-        }
+    return with_overrides(
+        settings,
+        memory_url=_absolute_sqlite_url(settings.memory.url),
+        knowledge_url=_absolute_sqlite_url(settings.memory.knowledge_url),
     )
 
 
@@ -62,10 +61,10 @@ def _cmd_run_kafka(args: argparse.Namespace) -> int:
         return 2
     job = kafka_job.settings_from_args(args)
     settings = _settings(args)
-    scheme = urlsplit(settings.memory_url).scheme
+    scheme = urlsplit(settings.memory.url).scheme
     print(
         f"vdoctor run: kafka {job.bootstrap} {','.join(job.input_topics())} -> {job.diagnoses_topic}, "
-        f"{job.dead_letters_topic} (memory: {scheme}, model: {settings.model}, parallelism {job.parallelism}, "
+        f"{job.dead_letters_topic} (memory: {scheme}, model: {settings.model.chat}, parallelism {job.parallelism}, "
         f"{job.delivery}, checkpoints every {job.checkpoint_interval_s:g} s in {job.checkpoint_dir}); Ctrl-C stops",
         file=sys.stderr,
     )
@@ -92,9 +91,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not alerts.is_file():
         print(f"vdoctor run: no such alerts file: {alerts}", file=sys.stderr)
         return 2
-    if settings.model == "openai" and settings.openai_api_key is None:
+    if settings.needs_api_key() and settings.endpoint.api_key is None and not settings.endpoint.api_key_file:
         print(
-            "vdoctor run: --model openai needs OPENAI_API_KEY (and OPENAI_BASE_URL for other endpoints)",
+            "vdoctor run: an openai model or embedder needs OPENAI_API_KEY or VDOCTOR_OPENAI_API_KEY_FILE "
+            "(and OPENAI_BASE_URL for other endpoints)",
             file=sys.stderr,
         )
         return 2
@@ -122,10 +122,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             return 2
     if restore_from is not None:
         print(f"vdoctor run: restoring from {restore_from}", file=sys.stderr)
-    scheme = urlsplit(settings.memory_url).scheme
+    scheme = urlsplit(settings.memory.url).scheme
     print(
-        f"vdoctor run: {alerts} -> {args.out} (memory: {scheme}, model: {settings.model}, "
-        f"parallelism {args.parallelism}, concurrency {settings.concurrency})",
+        f"vdoctor run: {alerts} -> {args.out} (memory: {scheme}, model: {settings.model.chat}, "
+        f"parallelism {args.parallelism}, concurrency {settings.runtime.concurrency})",
         file=sys.stderr,
     )
     report = run_file(
@@ -145,7 +145,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    store = open_store(_settings(args).memory_url)
+    store = open_store(_settings(args).memory.url)
     try:
         records = store.history(args.vin)
     finally:
@@ -168,14 +168,15 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _cmd_recall(args: argparse.Namespace) -> int:
     settings = _settings(args)
-    store = open_store(settings.memory_url)
+    store = open_store(settings.memory.url)
     try:
         series = args.series
         if series is None:
             own = store.history(args.vin)
             series = own[0].series if own else ""
-        embedder = embedder_from(settings)
-        found = recall(store, embedder, args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
+        # The job's own recall: the alert text with its codes' definitions, the configured budget.
+        recall = assembly.session_recall(settings, store)
+        found = recall.for_alert(args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
     finally:
         store.close()
     out = {
@@ -190,7 +191,7 @@ def _cmd_recall(args: argparse.Namespace) -> int:
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
-    store = open_store(_settings(args).memory_url)
+    store = open_store(_settings(args).memory.url)
     try:
         n = store.soft_delete(args.vin)
     finally:
@@ -200,11 +201,9 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 
 
 def _cmd_knowledge_load(args: argparse.Namespace) -> int:
-    from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
     from vdoctor.knowledge.chunks import rows_from_csv
 
-    settings = _settings(args)
-    base = KnowledgeBase(open_knowledge(settings.knowledge_url), embedder_from(settings))
+    base = assembly.knowledge_base(_settings(args))
     started = time.monotonic()
 
     def progress(done: int, total: int) -> None:
@@ -224,10 +223,7 @@ def _cmd_knowledge_load(args: argparse.Namespace) -> int:
 
 
 def _cmd_knowledge_search(args: argparse.Namespace) -> int:
-    from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
-
-    settings = _settings(args)
-    base = KnowledgeBase(open_knowledge(settings.knowledge_url), embedder_from(settings))
+    base = assembly.knowledge_base(_settings(args))
     try:
         hits = base.search(args.query, scope=args.scope, version=args.version)
     finally:
@@ -259,7 +255,7 @@ def _cmd_knowledge_search(args: argparse.Namespace) -> int:
 def _cmd_health(args: argparse.Namespace) -> int:
     from vdoctor.evaluation.health import assess, plot
 
-    store = open_store(_settings(args).memory_url)
+    store = open_store(_settings(args).memory.url)
     try:
         report = assess(Path(args.diagnoses), store, sample=args.sample)
     finally:
@@ -273,7 +269,6 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
 
 def _cmd_reextract(args: argparse.Namespace) -> int:
-    from vdoctor.diagnosis import DiagnosisEngine
     from vdoctor.memory.reextract import ReextractReport, reextract
     from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION
 
@@ -284,15 +279,18 @@ def _cmd_reextract(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    engine = DiagnosisEngine.from_settings(_settings(args))
+    settings = _settings(args)
+    store = assembly.long_term_store(settings)
 
     def progress(report: ReextractReport) -> None:
         print(f"\r  {report.seen} seen, {report.rewritten} rewritten", end="", file=sys.stderr, flush=True)
 
     try:
-        report = reextract(engine.store, engine.summarizer, engine.embedder, args.prompt_version, progress)
+        report = reextract(
+            store, assembly.summarizer(settings), assembly.embedder(settings), args.prompt_version, progress
+        )
     finally:
-        engine.close()
+        store.close()
     print(file=sys.stderr)
     print(report.render())
     return 0
@@ -309,7 +307,7 @@ def _cmd_eval_ab(args: argparse.Namespace) -> int:
 
 
 def _cmd_init(args: argparse.Namespace) -> int:
-    url = _settings(args).memory_url
+    url = _settings(args).memory.url
     store = open_store(url)
     try:
         init = getattr(store, "init_schema", None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from jobs.replay import run_file
 from vdoctor.evaluation.ab import ArmMetrics, evaluate, plot, render_markdown
-from vdoctor.settings import Settings
+from vdoctor.settings import Settings, with_overrides
 
 
 def run_ab(alerts: Path, out: Path, settings: Settings, parallelism: int = 1) -> tuple[ArmMetrics, ArmMetrics]:
@@ -16,9 +16,7 @@ def run_ab(alerts: Path, out: Path, settings: Settings, parallelism: int = 1) ->
         db = arm_dir / "memory.db"
         if db.exists():
             db.unlink()
-        arm_settings = settings.model_copy(
-            update={"memory_enabled": enabled, "memory_url": f"sqlite:///{db.resolve()}"}
-        )
+        arm_settings = with_overrides(settings, memory_enabled=enabled, memory_url=f"sqlite:///{db.resolve()}")
         print(f"vdoctor eval ab: memory {arm} ...", flush=True)
         run_file(alerts, arm_dir, arm_settings, parallelism=parallelism)
     off, on = evaluate(alerts, out / "off", out / "on")

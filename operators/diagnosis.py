@@ -34,6 +34,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,11 +46,12 @@ from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from operators import logs
 from operators.parse import DEAD_LETTER, DIAGNOSIS
+from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.events import EVENT_ADAPTER
 from vdoctor.memory.session import SESSION_TTL, DedupState, SessionState
 from vdoctor.runs import KeyedRunPool
-from vdoctor.settings import Settings
+from vdoctor.settings import Settings, with_secrets
 
 # Flink's TTL runs on processing time and only bounds the state's size; the
 # session's expiry proper is judged on event time inside SessionState.
@@ -114,21 +116,23 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     """Keyed by VIN: (vin, event json, raw) -> (kind, json) diagnoses and dead letters."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
+        # ``Settings.for_workers()``: no API key. The operator is pickled and
+        # shipped to the workers; the key is read in open() on the worker.
         self._settings = settings
         self.engine: DiagnosisEngine | None = None
         self.pool: KeyedRunPool[Item, Applied] | None = None
         self.inline = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        settings = Settings.model_validate(self._settings)
-        logs.configure(settings.log_level)
-        self.engine = DiagnosisEngine.from_settings(settings)
-        self.inline = settings.concurrency == 1
+        settings = with_secrets(Settings.model_validate(self._settings), os.environ)
+        logs.configure(settings.runtime.log_level)
+        self.engine = build_engine(settings)
+        self.inline = settings.runtime.concurrency == 1
         if not self.inline:
             gc.freeze()
             _, gen1, gen2 = gc.get_threshold()
             gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
-            self.pool = KeyedRunPool(settings.concurrency, self._step, name="diagnosis")
+            self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis")
         session = ValueStateDescriptor("session", Types.STRING())
         session.enable_time_to_live(_ttl(STATE_TTL_HOURS))
         dedup = ValueStateDescriptor("dedup", Types.STRING())

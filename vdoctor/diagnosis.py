@@ -10,34 +10,27 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from vdoctor.agent.model import ChatModel
 from vdoctor.agent.prompt import build_messages
 from vdoctor.agent.react import AgentRun, run_react
-from vdoctor.agent.registry import open_chat_model
 from vdoctor.agent.tools import Toolbox
-from vdoctor.embed import Embedder
+from vdoctor.embedders import Embedder
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
-from vdoctor.knowledge import KnowledgePack, fmt_num, load_pack
-from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
+from vdoctor.knowledge import KnowledgePack
+from vdoctor.knowledge.search import KnowledgeBase
+from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
+from vdoctor.lines import KeyFact, alert_event, conclusion_text, fmt_num, iso
 from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
-from vdoctor.memory.recall import recall
+from vdoctor.memory.recall import SessionRecall
 from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
-from vdoctor.memory.summarizer import (
-    FidelityMetrics,
-    ModelSummarizer,
-    OfflineSummarizer,
-    Summarizer,
-    request_to_json,
-)
-from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, summarize_case
+from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer, request_to_json
+from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, milestone_summary, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
 from vdoctor.memory.write_policy import WriteStatus, milestone_id, milestones_due, set_recheck, write_final
+from vdoctor.models.base import ChatModel
 from vdoctor.records import (
     MAX_SOURCE_CHARS,
-    MAX_SUMMARY_CHARS,
     DeadLetter,
     Diagnosis,
     MemoryRecord,
@@ -45,9 +38,7 @@ from vdoctor.records import (
     Phase,
     RecordKind,
 )
-from vdoctor.settings import Settings, embedder_from
-from vdoctor.stores import MemoryStore, open_store
-from vdoctor.stores.retry import RetryingStore
+from vdoctor.stores import MemoryStore
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 log = logging.getLogger(__name__)
@@ -66,7 +57,7 @@ class StepResult:
 
 
 def signal_uri(vin: str, name: str, alert: AlertEvent) -> str:
-    return f"signal://{vin}/{name}@{alert.ts:%Y-%m-%dT%H:%M:%SZ}"
+    return f"signal://{vin}/{name}@{iso(alert.ts)}"
 
 
 class DiagnosisEngine:
@@ -79,8 +70,8 @@ class DiagnosisEngine:
         embedder: Embedder,
         pack: KnowledgePack,
         counter: TokenCounter = DEFAULT_COUNTER,
-        working_budget_tokens: int = 4000,
-        injection_budget_tokens: int = 800,
+        working_budget_tokens: int = WORKING_BUDGET_TOKENS,
+        injection_budget_tokens: int = INJECTION_BUDGET_TOKENS,
         summarizer: Summarizer | None = None,
         working_keep_rounds: int = KEEP_ROUNDS,
         knowledge: KnowledgeBase | None = None,
@@ -101,33 +92,12 @@ class DiagnosisEngine:
         self.working_keep_rounds = working_keep_rounds
         self.knowledge = knowledge
         self.memory_enabled = memory_enabled
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> DiagnosisEngine:
-        extra = Path(settings.extra_dtc_csv) if settings.extra_dtc_csv else None
-        embedder = embedder_from(settings)
-        return cls(
-            store=RetryingStore(open_store(settings.memory_url), deadline_s=settings.store_retry_s),
-            model=open_chat_model(settings),
-            embedder=embedder,
-            # Summaries may come from a separate, cheaper model (DESIGN.md §4).
-            summarizer=(
-                OfflineSummarizer()
-                if settings.summarizer == "offline"
-                else ModelSummarizer(open_chat_model(settings.model_copy(update={"model": "openai"}), "summary"))
-            ),
-            pack=load_pack(extra_csv=extra),
-            working_budget_tokens=settings.working_budget_tokens,
-            injection_budget_tokens=settings.injection_budget_tokens,
-            knowledge=KnowledgeBase(open_knowledge(settings.knowledge_url), embedder),
-            memory_enabled=settings.memory_enabled,
-        )
+        # Session-open recall; ``vdoctor memory recall`` uses the same object.
+        self.recall = SessionRecall(store, embedder, pack, injection_budget_tokens, counter)
 
     def close(self) -> None:
         self.store.close()
-        close_model = getattr(self.model, "close", None)
-        if callable(close_model):
-            close_model()
+        self.model.close()
         if self.knowledge is not None:
             self.knowledge.close()
 
@@ -178,19 +148,8 @@ class DiagnosisEngine:
         )
         if not self.memory_enabled:
             return session
-        symptom = " ".join([alert.alert_text, *(self._definition(c) for c in alert.dtc_codes)])
         try:
-            found = recall(
-                self.store,
-                self.embedder,
-                alert.vin,
-                alert.series,
-                symptom,
-                alert.dtc_codes,
-                alert.ts,
-                budget=self.injection_budget_tokens,
-                counter=self.counter,
-            )
+            found = self.recall.for_alert(alert.vin, alert.series, alert.alert_text, alert.dtc_codes, alert.ts)
         except StoreError as e:
             # Diagnose without memory rather than not at all; the output says so.
             log.warning("recall failed for %s: %s", alert.vin, e)
@@ -279,7 +238,7 @@ class DiagnosisEngine:
         return session, diagnosis
 
     def _remember_round(self, working: WorkingMemory, alert: AlertEvent, run: AgentRun) -> None:
-        when = f"{alert.ts:%Y-%m-%dT%H:%M:%SZ}"
+        when = iso(alert.ts)
         # The alert's own text on its first line: a clause read from it (an
         # exclusion, a void conclusion) must not run on into the codes.
         user = alert.alert_text + "\n" + " ".join(alert.dtc_codes)
@@ -290,17 +249,14 @@ class DiagnosisEngine:
         assistant = f"{final}\n" + (f"tools: {steps}\n" if steps else "") + "\n".join(tool_lines)
         # Key facts, read structurally: codes with their definitions, the
         # alert's readings with their times, tool results, the decision.
-        facts = [f"code {c}: {d}" if (d := self._definition(c)) else f"code {c}" for c in alert.dtc_codes]
-        facts += [f"reading {k}={fmt_num(v)} @{when}" for k, v in alert.signals.items()]
+        facts = [KeyFact.code(c, self._definition(c)) for c in alert.dtc_codes]
+        facts += [KeyFact.signal(k, v, when) for k, v in alert.signals.items()]
         for content in tool_lines:
             facts += extract_tool_facts(content, when)
         facts += extract_answer_facts(run.answer.model_dump(mode="json"), when)
         answer = run.answer
-        if answer.phase is Phase.CONCLUDED:
-            conclusion = f"concluded {answer.priority} conf {answer.confidence:.2f}"
-        else:
-            conclusion = f"investigating conf {answer.confidence:.2f}"
-        event = " ".join(["alert", *alert.dtc_codes, *(f"{k}={fmt_num(v)}" for k, v in alert.signals.items())])
+        conclusion = conclusion_text(answer.phase is Phase.CONCLUDED, answer.priority, answer.confidence)
+        event = alert_event(alert.dtc_codes, alert.signals)
         evidence = answer.evidence[0] if answer.evidence else "-"
         working.add_round(
             Round(ts=when, user=user, assistant=assistant, event=event, conclusion=conclusion, evidence=evidence),
@@ -316,14 +272,10 @@ class DiagnosisEngine:
         confidence: float,
         evidence: list[str],
     ) -> None:
-        parts = ["alert", *alert.dtc_codes]
-        parts += [f"{k}={fmt_num(v)}" for k, v in list(alert.signals.items())[:TIMELINE_SIGNALS]]
-        if phase is Phase.CONCLUDED:
-            conclusion = f"concluded {priority} conf {confidence:.2f}"
-        else:
-            conclusion = "investigating"
+        event = alert_event(alert.dtc_codes, alert.signals, TIMELINE_SIGNALS)
+        conclusion = conclusion_text(phase is Phase.CONCLUDED, priority, confidence, with_confidence=False)
         uri = evidence[0] if evidence else (f"dtc://{alert.dtc_codes[0]}" if alert.dtc_codes else "-")
-        session.add_timeline(TimelineEntry(ts=alert.ts, event=" ".join(parts), conclusion=conclusion, evidence=uri))
+        session.add_timeline(TimelineEntry(ts=alert.ts, event=event, conclusion=conclusion, evidence=uri))
 
     def _write_case(self, session: SessionState, working: WorkingMemory) -> list[str]:
         """Summarise, check, embed and upsert a concluded case. Returns output flags."""
@@ -379,13 +331,7 @@ class DiagnosisEngine:
         due = milestones_due(session.opened_at, alert.ts, session.milestones_written)
         if due <= session.milestones_written:
             return []
-        lines = [f"{e.ts:%Y-%m-%d %H:%M} | {e.event} | {e.conclusion} | {e.evidence}" for e in session.timeline]
-        kept: list[str] = []
-        for line in reversed(lines):  # newest first, whole lines only
-            if sum(len(k) + 1 for k in kept) + len(line) > MAX_SUMMARY_CHARS:
-                break
-            kept.insert(0, line)
-        summary = "\n".join(kept)
+        summary = milestone_summary(session)
         record = MemoryRecord(
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),

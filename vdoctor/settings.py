@@ -1,109 +1,196 @@
-"""Settings of the diagnosis job: one frozen model, built at the edge (``jobs/``).
+"""Settings of the diagnosis job: one frozen model of typed sub-models, built at the edge (``jobs/``).
 
-Precedence: command-line flags, then ``VDOCTOR_*`` environment variables, then
-defaults. Every environment variable name lives in this module, and nothing
-reads the environment at import time. Secrets are ``SecretStr``: they never
-print, log or serialise in clear.
+Precedence: command-line flags, then environment variables, then defaults.
+Every environment variable name lives in this module (``FIELDS``), and
+nothing reads the environment at import time. Secrets are ``SecretStr``: they
+never print, log or serialise in clear; ``for_workers`` leaves the API key out
+of what is shipped (pickled) to Flink workers, and a worker reads it in
+``open()`` with ``with_secrets`` from its own environment or a key file.
+
+Only the assembly root (``vdoctor.assembly``) turns settings into parts; the
+parts' registries take the sub-model they need.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from vdoctor.embed import Embedder, open_embedder
+from vdoctor.embedders import EmbedderName
 from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
+from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
+from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
 DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
-
-ENV_VARS: dict[str, str] = {
-    "memory_url": "VDOCTOR_MEMORY_URL",
-    "knowledge_url": "VDOCTOR_KNOWLEDGE_URL",
-    "memory_enabled": "VDOCTOR_MEMORY_ENABLED",
-    "store_retry_s": "VDOCTOR_STORE_RETRY_S",
-    "model": "VDOCTOR_MODEL",
-    "summarizer": "VDOCTOR_SUMMARIZER",
-    "openai_base_url": "OPENAI_BASE_URL",
-    "openai_api_key": "OPENAI_API_KEY",
-    "chat_model": "VDOCTOR_CHAT_MODEL",
-    "summary_model": "VDOCTOR_SUMMARY_MODEL",
-    "embed_model": "VDOCTOR_EMBED_MODEL",
-    "embedder": "VDOCTOR_EMBEDDER",
-    "extra_dtc_csv": "VDOCTOR_EXTRA_DTC_CSV",
-    "working_budget_tokens": "VDOCTOR_WORKING_BUDGET_TOKENS",
-    "injection_budget_tokens": "VDOCTOR_INJECTION_BUDGET_TOKENS",
-    "model_timeout_s": "VDOCTOR_MODEL_TIMEOUT_S",
-    "model_max_attempts": "VDOCTOR_MODEL_MAX_ATTEMPTS",
-    "concurrency": "VDOCTOR_CONCURRENCY",
-    "log_level": "VDOCTOR_LOG_LEVEL",
-}
-
-# A hosted model answers in 0.3-5 s; 60 s means the call is stuck, not slow.
-DEFAULT_MODEL_TIMEOUT_S = 60.0
-# One try plus three retries (backoff 0.5, 1, 2 s plus jitter) rides out a
-# rate-limit burst or a restarting endpoint without holding a run for long.
-DEFAULT_MODEL_MAX_ATTEMPTS = 4
 # Vehicles diagnosed at once per subtask: at 2 model calls of ~0.4 s per run
 # that is ~80 runs/s per subtask, far beyond one at a time (~1.2 runs/s).
 DEFAULT_CONCURRENCY = 64
+# A long-term-memory outage of a few minutes (a Doris FE failover, a MariaDB
+# restart) is ridden out by retrying writes this long.
+DEFAULT_STORE_RETRY_S = 300.0
+
+# The API key is read from this variable, or from the file the key-file setting names.
+API_KEY_ENV = "OPENAI_API_KEY"
 
 
-class Settings(BaseModel):
+class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    memory_url: str = DEFAULT_MEMORY_URL
+
+class MemorySettings(_Frozen):
+    """Long-term memory, knowledge, and the budgets of the working context."""
+
+    url: str = DEFAULT_MEMORY_URL
     knowledge_url: str = DEFAULT_KNOWLEDGE_URL
     # False runs the agent without long-term recall: the "memory off" arm of the A/B experiment.
-    memory_enabled: bool = True
+    enabled: bool = True
     # How long a long-term-memory write is retried through an outage before the case is flagged.
-    store_retry_s: float = Field(default=300.0, ge=0)
-    model: Literal["offline", "openai"] = "offline"
+    store_retry_s: float = Field(default=DEFAULT_STORE_RETRY_S, ge=0)
+    working_budget_tokens: int = Field(default=WORKING_BUDGET_TOKENS, ge=500)
+    injection_budget_tokens: int = Field(default=INJECTION_BUDGET_TOKENS, ge=0)
+    # An extra code table (CSV) merged into the DTC knowledge pack.
+    extra_dtc_csv: str | None = None
+    # Which token counter enforces the budgets (vdoctor.tokens).
+    token_counter: Literal["estimate", "tiktoken"] = "estimate"
+
+
+class EndpointSettings(_Frozen):
+    """An OpenAI-compatible endpoint, shared by the chat models and the embedder."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    # A file holding the key (a mounted Kubernetes secret, say), read by workers in open().
+    api_key_file: str | None = None
+
+
+class ModelSettings(_Frozen):
+    """Who diagnoses and who summarises, and the call limits of hosted models."""
+
+    chat: ChatModelName = "offline"
     # Who writes summaries: the offline summarizer (default), or the hosted
-    # summary model (VDOCTOR_SUMMARY_MODEL, usually cheaper than the chat model).
-    summarizer: Literal["offline", "openai"] = "offline"
-    openai_base_url: str | None = None
-    openai_api_key: SecretStr | None = None
+    # summary model (usually cheaper than the chat model).
+    summarizer: ChatModelName = "offline"
     chat_model: str = "gpt-4o-mini"
     summary_model: str = "gpt-4o-mini"
-    embed_model: str = "text-embedding-3-small"
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=10)
+
+
+class EmbeddingSettings(_Frozen):
+    """The embedder of long-term and knowledge memory."""
+
     # offline: hashed n-grams, no network; openai: an OpenAI-compatible endpoint.
-    embedder: Literal["offline", "openai"] = "offline"
-    extra_dtc_csv: str | None = None
-    working_budget_tokens: int = Field(default=4000, ge=500)
-    injection_budget_tokens: int = Field(default=800, ge=0)
-    model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)
-    model_max_attempts: int = Field(default=DEFAULT_MODEL_MAX_ATTEMPTS, ge=1, le=10)
+    kind: EmbedderName = "offline"
+    model: str = "text-embedding-3-small"
+
+
+class RuntimeSettings(_Frozen):
+    """How the operator runs: vehicles in flight per subtask, log level."""
+
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=4096)
     # Python log level inside the Flink operators (DEBUG also lets the HTTP
     # client libraries' per-request records through).
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
+
+class Settings(_Frozen):
+    memory: MemorySettings = MemorySettings()
+    model: ModelSettings = ModelSettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
+    endpoint: EndpointSettings = EndpointSettings()
+    runtime: RuntimeSettings = RuntimeSettings()
+
     def for_workers(self) -> dict[str, Any]:
-        """A plain dict to ship to Flink workers (secrets in clear: never log it)."""
-        data = self.model_dump()
-        if self.openai_api_key is not None:
-            data["openai_api_key"] = self.openai_api_key.get_secret_value()
+        """A plain dict to ship to Flink workers: everything but the API key (workers read it in open())."""
+        data = self.model_dump(mode="json")
+        data["endpoint"]["api_key"] = None
         return data
 
+    def needs_api_key(self) -> bool:
+        return "openai" in (self.model.chat, self.model.summarizer, self.embedding.kind)
 
-def load_settings(env: Mapping[str, str], **flags: Any) -> Settings:
-    """Build settings from flags (``None`` means unset), then the environment."""
-    values: dict[str, Any] = {}
-    for field_name, var in ENV_VARS.items():
-        if var in env and env[var] != "":
-            values[field_name] = env[var]
-    values.update({k: v for k, v in flags.items() if v is not None})
+
+# Flat name (a CLI flag's dest, or a load_settings keyword) -> (section, field, environment variable).
+FIELDS: dict[str, tuple[str, str, str]] = {
+    "memory_url": ("memory", "url", "VDOCTOR_MEMORY_URL"),
+    "knowledge_url": ("memory", "knowledge_url", "VDOCTOR_KNOWLEDGE_URL"),
+    "memory_enabled": ("memory", "enabled", "VDOCTOR_MEMORY_ENABLED"),
+    "store_retry_s": ("memory", "store_retry_s", "VDOCTOR_STORE_RETRY_S"),
+    "working_budget_tokens": ("memory", "working_budget_tokens", "VDOCTOR_WORKING_BUDGET_TOKENS"),
+    "injection_budget_tokens": ("memory", "injection_budget_tokens", "VDOCTOR_INJECTION_BUDGET_TOKENS"),
+    "extra_dtc_csv": ("memory", "extra_dtc_csv", "VDOCTOR_EXTRA_DTC_CSV"),
+    "token_counter": ("memory", "token_counter", "VDOCTOR_TOKEN_COUNTER"),
+    "model": ("model", "chat", "VDOCTOR_MODEL"),
+    "summarizer": ("model", "summarizer", "VDOCTOR_SUMMARIZER"),
+    "chat_model": ("model", "chat_model", "VDOCTOR_CHAT_MODEL"),
+    "summary_model": ("model", "summary_model", "VDOCTOR_SUMMARY_MODEL"),
+    "model_timeout_s": ("model", "timeout_s", "VDOCTOR_MODEL_TIMEOUT_S"),
+    "model_max_attempts": ("model", "max_attempts", "VDOCTOR_MODEL_MAX_ATTEMPTS"),
+    "embedder": ("embedding", "kind", "VDOCTOR_EMBEDDER"),
+    "embed_model": ("embedding", "model", "VDOCTOR_EMBED_MODEL"),
+    "openai_base_url": ("endpoint", "base_url", "OPENAI_BASE_URL"),
+    "openai_api_key": ("endpoint", "api_key", API_KEY_ENV),
+    "openai_api_key_file": ("endpoint", "api_key_file", "VDOCTOR_OPENAI_API_KEY_FILE"),
+    "concurrency": ("runtime", "concurrency", "VDOCTOR_CONCURRENCY"),
+    "log_level": ("runtime", "log_level", "VDOCTOR_LOG_LEVEL"),
+}
+# The environment variables, by flat name (for documentation and tests).
+ENV_VARS: dict[str, str] = {name: var for name, (_, _, var) in FIELDS.items()}
+
+
+def _validate(values: dict[str, dict[str, Any]]) -> Settings:
     try:
         return Settings.model_validate(values)
     except ValidationError as e:
         raise ConfigError(f"invalid settings: {describe_validation_error(e)}") from e
 
 
-def embedder_from(settings: Settings) -> Embedder:
-    """The embedder the settings name (the OpenAI one reads base URL, model and key from them)."""
-    key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
-    return open_embedder(settings.embedder, settings.openai_base_url, settings.embed_model, key)
+def _nest(flat: Mapping[str, Any], into: dict[str, dict[str, Any]]) -> None:
+    for name, value in flat.items():
+        if name not in FIELDS:
+            raise ConfigError(f"unknown setting {name!r}; valid: {', '.join(FIELDS)}")
+        section, field, _ = FIELDS[name]
+        into.setdefault(section, {})[field] = value
+
+
+def load_settings(env: Mapping[str, str], **flags: Any) -> Settings:
+    """Build settings from flags (flat names of ``FIELDS``; ``None`` means unset), then the environment."""
+    values: dict[str, dict[str, Any]] = {}
+    _nest({name: env[var] for name, (_, _, var) in FIELDS.items() if env.get(var, "") != ""}, values)
+    _nest({k: v for k, v in flags.items() if v is not None}, values)
+    return _validate(values)
+
+
+def with_overrides(settings: Settings, **flat: Any) -> Settings:
+    """A copy of ``settings`` with some fields replaced (flat names of ``FIELDS``), validated again."""
+    values = settings.model_dump()
+    if settings.endpoint.api_key is not None:
+        values["endpoint"]["api_key"] = settings.endpoint.api_key.get_secret_value()
+    _nest(flat, values)
+    return _validate(values)
+
+
+def with_secrets(settings: Settings, env: Mapping[str, str]) -> Settings:
+    """``settings`` with the API key read from ``env`` or from the key file (a worker's ``open()``).
+
+    A key already present is kept. Without one, the variable is tried first,
+    then the file; a model that needs a key and finds none fails with a
+    ``ConfigError`` when it is built, naming both places.
+    """
+    if settings.endpoint.api_key is not None:
+        return settings
+    key = env.get(API_KEY_ENV, "")
+    if not key and settings.endpoint.api_key_file:
+        try:
+            key = Path(settings.endpoint.api_key_file).read_text(encoding="utf-8").strip()
+        except OSError as e:
+            raise ConfigError(f"cannot read the API key file {settings.endpoint.api_key_file}: {e.strerror}") from None
+    if not key:
+        return settings
+    endpoint = settings.endpoint.model_copy(update={"api_key": SecretStr(key)})
+    return settings.model_copy(update={"endpoint": endpoint})

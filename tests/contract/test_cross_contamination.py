@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.memory.recall import OWN_HISTORY_LIMIT, recall
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import MemoryStore

@@ -11,10 +11,10 @@ from datetime import timedelta
 import pytest
 
 from tests.unit.test_engine import SID_1, T0, VIN, Harness, alert, recheck
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
+from vdoctor.models.offline import OfflineModel
 from vdoctor.records import Phase, RecordKind
 from vdoctor.stores.base import MemoryStore
 

@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pydantic import SecretStr
 
-from vdoctor.embed import HashingEmbedder, open_embedder
-from vdoctor.embed_openai import OpenAIEmbedder
+from vdoctor.assembly import embedder as embedder_from
+from vdoctor.embedders import EmbedderConfig, open_embedder
+from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.embedders.openai import OpenAIEmbedder
 from vdoctor.errors import ConfigError, ModelError
-from vdoctor.settings import embedder_from, load_settings
+from vdoctor.settings import load_settings
 
 pytestmark = pytest.mark.integration
 
@@ -157,7 +160,7 @@ def test_a_wrong_key_is_refused_without_echoing_it(base_url: str) -> None:
 
 def test_bad_configuration_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="OPENAI_BASE_URL"):
-        open_embedder("openai", None, "m", API_KEY)
+        open_embedder("openai", EmbedderConfig(model="m", api_key=SecretStr(API_KEY)))
     with pytest.raises(ConfigError, match="valid: offline, openai"):
         open_embedder("word2vec")
     with pytest.raises(ConfigError):

@@ -12,15 +12,16 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
-from vdoctor.agent.model import ChatResponse, Message, ToolCall, ToolSpec
-from vdoctor.agent.openai_model import BACKOFF_BASE_S, OpenAIChatModel, backoff_s
+from vdoctor import assembly
 from vdoctor.agent.react import MODEL_FAILED, run_react
-from vdoctor.agent.registry import open_chat_model
 from vdoctor.agent.tools import SPECS, Toolbox
 from vdoctor.devtools.model_server import ModelServer, ServerConfig
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import SessionState
+from vdoctor.memory.summarizer import ModelSummarizer
+from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
+from vdoctor.models.openai import BACKOFF_BASE_S, OpenAIChatModel, backoff_s
 from vdoctor.settings import load_settings
 
 pytestmark = pytest.mark.integration
@@ -131,14 +132,16 @@ def test_backoff_grows_exponentially_and_is_capped() -> None:
 
 
 def test_settings_select_the_openai_model_and_need_a_key() -> None:
-    env = {"VDOCTOR_MODEL": "openai", "OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
-           "VDOCTOR_CHAT_MODEL": "big", "VDOCTOR_SUMMARY_MODEL": "small", "VDOCTOR_MODEL_TIMEOUT_S": "3"}  # fmt: skip
+    env = {"VDOCTOR_MODEL": "openai", "VDOCTOR_SUMMARIZER": "openai", "OPENAI_API_KEY": KEY,
+           "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "VDOCTOR_CHAT_MODEL": "big", "VDOCTOR_SUMMARY_MODEL": "small",
+           "VDOCTOR_MODEL_TIMEOUT_S": "3"}  # fmt: skip
     settings = load_settings(env)
-    chat, summary = open_chat_model(settings), open_chat_model(settings, "summary")
-    assert isinstance(chat, OpenAIChatModel) and (chat.name, summary.name) == ("big", "small")
+    chat, summarizer = assembly.chat_model(settings), assembly.summarizer(settings)
+    assert isinstance(chat, OpenAIChatModel) and isinstance(summarizer, ModelSummarizer)
+    assert (chat.name, summarizer.model.name) == ("big", "small")
     assert chat.timeout_s == 3.0 and KEY not in repr(settings) and KEY not in repr(chat)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
-        open_chat_model(load_settings({"VDOCTOR_MODEL": "openai"}))
+        assembly.chat_model(load_settings({"VDOCTOR_MODEL": "openai"}))
     with pytest.raises(ConfigError, match="model"):
         load_settings({"VDOCTOR_MODEL": "gpt-5"})
 

@@ -15,10 +15,10 @@ import pytest
 
 from tests.services.mariadb import MariaDB
 from tests.unit.test_engine import T0, Harness, alert
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
+from vdoctor.models.offline import OfflineModel
 from vdoctor.stores import open_store
 from vdoctor.stores.retry import RetryingStore
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.diagnosis import DiagnosisEngine, StepResult
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import parse_event
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.models.offline import OfflineModel
 from vdoctor.records import DeadLetter, Diagnosis, MemoryRef, Phase
 from vdoctor.stores.memory import InMemoryStore
 

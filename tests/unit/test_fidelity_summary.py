@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from vdoctor.knowledge import load_pack
+from vdoctor.lines import KeyFact
 from vdoctor.memory.fidelity import check_summary
 from vdoctor.memory.session import Conclusion, Reading, SessionState, TimelineEntry
 from vdoctor.memory.summary import summarize_case
@@ -248,9 +249,12 @@ def test_a_session_concludes_once() -> None:
 def test_case_summary_keeps_exclusions_and_void_conclusions() -> None:
     session = concluded_session()
     session.working.key_facts = [
-        "code P0A7F",
-        "excluded: 怀疑线束松动，已排除 @2026-11-01T09:00:00Z",
-        "void: 初判线束腐蚀的结论已作废 @2026-11-01T09:30:00Z",
+        KeyFact.parse(line)
+        for line in (
+            "code P0A7F",
+            "excluded: 怀疑线束松动，已排除 @2026-11-01T09:00:00Z",
+            "void: 初判线束腐蚀的结论已作废 @2026-11-01T09:30:00Z",
+        )
     ]
     case = summarize_case(session, load_pack())
     excluded = "2026-11-01 09:00 | excluded | 怀疑线束松动，已排除 | -"

@@ -8,17 +8,18 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED_DATA
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.agent.prompt import build_messages
 from vdoctor.agent.react import run_react
 from vdoctor.agent.tools import Toolbox
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import parse_event, session_id_for
 from vdoctor.knowledge import load_pack
-from vdoctor.knowledge.base import KnowledgeBase, open_knowledge
 from vdoctor.knowledge.chunks import CHUNK_MAX_TOKENS, KnowledgeRow, chunk_rows, rows_from_csv, rows_from_pack
+from vdoctor.knowledge.search import KnowledgeBase
+from vdoctor.knowledge.stores import open_knowledge_store
 from vdoctor.memory.session import Reading, SessionState
 from vdoctor.memory.working import WorkingMemory
+from vdoctor.models.offline import OfflineModel
 from vdoctor.tokens import EstimatingCounter
 
 pytestmark = pytest.mark.unit
@@ -48,7 +49,7 @@ def test_chunks_stay_within_budget_cut_at_row_boundaries_and_keep_scopes_apart()
 
 
 def test_search_filters_on_scope_and_version_before_ranking(tmp_path: Path) -> None:
-    base = KnowledgeBase(open_knowledge(f"sqlite:///{tmp_path}/k.db"), HashingEmbedder())
+    base = KnowledgeBase(open_knowledge_store(f"sqlite:///{tmp_path}/k.db"), HashingEmbedder())
     base.load([KnowledgeRow("P0A7F", "P0A7F: Hybrid battery pack deterioration", "dtc:generic")], "2025Q2")
     base.load([KnowledgeRow("P0A7F", "P0A7F: Battery module imbalance (maker text)", "dtc:AUDI")], "2025Q2")
     base.load([KnowledgeRow("P0A7F", "P0A7F: Old wording of the battery rule", "dtc:generic")], "2024Q4")
@@ -59,8 +60,10 @@ def test_search_filters_on_scope_and_version_before_ranking(tmp_path: Path) -> N
 
 
 def test_rerank_puts_the_chunk_naming_the_code_first() -> None:
-    base = KnowledgeBase(open_knowledge("memory://"), HashingEmbedder())
-    rows = [KnowledgeRow(f"P03{i:02d}", f"P03{i:02d}: Cylinder {i} misfire detected", "dtc:generic") for i in range(1, 9)]
+    base = KnowledgeBase(open_knowledge_store("memory://"), HashingEmbedder())
+    rows = [
+        KnowledgeRow(f"P03{i:02d}", f"P03{i:02d}: Cylinder {i} misfire detected", "dtc:generic") for i in range(1, 9)
+    ]
     rows.append(KnowledgeRow("C0035", "C0035: Left front wheel speed sensor circuit", "dtc:generic"))
     base.load(rows, "v1")
     top = base.search("C0035 wheel speed")[0]
@@ -79,30 +82,48 @@ def test_whole_shared_dtc_table_loads_and_is_searchable(tmp_path: Path) -> None:
         pytest.fail(f"the DTC table is expected beside the checkout at {DTC_CSV}")
     rows = list(rows_from_csv(DTC_CSV))
     assert len(rows) == 18805  # every row of the table has a valid code and a description
-    base = KnowledgeBase(open_knowledge(f"sqlite:///{tmp_path}/k.db"), HashingEmbedder())
+    base = KnowledgeBase(open_knowledge_store(f"sqlite:///{tmp_path}/k.db"), HashingEmbedder())
     written = base.load(rows, "2026.02")
     assert written == base.store.count() > 18805 // 60  # about 15 codes per chunk at most 400 tokens
     generic = [r.code for r in rows if r.scope == "dtc:generic"]
     for code in generic[:: len(generic) // 50]:  # a code is found exactly, whatever the vector says
         assert code in base.search(code, scope="dtc:generic")[0].chunk.codes
     top = base.search("P0420", scope="dtc:generic")[0]
-    assert any(line.startswith("P0420: Catalyst System Efficiency Below Threshold") for line in top.chunk.text.splitlines())
+    assert any(
+        line.startswith("P0420: Catalyst System Efficiency Below Threshold") for line in top.chunk.text.splitlines()
+    )
 
 
 def _session_with(alert_line: str) -> tuple[SessionState, object]:
     alert = parse_event(alert_line)
-    session = SessionState(vin=alert.vin, series=alert.series, session_id=session_id_for(alert.vin, alert.ts),
-                           opened_at=alert.ts, last_event_at=alert.ts, alerts=1, codes={c: 1 for c in alert.dtc_codes})
+    session = SessionState(
+        vin=alert.vin,
+        series=alert.series,
+        session_id=session_id_for(alert.vin, alert.ts),
+        opened_at=alert.ts,
+        last_event_at=alert.ts,
+        alerts=1,
+        codes={c: 1 for c in alert.dtc_codes},
+    )
     for name, value in alert.signals.items():
         session.add_reading(Reading(name=name, value=value, ts=alert.ts, uri=f"signal://{alert.vin}/{name}@x"))
     return session, alert
 
 
 def test_agent_searches_knowledge_for_a_code_the_pack_cannot_act_on() -> None:
-    base = KnowledgeBase(open_knowledge("memory://"), HashingEmbedder())
+    base = KnowledgeBase(open_knowledge_store("memory://"), HashingEmbedder())
     base.load([KnowledgeRow("P1A23", "P1A23: Auxiliary heater fuel pump circuit open", "dtc:generic")], "v1")
-    line = json.dumps({"type": "alert", "event_id": "e1", "vin": "LSVAU2180N2183294", "series": "EV-A",
-                       "ts": "2026-11-01T08:00:00Z", "alert_text": "heater fault", "dtc_codes": ["P1A23"]})
+    line = json.dumps(
+        {
+            "type": "alert",
+            "event_id": "e1",
+            "vin": "LSVAU2180N2183294",
+            "series": "EV-A",
+            "ts": "2026-11-01T08:00:00Z",
+            "alert_text": "heater fault",
+            "dtc_codes": ["P1A23"],
+        }
+    )
     session, alert = _session_with(line)
     messages = build_messages(session, alert, WorkingMemory(session.working))
     run = run_react(OfflineModel(), Toolbox(load_pack(), session, base), messages)

@@ -6,13 +6,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from vdoctor.agent.model import ChatResponse, Message, ToolSpec
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.errors import ModelError
 from vdoctor.events import parse_event
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import DedupState
+from vdoctor.models.base import ChatResponse, Message, ToolSpec
 from vdoctor.records import Phase
 from vdoctor.stores.memory import InMemoryStore
 

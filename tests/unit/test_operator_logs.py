@@ -32,7 +32,7 @@ def test_default_level_drops_debug_records_of_the_http_stack() -> None:
     for name in ("httpx", "httpcore", "openai", "openai._base_client"):
         assert not logging.getLogger(name).isEnabledFor(logging.INFO)
         assert logging.getLogger(name).isEnabledFor(logging.WARNING)  # failures still show
-    assert logging.getLogger("vdoctor.agent.openai_model").isEnabledFor(logging.WARNING)
+    assert logging.getLogger("vdoctor.models.openai").isEnabledFor(logging.WARNING)
 
 
 def test_debug_lets_everything_through() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.memory.recall import (
     INJECTION_BUDGET_TOKENS,
     MEMORY_HEADER,

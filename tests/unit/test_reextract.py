@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.unit.test_engine import SID_1, T0, VIN, Harness, alert
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.reextract import reextract
 from vdoctor.memory.summarizer import OfflineSummarizer, SummaryRequest, request_from_json
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION
+from vdoctor.models.offline import OfflineModel
 from vdoctor.stores.memory import InMemoryStore
 
 pytestmark = pytest.mark.unit

@@ -45,8 +45,18 @@ class Outage(InMemoryStore):
 
 def record() -> MemoryRecord:
     at = datetime(2026, 11, 1, tzinfo=UTC)
-    return MemoryRecord(vin=VIN, session_id=f"{VIN}-20261101T000000", series="EV-A", concluded_at=at, summary="s",
-                        summary_vec=[1.0], root_cause="c", fix_action="f", priority="P2", prompt_version="v")
+    return MemoryRecord(
+        vin=VIN,
+        session_id=f"{VIN}-20261101T000000",
+        series="EV-A",
+        concluded_at=at,
+        summary="s",
+        summary_vec=[1.0],
+        root_cause="c",
+        fix_action="f",
+        priority="P2",
+        prompt_version="v",
+    )
 
 
 def make(up_at: float, deadline: float) -> tuple[Outage, RetryingStore, list[float], list[float]]:
@@ -58,7 +68,12 @@ def make(up_at: float, deadline: float) -> tuple[Outage, RetryingStore, list[flo
         clock[0] += s
 
     inner = Outage(clock, up_at)
-    return inner, RetryingStore(inner, deadline, sleep=sleep, clock=lambda: clock[0], rng=random.Random(1)), clock, slept
+    return (
+        inner,
+        RetryingStore(inner, deadline, sleep=sleep, clock=lambda: clock[0], rng=random.Random(1)),
+        clock,
+        slept,
+    )
 
 
 def test_a_write_during_a_minute_long_outage_lands_once_when_the_store_is_back() -> None:

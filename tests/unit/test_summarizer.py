@@ -9,18 +9,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from vdoctor.agent.model import ChatResponse, Message, ToolSpec
-from vdoctor.agent.offline import OfflineModel
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embed import HashingEmbedder
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import AlertEvent
 from vdoctor.knowledge import load_pack
+from vdoctor.lines import KeyFact, SummaryLine
 from vdoctor.memory.facts import extract_answer_facts, extract_text_facts, extract_tool_facts
 from vdoctor.memory.fidelity import check_summary
 from vdoctor.memory.session import DedupState
 from vdoctor.memory.summarizer import (
     SUMMARY_PROMPT_VERSION,
-    EventLine,
     FidelityMetrics,
     ModelSummarizer,
     OfflineSummarizer,
@@ -29,9 +27,16 @@ from vdoctor.memory.summarizer import (
     summarize_checked,
 )
 from vdoctor.memory.working import Round, WorkingMemory, WorkingState
+from vdoctor.models.base import ChatResponse, Message, ToolSpec
+from vdoctor.models.offline import OfflineModel
 from vdoctor.stores import open_store
 
 pytestmark = pytest.mark.unit
+
+
+def lines(facts: list[KeyFact]) -> list[str]:
+    return [f.render() for f in facts]
+
 
 VIN = "LSVAU2180N2183294"
 URI = f"signal://{VIN}/cell_voltage_diff_mv@2026-11-01T10:15:30Z"
@@ -58,18 +63,18 @@ def test_lookup_result_gives_codes_with_definitions() -> None:
     result = json.dumps(
         {"codes": [{"code": "P0A7F", "definition": "Hybrid battery pack deterioration"}], "unknown": ["P1234"]}
     )
-    assert extract_tool_facts(result, "T1") == ["code P0A7F: Hybrid battery pack deterioration"]
+    assert lines(extract_tool_facts(result, "T1")) == ["code P0A7F: Hybrid battery pack deterioration"]
 
 
 def test_signal_history_gives_readings_with_times() -> None:
     result = json.dumps(
         {"signal": "cell_voltage_diff_mv", "readings": [{"value": 187.0, "ts": "2026-11-01T10:15:30Z", "uri": URI}]}
     )
-    assert extract_tool_facts(result) == ["reading cell_voltage_diff_mv=187 @2026-11-01T10:15:30Z"]
+    assert lines(extract_tool_facts(result)) == ["reading cell_voltage_diff_mv=187 @2026-11-01T10:15:30Z"]
 
 
 def test_a_tool_result_in_prose_is_read_as_text() -> None:
-    assert extract_tool_facts("工单WO-20931 已关闭，压差12mV", "T9") == ["reading 12mV @T9", "id WO-20931"]
+    assert lines(extract_tool_facts("工单WO-20931 已关闭，压差12mV", "T9")) == ["reading 12mV @T9", "id WO-20931"]
 
 
 def test_answer_gives_decision_exclusions_voids_and_evidence() -> None:
@@ -82,7 +87,7 @@ def test_answer_gives_decision_exclusions_voids_and_evidence() -> None:
         "excluded": ["harness looseness"],
         "voided": ["step-4 harness conclusion"],
     }
-    assert extract_answer_facts(answer, "T2") == [
+    assert lines(extract_answer_facts(answer, "T2")) == [
         "code P0A7F",
         "decision: CONCLUDED cell imbalance (confidence 0.80) @T2",
         f"evidence {URI}",
@@ -104,11 +109,11 @@ def test_answer_gives_decision_exclusions_voids_and_evidence() -> None:
     ids=["english", "chinese-作废", "chinese-推翻"],
 )
 def test_overturned_conclusions_are_key_facts(text: str, fact: str) -> None:
-    assert fact in extract_text_facts(text, "T")
+    assert fact in lines(extract_text_facts(text, "T"))
 
 
 def test_all_three_units_of_the_issue_in_one_chinese_sentence() -> None:
-    facts = extract_text_facts("压差187mV，温度46.5℃，持续3.2 s", "T")
+    facts = lines(extract_text_facts("压差187mV，温度46.5℃，持续3.2 s", "T"))
     assert [f for f in facts if f.startswith("reading")] == ["reading 187mV @T", "reading 46.5℃ @T", "reading 3.2s @T"]
 
 
@@ -132,7 +137,7 @@ def test_each_trigger_is_counted() -> None:
     # The whole session is now its case summary; key facts stay.
     assert wm.state.rounds == []
     assert wm.state.summary_lines == ["2026-11-01 08:00 | concluded P0A7F | P2 conf 0.80 | dtc://P0A7F"]
-    assert "code P0A7F" in wm.state.key_facts
+    assert "code P0A7F" in lines(wm.state.key_facts)
     # Three folds were summarised and checked: the threshold fold, end_stage, and
     # the stage fold that close_session starts with.
     assert wm.metrics.checked == 3 and wm.metrics.failed == 0
@@ -149,11 +154,13 @@ def test_token_trigger_folds_before_the_round_limit() -> None:
 
 
 def test_with_no_rounds_left_the_oldest_summary_lines_give_way() -> None:
-    state = WorkingState(summary_lines=[f"line {i} " + "word " * 100 for i in range(8)], key_facts=["code P0A7F"])
+    state = WorkingState(
+        summary_lines=[f"line {i} " + "word " * 100 for i in range(8)], key_facts=[KeyFact.code("P0A7F")]
+    )
     wm = WorkingMemory(state, budget_tokens=1000)
     assert wm.compress_oldest_half()
     assert [ln.split(" word")[0] for ln in wm.state.summary_lines] == ["line 4", "line 5", "line 6", "line 7"]
-    assert wm.state.key_facts == ["code P0A7F"]
+    assert lines(wm.state.key_facts) == ["code P0A7F"]
 
 
 # -- summarizer: check, repair, retry, flag ------------------------------------------------
@@ -170,7 +177,7 @@ def request() -> SummaryRequest:
         kind="case",
         source=SOURCE,
         required=REQUIRED,
-        events=[EventLine("2026-11-01 10:15", "concluded P0A7F", "P2", URI)],
+        events=[SummaryLine("2026-11-01 10:15", "concluded P0A7F", "P2", URI)],
     )
 
 
@@ -222,7 +229,7 @@ def test_a_summary_that_fails_twice_is_flagged_and_counted() -> None:
 
 
 def test_offline_summarizer_keeps_the_first_chosen_lines_within_the_limit() -> None:
-    events = [EventLine(f"t{i}", "e" * 90, "c", "-") for i in range(5)]
+    events = [SummaryLine(f"t{i}", "e" * 90, "c", "-") for i in range(5)]
     text = OfflineSummarizer().summarize(
         SummaryRequest(kind="case", source="", required=[], events=events, max_chars=300, keep_first=(0,))
     )

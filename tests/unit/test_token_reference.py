@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import REPO_ROOT
-from vdoctor.tokens import BpeCounter, EstimatingCounter
+from vdoctor.errors import ConfigError
+from vdoctor.tokens import EstimatingCounter
+from vdoctor.tokens.bpe import BpeCounter
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +28,7 @@ def test_bpe_counter_counts_hand_checked_text(bpe: BpeCounter) -> None:
 
 
 def test_unknown_encoding_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="unknown tiktoken encoding 'no_such_encoding'"):
+    with pytest.raises(ConfigError, match="unknown tiktoken encoding 'no_such_encoding'"):
         BpeCounter("no_such_encoding")
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdoctor.embed import DEFAULT_DIM, HashingEmbedder
+from vdoctor.embedders import DEFAULT_DIM
+from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.tokens import EstimatingCounter, count_tokens
 
 pytestmark = pytest.mark.unit

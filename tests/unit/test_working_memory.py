@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from vdoctor.lines import KeyFact
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory, WorkingState, extract_key_facts
 from vdoctor.tokens import EstimatingCounter
 
@@ -13,51 +14,64 @@ VIN = "LSVAU2180N2183294"
 URI = f"signal://{VIN}/cell_voltage_diff_mv@2026-11-01T08:15:30Z"
 
 
+def key_fact_lines(text: str, when: str = "") -> list[str]:
+    """The facts of ``text`` as their rendered lines (the form they take in the context)."""
+    return [f.render() for f in extract_key_facts(text, when)]
+
+
+def lines(facts: list[KeyFact]) -> list[str]:
+    return [f.render() for f in facts]
+
+
+def facts(*rendered: str) -> list[KeyFact]:
+    return [KeyFact.parse(line) for line in rendered]
+
+
 # -- key facts ------------------------------------------------------------------
 
 
 def test_chinese_readings_with_units_are_key_facts() -> None:
-    facts = extract_key_facts("电池包压差187mV，温度46.5℃，持续3.2 s", when="2026-11-01T08:15:30Z")
+    facts = key_fact_lines("电池包压差187mV，温度46.5℃，持续3.2 s", when="2026-11-01T08:15:30Z")
     assert "reading 187mV @2026-11-01T08:15:30Z" in facts
     assert "reading 46.5℃ @2026-11-01T08:15:30Z" in facts
     assert "reading 3.2s @2026-11-01T08:15:30Z" in facts
 
 
 def test_english_readings_with_units_are_key_facts() -> None:
-    facts = extract_key_facts("cell diff 187mV at 46.5℃ for 3.2 s, SOC 12 %, pack 351.2 V")
+    facts = key_fact_lines("cell diff 187mV at 46.5℃ for 3.2 s, SOC 12 %, pack 351.2 V")
     for fact in ("reading 187mV", "reading 46.5℃", "reading 3.2s", "reading 12%", "reading 351.2V"):
         assert fact in facts
 
 
 def test_signal_assignments_are_key_facts() -> None:
-    facts = extract_key_facts("cell_voltage_diff_mv=187 pack_temp_c: 41.5", when="T1")
+    facts = key_fact_lines("cell_voltage_diff_mv=187 pack_temp_c: 41.5", when="T1")
     assert "reading cell_voltage_diff_mv=187 @T1" in facts
     assert "reading pack_temp_c=41.5 @T1" in facts
 
 
 def test_numbers_inside_identifiers_are_not_readings() -> None:
     # The VIN's digits and the code's digits are not measurements.
-    facts = extract_key_facts(f"vin {VIN} code P0A7F")
+    facts = key_fact_lines(f"vin {VIN} code P0A7F")
     assert [f for f in facts if f.startswith("reading ")] == []
 
 
 def test_codes_are_key_facts_in_english_and_chinese_text() -> None:
-    assert extract_key_facts("codes P0A7F and U0100") == ["code P0A7F", "code U0100"]
-    facts = extract_key_facts("仪表报P0A7F故障，同时报U0100")
+    assert key_fact_lines("codes P0A7F and U0100") == ["code P0A7F", "code U0100"]
+    facts = key_fact_lines("仪表报P0A7F故障，同时报U0100")
     assert "code P0A7F" in facts
     assert "code U0100" in facts
 
 
 def test_excluded_hypotheses_are_key_facts() -> None:
-    facts = extract_key_facts("Suspected the harness, ruled out. Next: check the module.")
+    facts = key_fact_lines("Suspected the harness, ruled out. Next: check the module.")
     assert "excluded: Suspected the harness, ruled out" in facts
-    zh = extract_key_facts("怀疑线束松动，已排除。下一步检查模组")
+    zh = key_fact_lines("怀疑线束松动，已排除。下一步检查模组")
     assert "excluded: 怀疑线束松动，已排除" in zh
 
 
 def test_evidence_uris_are_key_facts() -> None:
     text = f"see {URI}, dtc://P0A7F and case://{VIN}/{VIN}-20261101T081530."
-    facts = extract_key_facts(text)
+    facts = key_fact_lines(text)
     # A trailing full stop ends the sentence, not the URI.
     assert [f for f in facts if f.startswith("evidence ")] == [
         f"evidence {URI}",
@@ -67,19 +81,19 @@ def test_evidence_uris_are_key_facts() -> None:
 
 
 def test_uri_after_chinese_text_is_a_key_fact() -> None:
-    facts = extract_key_facts(f"证据{URI}，温度正常")
+    facts = key_fact_lines(f"证据{URI}，温度正常")
     assert [f for f in facts if f.startswith("evidence ")] == [f"evidence {URI}"]
 
 
 def test_decisions_and_ticket_ids_are_key_facts() -> None:
-    facts = extract_key_facts("Concluded cell imbalance, confidence 0.8. Opened WO-12345.")
+    facts = key_fact_lines("Concluded cell imbalance, confidence 0.8. Opened WO-12345.")
     assert any(f.startswith("decision: ") and f.endswith("confidence 0.8") for f in facts)
     assert "id WO-12345" in facts
-    assert "id WO-20931" in extract_key_facts("已开工单WO-20931")
+    assert "id WO-20931" in key_fact_lines("已开工单WO-20931")
 
 
 def test_text_without_facts_gives_none() -> None:
-    assert extract_key_facts("车主反馈一切正常 all good") == []
+    assert key_fact_lines("车主反馈一切正常 all good") == []
 
 
 # -- the window -------------------------------------------------------------------
@@ -192,7 +206,7 @@ def test_key_facts_survive_every_compression_and_render_last() -> None:
     assert wm.state.compressions > 2
     assert wm.state.rounds == []
     for fact in expected:
-        assert fact in wm.state.key_facts
+        assert fact in lines(wm.state.key_facts)
 
     text = wm.render(current="## Current alert\nalert 20")
     facts_at = text.index("## Key facts (never compressed)")
@@ -201,7 +215,7 @@ def test_key_facts_survive_every_compression_and_render_last() -> None:
     tail = text[facts_at:]
     for fact in expected:
         assert fact in tail
-    assert text.endswith(wm.state.key_facts[-1])
+    assert text.endswith(wm.state.key_facts[-1].render())
 
 
 def test_state_round_trips_through_json() -> None:
@@ -214,12 +228,12 @@ def test_state_round_trips_through_json() -> None:
 
 def test_readings_keep_first_lowest_highest_latest_per_signal() -> None:
     wm = WorkingMemory(WorkingState())
-    wm.add_facts(["code P0A7F", "excluded: suspected the harness, ruled out"])
+    wm.add_facts(facts("code P0A7F", "excluded: suspected the harness, ruled out"))
     values = [5, 9, 2, 7, 4]
-    wm.add_facts([f"reading x_mv={v} @{ts(i)}" for i, v in enumerate(values, 1)])
-    wm.add_facts([f"reading y_c=1 @{ts(9)}"])
+    wm.add_facts(facts(*(f"reading x_mv={v} @{ts(i)}" for i, v in enumerate(values, 1))))
+    wm.add_facts(facts(f"reading y_c=1 @{ts(9)}"))
     # x: first 5, highest 9, lowest 2, latest 4 stay; 7 is none of them. y is its own signal.
-    assert wm.state.key_facts == [
+    assert lines(wm.state.key_facts) == [
         "code P0A7F",
         "excluded: suspected the harness, ruled out",
         f"reading x_mv=5 @{ts(1)}",
@@ -232,10 +246,10 @@ def test_readings_keep_first_lowest_highest_latest_per_signal() -> None:
 
 def test_a_repeated_decision_is_kept_once_but_a_changed_one_is_new() -> None:
     wm = WorkingMemory(WorkingState())
-    wm.add_facts([f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(1)}"])
-    wm.add_facts([f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(2)}"])
-    wm.add_facts([f"decision: CONCLUDED cell imbalance (confidence 0.80) @{ts(3)}"])
-    assert wm.state.key_facts == [
+    wm.add_facts(facts(f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(1)}"))
+    wm.add_facts(facts(f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(2)}"))
+    wm.add_facts(facts(f"decision: CONCLUDED cell imbalance (confidence 0.80) @{ts(3)}"))
+    assert lines(wm.state.key_facts) == [
         f"decision: INVESTIGATING P0A7F (confidence 0.30) @{ts(1)}",
         f"decision: CONCLUDED cell imbalance (confidence 0.80) @{ts(3)}",
     ]
@@ -245,4 +259,4 @@ def test_key_facts_are_not_repeated() -> None:
     wm = WorkingMemory(WorkingState())
     wm.add_round(Round(ts=ts(1), user="P0A7F 压差187mV", assistant="P0A7F"))
     wm.add_round(Round(ts=ts(2), user="P0A7F", assistant="P0A7F again"))
-    assert wm.state.key_facts.count("code P0A7F") == 1
+    assert lines(wm.state.key_facts).count("code P0A7F") == 1

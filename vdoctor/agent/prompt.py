@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
-from vdoctor.agent.model import Message
 from vdoctor.events import AlertEvent
+from vdoctor.lines import iso, render_alert_block, render_codes_seen
 from vdoctor.memory.session import SessionState
 from vdoctor.memory.working import WorkingMemory
+from vdoctor.models.base import Message
 
 PROMPT_VERSION = "diagnose-v2"
-ALERT_FENCE = "```json alert\n"
-CODES_SEEN_PREFIX = "codes seen: "
 
 SYSTEM_PROMPT = """You are the on-board diagnosis agent for one vehicle of a fleet.
 Diagnose the vehicle's alerts with the tools: look up trouble codes, read the
@@ -34,23 +31,22 @@ Evidence URIs: dtc://<code>, signal://<vin>/<signal>@<ts>, case://<vin>/<session
 def alert_block(alert: AlertEvent) -> str:
     body = {
         "event_id": alert.event_id,
-        "ts": alert.ts.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "ts": iso(alert.ts),
         "alert_text": alert.alert_text,
         "dtc_codes": alert.dtc_codes,
         "signals": alert.signals,
     }
-    return ALERT_FENCE + json.dumps(body, ensure_ascii=False) + "\n```"
+    return render_alert_block(body)
 
 
 def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMemory) -> list[Message]:
     system = SYSTEM_PROMPT
     if session.memory_text:
         system += "\n\n" + session.memory_text
-    codes = ", ".join(f"{c} x{n}" for c, n in session.codes.items())
     current = (
         f"## Current alert\n{alert_block(alert)}\n"
         f"## Session\nvin: {session.vin}; series: {session.series}; "
         f"session_id: {session.session_id}; alerts so far: {session.alerts}\n"
-        f"{CODES_SEEN_PREFIX}{codes}"
+        f"{render_codes_seen(session.codes)}"
     )
     return [Message(role="system", content=system), Message(role="user", content=working.render(current))]

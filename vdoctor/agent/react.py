@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ValidationError
 
-from vdoctor.agent.model import ChatModel, Message
 from vdoctor.agent.tools import Toolbox
 from vdoctor.errors import ModelError
+from vdoctor.models.base import ChatModel, Message
 from vdoctor.records import Phase, Priority
 
 # Lookup, signal history, a knowledge search and a retry fit well within 6

@@ -1,7 +1,7 @@
 """A local OpenAI-compatible chat server for tests and benchmarks.
 
 ``POST /v1/chat/completions`` answers in OpenAI's wire format, tool calls
-included. By default the decision is the offline model's (vdoctor.agent.offline)
+included. By default the decision is the offline model's (vdoctor.models.offline)
 over the received messages, so a run through the real ``openai`` client reaches
 the same diagnosis as the offline model; tests may pass any other responder.
 
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from vdoctor.agent.model import ChatResponse, Message, ToolCall, ToolSpec
-from vdoctor.agent.offline import OfflineModel
+from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
+from vdoctor.models.offline import OfflineModel
 
 ERROR_KINDS = ("429", "500", "timeout", "malformed", "400")
 # Enough queued connections for hundreds of runs in flight against one server.

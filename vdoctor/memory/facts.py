@@ -1,7 +1,8 @@
 """Key facts: the never-compressed part of the working context (seed 003).
 
 Every tool result and every model turn passes through an extraction step that
-pulls out what a later step must not lose, as one short line per fact:
+pulls out what a later step must not lose, as one typed ``KeyFact`` per fact
+(rendered and parsed in ``vdoctor.lines``):
 
     code P0A7F: Hybrid/EV battery pack deterioration   a DTC with its definition
     reading cell_voltage_diff_mv=187 @2026-11-01T...   a numeric reading with unit and time
@@ -22,6 +23,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from vdoctor.lines import FactKind, KeyFact, fmt_num
 
 # re.ASCII throughout: CJK characters count as \w in Python, so a plain \b or
 # (?<!\w) would miss 压差187mV, 报P0A7F or 证据signal://... in Chinese text.
@@ -97,47 +100,36 @@ _VOID_RE = _ClausePattern(
 _DECISION_RE = _ClausePattern(_DECISION_KEY, ("confidence",), 120)
 _ID_RE = re.compile(r"(?<![A-Za-z0-9_])(?:WO|TK|RO|TICK|ORD|工单)[-#: ]?\d{3,}(?:-\d+)*(?![A-Za-z0-9_])")
 
-# Fact kinds, in the order they give way when a session's facts hit the cap:
-# readings first (they are the most numerous and also kept in the session's
-# readings), everything else is kept.
-READING = "reading "
-
-
-def _at(when: str) -> str:
-    return f" @{when}" if when else ""
-
 
 def _num(value: Any) -> str:
     """A JSON number as written by people: 187, not 187.0."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    return fmt_num(value) if isinstance(value, int | float) and not isinstance(value, bool) else str(value)
 
 
-def extract_text_facts(text: str, when: str = "") -> list[str]:
+def extract_text_facts(text: str, when: str = "") -> list[KeyFact]:
     """Facts in free text (alert texts, notes, model prose), Chinese or English."""
-    facts: list[str] = []
+    facts: list[KeyFact] = []
     for code in CODE_RE.findall(text):
-        facts.append(f"code {code}")
+        facts.append(KeyFact.code(code))
     for name, value in _SIGNAL_RE.findall(text):
-        facts.append(f"{READING}{name}={value}{_at(when)}")
+        facts.append(KeyFact(FactKind.READING, f"{name}={value}", at=when))
     for value, unit in _READING_RE.findall(text):
-        facts.append(f"{READING}{value}{unit}{_at(when)}")
+        facts.append(KeyFact(FactKind.READING, f"{value}{unit}", at=when))
     for uri in URI_RE.findall(text):
-        facts.append(f"evidence {uri}")
+        facts.append(KeyFact(FactKind.EVIDENCE, uri))
     folded = fold_case(text)  # for both case-blind patterns
     for match in _EXCLUDED_RE.findall(text, folded):
-        facts.append(f"excluded: {match.strip()}{_at(when)}")
+        facts.append(KeyFact(FactKind.EXCLUDED, match.strip(), at=when))
     for match in _VOID_RE.findall(text, folded):
-        facts.append(f"void: {match.strip()}{_at(when)}")
+        facts.append(KeyFact(FactKind.VOID, match.strip(), at=when))
     for match in _DECISION_RE.findall(text):
-        facts.append(f"decision: {match.strip()}{_at(when)}")
+        facts.append(KeyFact(FactKind.DECISION, match.strip(), at=when))
     for ident in _ID_RE.findall(text):
-        facts.append(f"id {ident}")
+        facts.append(KeyFact(FactKind.ID, ident))
     return facts
 
 
-def extract_tool_facts(result: str, when: str = "") -> list[str]:
+def extract_tool_facts(result: str, when: str = "") -> list[KeyFact]:
     """Facts in a tool result, read by key when it is JSON (our tools' shape)."""
     try:
         data = json.loads(result)
@@ -145,18 +137,18 @@ def extract_tool_facts(result: str, when: str = "") -> list[str]:
         return extract_text_facts(result, when)
     if not isinstance(data, dict):
         return extract_text_facts(result, when)
-    facts: list[str] = []
+    facts: list[KeyFact] = []
     for item in data.get("codes", []) if isinstance(data.get("codes"), list) else []:
         if isinstance(item, dict) and item.get("code"):
             definition = item.get("definition_en") or item.get("definition") or ""
-            facts.append(f"code {item['code']}: {definition}".rstrip(": "))
+            facts.append(KeyFact.code(str(item["code"]), str(definition)))
     signal = data.get("signal")
     for reading in data.get("readings", []) if isinstance(data.get("readings"), list) else []:
         if isinstance(reading, dict) and "value" in reading:
-            ts = str(reading.get("ts", ""))
             # The reading's URI is signal://<vin>/<signal>@<ts>: the fact names
             # both, so the URI itself becomes a key fact only when it is cited.
-            facts.append(f"{READING}{signal}={_num(reading['value'])}{_at(ts)}")
+            at = str(reading.get("ts", ""))
+            facts.append(KeyFact(FactKind.READING, f"{signal}={_num(reading['value'])}", at=at))
     # Whatever else the tool said in prose (notes, ticket ids) is read as text.
     rest = {k: v for k, v in data.items() if k not in ("codes", "readings", "signal", "unknown")}
     if rest:
@@ -164,33 +156,33 @@ def extract_tool_facts(result: str, when: str = "") -> list[str]:
     return facts
 
 
-def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[str]:
+def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[KeyFact]:
     """Facts in a model's final answer (the JSON of ``react.FinalAnswer``)."""
-    facts: list[str] = []
+    facts: list[KeyFact] = []
     codes = [str(c) for c in answer.get("codes", []) if isinstance(c, str)]
-    facts += [f"code {c}" for c in codes]
+    facts += [KeyFact.code(c) for c in codes]
     conf = answer.get("confidence")
     phase = answer.get("phase")
     if answer.get("root_cause") and isinstance(conf, int | float):
-        facts.append(f"decision: {phase} {answer['root_cause']} (confidence {conf:.2f}){_at(when)}")
+        facts.append(KeyFact(FactKind.DECISION, f"{phase} {answer['root_cause']} (confidence {conf:.2f})", at=when))
     elif phase == "INVESTIGATING" and codes and isinstance(conf, int | float):
-        facts.append(f"decision: INVESTIGATING {' '.join(codes)} (confidence {conf:.2f}){_at(when)}")
+        facts.append(KeyFact(FactKind.DECISION, f"INVESTIGATING {' '.join(codes)} (confidence {conf:.2f})", at=when))
     for uri in answer.get("evidence", []) if isinstance(answer.get("evidence"), list) else []:
-        facts.append(f"evidence {uri}")
+        facts.append(KeyFact(FactKind.EVIDENCE, str(uri)))
     for hypothesis in answer.get("excluded", []) if isinstance(answer.get("excluded"), list) else []:
-        facts.append(f"excluded: {hypothesis}{_at(when)}")
+        facts.append(KeyFact(FactKind.EXCLUDED, str(hypothesis), at=when))
     for voided in answer.get("voided", []) if isinstance(answer.get("voided"), list) else []:
-        facts.append(f"void: {voided}{_at(when)}")
+        facts.append(KeyFact(FactKind.VOID, str(voided), at=when))
     return facts
 
 
-def dedupe(facts: list[str]) -> list[str]:
+def dedupe(facts: list[KeyFact]) -> list[KeyFact]:
     """Facts in first-seen order, each once; a bare ``code X`` gives way to ``code X: definition``."""
-    defined = {f.split(":", 1)[0] for f in facts if f.startswith("code ") and ":" in f}
-    out: list[str] = []
-    seen: set[str] = set()
+    defined = {f.text for f in facts if f.kind is FactKind.CODE and f.note}
+    out: list[KeyFact] = []
+    seen: set[KeyFact] = set()
     for fact in facts:
-        if fact.startswith("code ") and ":" not in fact and fact in defined:
+        if fact.kind is FactKind.CODE and not fact.note and fact.text in defined:
             continue
         if fact not in seen:
             seen.add(fact)

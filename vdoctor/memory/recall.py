@@ -14,9 +14,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Literal, Protocol
 
-from vdoctor.embed import Embedder
+from vdoctor.embedders import Embedder
+from vdoctor.knowledge import KnowledgePack
+from vdoctor.limits import INJECTION_BUDGET_TOKENS
+from vdoctor.lines import MEMORY_HEADER, RecallEntry
 from vdoctor.records import MemoryRecord, MemoryRef
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
@@ -25,7 +28,6 @@ OWN_HISTORY_WINDOW = timedelta(days=730)  # two years (DESIGN.md §4)
 OWN_HISTORY_LIMIT = 10
 SIMILAR_CANDIDATES = 20  # stage 1: vector top-k
 SIMILAR_TOP = 5  # stage 2: after reranking
-INJECTION_BUDGET_TOKENS = 800  # memory may add at most this much to a prompt
 # Reranker weights. The vector carries the gist; shared trouble codes are the
 # strongest single signal of the same fault; BM25 word overlap (scaled to
 # [0, 1] by the best candidate) brings back the exact terms a hashed vector
@@ -34,7 +36,6 @@ INJECTION_BUDGET_TOKENS = 800  # memory may add at most this much to a prompt
 W_VECTOR, W_CODES, W_LEXICAL = 0.5, 0.5, 1.0
 # Okapi BM25 constants (the usual defaults).
 BM25_K1, BM25_B = 1.2, 0.75
-MEMORY_HEADER = "## Long-term memory (this vehicle's history first, then verified similar cases)"
 
 _WORD_RE = re.compile(r"[a-z0-9]+|[\u3400-\u9fff]")
 # Function words carry no evidence; dropping them keeps BM25 on content words.
@@ -117,14 +118,23 @@ class Recall:
         return [r.ref() for r in self.similar]
 
 
-def render_record(kind: str, record: MemoryRecord) -> str:
-    recheck = {True: "ok", False: "failed", None: "pending"}[record.recheck_ok]
-    summary = " / ".join(record.summary.splitlines())
-    return (
-        f"- [{kind}] case://{record.vin}/{record.session_id} | concluded {record.concluded_at:%Y-%m-%d} | "
-        f"codes {','.join(record.dtc_codes)} | {record.priority} | recheck {recheck}\n"
-        f"  cause: {record.root_cause}\n  fix: {record.fix_action}\n  summary: {summary}"
+def recall_entry(kind: Literal["own", "similar"], record: MemoryRecord) -> RecallEntry:
+    return RecallEntry(
+        kind=kind,
+        vin=record.vin,
+        session_id=record.session_id,
+        concluded=f"{record.concluded_at:%Y-%m-%d}",
+        codes=tuple(record.dtc_codes),
+        priority=record.priority,
+        recheck_ok=record.recheck_ok,
+        cause=record.root_cause,
+        fix=record.fix_action,
+        summary=" / ".join(record.summary.splitlines()),
     )
+
+
+def render_record(kind: Literal["own", "similar"], record: MemoryRecord) -> str:
+    return recall_entry(kind, record).render()
 
 
 def render_within_budget(
@@ -137,7 +147,11 @@ def render_within_budget(
     out = Recall()
     used = counter.count(MEMORY_HEADER) + 1
     blocks = [MEMORY_HEADER]
-    for kind, records, kept in (("own", own, out.own), ("similar", similar, out.similar)):
+    sections: tuple[tuple[Literal["own", "similar"], list[MemoryRecord], list[MemoryRecord]], ...] = (
+        ("own", own, out.own),
+        ("similar", similar, out.similar),
+    )
+    for kind, records, kept in sections:
         for record in records:
             block = render_record(kind, record)
             cost = counter.count(block) + 1
@@ -178,3 +192,44 @@ def recall(
     own = [r for r in own if r.vin == vin and r.valid]
     similar = [s.record for s in (reranker or OverlapReranker()).rerank(query, codes, candidates, SIMILAR_TOP)]
     return render_within_budget(own, similar, budget, counter)
+
+
+def session_query(alert_text: str, codes: list[str], pack: KnowledgePack) -> str:
+    """What a session's opening alert asks long-term memory: its text and its codes' definitions."""
+    definitions = [entry.definition_en if (entry := pack.get(c)) else "" for c in codes]
+    return " ".join([alert_text, *definitions])
+
+
+class SessionRecall:
+    """What a session opening with an alert is given from long-term memory.
+
+    The job's sessions and ``vdoctor memory recall`` both go through ``for_alert``,
+    so "what a new session would recall" is what the job recalls.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore,
+        embedder: Embedder,
+        pack: KnowledgePack,
+        budget: int = INJECTION_BUDGET_TOKENS,
+        counter: TokenCounter = DEFAULT_COUNTER,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.pack = pack
+        self.budget = budget
+        self.counter = counter
+
+    def for_alert(self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime) -> Recall:
+        return recall(
+            self.store,
+            self.embedder,
+            vin,
+            series,
+            session_query(alert_text, codes, self.pack),
+            codes,
+            at,
+            budget=self.budget,
+            counter=self.counter,
+        )

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vdoctor.embed import Embedder
+from vdoctor.embedders import Embedder
 from vdoctor.memory.summarizer import FidelityMetrics, Summarizer, request_from_json, summarize_checked
 from vdoctor.records import RecordKind
 from vdoctor.stores.base import MemoryStore

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 
+from vdoctor.lines import SummaryLine, summary_time
 from vdoctor.memory.working import WorkingState
 from vdoctor.records import MemoryUse, Phase, Priority
 
@@ -46,6 +47,9 @@ class TimelineEntry(BaseModel):
     event: str
     conclusion: str
     evidence: str
+
+    def line(self) -> SummaryLine:
+        return SummaryLine(summary_time(self.ts), self.event, self.conclusion, self.evidence)
 
 
 class Conclusion(BaseModel):

@@ -25,8 +25,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from vdoctor.agent.model import ChatModel, Message
+from vdoctor.lines import SummaryLine
 from vdoctor.memory.fidelity import FidelityReport, check_summary
+from vdoctor.models.base import ChatModel, Message
 from vdoctor.records import MAX_SUMMARY_CHARS
 
 log = logging.getLogger(__name__)
@@ -62,24 +63,11 @@ SummaryKind = Literal["rolling", "case"]
 
 
 @dataclass(frozen=True)
-class EventLine:
-    """One line of a summary: ``time | event | conclusion | evidence URI``."""
-
-    ts: str
-    event: str
-    conclusion: str
-    evidence: str = "-"
-
-    def render(self) -> str:
-        return f"{self.ts} | {self.event} | {self.conclusion} | {self.evidence or '-'}"
-
-
-@dataclass(frozen=True)
 class SummaryRequest:
     kind: SummaryKind
     source: str
     required: list[str]
-    events: list[EventLine]
+    events: list[SummaryLine]
     max_chars: int = MAX_SUMMARY_CHARS
     # Lines the offline summarizer keeps first when space runs out (indexes into events).
     keep_first: tuple[int, ...] = ()
@@ -110,7 +98,7 @@ def request_from_json(text: str) -> SummaryRequest:
         kind=data["kind"],
         source=data["source"],
         required=list(data["required"]),
-        events=[EventLine(*e) for e in data["events"]],
+        events=[SummaryLine(*e) for e in data["events"]],
         max_chars=int(data["max_chars"]),
         keep_first=tuple(data["keep_first"]),
         carried=data.get("carried", ""),

@@ -12,25 +12,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vdoctor.knowledge import KnowledgePack, fmt_num
+from vdoctor.knowledge import KnowledgePack
+from vdoctor.lines import Confirmation, FactKind, SummaryLine, fmt_num, iso, short_time, summary_time
 from vdoctor.memory.fidelity import FidelityReport
-from vdoctor.memory.session import Conclusion, SessionState, TimelineEntry
+from vdoctor.memory.session import Conclusion, SessionState
 from vdoctor.memory.summarizer import (
     SUMMARY_PROMPT_VERSION,
-    EventLine,
     FidelityMetrics,
     OfflineSummarizer,
     Summarizer,
     SummaryRequest,
     summarize_checked,
 )
-from vdoctor.memory.working import fact_payload
 from vdoctor.records import MAX_SUMMARY_CHARS
 
-__all__ = ["SUMMARY_PROMPT_VERSION", "CaseSummary", "summarize_case", "render_source", "confirm_phrase"]
-
-# Time format of case summary lines (the source renders timeline times alike).
-_TIME = "%Y-%m-%d %H:%M"
+__all__ = [
+    "SUMMARY_PROMPT_VERSION",
+    "CaseSummary",
+    "confirmation",
+    "milestone_summary",
+    "render_source",
+    "summarize_case",
+]
 
 
 @dataclass
@@ -44,39 +47,27 @@ class CaseSummary:
     request: SummaryRequest | None = None
 
 
-def _line(entry: TimelineEntry) -> str:
-    return f"{entry.ts:{_TIME}} | {entry.event} | {entry.conclusion} | {entry.evidence}"
-
-
 def _kept_facts(session: SessionState) -> list[tuple[str, str, str]]:
     """(kind, text, time) of the session's overturned conclusions and excluded hypotheses."""
-    kept = []
-    for fact in session.working.key_facts:
-        kind = fact.split(":", 1)[0]
-        if kind in ("void", "excluded"):
-            text = fact_payload(fact)
-            when = fact.rsplit(" @", 1)[1] if " @" in fact else ""
-            kept.append((kind, text, when))
-    return kept
-
-
-def _short_time(when: str) -> str:
-    # Key facts carry ISO times (2026-11-01T10:15:30Z); summary lines use 2026-11-01 10:15.
-    return when[:16].replace("T", " ") if len(when) >= 16 else (when or "-")
+    return [
+        (f.kind.value, f.payload, f.at)
+        for f in session.working.key_facts
+        if f.kind in (FactKind.VOID, FactKind.EXCLUDED)
+    ]
 
 
 def render_source(session: SessionState) -> str:
     """The full session as text: what the summary must be faithful to."""
-    lines = [_line(e) for e in session.timeline]
-    lines += [f"{_short_time(when)} | {kind} | {text}" for kind, text, when in _kept_facts(session)]
-    lines += [f"reading {r.name}={fmt_num(r.value)} @{r.ts:%Y-%m-%dT%H:%M:%SZ} {r.uri}" for r in session.readings]
+    lines = [e.line().render() for e in session.timeline]
+    lines += [f"{short_time(when)} | {kind} | {text}" for kind, text, when in _kept_facts(session)]
+    lines += [f"reading {r.name}={fmt_num(r.value)} @{iso(r.ts)} {r.uri}" for r in session.readings]
     if session.conclusion:
         lines.append(session.conclusion.model_dump_json())
     return "\n".join(lines)
 
 
-def confirm_phrase(conclusion: Conclusion, session: SessionState, pack: KnowledgePack) -> tuple[str, list[str]]:
-    """``confirmed <signal>=<value><op><threshold>`` (or ``confirmed repeat N``) and its key numbers."""
+def confirmation(conclusion: Conclusion, session: SessionState, pack: KnowledgePack) -> Confirmation | None:
+    """What the conclusion was confirmed by: the cited reading that met the pack's rule, or the repeat count."""
     for code in conclusion.codes:
         entry = pack.get(code)
         if entry is None or entry.confirm is None:
@@ -87,12 +78,22 @@ def confirm_phrase(conclusion: Conclusion, session: SessionState, pack: Knowledg
                 if uri.startswith("signal://") and f"/{rule.signal}@" in uri:
                     hit = next((r for r in session.readings if r.uri == uri), None)
                     if hit is not None:
-                        value = fmt_num(hit.value)
-                        phrase = f"confirmed {rule.signal}={value}{rule.op}{fmt_num(rule.threshold)}"
-                        return phrase, [f"{rule.signal}={value}"]
+                        return Confirmation(
+                            signal=rule.signal, value=fmt_num(hit.value), op=rule.op, threshold=fmt_num(rule.threshold)
+                        )
         elif rule.repeat:
-            return f"confirmed repeat {rule.repeat}", []
-    return "", []
+            return Confirmation(repeat=rule.repeat)
+    return None
+
+
+def milestone_summary(session: SessionState) -> str:
+    """A long open session's progress for a milestone record: its newest timeline lines, whole, within the limit."""
+    kept: list[str] = []
+    for line in reversed([e.line().render() for e in session.timeline]):  # newest first, whole lines only
+        if sum(len(k) + 1 for k in kept) + len(line) > MAX_SUMMARY_CHARS:
+            break
+        kept.insert(0, line)
+    return "\n".join(kept)
 
 
 def summarize_case(
@@ -105,12 +106,13 @@ def summarize_case(
     conclusion = session.conclusion
     if conclusion is None:
         raise ValueError("only a CONCLUDED session is summarised; this one has no conclusion")
-    phrase, numbers = confirm_phrase(conclusion, session, pack)
+    confirmed = confirmation(conclusion, session, pack)
+    phrase, numbers = (confirmed.render(), confirmed.numbers) if confirmed else ("", [])
     evidence = next((u for u in conclusion.evidence if u.startswith("signal://")), "")
     evidence = evidence or (f"dtc://{conclusion.codes[0]}" if conclusion.codes else "")
     conf = f"{conclusion.confidence:.2f}"
-    final = EventLine(
-        ts=f"{session.last_event_at:{_TIME}}",
+    final = SummaryLine(
+        ts=summary_time(session.last_event_at),
         event=f"concluded {' '.join(conclusion.codes)}",
         conclusion=f"{conclusion.priority} conf {conf}; {phrase}",
         evidence=evidence,
@@ -119,11 +121,10 @@ def summarize_case(
     required = [*conclusion.codes, *numbers, conclusion.priority, conf, *(text for _, text, _ in kept)]
     if evidence:
         required.append(evidence)
-    opening: list[EventLine] = []
+    opening: list[SummaryLine] = []
     if session.timeline and len(session.timeline) > 1:
-        first = session.timeline[0]
-        opening.append(EventLine(f"{first.ts:{_TIME}}", first.event, first.conclusion, first.evidence))
-    events = [*opening, *(EventLine(_short_time(when), kind, text, "-") for kind, text, when in kept), final]
+        opening.append(session.timeline[0].line())
+    events = [*opening, *(SummaryLine(short_time(when), kind, text, "-") for kind, text, when in kept), final]
     # Space goes to the conclusion first, then overturned conclusions and
     # exclusions, then the opening alert.
     kept_at = range(len(opening), len(opening) + len(kept))

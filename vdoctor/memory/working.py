@@ -22,9 +22,10 @@ import re
 
 from pydantic import BaseModel
 
-from vdoctor.memory.facts import READING, URI_RE, dedupe, extract_text_facts
+from vdoctor.limits import WORKING_BUDGET_TOKENS
+from vdoctor.lines import CLAUSE_KINDS, FactKind, KeyFact, KeyFactField, SummaryLine
+from vdoctor.memory.facts import URI_RE, dedupe, extract_text_facts
 from vdoctor.memory.summarizer import (
-    EventLine,
     FidelityMetrics,
     OfflineSummarizer,
     Summarizer,
@@ -34,8 +35,6 @@ from vdoctor.memory.summarizer import (
 from vdoctor.records import MAX_SUMMARY_CHARS
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
-# Working-context budget in tokens (DESIGN.md §4).
-DEFAULT_BUDGET_TOKENS = 4000
 # The newest rounds stay verbatim: the model reasons best over exact recent text.
 KEEP_ROUNDS = 6
 # Compress before the window is full, so the next round still fits.
@@ -79,7 +78,7 @@ class WorkingState(BaseModel):
 
     summary_lines: list[str] = []
     rounds: list[Round] = []
-    key_facts: list[str] = []
+    key_facts: list[KeyFactField] = []
     compressions: int = 0
     # Trigger counts, for metrics and tests: threshold folds, stage ends, session ends.
     threshold_folds: int = 0
@@ -90,7 +89,7 @@ class WorkingState(BaseModel):
     fidelity_failures: int = 0
 
 
-def extract_key_facts(text: str, when: str = "") -> list[str]:
+def extract_key_facts(text: str, when: str = "") -> list[KeyFact]:
     """Pull the never-compressed facts out of free text (see ``facts.py`` for JSON)."""
     return list(_text_facts(text, when))
 
@@ -98,20 +97,8 @@ def extract_key_facts(text: str, when: str = "") -> list[str]:
 # A round's texts are read when it is added and again when it is folded into
 # the summary a few rounds later; the second reading comes from here.
 @functools.lru_cache(maxsize=2048)
-def _text_facts(text: str, when: str) -> tuple[str, ...]:
+def _text_facts(text: str, when: str) -> tuple[KeyFact, ...]:
     return tuple(extract_text_facts(text, when))
-
-
-def fact_payload(fact: str) -> str:
-    """The part of a key fact a summary must carry verbatim (``code P0A7F: ...`` -> ``P0A7F``)."""
-    kind, _, rest = fact.partition(" ")
-    if kind == "code":
-        return rest.split(":", 1)[0]
-    if fact.startswith(READING):
-        return rest.split(" @", 1)[0]
-    if kind in ("excluded:", "void:", "decision:"):
-        return rest.split(" @", 1)[0]
-    return rest
 
 
 def _clip(text: str, limit: int) -> str:
@@ -121,10 +108,7 @@ def _clip(text: str, limit: int) -> str:
     return _TAIL_TOKEN_RE.sub("", first[:limit]).rstrip(" ,，;；|") + "…"
 
 
-_READING_FACT_RE = re.compile(r"^reading (?:([a-z][a-z0-9_]*)=)?(-?\d+(?:\.\d+)?)([^\s@]*)")
-
-
-def _condense(facts: list[str]) -> list[str]:
+def _condense(facts: list[KeyFact]) -> list[KeyFact]:
     """Keep the key facts bounded without losing a key number or a changed decision.
 
     - Readings: per signal (or per unit for readings from free text) the first,
@@ -134,19 +118,18 @@ def _condense(facts: list[str]) -> list[str]:
       confirmation: only its first occurrence is kept.
     """
     groups: dict[str, list[tuple[int, float]]] = {}
-    first_seen: set[str] = set()
     drop: set[int] = set()
+    first_clause: set[tuple[FactKind, str]] = set()
     for i, fact in enumerate(facts):
-        m = _READING_FACT_RE.match(fact)
-        if m:
-            groups.setdefault(m.group(1) or m.group(3), []).append((i, float(m.group(2))))
+        reading = fact.reading()
+        if reading is not None:
+            groups.setdefault(reading[0], []).append((i, reading[1]))
             continue
-        kind = fact.split(" ", 1)[0]
-        if kind in ("decision:", "excluded:", "void:"):
-            identity = fact.rsplit(" @", 1)[0]
-            if identity in first_seen:
+        if fact.kind in CLAUSE_KINDS:
+            identity = (fact.kind, fact.text)
+            if identity in first_clause:
                 drop.add(i)
-            first_seen.add(identity)
+            first_clause.add(identity)
     for readings in groups.values():
         keep = {
             readings[0][0],
@@ -158,9 +141,9 @@ def _condense(facts: list[str]) -> list[str]:
     return [f for i, f in enumerate(facts) if i not in drop]
 
 
-def _fact_rank(fact: str) -> int:
+def _fact_rank(fact: KeyFact) -> int:
     # Readings are the most numerous and the first to give way at the cap.
-    return 1 if fact.startswith(READING) else 0
+    return 1 if fact.kind is FactKind.READING else 0
 
 
 class WorkingMemory:
@@ -177,7 +160,7 @@ class WorkingMemory:
     def __init__(
         self,
         state: WorkingState,
-        budget_tokens: int = DEFAULT_BUDGET_TOKENS,
+        budget_tokens: int = WORKING_BUDGET_TOKENS,
         counter: TokenCounter = DEFAULT_COUNTER,
         summarizer: Summarizer | None = None,
         metrics: FidelityMetrics | None = None,
@@ -192,7 +175,7 @@ class WorkingMemory:
         self.metrics = metrics if metrics is not None else FidelityMetrics()
         self.keep_rounds = keep_rounds
 
-    def add_facts(self, facts: list[str]) -> None:
+    def add_facts(self, facts: list[KeyFact]) -> None:
         merged = _condense(dedupe([*self.state.key_facts, *facts]))
         if len(merged) > MAX_KEY_FACTS:
             # Stable: keep every non-reading fact, then the newest readings.
@@ -201,7 +184,7 @@ class WorkingMemory:
             merged = [f for i, f in enumerate(merged) if i in keep]
         self.state.key_facts = merged
 
-    def add_round(self, round_: Round, facts: list[str] | None = None) -> None:
+    def add_round(self, round_: Round, facts: list[KeyFact] | None = None) -> None:
         """Add a round and its key facts (``facts``: extracted structurally by the caller).
 
         The round's free text is always read for facts too.
@@ -255,7 +238,7 @@ class WorkingMemory:
 
     def _fold(self, rounds: list[Round]) -> None:
         events = [
-            EventLine(
+            SummaryLine(
                 ts=r.ts,
                 event=r.event or _clip(r.user, EVENT_CHARS),
                 conclusion=r.conclusion or _clip(r.assistant, CONCLUSION_CHARS),
@@ -271,8 +254,8 @@ class WorkingMemory:
         required: list[str] = []
         for r in rounds:
             for fact in dedupe([*extract_key_facts(r.user, r.ts), *extract_key_facts(r.assistant, r.ts)]):
-                if not fact.startswith(READING) or fact in kept:
-                    required.append(fact_payload(fact))
+                if fact.kind is not FactKind.READING or fact in kept:
+                    required.append(fact.payload)
         request = SummaryRequest(
             kind="rolling",
             source=source,
@@ -280,7 +263,7 @@ class WorkingMemory:
             events=events,
             max_chars=FOLD_MAX_CHARS,
             keep_first=(0,),
-            carried="\n".join(self.state.key_facts),
+            carried="\n".join(f.render() for f in self.state.key_facts),
         )
         checked = summarize_checked(self.summarizer, request, self.metrics)
         if not checked.ok:
@@ -299,7 +282,7 @@ class WorkingMemory:
         if current:
             parts.append(current)
         if self.state.key_facts:
-            parts.append("## Key facts (never compressed)\n" + "\n".join(self.state.key_facts))
+            parts.append("## Key facts (never compressed)\n" + "\n".join(f.render() for f in self.state.key_facts))
         return "\n\n".join(parts)
 
     def tokens(self) -> int:

@@ -1,72 +1,22 @@
-"""Knowledge store interface, its registry, and the two-stage search over it."""
+"""Knowledge search: rows loaded as embedded chunks, searched in two stages.
+
+Stage 1 ranks the chunks that pass the scope/version filters by vector (and
+adds every chunk holding a queried code: codes are looked up exactly); stage 2
+reranks the candidates by vector score, code hits and word overlap.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Protocol
-from urllib.parse import urlsplit
 
-import numpy as np
-
-from vdoctor.embed import Embedder
-from vdoctor.errors import UnknownStoreScheme
-from vdoctor.knowledge.chunks import SEARCH_CANDIDATES, SEARCH_TOP, Chunk, KnowledgeRow, chunk_rows, codes_in, words
+from vdoctor.embedders import Embedder
+from vdoctor.knowledge.chunks import SEARCH_CANDIDATES, SEARCH_TOP, KnowledgeRow, chunk_rows, codes_in, words
+from vdoctor.knowledge.stores import Hit, KnowledgeStore
 
 # Reranker weights, as for case recall: vector gist, exact code hits, word overlap.
 W_VECTOR, W_CODES, W_LEXICAL = 0.5, 0.4, 0.1
 # Embedding is the slow part of a load: embed this many chunks per batch.
 EMBED_BATCH = 256
-
-
-@dataclass(frozen=True)
-class Hit:
-    chunk: Chunk
-    score: float
-
-
-class KnowledgeStore(Protocol):
-    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> int:
-        """Insert or replace chunks by chunk_id. Returns how many were written."""
-        ...
-
-    def candidates(self, vector: np.ndarray, k: int, scope: str | None, version: str | None) -> list[Hit]:
-        """Top-k chunks by inner product among those matching the filters."""
-        ...
-
-    def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
-        """Chunks that hold any of these codes (the exact-match stage for code queries)."""
-        ...
-
-    def count(self, scope: str | None = None) -> int: ...
-
-    def close(self) -> None: ...
-
-
-def _open_sqlite(url: str) -> KnowledgeStore:
-    from vdoctor.knowledge.sqlite_store import SqliteKnowledgeStore
-
-    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-    return SqliteKnowledgeStore(path or ":memory:")
-
-
-def _open_memory(url: str) -> KnowledgeStore:
-    from vdoctor.knowledge.memory_store import InMemoryKnowledgeStore
-
-    return InMemoryKnowledgeStore()
-
-
-_REGISTRY: dict[str, Callable[[str], KnowledgeStore]] = {"sqlite": _open_sqlite, "memory": _open_memory}
-
-
-def open_knowledge(url: str) -> KnowledgeStore:
-    scheme = urlsplit(url).scheme
-    opener = _REGISTRY.get(scheme)
-    if opener is None:
-        raise UnknownStoreScheme(
-            f"unknown knowledge URL scheme {scheme!r}; valid schemes: {', '.join(sorted(_REGISTRY))}"
-        )
-    return opener(url)
 
 
 class KnowledgeBase:

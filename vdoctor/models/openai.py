@@ -23,8 +23,8 @@ from typing import Any
 import openai
 from pydantic import SecretStr
 
-from vdoctor.agent.model import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.errors import ConfigError, ModelError
+from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.openai_clients import ThreadClients
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from vdoctor.errors import StoreError
-from vdoctor.knowledge.base import Hit
 from vdoctor.knowledge.chunks import Chunk
+from vdoctor.knowledge.stores.base import Hit
 
 BUSY_TIMEOUT_MS = 30_000
 _SCHEMA = """

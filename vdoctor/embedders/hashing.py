@@ -1,34 +1,23 @@
-"""Embedders: text -> fixed-dimension, L2-normalised vector.
+"""The offline default embedder: hashed character n-grams.
 
-The offline default hashes character n-grams into a fixed number of buckets,
-so it needs no model download and works for Chinese (no word boundaries) as
-well as English. Vectors are normalised, so inner product is cosine.
+It hashes character 1- to 3-grams into a fixed number of buckets, so it needs
+no model download and works for Chinese (no word boundaries) as well as
+English. Vectors are normalised, so inner product is cosine.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import Protocol
 
 import numpy as np
 
-# 256 buckets keep collisions low for short case summaries while a 1M-record
-# float32 matrix stays at 1 GB.
-DEFAULT_DIM = 256
+from vdoctor.embedders.base import DEFAULT_DIM, Vectors
+
 # Character 1- to 3-grams: 1-grams carry Chinese words' meaning, 2/3-grams
 # carry English morphology and codes such as P0A7F.
 NGRAM_SIZES = (1, 2, 3)
 _SPACE_RE = re.compile(r"\s+")
-
-
-class Embedder(Protocol):
-    dim: int
-    name: str
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        """Return a float32 array of shape (len(texts), dim), rows L2-normalised."""
-        ...
 
 
 def _bucket(gram: str, dim: int) -> tuple[int, float]:
@@ -54,7 +43,7 @@ class HashingEmbedder:
             self._cache[gram] = hit
         return hit
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> Vectors:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
             norm = _SPACE_RE.sub(" ", text.lower()).strip()
@@ -71,22 +60,3 @@ class HashingEmbedder:
             if length > 0:
                 out[row] /= length
         return out
-
-
-# The closed set of embedders, selected by name (settings: VDOCTOR_EMBEDDER).
-EMBEDDERS = ("offline", "openai")
-
-
-def open_embedder(
-    kind: str, base_url: str | None = None, model: str = "", api_key: str = "", dim: int = DEFAULT_DIM
-) -> Embedder:
-    """The embedder ``kind`` names; an unknown name lists the valid ones."""
-    if kind == "offline":
-        return HashingEmbedder(dim)
-    if kind == "openai":
-        from vdoctor.embed_openai import OpenAIEmbedder
-
-        return OpenAIEmbedder(base_url or "", model, api_key, dim)
-    from vdoctor.errors import ConfigError
-
-    raise ConfigError(f"unknown embedder {kind!r}; valid: {', '.join(EMBEDDERS)}")

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from vdoctor.embed import DEFAULT_DIM
+from vdoctor.embedders.base import DEFAULT_DIM, Vectors
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.openai_clients import ThreadClients
 
@@ -60,7 +60,7 @@ class OpenAIEmbedder:
         text = f"{type(e).__name__}: {e}"
         return text.replace(self._secret, "***") if self._secret else text
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> Vectors:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), BATCH_TEXTS):
             batch = texts[start : start + BATCH_TEXTS]

@@ -6,8 +6,8 @@ import threading
 
 import numpy as np
 
-from vdoctor.knowledge.base import Hit
 from vdoctor.knowledge.chunks import Chunk
+from vdoctor.knowledge.stores.base import Hit
 
 
 class InMemoryKnowledgeStore:

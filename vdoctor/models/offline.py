@@ -17,12 +17,12 @@ accounting) runs for real in the demo, the tests and the benchmarks:
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from vdoctor.agent.model import ChatResponse, Message, ToolCall, ToolSpec
-from vdoctor.agent.prompt import ALERT_FENCE, CODES_SEEN_PREFIX
+from vdoctor.knowledge.pack import ConfirmRule
+from vdoctor.lines import Confirmation, RecallEntry, parse_alert_block, parse_codes_seen
+from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 # Confidence of a conclusion by the kind of evidence, and the lift a verified
@@ -33,14 +33,6 @@ CONFIDENCE_MEMORY_LIFT = 0.1
 CONFIDENCE_MAX = 0.95
 CONFIDENCE_SUSPECTED = 0.3
 CONFIDENCE_UNKNOWN = 0.1
-
-_MEMORY_HEAD_RE = re.compile(
-    r"^- \[(own|similar)\] (case://\S+) \| concluded \S+ \| codes ([A-Z0-9,]*) \| (P[123]) \| recheck (\w+)$"
-)
-_CONFIRM_SIGNAL_RE = re.compile(r"confirmed ([a-z][a-z0-9_]*)=-?[\d.]+(>=|<=)(-?[\d.]+)")
-_CONFIRM_REPEAT_RE = re.compile(r"confirmed repeat (\d+)")
-_RULE_SIGNAL_RE = re.compile(r"^([a-z][a-z0-9_]*)(>=|<=)(-?[\d.]+)$")
-_RULE_REPEAT_RE = re.compile(r"^code seen in (\d+) alerts$")
 
 
 @dataclass
@@ -59,74 +51,48 @@ class _Fault:
 def _parse_memory(system: str) -> dict[str, _Fault]:
     """Verified faults named by the memory block, by code (own history before similar)."""
     faults: dict[str, _Fault] = {}
-    lines = system.splitlines()
-    for i, line in enumerate(lines):
-        head = _MEMORY_HEAD_RE.match(line)
-        if not head or head.group(5) != "ok":
+    for entry in RecallEntry.parse_block(system):
+        if entry.recheck_ok is not True:
             continue
-        body = {}
-        for follow in lines[i + 1 : i + 4]:
-            key, _, value = follow.strip().partition(": ")
-            body[key] = value
-        summary = body.get("summary", "")
-        sig = _CONFIRM_SIGNAL_RE.search(summary)
-        rep = _CONFIRM_REPEAT_RE.search(summary)
-        if not (sig or rep) or not body.get("cause") or not body.get("fix"):
+        confirmed = Confirmation.find(entry.summary)
+        if confirmed is None or not entry.cause or not entry.fix:
             continue
-        for code in filter(None, head.group(3).split(",")):
+        for code in entry.codes:
             faults.setdefault(
                 code,
                 _Fault(
                     code=code,
-                    root_cause=body["cause"],
-                    fix_action=body["fix"],
-                    priority=head.group(4),
-                    signal=sig.group(1) if sig else None,
-                    op=sig.group(2) if sig else ">=",
-                    threshold=float(sig.group(3)) if sig else 0.0,
-                    repeat=int(rep.group(1)) if rep else 0,
-                    case_uri=head.group(2),
+                    root_cause=entry.cause,
+                    fix_action=entry.fix,
+                    priority=entry.priority,
+                    signal=confirmed.signal,
+                    op=confirmed.op,
+                    threshold=float(confirmed.threshold) if confirmed.signal else 0.0,
+                    repeat=confirmed.repeat,
+                    case_uri=entry.case_uri,
                 ),
             )
     return faults
 
 
 def _fault_from_lookup(item: dict[str, Any]) -> _Fault | None:
-    rule = str(item.get("confirm", ""))
-    sig = _RULE_SIGNAL_RE.match(rule)
-    rep = _RULE_REPEAT_RE.match(rule)
-    if not item.get("root_cause") or not (sig or rep):
+    rule = ConfirmRule.parse(str(item.get("confirm", "")))
+    if not item.get("root_cause") or rule is None:
         return None
     return _Fault(
         code=str(item["code"]),
         root_cause=str(item["root_cause"]),
         fix_action=str(item["fix_action"]),
         priority=str(item["priority"]),
-        signal=sig.group(1) if sig else None,
-        op=sig.group(2) if sig else ">=",
-        threshold=float(sig.group(3)) if sig else 0.0,
-        repeat=int(rep.group(1)) if rep else 0,
+        signal=rule.signal,
+        op=rule.op,
+        threshold=rule.threshold,
+        repeat=rule.repeat,
     )
 
 
 def _parse_user(text: str) -> tuple[dict[str, Any], dict[str, int]]:
-    alert: dict[str, Any] = {}
-    start = text.rfind(ALERT_FENCE)
-    if start >= 0:
-        body = text[start + len(ALERT_FENCE) :]
-        end = body.find("```")
-        try:
-            alert = json.loads(body[:end])
-        except ValueError:
-            alert = {}
-    seen: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith(CODES_SEEN_PREFIX):
-            for part in line[len(CODES_SEEN_PREFIX) :].split(","):
-                code, _, count = part.strip().partition(" x")
-                if code and count.isdigit():
-                    seen[code] = int(count)
-    return alert, seen
+    return parse_alert_block(text), parse_codes_seen(text)
 
 
 class OfflineModel:
@@ -137,6 +103,9 @@ class OfflineModel:
     def __init__(self, counter: TokenCounter = DEFAULT_COUNTER) -> None:
         self.counter = counter
         self._calls = 0
+
+    def close(self) -> None:
+        """Nothing to release: no connections."""
 
     def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
         prompt_tokens = sum(self.counter.count(m.content) for m in messages) + sum(

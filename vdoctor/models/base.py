@@ -45,4 +45,10 @@ class ChatModel(Protocol):
 
     name: str
 
-    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse: ...
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        """One turn: tool calls or final content. Failures are ``ModelError`` (after the model's own retries)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the model is not used afterwards."""
+        ...

@@ -1,0 +1,103 @@
+"""The assembly root: settings in, the engine and every part of it out.
+
+This is the only domain module that reads ``Settings``. Each part comes from
+its role's closed registry (L3 stores, knowledge stores, chat models,
+embedders, token counters), given the typed sub-model it needs; the jobs, the
+operators and the CLI get their parts here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vdoctor.diagnosis import DiagnosisEngine
+from vdoctor.embedders import Embedder, EmbedderConfig, open_embedder
+from vdoctor.knowledge import KnowledgePack, load_pack
+from vdoctor.knowledge.search import KnowledgeBase
+from vdoctor.knowledge.stores import open_knowledge_store
+from vdoctor.memory.recall import SessionRecall
+from vdoctor.memory.summarizer import ModelSummarizer, OfflineSummarizer, Summarizer
+from vdoctor.models import ChatModel, ChatModelConfig, open_chat_model
+from vdoctor.settings import Settings
+from vdoctor.stores import MemoryStore, open_store
+from vdoctor.stores.retry import RetryingStore
+from vdoctor.tokens import TokenCounter, open_counter
+
+
+def token_counter(settings: Settings) -> TokenCounter:
+    return open_counter(settings.memory.token_counter)
+
+
+def embedder(settings: Settings) -> Embedder:
+    config = EmbedderConfig(
+        model=settings.embedding.model, base_url=settings.endpoint.base_url, api_key=settings.endpoint.api_key
+    )
+    return open_embedder(settings.embedding.kind, config)
+
+
+def _model_config(settings: Settings, model: str) -> ChatModelConfig:
+    return ChatModelConfig(
+        model=model,
+        base_url=settings.endpoint.base_url,
+        api_key=settings.endpoint.api_key,
+        timeout_s=settings.model.timeout_s,
+        max_attempts=settings.model.max_attempts,
+    )
+
+
+def chat_model(settings: Settings, counter: TokenCounter | None = None) -> ChatModel:
+    """The model of the ReAct runs."""
+    config = _model_config(settings, settings.model.chat_model)
+    return open_chat_model(settings.model.chat, config, counter or token_counter(settings))
+
+
+def summarizer(settings: Settings, counter: TokenCounter | None = None) -> Summarizer:
+    """Who writes summaries: the offline summarizer, or a (cheaper) summary model (DESIGN.md §4)."""
+    if settings.model.summarizer == "offline":
+        return OfflineSummarizer()
+    config = _model_config(settings, settings.model.summary_model)
+    return ModelSummarizer(open_chat_model(settings.model.summarizer, config, counter or token_counter(settings)))
+
+
+def knowledge_pack(settings: Settings) -> KnowledgePack:
+    extra = settings.memory.extra_dtc_csv
+    return load_pack(extra_csv=Path(extra) if extra else None)
+
+
+def long_term_store(settings: Settings, retrying: bool = True) -> MemoryStore:
+    """The L3 store; the job's writes retry through outages (``RetryingStore``), a CLI's need not."""
+    store = open_store(settings.memory.url)
+    return RetryingStore(store, deadline_s=settings.memory.store_retry_s) if retrying else store
+
+
+def knowledge_base(settings: Settings, embedder_: Embedder | None = None) -> KnowledgeBase:
+    return KnowledgeBase(open_knowledge_store(settings.memory.knowledge_url), embedder_ or embedder(settings))
+
+
+def session_recall(settings: Settings, store: MemoryStore) -> SessionRecall:
+    """What a session opening now would be given from long-term memory: the job's own recall."""
+    return SessionRecall(
+        store,
+        embedder(settings),
+        knowledge_pack(settings),
+        settings.memory.injection_budget_tokens,
+        token_counter(settings),
+    )
+
+
+def build_engine(settings: Settings) -> DiagnosisEngine:
+    """The diagnosis engine with every part the settings name."""
+    counter = token_counter(settings)
+    embedder_ = embedder(settings)
+    return DiagnosisEngine(
+        store=long_term_store(settings),
+        model=chat_model(settings, counter),
+        embedder=embedder_,
+        pack=knowledge_pack(settings),
+        counter=counter,
+        working_budget_tokens=settings.memory.working_budget_tokens,
+        injection_budget_tokens=settings.memory.injection_budget_tokens,
+        summarizer=summarizer(settings, counter),
+        knowledge=knowledge_base(settings, embedder_),
+        memory_enabled=settings.memory.enabled,
+    )

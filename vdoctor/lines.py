@@ -1,0 +1,359 @@
+"""Typed text lines: what one part of the agent writes and another reads back.
+
+Each format has one ``render`` and one ``parse`` here, and nowhere else:
+
+- ``KeyFact``: a never-compressed fact of the working context
+  (``code P0A7F: <definition>``, ``reading cell_voltage_diff_mv=187 @<ts>``,
+  ``decision: ... @<ts>``, ``void: ... @<ts>``, ``excluded: ... @<ts>``,
+  ``id WO-20931``, ``evidence signal://...``);
+- ``SummaryLine``: one event of a summary, ``time | event | conclusion | evidence URI``;
+- ``Confirmation``: the evidence a case was concluded on, as a summary states it
+  (``confirmed cell_voltage_diff_mv=187>=100``, ``confirmed repeat 3``);
+- ``RecallEntry``: one long-term record as injected into the system context;
+- the current alert's JSON block and the ``codes seen`` line of the prompt.
+
+The working memory, the summaries, the fidelity check, the milestone writer and
+the offline model all go through these types, so a format can only change in one
+place. The wire form of a ``KeyFact`` in session state is its rendered line.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import PlainSerializer, PlainValidator
+
+# Time format of summary lines (case summaries, rolling folds, the timeline).
+SUMMARY_TIME = "%Y-%m-%d %H:%M"
+# Time format of evidence URIs, key facts and tool results.
+ISO_TIME = "%Y-%m-%dT%H:%M:%SZ"
+# A time at the end of a fact: no spaces (ISO or a test's token such as T1).
+_AT_RE = re.compile(r"^\S+$")
+
+
+def fmt_num(value: float) -> str:
+    """A number as people write it: 187, not 187.0."""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def iso(ts: datetime) -> str:
+    return ts.strftime(ISO_TIME)
+
+
+def summary_time(ts: datetime) -> str:
+    return ts.strftime(SUMMARY_TIME)
+
+
+def short_time(when: str) -> str:
+    """An ISO time (2026-11-01T10:15:30Z) in summary-line form (2026-11-01 10:15)."""
+    return when[:16].replace("T", " ") if len(when) >= 16 else (when or "-")
+
+
+# -- key facts -----------------------------------------------------------------------
+
+
+class FactKind(StrEnum):
+    CODE = "code"
+    READING = "reading"
+    DECISION = "decision"
+    VOID = "void"
+    EXCLUDED = "excluded"
+    ID = "id"
+    EVIDENCE = "evidence"
+
+
+# Kinds rendered as ``kind: text @time``: a clause of the session's reasoning.
+CLAUSE_KINDS = frozenset({FactKind.DECISION, FactKind.VOID, FactKind.EXCLUDED})
+_READING_TEXT_RE = re.compile(r"^(?:([a-z][a-z0-9_]*)=)?(-?\d+(?:\.\d+)?)([^\s@]*)")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyFact:
+    """One never-compressed fact.
+
+    ``text`` is what a summary must carry verbatim (the fact's payload): the
+    code, the reading (``name=value`` or ``<value><unit>``), the clause, the id
+    or the URI. ``note`` is a code's definition; ``at`` when the fact was seen.
+    """
+
+    kind: FactKind
+    text: str
+    note: str = ""
+    at: str = ""
+
+    @classmethod
+    def code(cls, code: str, definition: str = "") -> KeyFact:
+        return cls(FactKind.CODE, code, definition.rstrip(": "))
+
+    @classmethod
+    def signal(cls, name: str, value: float | str, at: str = "") -> KeyFact:
+        number = fmt_num(value) if isinstance(value, int | float) else value
+        return cls(FactKind.READING, f"{name}={number}", at=at)
+
+    @property
+    def payload(self) -> str:
+        return self.text
+
+    def render(self) -> str:
+        at = f" @{self.at}" if self.at else ""
+        if self.kind is FactKind.CODE:
+            return f"code {self.text}: {self.note}" if self.note else f"code {self.text}"
+        if self.kind in CLAUSE_KINDS:
+            return f"{self.kind.value}: {self.text}{at}"
+        if self.kind is FactKind.READING:
+            return f"reading {self.text}{at}"
+        return f"{self.kind.value} {self.text}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def reading(self) -> tuple[str, float] | None:
+        """(group, value) of a reading: the signal name, or the unit of a reading from free text."""
+        if self.kind is not FactKind.READING:
+            return None
+        m = _READING_TEXT_RE.match(self.text)
+        if m is None:
+            return None
+        return m.group(1) or m.group(3), float(m.group(2))
+
+    @staticmethod
+    def parse(line: str) -> KeyFact:
+        """The fact a rendered line stands for (``ValueError`` for a line of no known kind)."""
+        return _parse_fact(line)
+
+
+_KINDS = {k.value: k for k in FactKind}
+
+
+@functools.lru_cache(maxsize=65_536)
+def _parse_fact(line: str) -> KeyFact:
+    head, sep, rest = line.partition(" ")
+    if head.endswith(":"):
+        clause = _KINDS.get(head[:-1])
+        if clause is None or clause not in CLAUSE_KINDS:
+            raise ValueError(f"not a key fact: {line[:80]!r}")
+        body, at = _split_at(rest)
+        return KeyFact(clause, body, at=at)
+    kind = _KINDS.get(head)
+    if not sep or kind is None or kind in CLAUSE_KINDS:
+        raise ValueError(f"not a key fact: {line[:80]!r}")
+    if kind is FactKind.CODE:
+        code, _, definition = rest.partition(": ")
+        return KeyFact(kind, code, definition)
+    if kind is FactKind.READING:
+        body, at = _split_at(rest)
+        return KeyFact(kind, body, at=at)
+    return KeyFact(kind, rest)
+
+
+def _split_at(rest: str) -> tuple[str, str]:
+    body, sep, at = rest.rpartition(" @")
+    if sep and _AT_RE.match(at):
+        return body, at
+    return rest, ""
+
+
+def as_fact(value: Any) -> KeyFact:
+    """A ``KeyFact`` from itself or its rendered line (session state stores lines)."""
+    if isinstance(value, KeyFact):
+        return value
+    if isinstance(value, str):
+        return KeyFact.parse(value)
+    raise ValueError(f"expected a key fact line, got {type(value).__name__}")
+
+
+def _render_fact(fact: KeyFact) -> str:
+    return fact.render()
+
+
+# A key fact as a pydantic field: typed in Python, its rendered line in JSON state.
+KeyFactField = Annotated[KeyFact, PlainValidator(as_fact), PlainSerializer(_render_fact, return_type=str)]
+
+
+# -- summary lines -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryLine:
+    """One line of a summary: ``time | event | conclusion | evidence URI``."""
+
+    ts: str
+    event: str
+    conclusion: str
+    evidence: str = "-"
+
+    def render(self) -> str:
+        return f"{self.ts} | {self.event} | {self.conclusion} | {self.evidence or '-'}"
+
+    @staticmethod
+    def parse(line: str) -> SummaryLine | None:
+        """The line's parts, or None for a line that is not a four-part summary line."""
+        parts = line.split(" | ")
+        if len(parts) < 4:
+            return None
+        return SummaryLine(parts[0], " | ".join(parts[1:-2]), parts[-2], parts[-1])
+
+
+def alert_event(codes: list[str], signals: dict[str, float], max_signals: int | None = None) -> str:
+    """The event part of an alert's summary line: ``alert P0A7F cell_voltage_diff_mv=187 ...``."""
+    shown = list(signals.items())[:max_signals] if max_signals is not None else list(signals.items())
+    return " ".join(["alert", *codes, *(f"{k}={fmt_num(v)}" for k, v in shown)])
+
+
+def conclusion_text(concluded: bool, priority: str | None, confidence: float, with_confidence: bool = True) -> str:
+    """The conclusion part of a summary line: ``concluded P1 conf 0.80`` or ``investigating conf 0.30``."""
+    if concluded:
+        return f"concluded {priority} conf {confidence:.2f}"
+    return f"investigating conf {confidence:.2f}" if with_confidence else "investigating"
+
+
+# -- the evidence a conclusion rests on ----------------------------------------------------
+
+_CONFIRM_SIGNAL_RE = re.compile(r"confirmed ([a-z][a-z0-9_]*)=(-?[\d.]+)(>=|<=)(-?[\d.]+)")
+_CONFIRM_REPEAT_RE = re.compile(r"confirmed repeat (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Confirmation:
+    """``confirmed <signal>=<value><op><threshold>`` or ``confirmed repeat <n>``."""
+
+    signal: str | None = None
+    value: str = ""
+    op: Literal[">=", "<="] = ">="
+    threshold: str = ""
+    repeat: int = 0
+
+    def render(self) -> str:
+        if self.signal:
+            return f"confirmed {self.signal}={self.value}{self.op}{self.threshold}"
+        return f"confirmed repeat {self.repeat}"
+
+    @property
+    def numbers(self) -> list[str]:
+        """The key number the phrase carries (the confirming reading), as a summary must keep it."""
+        return [f"{self.signal}={self.value}"] if self.signal else []
+
+    @staticmethod
+    def find(text: str) -> Confirmation | None:
+        """The first confirmation stated in ``text`` (a summary), if any."""
+        sig = _CONFIRM_SIGNAL_RE.search(text)
+        if sig:
+            op: Literal[">=", "<="] = ">=" if sig.group(3) == ">=" else "<="
+            return Confirmation(signal=sig.group(1), value=sig.group(2), op=op, threshold=sig.group(4))
+        rep = _CONFIRM_REPEAT_RE.search(text)
+        if rep:
+            return Confirmation(repeat=int(rep.group(1)))
+        return None
+
+
+# -- long-term memory as injected --------------------------------------------------------
+
+MEMORY_HEADER = "## Long-term memory (this vehicle's history first, then verified similar cases)"
+_RECHECK_WORDS: dict[bool | None, str] = {True: "ok", False: "failed", None: "pending"}
+_RECALL_HEAD_RE = re.compile(
+    r"^- \[(own|similar)\] case://([^/\s]+)/(\S+) \| concluded (\S+) \| codes ([A-Z0-9,]*) \| (P[123]) "
+    r"\| recheck (\w+)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RecallEntry:
+    """One long-term record as the model sees it in its system context."""
+
+    kind: Literal["own", "similar"]
+    vin: str
+    session_id: str
+    concluded: str  # YYYY-MM-DD
+    codes: tuple[str, ...]
+    priority: str
+    recheck_ok: bool | None
+    cause: str
+    fix: str
+    summary: str  # summary lines joined with " / "
+
+    @property
+    def case_uri(self) -> str:
+        return f"case://{self.vin}/{self.session_id}"
+
+    def render(self) -> str:
+        return (
+            f"- [{self.kind}] {self.case_uri} | concluded {self.concluded} | codes {','.join(self.codes)} | "
+            f"{self.priority} | recheck {_RECHECK_WORDS[self.recheck_ok]}\n"
+            f"  cause: {self.cause}\n  fix: {self.fix}\n  summary: {self.summary}"
+        )
+
+    @staticmethod
+    def parse_block(text: str) -> list[RecallEntry]:
+        """Every entry of a rendered memory block (or of a whole system prompt), in order."""
+        entries: list[RecallEntry] = []
+        lines = text.splitlines()
+        words = {v: k for k, v in _RECHECK_WORDS.items()}
+        for i, line in enumerate(lines):
+            head = _RECALL_HEAD_RE.match(line)
+            if not head or head.group(7) not in words:
+                continue
+            body: dict[str, str] = {}
+            for follow in lines[i + 1 : i + 4]:
+                key, _, value = follow.strip().partition(": ")
+                body[key] = value
+            kind: Literal["own", "similar"] = "own" if head.group(1) == "own" else "similar"
+            entries.append(
+                RecallEntry(
+                    kind=kind,
+                    vin=head.group(2),
+                    session_id=head.group(3),
+                    concluded=head.group(4),
+                    codes=tuple(filter(None, head.group(5).split(","))),
+                    priority=head.group(6),
+                    recheck_ok=words[head.group(7)],
+                    cause=body.get("cause", ""),
+                    fix=body.get("fix", ""),
+                    summary=body.get("summary", ""),
+                )
+            )
+        return entries
+
+
+# -- the current alert in the prompt -------------------------------------------------------
+
+ALERT_FENCE = "```json alert\n"
+CODES_SEEN_PREFIX = "codes seen: "
+
+
+def render_alert_block(body: dict[str, Any]) -> str:
+    return ALERT_FENCE + json.dumps(body, ensure_ascii=False) + "\n```"
+
+
+def parse_alert_block(text: str) -> dict[str, Any]:
+    """The last alert block's JSON in ``text``; empty when there is none or it is unreadable."""
+    start = text.rfind(ALERT_FENCE)
+    if start < 0:
+        return {}
+    body = text[start + len(ALERT_FENCE) :]
+    try:
+        data = json.loads(body[: body.find("```")])
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def render_codes_seen(codes: dict[str, int]) -> str:
+    return CODES_SEEN_PREFIX + ", ".join(f"{c} x{n}" for c, n in codes.items())
+
+
+def parse_codes_seen(text: str) -> dict[str, int]:
+    """Codes and how often the session has seen them, from the prompt's ``codes seen`` line(s)."""
+    seen: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith(CODES_SEEN_PREFIX):
+            for part in line[len(CODES_SEEN_PREFIX) :].split(","):
+                code, _, count = part.strip().partition(" x")
+                if code and count.isdigit():
+                    seen[code] = int(count)
+    return seen
