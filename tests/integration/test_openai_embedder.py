@@ -6,17 +6,14 @@ vectors are a fixed function of the text, so the expected results are known.
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import numpy as np
 import pytest
 from pydantic import SecretStr
 
+from tests.services.embeddings import Server, embeddings_server
 from vdoctor.assembly import embedder as embedder_from
 from vdoctor.embedders import EmbedderConfig, open_embedder
 from vdoctor.embedders.hashing import HashingEmbedder
@@ -29,66 +26,10 @@ pytestmark = pytest.mark.integration
 API_KEY = "sk-test-very-secret-0123456789"
 
 
-def fake_vector(text: str, dim: int) -> list[float]:
-    """Unnormalised on purpose: [len(text), 1, 2, ..., dim - 1] (the client must normalise)."""
-    return [float(len(text))] + [float(i) for i in range(1, dim)]
-
-
-class Server(ThreadingHTTPServer):
-    requests: list[dict[str, Any]]
-    headers_seen: list[dict[str, str]]
-    mode: str
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: Server
-
-    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
-        pass
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.requests.append({"path": self.path, **body})
-        self.server.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
-        mode = self.server.mode
-        if mode == "error":
-            self._send(500, {"error": {"message": "backend exploded", "type": "server_error"}})
-            return
-        if self.path != "/v1/embeddings" or self.headers.get("Authorization") != f"Bearer {API_KEY}":
-            self._send(401, {"error": {"message": "bad key or path", "type": "auth"}})
-            return
-        dim = int(body.get("dimensions", 8))
-        if mode == "short":
-            dim -= 1
-        inputs = body["input"]
-        data = [
-            {"object": "embedding", "index": i, "embedding": fake_vector(t, dim)}
-            for i, t in reversed(list(enumerate(inputs)))
-        ]
-        self._send(
-            200,
-            {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}},
-        )
-
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        raw = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    srv = Server(("127.0.0.1", 0), Handler)
-    srv.requests, srv.headers_seen, srv.mode = [], [], "ok"
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
-    thread.join()
+    with embeddings_server(API_KEY) as srv:
+        yield srv
 
 
 @pytest.fixture

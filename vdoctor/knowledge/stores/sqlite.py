@@ -102,7 +102,9 @@ class SqliteKnowledgeStore:
             return []
         scores = matrix @ vector.astype(np.float32)
         top = np.argsort(-scores, kind="stable")[:k]
-        return [Hit(chunks[i], float(scores[i])) for i in top]
+        hits = [Hit(chunks[i], float(scores[i])) for i in top]
+        hits.sort(key=lambda h: (-h.score, h.chunk.chunk_id))  # equal scores in a fixed order
+        return hits
 
     def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
         with self._lock:
