@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,11 +40,11 @@ class ArmMetrics:
         return self.repeat_consistent / self.repeat_visits if self.repeat_visits else float("nan")
 
 
-def _read_jsonl(path: Path) -> list[dict[str, object]]:
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def _rechecks(alerts: Path) -> list[dict[str, object]]:
+def _rechecks(alerts: Path) -> list[dict[str, Any]]:
     out = []
     for line in alerts.read_text(encoding="utf-8").splitlines():
         try:
@@ -55,17 +56,17 @@ def _rechecks(alerts: Path) -> list[dict[str, object]]:
     return out
 
 
-def arm_metrics(name: str, diagnoses: list[dict[str, object]], rechecks: list[dict[str, object]]) -> ArmMetrics:
+def arm_metrics(name: str, diagnoses: list[dict[str, Any]], rechecks: list[dict[str, Any]]) -> ArmMetrics:
     sessions: dict[str, dict[str, int]] = {}
     for d in diagnoses:
         s = sessions.setdefault(str(d["session_id"]), {"tools": 0, "llm": 0})
-        s["tools"] += int(d["tool_calls"])  # type: ignore[call-overload]
-        s["llm"] += int(d["llm_calls"])  # type: ignore[call-overload]
+        s["tools"] += int(d["tool_calls"])
+        s["llm"] += int(d["llm_calls"])
     concluded = [d for d in diagnoses if d["phase"] == "CONCLUDED"]
     history: dict[str, list[tuple[set[str], str]]] = {}
     repeats = consistent = 0
     for d in concluded:
-        codes = {e.removeprefix("dtc://") for e in d["evidence"] if str(e).startswith("dtc://")}  # type: ignore[union-attr]
+        codes = {e.removeprefix("dtc://") for e in d["evidence"] if str(e).startswith("dtc://")}
         earlier = history.setdefault(str(d["vin"]), [])
         match = next((cause for prev, cause in reversed(earlier) if prev & codes), None)
         if match is not None:
@@ -75,8 +76,8 @@ def arm_metrics(name: str, diagnoses: list[dict[str, object]], rechecks: list[di
     concluded_ids = {str(d["session_id"]) for d in concluded}
     judged = [r for r in rechecks if r.get("session_id") in concluded_ids]
     overturned = sum(1 for r in judged if r["recheck_ok"] is False)
-    tokens = [int(d["prompt_tokens"]) + int(d["completion_tokens"]) for d in diagnoses]  # type: ignore[call-overload]
-    injected = [int(d["memory"]["tokens"]) for d in diagnoses]  # type: ignore[index, call-overload]
+    tokens = [int(d["prompt_tokens"]) + int(d["completion_tokens"]) for d in diagnoses]
+    injected = [int(d["memory"]["tokens"]) for d in diagnoses]
     n_sessions = max(1, len(sessions))
     return ArmMetrics(
         name=name,

@@ -15,6 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from vdoctor.stores.base import MemoryStore
 
@@ -69,9 +70,9 @@ class HealthReport:
         return "\n".join(lines)
 
 
-def _sessions(diagnoses: Path) -> dict[str, dict[str, object]]:
+def _sessions(diagnoses: Path) -> dict[str, dict[str, Any]]:
     """Per concluded session: its final diagnosis, the memory refs it saw, and when it concluded."""
-    out: dict[str, dict[str, object]] = {}
+    out: dict[str, dict[str, Any]] = {}
     refs: dict[str, dict[str, list[dict[str, str]]]] = {}
     for line in diagnoses.read_text(encoding="utf-8").split("\n"):
         if not line.strip():
@@ -100,7 +101,7 @@ def _relevance(root_cause: str, codes: set[str], record_cause: str, record_codes
 def assess(diagnoses: Path, store: MemoryStore, sample: int = DEFAULT_SAMPLE, seed: int = 0) -> HealthReport:
     sessions = _sessions(diagnoses)
     report = HealthReport(sessions_seen=len(sessions))
-    with_memory = [s for s in sessions.values() if any(s["refs"].values())]  # type: ignore[union-attr]
+    with_memory = [s for s in sessions.values() if any(s["refs"].values())]
     report.sessions_with_memory = len(with_memory)
     picked = random.Random(seed).sample(with_memory, min(sample, len(with_memory)))
     report.sampled = len(picked)
@@ -109,7 +110,7 @@ def assess(diagnoses: Path, store: MemoryStore, sample: int = DEFAULT_SAMPLE, se
         assert isinstance(d, dict)
         codes = {str(e).removeprefix("dtc://") for e in d["evidence"] if str(e).startswith("dtc://")}
         week = _week_of(str(d["session_id"]))
-        for kind, refs in session["refs"].items():  # type: ignore[union-attr]
+        for kind, refs in session["refs"].items():
             for ref in refs:
                 record = store.get(ref["vin"], ref["session_id"])
                 if record is None:

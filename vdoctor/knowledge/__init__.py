@@ -5,6 +5,7 @@ a protocol, a closed registry by URL scheme, one module per backend, one
 contract suite over all of them.
 """
 
-from vdoctor.knowledge.pack import ConfirmRule, DtcEntry, KnowledgePack, fmt_num, load_pack
+from vdoctor.knowledge.pack import ConfirmRule, DtcEntry, KnowledgePack, load_pack
+from vdoctor.lines import fmt_num
 
 __all__ = ["ConfirmRule", "DtcEntry", "KnowledgePack", "fmt_num", "load_pack"]

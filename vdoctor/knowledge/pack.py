@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from vdoctor.errors import KnowledgeError
 from vdoctor.lines import fmt_num
@@ -115,7 +115,7 @@ class KnowledgePack:
         return added
 
 
-def _entry_from_json(item: dict[str, object]) -> DtcEntry:
+def _entry_from_json(item: dict[str, Any]) -> DtcEntry:
     confirm_raw = item.get("confirm")
     confirm = None
     if isinstance(confirm_raw, dict):
@@ -123,10 +123,10 @@ def _entry_from_json(item: dict[str, object]) -> DtcEntry:
             confirm = ConfirmRule(
                 signal=str(confirm_raw["signal"]),
                 op=">=" if confirm_raw.get("op", ">=") == ">=" else "<=",
-                threshold=float(confirm_raw["threshold"]),  # type: ignore[arg-type]
+                threshold=float(confirm_raw["threshold"]),
             )
         elif "repeat" in confirm_raw:
-            confirm = ConfirmRule(repeat=int(confirm_raw["repeat"]))  # type: ignore[call-overload]
+            confirm = ConfirmRule(repeat=int(confirm_raw["repeat"]))
     priority = item.get("priority")
     return DtcEntry(
         code=str(item["code"]).upper(),
@@ -135,9 +135,9 @@ def _entry_from_json(item: dict[str, object]) -> DtcEntry:
         family=str(item.get("family", "unknown")),
         root_cause=str(item["root_cause"]) if item.get("root_cause") else None,
         fix_action=str(item["fix_action"]) if item.get("fix_action") else None,
-        priority=priority if priority in ("P1", "P2", "P3") else None,  # type: ignore[arg-type]
+        priority=priority if priority in ("P1", "P2", "P3") else None,
         confirm=confirm,
-        keywords=tuple(str(k) for k in item.get("keywords", []) or []),  # type: ignore[union-attr]
+        keywords=tuple(str(k) for k in item.get("keywords", []) or []),
     )
 
 

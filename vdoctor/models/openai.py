@@ -188,7 +188,8 @@ class OpenAIChatModel:
             raise _Retryable("reply has no choices")
         if not isinstance(choices[0].get("message"), dict):
             raise _Retryable("reply's first choice has no message")
-        return reply
+        checked: dict[str, Any] = reply
+        return checked
 
     def _to_response(self, reply: dict[str, Any], latency_ms: float, attempts: int) -> ChatResponse:
         message = reply["choices"][0]["message"]
@@ -203,7 +204,7 @@ class OpenAIChatModel:
                     id=str(c.get("id") or ""), name=name, arguments=_parse_arguments(function.get("arguments"), name)
                 )
             )
-        usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
+        usage: dict[str, Any] = reply["usage"] if isinstance(reply.get("usage"), dict) else {}
         content = message.get("content")
         return ChatResponse(
             content=content if isinstance(content, str) else None,

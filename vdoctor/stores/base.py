@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from vdoctor.records import MemoryRecord
 
@@ -29,7 +30,7 @@ class SimilarQuery:
 
     exclude_vin: str
     series: str
-    vector: np.ndarray
+    vector: npt.NDArray[np.float32]
     k: int
 
 
@@ -87,7 +88,9 @@ class MemoryStore(Protocol):
     def close(self) -> None: ...
 
 
-def top_k(records: list[MemoryRecord], matrix: np.ndarray, vector: np.ndarray, k: int) -> list[Scored]:
+def top_k(
+    records: list[MemoryRecord], matrix: npt.NDArray[np.float32], vector: npt.NDArray[np.float32], k: int
+) -> list[Scored]:
     """Rank candidate records by inner product with the (normalised) query vector."""
     if not records or k <= 0:
         return []

@@ -94,6 +94,13 @@ def _epoch(value: datetime) -> int:
     return int(value.timestamp())
 
 
+def _int(value: object) -> int:
+    """An integer column's value (sqlite hands back int, or str for vd_meta's text values)."""
+    if isinstance(value, int | str):
+        return int(value)
+    raise StoreError(f"sqlite store: expected an integer, got {type(value).__name__}")
+
+
 def _from_epoch(value: int) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
@@ -126,18 +133,18 @@ def _from_row(row: tuple[object, ...]) -> MemoryRecord:
         vin=str(vin),
         session_id=str(sid),
         series=str(series),
-        concluded_at=_from_epoch(int(concluded)),  # type: ignore[call-overload]
+        concluded_at=_from_epoch(_int(concluded)),
         summary=str(summary),
         summary_vec=np.frombuffer(vec, dtype=np.float32).tolist(),  # type: ignore[call-overload]
         root_cause=str(cause),
         fix_action=str(fix),
-        priority=prio,  # type: ignore[arg-type]
+        priority=prio,
         dtc_codes=json.loads(str(codes)),
         recheck_ok=None if ok is None else bool(ok),
         prompt_version=str(pv),
         valid=bool(valid),
-        updated_at=_from_epoch(int(upd)),  # type: ignore[call-overload]
-        kind=str(kind),  # type: ignore[arg-type]
+        updated_at=_from_epoch(_int(upd)),
+        kind=str(kind),
         merged_sessions=json.loads(str(merged)),
         source=str(src),
     )
@@ -259,7 +266,7 @@ class SqliteStore:
     # -- similar cases: the vector index -------------------------------------------------
 
     def _seq(self) -> int:
-        return int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])  # type: ignore[call-overload]
+        return _int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])
 
     def _catch_up(self, db_seq: int) -> SeriesVectorIndex:
         """Load or rebuild the index on first use, then apply rows changed up to ``db_seq`` or later."""
@@ -349,7 +356,7 @@ class SqliteStore:
         return _from_row(rows[0]) if rows else None
 
     def count(self) -> int:
-        return int(self._query("SELECT COUNT(*) FROM case_memory")[0][0])  # type: ignore[call-overload]
+        return _int(self._query("SELECT COUNT(*) FROM case_memory")[0][0])
 
     def save_index(self) -> None:
         """Persist the vector index (also done on close), so the next start need not rebuild it."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 log = logging.getLogger(__name__)
@@ -59,9 +60,9 @@ class _Series:
     """One series' verified, valid vectors: rows [0, size) of each array are in use."""
 
     dim: int
-    vectors: np.ndarray = field(init=False)
-    rowids: np.ndarray = field(init=False)
-    vins: np.ndarray = field(init=False)
+    vectors: npt.NDArray[np.float32] = field(init=False)
+    rowids: npt.NDArray[np.int64] = field(init=False)
+    vins: npt.NDArray[np.int64] = field(init=False)
     size: int = 0
 
     def __post_init__(self) -> None:
@@ -80,7 +81,7 @@ class _Series:
             new[: self.size] = old[: self.size]
             setattr(self, name, new)
 
-    def append(self, rowid: int, vin_h: int, vector: np.ndarray) -> int:
+    def append(self, rowid: int, vin_h: int, vector: npt.NDArray[np.float32]) -> int:
         self._grow(self.size + 1)
         slot = self.size
         self.vectors[slot] = vector
@@ -114,7 +115,7 @@ class SeriesVectorIndex:
     def __len__(self) -> int:
         return len(self._where)
 
-    def apply(self, rowid: int, series: str, vin: str, eligible: bool, vector: np.ndarray | None) -> None:
+    def apply(self, rowid: int, series: str, vin: str, eligible: bool, vector: npt.NDArray[np.float32] | None) -> None:
         """Bring one row up to date: present (with this vector) iff eligible for similar recall."""
         self._discard(rowid)
         if not eligible or vector is None:
@@ -140,7 +141,7 @@ class SeriesVectorIndex:
         if moved is not None:
             self._where[moved] = (series, slot)
 
-    def search(self, series: str, exclude_vin: str, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def search(self, series: str, exclude_vin: str, vector: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
         """Top-k (rowid, inner product) of the series, the excluded VIN's rows masked out."""
         part = self._series.get(series)
         if part is None or part.size == 0 or k <= 0 or vector.shape[0] != self.dim:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 
 from vdoctor.knowledge.chunks import Chunk
 
@@ -21,11 +22,11 @@ class Hit:
 
 
 class KnowledgeStore(Protocol):
-    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> int:
+    def add(self, chunks: list[Chunk], vectors: npt.NDArray[np.float32]) -> int:
         """Insert or replace chunks by chunk_id. Returns how many were written."""
         ...
 
-    def candidates(self, vector: np.ndarray, k: int, scope: str | None, version: str | None) -> list[Hit]:
+    def candidates(self, vector: npt.NDArray[np.float32], k: int, scope: str | None, version: str | None) -> list[Hit]:
         """Top-k chunks by inner product among those matching the filters, best first (ties by chunk_id)."""
         ...
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import numpy.typing as npt
 
 from vdoctor.knowledge.chunks import Chunk
 from vdoctor.knowledge.stores.base import Hit
@@ -12,16 +13,16 @@ from vdoctor.knowledge.stores.base import Hit
 
 class InMemoryKnowledgeStore:
     def __init__(self) -> None:
-        self._rows: dict[str, tuple[Chunk, np.ndarray]] = {}
+        self._rows: dict[str, tuple[Chunk, npt.NDArray[np.float32]]] = {}
         self._lock = threading.Lock()
 
-    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> int:
+    def add(self, chunks: list[Chunk], vectors: npt.NDArray[np.float32]) -> int:
         with self._lock:
             for chunk, vec in zip(chunks, vectors, strict=True):
                 self._rows[chunk.chunk_id] = (chunk, np.asarray(vec, dtype=np.float32))
         return len(chunks)
 
-    def candidates(self, vector: np.ndarray, k: int, scope: str | None, version: str | None) -> list[Hit]:
+    def candidates(self, vector: npt.NDArray[np.float32], k: int, scope: str | None, version: str | None) -> list[Hit]:
         with self._lock:
             rows = [
                 (c, v)

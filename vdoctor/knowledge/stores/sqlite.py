@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from vdoctor.errors import StoreError
 from vdoctor.knowledge.chunks import Chunk
@@ -44,9 +45,9 @@ class SqliteKnowledgeStore:
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open the knowledge store at {path}: {e}") from e
         self._lock = threading.Lock()
-        self._cache: dict[tuple[str | None, str | None], tuple[list[Chunk], np.ndarray]] = {}
+        self._cache: dict[tuple[str | None, str | None], tuple[list[Chunk], npt.NDArray[np.float32]]] = {}
 
-    def add(self, chunks: list[Chunk], vectors: np.ndarray) -> int:
+    def add(self, chunks: list[Chunk], vectors: npt.NDArray[np.float32]) -> int:
         rows = [
             (
                 c.chunk_id,
@@ -67,7 +68,7 @@ class SqliteKnowledgeStore:
             raise StoreError(f"knowledge store {self.path}: {e}") from e
         return len(rows)
 
-    def _filtered(self, scope: str | None, version: str | None) -> tuple[list[Chunk], np.ndarray]:
+    def _filtered(self, scope: str | None, version: str | None) -> tuple[list[Chunk], npt.NDArray[np.float32]]:
         key = (scope, version)
         hit = self._cache.get(key)
         if hit is not None:
@@ -95,7 +96,7 @@ class SqliteKnowledgeStore:
         self._cache[key] = (chunks, matrix)
         return chunks, matrix
 
-    def candidates(self, vector: np.ndarray, k: int, scope: str | None, version: str | None) -> list[Hit]:
+    def candidates(self, vector: npt.NDArray[np.float32], k: int, scope: str | None, version: str | None) -> list[Hit]:
         with self._lock:
             chunks, matrix = self._filtered(scope, version)
         if not chunks:
@@ -112,7 +113,8 @@ class SqliteKnowledgeStore:
         return [c for c in chunks if codes & set(c.codes)]
 
     def count(self, scope: str | None = None) -> int:
-        sql, params = "SELECT COUNT(*) FROM knowledge_chunk", ()
+        sql = "SELECT COUNT(*) FROM knowledge_chunk"
+        params: tuple[str, ...] = ()
         if scope is not None:
             sql, params = sql + " WHERE scope = ?", (scope,)
         with self._lock:
