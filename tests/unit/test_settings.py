@@ -1,0 +1,80 @@
+"""Settings: typed sections, flags over environment, and the API key kept off the wire."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from vdoctor.errors import ConfigError
+from vdoctor.settings import ENV_VARS, FIELDS, Settings, load_settings, with_overrides, with_secrets
+
+pytestmark = pytest.mark.unit
+
+KEY = "sk-settings-test-5a5a5a5a"
+
+
+def test_environment_fills_the_typed_sections_and_flags_win() -> None:
+    env = {"VDOCTOR_MEMORY_URL": "sqlite:///env.db", "VDOCTOR_MODEL": "openai", "VDOCTOR_CONCURRENCY": "8"}
+    settings = load_settings(env, memory_url="sqlite:///flag.db", concurrency=None)
+    assert settings.memory.url == "sqlite:///flag.db"
+    assert settings.model.chat == "openai" and settings.runtime.concurrency == 8
+    assert settings.memory.working_budget_tokens == 4000 and settings.memory.injection_budget_tokens == 800
+
+
+def test_every_environment_variable_lands_in_its_field() -> None:
+    for name, (section, field, var) in FIELDS.items():
+        assert ENV_VARS[name] == var
+        assert field in type(getattr(Settings(), section)).model_fields, name
+
+
+def test_a_bad_value_or_name_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="model.chat"):
+        load_settings({"VDOCTOR_MODEL": "gpt-5"})
+    with pytest.raises(ConfigError, match="unknown setting 'colour'"):
+        load_settings({}, colour="blue")
+    with pytest.raises(ConfigError, match="working_budget_tokens"):
+        load_settings({"VDOCTOR_WORKING_BUDGET_TOKENS": "10"})
+
+
+def test_overrides_are_validated_and_keep_the_key() -> None:
+    settings = load_settings({"OPENAI_API_KEY": KEY})
+    changed = with_overrides(settings, memory_enabled=False, memory_url="sqlite:///x.db")
+    assert changed.memory.enabled is False and changed.memory.url == "sqlite:///x.db"
+    assert changed.endpoint.api_key is not None and changed.endpoint.api_key.get_secret_value() == KEY
+    with pytest.raises(ConfigError):
+        with_overrides(settings, concurrency=0)
+
+
+def test_what_is_shipped_to_workers_holds_no_key() -> None:
+    settings = load_settings({"OPENAI_API_KEY": KEY, "VDOCTOR_MODEL": "openai"})
+    shipped = settings.for_workers()
+    assert KEY not in repr(shipped) and KEY not in pickle.dumps(shipped).decode("latin-1")
+    assert KEY not in repr(settings) and KEY not in settings.model_dump_json()
+    restored = Settings.model_validate(shipped)
+    assert restored.endpoint.api_key is None and restored.model.chat == "openai"
+
+
+def test_a_worker_reads_the_key_from_its_environment_or_a_key_file(tmp_path: Path) -> None:
+    shipped = Settings.model_validate(load_settings({"OPENAI_API_KEY": KEY}).for_workers())
+    from_env = with_secrets(shipped, {"OPENAI_API_KEY": KEY})
+    assert from_env.endpoint.api_key is not None and from_env.endpoint.api_key.get_secret_value() == KEY
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n", encoding="utf-8")
+    with_file = with_secrets(with_overrides(shipped, openai_api_key_file=str(key_file)), {})
+    assert with_file.endpoint.api_key is not None and with_file.endpoint.api_key.get_secret_value() == KEY
+    assert with_secrets(shipped, {}).endpoint.api_key is None  # none anywhere: the model says so when built
+    with pytest.raises(ConfigError, match="cannot read the API key file") as err:
+        with_secrets(with_overrides(shipped, openai_api_key_file=str(tmp_path / "missing")), {})
+    assert KEY not in str(err.value)
+
+
+def test_the_pickled_operator_carries_no_key() -> None:
+    import cloudpickle  # what PyFlink pickles operators with
+
+    from operators.diagnosis import DiagnosisFunction
+
+    settings = load_settings({"OPENAI_API_KEY": KEY, "VDOCTOR_MODEL": "openai"})
+    blob = cloudpickle.dumps(DiagnosisFunction(settings.for_workers()))
+    assert KEY.encode() not in blob
