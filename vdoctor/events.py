@@ -24,23 +24,26 @@ from pydantic import (
 )
 
 from vdoctor.errors import EventError
+from vdoctor.units import SIGNAL_NAME_RE
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
 # (they are too easily confused with 1 and 0).
 VIN_RE = re.compile(r"^[A-HJ-NPR-Z0-9]{17}$")
 # OBD-II / SAE J2012 trouble codes: system letter and four hex digits.
 DTC_RE = re.compile(r"^[PCBU][0-9A-F]{4}$")
-# A signal's unit is the suffix of its name (DESIGN.md §3.1).
-SIGNAL_UNITS = ("_mv", "_c", "_pct", "_v", "_a", "_kpa", "_rpm", "_km", "_s")
-SIGNAL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# A signal is any snake_case name with a finite number; its unit, where the
+# name's suffix declares a known one, comes from vdoctor.units. No reading is
+# rejected for its unit.
 # Bounds on free text and collections: an alert is a short message from a
 # vehicle, and an unbounded one would blow the model's context and the state.
 MAX_TEXT_CHARS = 4000
 MAX_DTC_CODES = 32
 MAX_SIGNALS = 64
 MAX_ID_CHARS = 128
-# Readings beyond this magnitude are sensor garbage, not physics.
-MAX_SIGNAL_ABS = 1e9
+# Beyond this magnitude a float no longer holds every integer exactly (2**53 is
+# about 9e15), and no vehicle reading (an odometer in metres, an energy counter
+# in Wh, even a timestamp in ms) comes near it: such a value is garbage.
+MAX_SIGNAL_ABS = 1e15
 
 
 def session_id_for(vin: str, opened_at: datetime) -> str:
@@ -110,9 +113,10 @@ class AlertEvent(_Event):
     @classmethod
     def _check_signals(cls, signals: dict[str, float]) -> dict[str, float]:
         for name, value in signals.items():
-            if not SIGNAL_NAME_RE.match(name) or not name.endswith(SIGNAL_UNITS):
+            if not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
-                    f"signal name {name[:40]!r} must be snake_case ending in a unit suffix ({', '.join(SIGNAL_UNITS)})"
+                    f"signal name {name[:40]!r} must be snake_case (lower-case letters, digits and _, "
+                    "starting with a letter, at most 64 characters)"
                 )
             if abs(value) > MAX_SIGNAL_ABS:
                 raise ValueError(f"signal {name} = {value!r} is out of range")

@@ -33,7 +33,9 @@ CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
 URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
 # A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %.
 _READING_RE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])", re.ASCII)
-_SIGNAL_RE = re.compile(r"\b([a-z][a-z0-9_]*_(?:mv|c|pct|v|a|kpa|rpm|km|s))\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
+# A signal assignment in free text: a snake_case name with at least one
+# underscore (any unit, or none; ``vdoctor.units``), then = or : and a number.
+_SIGNAL_RE = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
 # Sentence pieces: clauses end at . ; 。 ； or a line break (a comma does not
 # end one: "suspected the harness, ruled out" is one fact).
 _CLAUSE = r"[^.;。；\n]"

@@ -1,0 +1,35 @@
+"""Units from a signal name's suffix: known ones named, unknown ones kept as unknown."""
+
+from __future__ import annotations
+
+import pytest
+
+from vdoctor.units import unit_of
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("name", "unit"),
+    [
+        ("cell_voltage_diff_mv", "mV"),
+        ("pack_temp_c", "°C"),
+        ("insulation_res_kohm", "kΩ"),
+        ("cell_res_mohm", "mΩ"),
+        ("motor_power_kw", "kW"),
+        ("energy_used_kwh", "kWh"),
+        ("charge_time_h", "h"),
+        ("brake_pressure_bar", "bar"),
+        ("speed_kmh", "km/h"),
+        ("motor_torque_nm", "N·m"),
+        ("soc_pct", "%"),
+        ("coolant_flow_lph", "L/h"),
+    ],
+)
+def test_known_suffixes_name_their_unit(name: str, unit: str) -> None:
+    assert unit_of(name) == unit
+
+
+@pytest.mark.parametrize("name", ["cell_voltage_diff", "wheel_slip_ratio", "odometer", "mv", "x_zz"])
+def test_an_unknown_suffix_or_a_bare_unit_is_unknown(name: str) -> None:
+    assert unit_of(name) is None

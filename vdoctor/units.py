@@ -1,0 +1,110 @@
+"""Units of vehicle telemetry, read from a signal name's suffix (DESIGN.md §3.1).
+
+``cell_voltage_diff_mv`` is in mV, ``insulation_res_kohm`` in kΩ. A name whose
+suffix is not in the table keeps its readings with the unit unknown: no
+reading or alert is ever rejected for its unit. The table covers what vehicle
+telemetry reports (electrical, thermal, pressure, speed, time, energy, flow,
+mass, angle, ratios); extend it here, in one place.
+"""
+
+from __future__ import annotations
+
+import re
+
+# suffix (after the last underscores of the name) -> unit symbol, as people write it.
+UNITS: dict[str, str] = {
+    # electrical
+    "mv": "mV",
+    "v": "V",
+    "kv": "kV",
+    "ma": "mA",
+    "a": "A",
+    "ka": "kA",
+    "mohm": "mΩ",
+    "ohm": "Ω",
+    "kohm": "kΩ",
+    "megohm": "MΩ",
+    "w": "W",
+    "kw": "kW",
+    "mw": "MW",
+    "wh": "Wh",
+    "kwh": "kWh",
+    "ah": "Ah",
+    "mah": "mAh",
+    "hz": "Hz",
+    "khz": "kHz",
+    "uf": "µF",
+    # thermal
+    "c": "°C",
+    "degc": "°C",
+    "f": "°F",
+    "k": "K",
+    # pressure
+    "pa": "Pa",
+    "kpa": "kPa",
+    "mpa": "MPa",
+    "bar": "bar",
+    "mbar": "mbar",
+    "psi": "psi",
+    # speed, distance, rotation
+    "kmh": "km/h",
+    "kph": "km/h",
+    "mph": "mph",
+    "mps": "m/s",
+    "rpm": "rpm",
+    "km": "km",
+    "m": "m",
+    "mm": "mm",
+    "cm": "cm",
+    "mi": "mi",
+    # time
+    "ms": "ms",
+    "us": "µs",
+    "s": "s",
+    "sec": "s",
+    "min": "min",
+    "h": "h",
+    "hr": "h",
+    "d": "d",
+    # mechanics, flow, mass, volume
+    "nm": "N·m",
+    "n": "N",
+    "kn": "kN",
+    "g": "g",
+    "kg": "kg",
+    "t": "t",
+    "l": "L",
+    "ml": "mL",
+    "lph": "L/h",
+    "lpm": "L/min",
+    "l100km": "L/100km",
+    "gps": "g/s",
+    "mg": "mg",
+    # angle, acceleration, ratios, misc
+    "deg": "°",
+    "rad": "rad",
+    "mps2": "m/s²",
+    "pct": "%",
+    "percent": "%",
+    "ppm": "ppm",
+    "db": "dB",
+    "dbm": "dBm",
+    "lux": "lx",
+}
+# Suffixes longest first, so that ``_kwh`` wins over ``_h`` and ``_kohm`` over ``_ohm``.
+_SUFFIXES = sorted(UNITS, key=len, reverse=True)
+# A signal's name as the contract allows it: snake_case, starting with a letter.
+SIGNAL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def unit_of(name: str) -> str | None:
+    """The unit a signal name declares by its suffix, or None when the suffix is not a known unit."""
+    for suffix in _SUFFIXES:
+        if name.endswith("_" + suffix) and len(name) > len(suffix) + 1:
+            return UNITS[suffix]
+    return None
+
+
+def unit_symbols() -> list[str]:
+    """Every unit symbol, longest first (for reading numbers with units out of free text)."""
+    return sorted(set(UNITS.values()), key=len, reverse=True)
