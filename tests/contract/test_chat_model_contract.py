@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import get_args
 
 import pytest
 from pydantic import SecretStr
@@ -20,7 +21,7 @@ from vdoctor.errors import ConfigError
 from vdoctor.knowledge import load_pack
 from vdoctor.lines import render_alert_block
 from vdoctor.memory.session import SessionState
-from vdoctor.models import CHAT_MODELS, ChatModel, ChatModelConfig, Message, open_chat_model
+from vdoctor.models import CHAT_MODELS, ChatModel, ChatModelConfig, ChatModelName, Message, open_chat_model
 from vdoctor.records import Phase
 
 pytestmark = pytest.mark.contract
@@ -66,6 +67,7 @@ def session() -> SessionState:
 
 def test_every_registered_chat_model_is_covered() -> None:
     assert set(FACTORIES) == set(CHAT_MODELS)
+    assert set(get_args(ChatModelName)) == set(CHAT_MODELS)  # the names settings accept are the registry's
 
 
 def test_an_unknown_chat_model_names_the_valid_ones() -> None:

@@ -8,13 +8,14 @@ real ``openai`` client against a local embeddings server over HTTP.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import get_args
 
 import numpy as np
 import pytest
 from pydantic import SecretStr
 
 from tests.services.embeddings import embeddings_server, text_vector
-from vdoctor.embedders import EMBEDDERS, Embedder, EmbedderConfig, open_embedder
+from vdoctor.embedders import EMBEDDERS, Embedder, EmbedderConfig, EmbedderName, open_embedder
 from vdoctor.errors import ConfigError
 
 pytestmark = pytest.mark.contract
@@ -49,6 +50,7 @@ def embedder(request: pytest.FixtureRequest) -> Iterator[Embedder]:
 
 def test_every_registered_embedder_is_covered() -> None:
     assert set(FACTORIES) == set(EMBEDDERS)
+    assert set(get_args(EmbedderName)) == set(EMBEDDERS)  # the names settings accept are the registry's
 
 
 def test_an_unknown_embedder_names_the_valid_ones() -> None:

@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import SecretStr
 
 from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors
-from vdoctor.errors import ConfigError
+from vdoctor.registry import Registry
 
 EmbedderName = Literal["offline", "openai"]
-EMBEDDERS: tuple[str, ...] = get_args(EmbedderName)
 
 
 @dataclass(frozen=True)
@@ -46,15 +45,16 @@ def _open_openai(config: EmbedderConfig) -> Embedder:
     return OpenAIEmbedder(config.base_url or "", config.model, key, config.dim)
 
 
-_REGISTRY: dict[str, Callable[[EmbedderConfig], Embedder]] = {"offline": _open_hashing, "openai": _open_openai}
+_REGISTRY: Registry[Callable[[EmbedderConfig], Embedder]] = Registry(
+    "embedder", {"offline": _open_hashing, "openai": _open_openai}
+)
+# The closed set of names (EmbedderName, which settings validate against, must match it: the contract suite checks).
+EMBEDDERS = _REGISTRY.names
 
 
 def open_embedder(name: str, config: EmbedderConfig | None = None) -> Embedder:
     """The embedder ``name`` names; an unknown name lists the valid ones."""
-    opener = _REGISTRY.get(name)
-    if opener is None:
-        raise ConfigError(f"unknown embedder {name!r}; valid: {', '.join(EMBEDDERS)}")
-    return opener(config or EmbedderConfig())
+    return _REGISTRY[name](config or EmbedderConfig())
 
 
 __all__ = ["DEFAULT_DIM", "EMBEDDERS", "Embedder", "EmbedderConfig", "EmbedderName", "Vectors", "open_embedder"]

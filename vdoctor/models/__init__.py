@@ -12,16 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 from pydantic import SecretStr
 
-from vdoctor.errors import ConfigError
 from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolCall, ToolSpec
+from vdoctor.registry import Registry
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 ChatModelName = Literal["offline", "openai"]
-CHAT_MODELS: tuple[str, ...] = get_args(ChatModelName)
 # A hosted model answers in 0.3-5 s; 60 s means the call is stuck, not slow.
 DEFAULT_TIMEOUT_S = 60.0
 # One try plus three retries (backoff 0.5, 1, 2 s plus jitter) rides out a
@@ -61,20 +60,18 @@ def _open_openai(config: ChatModelConfig, counter: TokenCounter) -> ChatModel:
     )
 
 
-_REGISTRY: dict[str, Callable[[ChatModelConfig, TokenCounter], ChatModel]] = {
-    "offline": _open_offline,
-    "openai": _open_openai,
-}
+_REGISTRY: Registry[Callable[[ChatModelConfig, TokenCounter], ChatModel]] = Registry(
+    "chat model", {"offline": _open_offline, "openai": _open_openai}
+)
+# The closed set of names (ChatModelName, which settings validate against, must match it: the contract suite checks).
+CHAT_MODELS = _REGISTRY.names
 
 
 def open_chat_model(
     name: str, config: ChatModelConfig | None = None, counter: TokenCounter = DEFAULT_COUNTER
 ) -> ChatModel:
     """The chat model ``name`` names; an unknown name lists the valid ones."""
-    opener = _REGISTRY.get(name)
-    if opener is None:
-        raise ConfigError(f"unknown chat model {name!r}; valid: {', '.join(CHAT_MODELS)}")
-    return opener(config or ChatModelConfig(), counter)
+    return _REGISTRY[name](config or ChatModelConfig(), counter)
 
 
 __all__ = [

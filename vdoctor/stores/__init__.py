@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from vdoctor.errors import UnknownStoreScheme
+from vdoctor.registry import Registry
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 
 
@@ -35,21 +35,18 @@ def _open_doris(url: str) -> MemoryStore:
     return open_doris(url)
 
 
-_REGISTRY: dict[str, Callable[[str], MemoryStore]] = {
-    "sqlite": _open_sqlite,
-    "memory": _open_memory,
-    "mysql": _open_mysql,
-    "doris": _open_doris,
-}
+STORES: Registry[Callable[[str], MemoryStore]] = Registry(
+    "memory URL scheme",
+    {"sqlite": _open_sqlite, "memory": _open_memory, "mysql": _open_mysql, "doris": _open_doris},
+    error=UnknownStoreScheme,
+    valid_label="valid schemes",
+    sort_names=True,
+)
 
 
 def open_store(url: str) -> MemoryStore:
     """Open the backend that the URL's scheme names; unknown schemes list the valid ones."""
-    scheme = urlsplit(url).scheme
-    opener = _REGISTRY.get(scheme)
-    if opener is None:
-        raise UnknownStoreScheme(f"unknown memory URL scheme {scheme!r}; valid schemes: {', '.join(sorted(_REGISTRY))}")
-    return opener(url)
+    return STORES.for_url(url)(url)
 
 
-__all__ = ["MemoryStore", "Scored", "SimilarQuery", "open_store"]
+__all__ = ["STORES", "MemoryStore", "Scored", "SimilarQuery", "open_store"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from vdoctor.errors import ConfigError
+from vdoctor.registry import Registry
 from vdoctor.tokens.base import TokenCounter
 from vdoctor.tokens.estimate import EstimatingCounter
 
@@ -22,19 +22,15 @@ def _open_tiktoken() -> TokenCounter:
     return BpeCounter()
 
 
-_REGISTRY: dict[str, Callable[[], TokenCounter]] = {
-    "estimate": lambda: DEFAULT_COUNTER,
-    "tiktoken": _open_tiktoken,
-}
-COUNTERS = tuple(_REGISTRY)
+_REGISTRY: Registry[Callable[[], TokenCounter]] = Registry(
+    "token counter", {"estimate": lambda: DEFAULT_COUNTER, "tiktoken": _open_tiktoken}
+)
+COUNTERS = _REGISTRY.names
 
 
 def open_counter(name: str) -> TokenCounter:
     """The token counter ``name`` names; an unknown name lists the valid ones."""
-    opener = _REGISTRY.get(name)
-    if opener is None:
-        raise ConfigError(f"unknown token counter {name!r}; valid: {', '.join(COUNTERS)}")
-    return opener()
+    return _REGISTRY[name]()
 
 
 def count_tokens(text: str, counter: TokenCounter = DEFAULT_COUNTER) -> int:

@@ -7,10 +7,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 from vdoctor.errors import UnknownStoreScheme
 from vdoctor.knowledge.stores.base import Hit, KnowledgeStore
+from vdoctor.registry import Registry
 
 
 def _open_sqlite(url: str) -> KnowledgeStore:
@@ -26,17 +26,19 @@ def _open_memory(url: str) -> KnowledgeStore:
     return InMemoryKnowledgeStore()
 
 
-_REGISTRY: dict[str, Callable[[str], KnowledgeStore]] = {"sqlite": _open_sqlite, "memory": _open_memory}
-SCHEMES = tuple(sorted(_REGISTRY))
+_REGISTRY: Registry[Callable[[str], KnowledgeStore]] = Registry(
+    "knowledge URL scheme",
+    {"sqlite": _open_sqlite, "memory": _open_memory},
+    error=UnknownStoreScheme,
+    valid_label="valid schemes",
+    sort_names=True,
+)
+SCHEMES = _REGISTRY.names
 
 
 def open_knowledge_store(url: str) -> KnowledgeStore:
     """Open the backend the URL's scheme names; an unknown scheme lists the valid ones."""
-    scheme = urlsplit(url).scheme
-    opener = _REGISTRY.get(scheme)
-    if opener is None:
-        raise UnknownStoreScheme(f"unknown knowledge URL scheme {scheme!r}; valid schemes: {', '.join(SCHEMES)}")
-    return opener(url)
+    return _REGISTRY.for_url(url)(url)
 
 
 __all__ = ["SCHEMES", "Hit", "KnowledgeStore", "open_knowledge_store"]
