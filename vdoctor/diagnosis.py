@@ -191,6 +191,7 @@ class DiagnosisEngine:
             log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
         answer = run.answer
         self._remember_round(working, alert, run)
+        session.note_answer(answer.priority, answer.root_cause, answer.codes, answer.confidence)
 
         flags = list(run.flags)
         concluded = answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority
@@ -304,6 +305,7 @@ class DiagnosisEngine:
             dtc_codes=c.codes,
             prompt_version=SUMMARY_PROMPT_VERSION,
             source=self._bounded_source(case),
+            omitted=case.omitted,
         )
         try:
             if write_final(self.store, record, had_milestones=session.milestones_written > 0) is WriteStatus.MERGED:
@@ -313,6 +315,9 @@ class DiagnosisEngine:
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)
             return [*flags, "l3_write_failed"]
         session.l3_written = True
+        if case.omitted:
+            # The record says what its summary could not hold (record.omitted).
+            flags.append("summary_omitted")
         return flags
 
     @staticmethod
@@ -327,11 +332,15 @@ class DiagnosisEngine:
         return text
 
     def _write_milestone(self, session: SessionState, alert: AlertEvent) -> list[str]:
-        """A session open for more than 24 h leaves a milestone record per 24 h: facts, no guesses."""
+        """A session open for more than 24 h leaves a milestone record per 24 h.
+
+        It carries what the session knew then: its current priority and leading
+        hypothesis (or that it had none yet), never a conclusion.
+        """
         due = milestones_due(session.opened_at, alert.ts, session.milestones_written)
         if due <= session.milestones_written:
             return []
-        summary = milestone_summary(session)
+        summary, omitted = milestone_summary(session, due, alert.ts)
         record = MemoryRecord(
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),
@@ -341,10 +350,11 @@ class DiagnosisEngine:
             summary_vec=[float(x) for x in self.embedder.embed([summary])[0]],
             root_cause="",
             fix_action="",
-            priority="P3",
+            priority=session.priority,
             dtc_codes=list(session.codes),
             prompt_version=SUMMARY_PROMPT_VERSION,
             kind=RecordKind.MILESTONE,
+            omitted=omitted,
         )
         try:
             self.store.upsert(record)

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # A case summary is read by people and injected into prompts: short by rule.
 MAX_SUMMARY_CHARS = 300
@@ -99,7 +99,8 @@ class MemoryRecord(BaseModel):
     summary_vec: list[float]
     root_cause: str
     fix_action: str
-    priority: Priority
+    # None: no priority yet (a milestone of a session that has not named one).
+    priority: Priority | None
     dtc_codes: list[str] = []
     recheck_ok: bool | None = None
     prompt_version: str
@@ -111,6 +112,10 @@ class MemoryRecord(BaseModel):
     # What the summary was written from (the summarizer's request, as JSON), kept
     # so that a new summary prompt can re-extract it; bounded.
     source: Annotated[str, Field(max_length=MAX_SOURCE_CHARS)] = ""
+    # The key facts (readings, codes, exclusions, voided conclusions) that did
+    # not fit in the 300-character summary, verbatim: a non-empty list flags the
+    # record as carrying less in its summary than its session knew.
+    omitted: list[str] = []
 
     @field_validator("concluded_at", "updated_at")
     @classmethod
@@ -127,6 +132,13 @@ class MemoryRecord(BaseModel):
         if not vec or not bool(np.isfinite(np.asarray(vec, dtype=np.float64)).all()):
             raise ValueError("summary_vec must be a non-empty list of finite floats")
         return vec
+
+    @model_validator(mode="after")
+    def _final_has_priority(self) -> MemoryRecord:
+        # A final record is a conclusion; only a milestone may not have a priority yet.
+        if self.kind is RecordKind.FINAL and self.priority is None:
+            raise ValueError("a final record needs a priority; only a milestone may have none yet")
+        return self
 
     def ref(self) -> MemoryRef:
         return MemoryRef(vin=self.vin, session_id=self.session_id)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vdoctor.records import MemoryRecord
+from vdoctor.records import MemoryRecord, RecordKind
 from vdoctor.stores import MemoryStore, SimilarQuery
 
 pytestmark = pytest.mark.contract
@@ -111,6 +111,24 @@ def test_same_session_id_text_under_two_vins_are_two_rows(store: MemoryStore) ->
     assert store.count() == 2
     same(store.get(VIN_A, "shared-session-id-123"), a)
     same(store.get(VIN_B, "shared-session-id-123"), b)
+
+
+def test_a_milestone_with_no_priority_yet_and_a_record_with_omitted_facts_round_trip(store: MemoryStore) -> None:
+    milestone = rec(
+        VIN_A,
+        session_id=f"{VIN_A}-20261101T081530-m1",
+        kind=RecordKind.MILESTONE,
+        priority=None,
+        root_cause="",
+        fix_action="",
+        summary="2026-11-02 08:20 | milestone 1 | not concluded; no priority yet; no hypothesis yet | -",
+    )
+    final = rec(VIN_A, hours=1, omitted=["pack_temp_c=41.5→44°C", "code P1A9A", "excluded: 怀疑线束松动，已排除 @T"])
+    store.upsert_many([milestone, final])
+    same(store.get(VIN_A, milestone.session_id), milestone)
+    same(store.get(VIN_A, final.session_id), final)
+    got = store.get(VIN_A, milestone.session_id)
+    assert got is not None and got.priority is None and got.kind is RecordKind.MILESTONE
 
 
 # -- own history -------------------------------------------------------------------

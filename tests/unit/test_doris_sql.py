@@ -9,6 +9,8 @@ VDOCTOR_DORIS_URL is set.
 
 from __future__ import annotations
 
+import json
+
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -30,7 +32,7 @@ AT = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
 NAIVE_AT = datetime(2026, 11, 1, 8, 15, 30)  # DATETIME columns hold UTC without a zone
 COLS = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, "
-    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source"
+    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source, omitted"
 )
 
 
@@ -95,7 +97,7 @@ def row_of(r: MemoryRecord) -> tuple[Any, ...]:
         r.vin, r.session_id, r.series, r.concluded_at.replace(tzinfo=None), r.summary,
         "[" + ", ".join(str(x) for x in r.summary_vec) + "]", r.root_cause, r.fix_action, r.priority,
         '["P0A7F"]', None if r.recheck_ok is None else int(r.recheck_ok), r.prompt_version, int(r.valid),
-        r.updated_at.replace(tzinfo=None), r.kind.value, "[]", r.source,
+        r.updated_at.replace(tzinfo=None), r.kind.value, "[]", r.source, json.dumps(r.omitted),
     )  # fmt: skip
 
 
@@ -118,12 +120,13 @@ def test_column_list_is_the_table_order() -> None:
 def test_upsert_is_a_plain_insert_with_the_vector_as_a_literal(store: SqlStore, conn: Recorder) -> None:
     store.upsert(record())
     literal = "[1.0," + ",".join(["0.0"] * (VECTOR_DIM - 1)) + "]"
-    marks = "%s, %s, %s, %s, %s, " + literal + ", %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+    marks = "%s, %s, %s, %s, %s, " + literal + ", %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
     assert conn.calls == [
         (
             f"INSERT INTO case_memory ({COLS}) VALUES ({marks})",
             [VIN, SID, "EV-A", NAIVE_AT, "2026-11-01 08:15 | P0A7F | cell_voltage_diff_mv=187",
-             "weak cell", "balance", "P2", '["P0A7F"]', None, "case-summary-v1", True, NAIVE_AT, "final", "[]", ""],
+             "weak cell", "balance", "P2", '["P0A7F"]', None, "case-summary-v1", True, NAIVE_AT, "final", "[]", "",
+             "[]"],
         )
     ]  # fmt: skip
 
@@ -135,7 +138,7 @@ def test_upsert_many_is_one_multi_row_insert(store: SqlStore, conn: Recorder) ->
     assert sql.startswith(f"INSERT INTO case_memory ({COLS}) VALUES (")
     assert sql.count("), (") == 1
     assert "[1.0,0.0," in sql and "[-1.0,0.0," in sql
-    assert params is not None and len(params) == 2 * 16  # 17 columns, the vector inline
+    assert params is not None and len(params) == 2 * 17  # 18 columns, the vector inline
 
 
 def test_similar_uses_the_ann_function_with_filters_before_top_k(store: SqlStore, conn: Recorder) -> None:

@@ -184,3 +184,37 @@ def test_a_file_from_before_the_seq_triggers_gets_them_on_open(tmp_path: Path) -
     assert _seqs(reopened) == (2, {"1": 1, "2": 2})
     assert [vin for vin, _ in hits(reopened, [0.0, 1.0])] == ["02", "01"]  # the new row is in the index
     reopened.close()
+
+
+def test_a_file_from_before_omitted_and_nullable_priority_takes_both_on_open(tmp_path: Path) -> None:
+    """A file whose priority is NOT NULL and that has no omitted column: the column is added on open,
+    and a milestone with no priority yet is stored as '' there and read back as None."""
+    import sqlite3
+
+    from vdoctor.records import RecordKind
+
+    path = str(tmp_path / "old.db")
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE case_memory (vin TEXT NOT NULL, session_id TEXT NOT NULL, series TEXT NOT NULL, "
+        "concluded_at INTEGER NOT NULL, summary TEXT NOT NULL, summary_vec BLOB NOT NULL, root_cause TEXT NOT NULL, "
+        "fix_action TEXT NOT NULL, priority TEXT NOT NULL, dtc_codes TEXT NOT NULL, recheck_ok INTEGER, "
+        "prompt_version TEXT NOT NULL, valid INTEGER NOT NULL, updated_at INTEGER NOT NULL, "
+        "PRIMARY KEY (vin, session_id))"
+    )
+    old.commit()
+    old.close()
+    store = SqliteStore(path)
+    milestone = rec(1, [1.0, 0.0], kind=RecordKind.MILESTONE, priority=None, root_cause="", fix_action="")
+    store.upsert(milestone)
+    store.upsert(rec(2, [0.0, 1.0], omitted=["code P1A9A"]))
+    got = store.get(milestone.vin, milestone.session_id)
+    assert got is not None and got.priority is None
+    assert store._conn.execute("SELECT priority FROM case_memory WHERE vin = ?", (milestone.vin,)).fetchone() == ("",)
+    other = store.get(rec(2, [0.0]).vin, "LSVAU2180N2000002-s")
+    assert other is not None and other.omitted == ["code P1A9A"]
+    store.close()
+    fresh = SqliteStore(str(tmp_path / "new.db"))  # a new file stores NULL
+    fresh.upsert(milestone)
+    assert fresh._conn.execute("SELECT priority FROM case_memory").fetchone() == (None,)
+    fresh.close()

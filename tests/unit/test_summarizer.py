@@ -286,7 +286,7 @@ def test_engine_stores_the_prompt_version_with_the_case() -> None:
     result = engine.on_event(None, DedupState(), _alert(), "{}")
     assert result.diagnoses[0].flags == []
     [record] = store.history(VIN)
-    assert record.prompt_version == SUMMARY_PROMPT_VERSION == "case-summary-v2"
+    assert record.prompt_version == SUMMARY_PROMPT_VERSION == "case-summary-v3"
     assert "P0A7F" in record.summary and "cell_voltage_diff_mv=187" in record.summary
     # The session's working memory was compressed into the case summary.
     assert result.session is not None

@@ -20,7 +20,7 @@ from vdoctor.embedders import Embedder
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
 from vdoctor.lines import MEMORY_HEADER, RecallEntry
-from vdoctor.records import MemoryRecord, MemoryRef
+from vdoctor.records import MemoryRecord, MemoryRef, RecordKind
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -130,6 +130,7 @@ def recall_entry(kind: Literal["own", "similar"], record: MemoryRecord) -> Recal
         cause=record.root_cause,
         fix=record.fix_action,
         summary=" / ".join(record.summary.splitlines()),
+        milestone=record.kind is RecordKind.MILESTONE,
     )
 
 

@@ -64,6 +64,7 @@ COLUMNS = (
     "kind",
     "merged_sessions",
     "source",
+    "omitted",
 )
 COLUMN_LIST = ", ".join(COLUMNS)
 
@@ -288,9 +289,8 @@ class SqlStore:
         return self.run(sql, params)[0]
 
     def from_row(self, row: Sequence[Any]) -> MemoryRecord:
-        (vin, sid, series, concluded, summary, vec, cause, fix, prio, codes, ok, pv, valid, upd, kind, merged, src) = (
-            row[:17]
-        )
+        vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
+        ok, pv, valid, upd, kind, merged, src, om = row[10:18]
         return MemoryRecord(
             vin=vin,
             session_id=sid,
@@ -309,6 +309,7 @@ class SqlStore:
             kind=kind,
             merged_sessions=json.loads(merged),
             source=src or "",
+            omitted=json.loads(om or "[]"),
         )
 
     def to_params(self, r: MemoryRecord) -> list[object]:
@@ -330,6 +331,7 @@ class SqlStore:
             r.kind.value,
             json.dumps(r.merged_sessions),
             r.source,
+            json.dumps(r.omitted),
         ]
 
     def _select(self, where: str, params: Sequence[object], tail: str = "") -> list[MemoryRecord]:

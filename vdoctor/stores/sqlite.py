@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS case_memory (
     summary_vec BLOB NOT NULL,
     root_cause TEXT NOT NULL,
     fix_action TEXT NOT NULL,
-    priority TEXT NOT NULL,
+    priority TEXT,
     dtc_codes TEXT NOT NULL,
     recheck_ok INTEGER,
     prompt_version TEXT NOT NULL,
@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS case_memory (
     kind TEXT NOT NULL DEFAULT 'final',
     merged_sessions TEXT NOT NULL DEFAULT '[]',
     source TEXT NOT NULL DEFAULT '',
+    omitted TEXT NOT NULL DEFAULT '[]',
     seq INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (vin, session_id)
 );
@@ -66,7 +67,11 @@ _MIGRATE_COLUMNS = {
     "kind": "ALTER TABLE case_memory ADD COLUMN kind TEXT NOT NULL DEFAULT 'final'",
     "merged_sessions": "ALTER TABLE case_memory ADD COLUMN merged_sessions TEXT NOT NULL DEFAULT '[]'",
     "source": "ALTER TABLE case_memory ADD COLUMN source TEXT NOT NULL DEFAULT ''",
+    "omitted": "ALTER TABLE case_memory ADD COLUMN omitted TEXT NOT NULL DEFAULT '[]'",
 }
+# A milestone may have no priority yet: NULL. Files made before that have
+# priority NOT NULL, which SQLite cannot relax in place; there '' stands for it.
+_LEGACY_NO_PRIORITY = ""
 _SEQ_INDEX = "CREATE INDEX IF NOT EXISTS idx_seq ON case_memory (seq)"
 # Every statement that changes a row stamps it with the next change seq, and
 # the trigger moves vd_meta's seq along, in the statement's own transaction:
@@ -80,7 +85,7 @@ _SEQ_TRIGGERS = [
 
 _COLUMNS = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, "
-    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source"
+    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source, omitted"
 )
 _FIELDS = [c.strip() for c in _COLUMNS.split(",")]
 # Upsert in place (keeps the rowid, which names the row in the vector index).
@@ -105,7 +110,7 @@ def _from_epoch(value: int) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
-def _to_row(r: MemoryRecord) -> tuple[object, ...]:
+def _to_row(r: MemoryRecord, no_priority: str | None = None) -> tuple[object, ...]:
     return (
         r.vin,
         r.session_id,
@@ -115,7 +120,7 @@ def _to_row(r: MemoryRecord) -> tuple[object, ...]:
         np.asarray(r.summary_vec, dtype=np.float32).tobytes(),
         r.root_cause,
         r.fix_action,
-        r.priority,
+        no_priority if r.priority is None else r.priority,
         json.dumps(r.dtc_codes),
         None if r.recheck_ok is None else int(r.recheck_ok),
         r.prompt_version,
@@ -124,11 +129,13 @@ def _to_row(r: MemoryRecord) -> tuple[object, ...]:
         r.kind.value,
         json.dumps(r.merged_sessions),
         r.source,
+        json.dumps(r.omitted),
     )
 
 
 def _from_row(row: tuple[object, ...]) -> MemoryRecord:
-    (vin, sid, series, concluded, summary, vec, cause, fix, prio, codes, ok, pv, valid, upd, kind, merged, src) = row
+    vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
+    ok, pv, valid, upd, kind, merged, src, om = row[10:18]
     return MemoryRecord(
         vin=str(vin),
         session_id=str(sid),
@@ -138,7 +145,7 @@ def _from_row(row: tuple[object, ...]) -> MemoryRecord:
         summary_vec=np.frombuffer(vec, dtype=np.float32).tolist(),  # type: ignore[call-overload]
         root_cause=str(cause),
         fix_action=str(fix),
-        priority=prio,
+        priority=prio or None,
         dtc_codes=json.loads(str(codes)),
         recheck_ok=None if ok is None else bool(ok),
         prompt_version=str(pv),
@@ -147,6 +154,7 @@ def _from_row(row: tuple[object, ...]) -> MemoryRecord:
         kind=str(kind),
         merged_sessions=json.loads(str(merged)),
         source=str(src),
+        omitted=json.loads(str(om)),
     )
 
 
@@ -168,7 +176,10 @@ class SqliteStore:
             if path != ":memory:":
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.executescript(_SCHEMA)
-            columns = {row[1] for row in self._conn.execute("PRAGMA table_info(case_memory)")}
+            info = list(self._conn.execute("PRAGMA table_info(case_memory)"))
+            columns = {row[1] for row in info}
+            # How this file writes "no priority yet": NULL, or '' in a file whose column predates it.
+            self._no_priority = _LEGACY_NO_PRIORITY if any(r[1] == "priority" and r[3] for r in info) else None
             if "seq" not in columns:
                 self._conn.execute(_MIGRATE_SEQ)
             for column, statement in _MIGRATE_COLUMNS.items():
@@ -249,7 +260,7 @@ class SqliteStore:
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         if records:
-            self._write(_UPSERT, [_to_row(r) for r in records])
+            self._write(_UPSERT, [_to_row(r, self._no_priority) for r in records])
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         rows = self._query(f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND session_id = ?", (vin, session_id))
