@@ -190,6 +190,24 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check_summary(args: argparse.Namespace) -> int:
+    """Exit 0: faithful; 1: findings; 2 (from main): no such record, or no source to check against."""
+    from vdoctor.memory.check import check_stored, report_dict
+
+    summary = sys.stdin.read() if args.summary == "-" else args.summary
+    store = open_store(_settings(args).memory.url)
+    try:
+        record, report = check_stored(store, args.vin, args.session_id, summary)
+    finally:
+        store.close()
+    out = report_dict(record, report)
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        print(f"{record.session_id}: {'faithful' if report.ok else 'NOT faithful'} ({report.describe()})")
+    return 0 if report.ok else 1
+
+
 def _cmd_forget(args: argparse.Namespace) -> int:
     store = open_store(_settings(args).memory.url)
     try:
@@ -403,6 +421,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     rec.add_argument("--json", action="store_true")
     rec.add_argument("--memory")
     rec.set_defaults(func=_cmd_recall)
+
+    check = memory.add_parser(
+        "check-summary", help="check a summary text against a record's stored source (exit 0 faithful, 1 findings)"
+    )
+    check.add_argument("--vin", required=True)
+    check.add_argument("--session-id", required=True, help="the session (or a session merged into the record)")
+    check.add_argument("--summary", required=True, help="the summary text to check; - reads it from stdin")
+    check.add_argument("--json", action="store_true")
+    check.add_argument("--memory")
+    check.set_defaults(func=_cmd_check_summary)
 
     forget = memory.add_parser("forget", help="soft-delete a vehicle's records (scrapped or transferred)")
     forget.add_argument("--vin", required=True)

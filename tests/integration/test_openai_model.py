@@ -320,3 +320,21 @@ def test_worker_threads_share_a_few_http_clients(server: ModelServer, sleeps: li
     assert len(used) == 3 * CLIENTS and server.stats["ok"] == 3 * CLIENTS
     assert len({id(c) for c in used.values()}) == CLIENTS  # bounded, and every client in use
     model.close()
+
+
+def test_the_model_summarizer_over_http_writes_a_case_summary_the_check_accepts(
+    server: ModelServer, sleeps: list[float]
+) -> None:
+    """A pipeline check: the server's summary writer is no language model, but the request, the prompt,
+    the real client and the check are the ones a hosted model would meet."""
+    from tests.unit.test_case_fidelity import wide_session
+    from vdoctor.memory.summary import summarize_case
+
+    session = wide_session(2)
+    summarizer = ModelSummarizer(make_model(server.base_url, sleeps))
+    case = summarize_case(session, load_pack(), summarizer)
+    assert case.report.ok and case.attempts == 1, case.report.describe()
+    assert case.text != summarize_case(wide_session(2), load_pack()).text  # not the offline summarizer's layout
+    assert "readings: cell_voltage_diff_mv=87→187mV" in case.text
+    assert "excluded: 怀疑线束松动，已排除" in case.text and "void: 初判线束腐蚀的结论已作废" in case.text
+    assert server.stats["ok"] == 1
