@@ -237,9 +237,11 @@ def test_parts_give_way_in_the_documented_order_and_the_confirmation_never_does(
     assert case.report.ok and (case.report.readings_stated, case.report.readings_omitted) == (2, 6)
 
     long = wide_session(0)
+    excluded = "怀疑电池包冷却板堵塞导致温差，冷却液流量与压差测试均正常，已排除" * 2
+    void = "第二次判断为均衡电路故障的结论已作废，均衡电流测量正常" * 2
     long.working.key_facts += [
-        KeyFact.parse("excluded: " + "怀疑电池包冷却板堵塞导致温差，冷却液流量与压差测试均正常，已排除" * 2 + " @2026-11-01T09:40:00Z"),
-        KeyFact.parse("void: " + "第二次判断为均衡电路故障的结论已作废，均衡电流测量正常" * 2 + " @2026-11-01T09:50:00Z"),
+        KeyFact.parse(f"excluded: {excluded} @2026-11-01T09:40:00Z"),
+        KeyFact.parse(f"void: {void} @2026-11-01T09:50:00Z"),
     ]
     case = summarize_case(long, load_pack())
     # Then exclusions (the latest first), then void conclusions (the latest first).
