@@ -5,7 +5,8 @@ Each format has one ``render`` and one ``parse`` here, and nowhere else:
 - ``KeyFact``: a never-compressed fact of the working context
   (``code P0A7F: <definition>``, ``reading cell_voltage_diff_mv=187 @<ts>``,
   ``decision: ... @<ts>``, ``void: ... @<ts>``, ``excluded: ... @<ts>``,
-  ``id WO-20931``, ``evidence signal://...``);
+  ``id WO-20931``, ``id X12``, ``id cell 37``, ``count 96 sense lines``,
+  ``trend cell_voltage_diff_mv: 62 88 121 150 187``, ``evidence signal://...``);
 - ``SummaryLine``: one event of a summary, ``time | event | conclusion | evidence URI``;
 - ``ReadingSpan`` and ``ReadingsLine``: every signal's first, lowest, highest and
   latest reading with its unit, compactly (``readings: cell_voltage_diff_mv=87→187mV``);
@@ -70,6 +71,8 @@ class FactKind(StrEnum):
     EXCLUDED = "excluded"
     ID = "id"
     EVIDENCE = "evidence"
+    COUNT = "count"
+    TREND = "trend"
 
 
 # Kinds rendered as ``kind: text @time``: a clause of the session's reasoning.
@@ -119,12 +122,22 @@ class KeyFact:
 
     def reading(self) -> tuple[str, float] | None:
         """(group, value) of a reading: the signal name, or the unit of a reading from free text."""
+        found = self.reading_text()
+        return (found[0], float(found[1])) if found else None
+
+    def reading_text(self) -> tuple[str, str] | None:
+        """(group, value as written) of a reading."""
         if self.kind is not FactKind.READING:
             return None
         m = _READING_TEXT_RE.match(self.text)
         if m is None:
             return None
-        return m.group(1) or m.group(3), float(m.group(2))
+        return m.group(1) or m.group(3), m.group(2)
+
+    @classmethod
+    def trend(cls, group: str, values: list[str]) -> KeyFact:
+        """A signal's (or a unit's) readings in time order: ``trend cell_voltage_diff_mv: 62 88 121``."""
+        return cls(FactKind.TREND, f"{group}: {' '.join(values)}")
 
     @staticmethod
     def parse(line: str) -> KeyFact:

@@ -10,7 +10,6 @@ VDOCTOR_DORIS_URL is set.
 from __future__ import annotations
 
 import json
-
 import math
 from datetime import UTC, datetime
 from typing import Any

@@ -12,7 +12,7 @@ from vdoctor.lines import KeyFact
 from vdoctor.memory.fidelity import check_summary
 from vdoctor.memory.session import Conclusion, Reading, SessionState, TimelineEntry
 from vdoctor.memory.summary import summarize_case
-from vdoctor.records import MAX_SUMMARY_CHARS, Phase
+from vdoctor.records import Phase
 
 pytestmark = pytest.mark.unit
 
