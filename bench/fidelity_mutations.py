@@ -9,7 +9,10 @@ written from, and check
   real ``openai`` client over HTTP against the local model server, whose
   summary writer lays a summary out its own way (``vdoctor/devtools/summary_writer.py``);
 
-unmutated (a rejection is a false alarm), and broken one way per kind by
+unmutated and rewritten without changing what they say (lines reordered,
+the session's own cause stated, ``conf`` written ``confidence``, an alert
+line dropped whose codes and readings are stated elsewhere): a rejection of
+any of these is a false alarm; and broken one way per kind by
 ``vdoctor/evaluation/mutations.py`` (a mutation counts as caught when the
 check reports a missing, invented or contradicted fact; a rejection for
 length alone does not count). A kind a summary has nothing to break for
@@ -38,7 +41,7 @@ from case_replay import REPO_ROOT, fleet_files, replay_cases
 from pydantic import SecretStr
 
 from vdoctor.devtools.model_server import ModelServer
-from vdoctor.evaluation.mutations import KINDS, mutate
+from vdoctor.evaluation.mutations import BENIGN_KINDS, KINDS, mutate, rewrite
 from vdoctor.memory.fidelity import FidelityReport, check_request
 from vdoctor.memory.request import SummaryRequest, request_from_json
 from vdoctor.memory.summarizer import ModelSummarizer
@@ -57,6 +60,9 @@ def caught(report: FidelityReport) -> bool:
 class Tally:
     summaries: int = 0
     false_alarms: int = 0
+    # Meaning-preserving rewrites checked, and rejected (false alarms too).
+    rewrites: int = 0
+    rewrite_alarms: int = 0
     stating_cause: int = 0
     applicable: Counter[str] = field(default_factory=Counter)
     caught: Counter[str] = field(default_factory=Counter)
@@ -74,6 +80,14 @@ def run(cases: list[tuple[str, SummaryRequest]], causes: list[str], seed: int) -
             t.false_alarms += 1
             t.examples.append(f"false alarm: {report.describe()[:160]}")
             continue  # not a faithful summary to break
+        for kind in BENIGN_KINDS:
+            r = rewrite(text, request, kind, random.Random(f"{seed}:{i}:{kind}"))
+            if r is None:
+                continue
+            t.rewrites += 1
+            if not check_request(r.text, request).ok:
+                t.rewrite_alarms += 1
+                t.examples.append(f"false alarm on {kind}: {check_request(r.text, request).describe()[:120]}")
         for kind in KINDS:
             m = mutate(text, request, kind, random.Random(f"{seed}:{i}:{kind}"), causes)
             if m is None:
@@ -102,6 +116,10 @@ def _print(name: str, tallies: dict[str, Tally]) -> None:
     row = f"{'false alarms':<18}"
     for t in tallies.values():
         row += f"{f'{t.false_alarms}/{t.summaries} ({100 * t.false_alarms / max(1, t.summaries):.1f}%)':>26}"
+    print(row)
+    row = f"{'false al. rewrites':<18}"
+    for t in tallies.values():
+        row += f"{f'{t.rewrite_alarms}/{t.rewrites} ({100 * t.rewrite_alarms / max(1, t.rewrites):.1f}%)':>26}"
     print(row)
     print(f"{'stating a cause':<18}" + "".join(f"{f'{t.stating_cause}/{t.summaries}':>26}" for t in tallies.values()))
     for s, t in tallies.items():
@@ -137,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             tallies = {"offline": run(offline, causes, args.seed), "model over HTTP": run(over_http, causes, args.seed)}
             _print(f"{name}: {len(records)} case summaries ({time.monotonic() - started:.0f} s)", tallies)
             for t in tallies.values():
-                worst_alarm = max(worst_alarm, t.false_alarms / max(1, t.summaries))
+                alarms = (t.false_alarms / max(1, t.summaries), t.rewrite_alarms / max(1, t.rewrites))
+                worst_alarm = max(worst_alarm, *alarms)
                 rates = [t.caught[k] / t.applicable[k] for k in KINDS if t.applicable[k]]
                 worst_catch = min([worst_catch, *rates])
         client.close()

@@ -50,14 +50,18 @@ def _roles(values: list[float]) -> dict[str, str]:
     }
 
 
-def _stated_roles(text: str, name: str) -> list[dict[str, str]]:
-    """Every statement of ``name`` in ``text`` with its unit, as roles (the bench's own reading of the format)."""
+def _stated_roles(text: str, name: str, any_unit: bool = False) -> list[dict[str, str]]:
+    """Every statement of ``name`` in ``text`` with its unit, as roles (the bench's own reading of the format).
+
+    ``any_unit``: also count a statement with no unit or another one (for summaries written before
+    units were shown).
+    """
     unit = unit_of(name) or ""
     out = []
     pattern = rf"(?<![A-Za-z0-9_]){re.escape(name)}=({_NUM})(?:→({_NUM}))?(?:↓({_NUM}))?(?:↑({_NUM}))?(\S*)"
     for m in re.finditer(pattern, text):
         first, latest, low, high, rest = m.groups()
-        if rest != unit and not (unit == "" and not re.match(r"[A-Za-z0-9]", rest or "")):
+        if not any_unit and rest != unit and not (unit == "" and not re.match(r"[A-Za-z0-9]", rest or "")):
             continue  # another unit, or no unit where the signal has one
         latest = latest or first
         lo, hi = sorted((first, latest), key=float)
@@ -80,25 +84,25 @@ class Counts:
     flagged: int = 0
 
 
-def count(run: CaseReplay, missing_examples: list[str]) -> tuple[Counts, list[int]]:
+def count(run: CaseReplay, missing_examples: list[str], any_unit: bool = False) -> tuple[Counts, list[int]]:
     c = Counts()
     lengths: list[int] = []
     for sid, record in run.cases.items():
         c.sessions += 1
         alerts = run.alerts.get(sid, [])
         summary = record.summary if record else ""
-        omitted = "\n".join(record.omitted) if record else ""
+        omitted = "\n".join(getattr(record, "omitted", [])) if record else ""  # (records before issue 14 have none)
         if record is not None:
             c.records += 1
             lengths.append(len(summary))
-            c.flagged += bool(record.omitted)
+            c.flagged += bool(getattr(record, "omitted", []))
         series: dict[str, list[float]] = {}
         for alert in alerts:
             for name, value in alert.signals.items():
                 series.setdefault(name, []).append(value)
         for name, values in series.items():
             roles = _roles(values)
-            in_summary, in_omitted = _stated_roles(summary, name), _stated_roles(omitted, name)
+            in_summary, in_omitted = _stated_roles(summary, name, any_unit), _stated_roles(omitted, name, any_unit)
             for value in dict.fromkeys(roles.values()):
                 mine = {r for r, v in roles.items() if v == value}
                 c.readings += 1
@@ -125,13 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--files", nargs="+", default=["demo", "gen-demo-other", "wide-2"])
     p.add_argument("--work", type=Path, default=REPO_ROOT / "out" / "bench" / "fleets")
+    p.add_argument("--any-unit", action="store_true", help="count a reading stated without its unit too")
     args = p.parse_args(argv)
     print(f"{'file':<16} {'concluded':>9} {'records':>7} {'readings':>8} {'stated':>7} {'omitted':>7} {'missing':>7} "
           f"{'codes':>6} {'stated':>6} {'omitted':>7} {'missing':>7} {'flagged':>7} {'chars p50/max':>13}")  # fmt: skip
     for name, path in zip(args.files, fleet_files(args.work, args.files), strict=True):
         run = replay_cases(path)
         examples: list[str] = []
-        c, lengths = count(run, examples)
+        c, lengths = count(run, examples, args.any_unit)
         chars = f"{statistics.median(lengths):.0f}/{max(lengths)}" if lengths else "-"
         print(
             f"{name:<16} {c.sessions:>9} {c.records:>7} {c.readings:>8} {c.readings_stated:>7} {c.readings_omitted:>7} "

@@ -158,10 +158,12 @@ def _cmd_history(args: argparse.Namespace) -> int:
     for r in records:
         recheck = {True: "ok", False: "failed", None: "pending"}[r.recheck_ok]
         state = "valid" if r.valid else "deleted"
+        omitted = f"\n  omitted from the summary: {'; '.join(r.omitted)}" if r.omitted else ""
         print(
-            f"{r.session_id}  {r.concluded_at:%Y-%m-%d %H:%M}  {r.priority}  recheck {recheck}  {state}  "
-            f"{','.join(r.dtc_codes)}\n  cause: {r.root_cause}\n  fix:   {r.fix_action}\n  "
+            f"{r.session_id}  {r.concluded_at:%Y-%m-%d %H:%M}  {r.priority or 'no priority yet'}  recheck {recheck}  "
+            f"{state}  {r.kind.value}  {','.join(r.dtc_codes)}\n  cause: {r.root_cause}\n  fix:   {r.fix_action}\n  "
             + r.summary.replace("\n", "\n  ")
+            + omitted
         )
     return 0
 

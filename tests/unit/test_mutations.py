@@ -50,3 +50,20 @@ def test_a_kind_with_nothing_to_break_is_not_applicable() -> None:
     assert mutate("no numbers here", bare, "digit", random.Random(0), OTHER_CAUSES) is None
     with pytest.raises(ValueError, match="unknown mutation kind"):
         mutate(GOOD, bare, "typo", random.Random(0), OTHER_CAUSES)
+
+
+@pytest.mark.parametrize("kind", ["reorder_lines", "true_cause_stated", "wordier_confidence"])
+def test_rewrites_that_keep_the_meaning_pass(kind: str) -> None:
+    from vdoctor.evaluation.mutations import rewrite
+
+    r = rewrite(GOOD, request(), kind, random.Random(0))
+    assert r is not None and r.text != GOOD
+    assert check_request(r.text, request()).ok, check_request(r.text, request()).describe()
+
+
+def test_an_alert_line_whose_facts_are_stated_elsewhere_may_go() -> None:
+    from vdoctor.evaluation.mutations import rewrite
+
+    opening = "2026-11-01 08:15 | alert P0A7F cell_voltage_diff_mv=87 pack_temp_c=41.5 | investigating | dtc://P0A7F"
+    r = rewrite(f"{opening}\n{GOOD}", request(), "opening_line_dropped", random.Random(0))
+    assert r is not None and r.text == GOOD and check_request(f"{opening}\n{GOOD}", request()).ok

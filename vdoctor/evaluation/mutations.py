@@ -241,3 +241,41 @@ def mutate(
     if kind == "code_added":
         return _code_added(summary, request, rng)
     raise ValueError(f"unknown mutation kind {kind!r}; valid: {', '.join(KINDS)}")
+
+
+# -- rewrites that keep the meaning: the check must accept them (false-alarm controls) ----------
+
+BENIGN_KINDS = ("reorder_lines", "true_cause_stated", "wordier_confidence", "opening_line_dropped")
+
+
+def rewrite(summary: str, request: SummaryRequest, kind: str, rng: random.Random) -> Mutation | None:
+    """``summary`` rewritten without changing what it says; None when the rewrite does not apply.
+
+    - ``reorder_lines``: the lines in another order;
+    - ``true_cause_stated``: the session's own root cause added as ``cause: ...`` (when it fits);
+    - ``wordier_confidence``: ``conf 0.80`` written ``confidence 0.80``;
+    - ``opening_line_dropped``: an alert line dropped whose codes and readings the summary states elsewhere.
+    """
+    lines = summary.splitlines()
+    if kind == "reorder_lines":
+        if len(lines) < 2:
+            return None
+        shuffled = lines[:]
+        while shuffled == lines:
+            rng.shuffle(shuffled)
+        return Mutation(kind, "\n".join(shuffled), "lines reordered")
+    if kind == "true_cause_stated":
+        cause = request.decision.root_cause if request.decision else ""
+        text = f"{summary}\ncause: {cause}"
+        return Mutation(kind, text, "own cause stated") if cause and len(text) <= request.max_chars else None
+    if kind == "wordier_confidence":
+        text = re.sub(r"\bconf (\d\.\d+)", r"confidence \1", summary, count=1)
+        fits = text != summary and len(text) <= request.max_chars
+        return Mutation(kind, text, "conf -> confidence") if fits else None
+    if kind == "opening_line_dropped":
+        alerts = [i for i, line in enumerate(lines) if re.search(r"\| alert\b", line)]
+        if not alerts:
+            return None
+        del lines[alerts[0]]
+        return Mutation(kind, "\n".join(lines), "alert line dropped")
+    raise ValueError(f"unknown rewrite kind {kind!r}; valid: {', '.join(BENIGN_KINDS)}")
