@@ -29,11 +29,14 @@ not lost.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.lines import (
+    NUM,
     READINGS_PREFIX,
     Confirmation,
     FactKind,
@@ -68,6 +71,7 @@ __all__ = [
     "milestone_summary",
     "render_source",
     "summarize_case",
+    "upgrade_case_request",
 ]
 
 GIVE_WAY = (
@@ -171,15 +175,29 @@ def milestone_summary(session: SessionState, number: int, at: datetime) -> tuple
 
 @dataclass
 class _Plan:
-    """What the case summary carries: the parts that give way are removed from here, in GIVE_WAY order."""
+    """What the case summary carries: parts give way from here in GIVE_WAY order until it fits."""
 
+    final: SummaryLine  # the concluding line, before "(also <codes seen but not concluded>)"
     opening: SummaryLine | None
     spans: list[ReadingSpan]
     other_codes: list[str]
-    clauses: list[tuple[str, str, str]]
+    clauses: list[tuple[str, str, str]]  # (excluded | void, text, time)
     omitted: list[str] = field(default_factory=list)
 
-    def give_way_order(self, confirming: str | None, named: set[str]) -> list[tuple[str, object]]:
+    def events(self) -> list[SummaryLine]:
+        also = f" (also {' '.join(self.other_codes)})" if self.other_codes else ""
+        final = SummaryLine(self.final.ts, self.final.event + also, self.final.conclusion, self.final.evidence)
+        clauses = [SummaryLine(short_time(when), kind, text, "-") for kind, text, when in self.clauses]
+        return [*([self.opening] if self.opening else []), *clauses, final]
+
+    def length(self) -> int:
+        lines = [e.render() for e in self.events()]
+        if self.spans:
+            lines.append(READINGS_PREFIX + " ".join(s.render() for s in self.spans))
+        return len("\n".join(lines))
+
+    def fit(self, confirming: str | None, named: set[str]) -> None:
+        """Let parts give way, in GIVE_WAY order, until the summary fits."""
         order: list[tuple[str, object]] = [("opening", self.opening)] if self.opening else []
         for rule_named in (False, True):
             order += [
@@ -188,9 +206,12 @@ class _Plan:
         order += [("code", c) for c in reversed(self.other_codes)]
         for kind in ("excluded", "void"):
             order += [("clause", c) for c in reversed(self.clauses) if c[0] == kind]
-        return order
+        for kind, part in order:
+            if self.length() <= MAX_SUMMARY_CHARS:
+                return
+            self._drop(kind, part)
 
-    def drop(self, kind: str, part: object) -> None:
+    def _drop(self, kind: str, part: object) -> None:
         if kind == "opening":
             self.opening = None
         elif kind == "span" and isinstance(part, ReadingSpan):
@@ -204,27 +225,32 @@ class _Plan:
             self.omitted.append(KeyFact(FactKind(part[0]), part[1], at=part[2]).render())
 
 
-def _final_line(session: SessionState, plan: _Plan, phrase: str, evidence: str) -> SummaryLine:
-    c = session.conclusion
-    if c is None:
-        raise ValueError("only a CONCLUDED session is summarised; this one has no conclusion")
-    also = f" (also {' '.join(plan.other_codes)})" if plan.other_codes else ""
-    conclusion = f"{c.priority} conf {c.confidence:.2f}" + (f"; {phrase}" if phrase else "")
-    return SummaryLine(
-        summary_time(session.last_event_at), f"concluded {' '.join(c.codes)}{also}", conclusion, evidence
+def _request(plan: _Plan, decision: CaseDecision, source: str, named: set[str]) -> SummaryRequest:
+    """The case request of a plan, fitted to 300 characters (see GIVE_WAY)."""
+    confirmed = Confirmation.find(decision.confirmation)
+    plan.fit(confirmed.signal if confirmed else None, named)
+    events = plan.events()
+    required = [
+        *decision.codes,
+        *plan.other_codes,
+        *([decision.confirmation] if decision.confirmation else []),
+        decision.priority,
+        decision.confidence,
+        *(text for _, text, _ in plan.clauses),
+        *([decision.evidence] if decision.evidence else []),
+    ]
+    opening = 1 if plan.opening else 0
+    return SummaryRequest(
+        kind="case",
+        source=source,
+        required=list(dict.fromkeys(required)),
+        events=events,
+        max_chars=MAX_SUMMARY_CHARS,
+        keep_first=(len(events) - 1, *range(opening, len(events) - 1), *range(opening)),
+        readings=[s.render() for s in plan.spans],
+        omitted=plan.omitted,
+        decision=decision,
     )
-
-
-def _events(session: SessionState, plan: _Plan, phrase: str, evidence: str) -> list[SummaryLine]:
-    clauses = [SummaryLine(short_time(when), kind, text, "-") for kind, text, when in plan.clauses]
-    return [*([plan.opening] if plan.opening else []), *clauses, _final_line(session, plan, phrase, evidence)]
-
-
-def _length(events: list[SummaryLine], spans: list[ReadingSpan]) -> int:
-    lines = [e.render() for e in events]
-    if spans:
-        lines.append(READINGS_PREFIX + " ".join(s.render() for s in spans))
-    return len("\n".join(lines))
 
 
 def summarize_case(
@@ -234,76 +260,111 @@ def summarize_case(
     metrics: FidelityMetrics | None = None,
 ) -> CaseSummary:
     """Summarise a concluded session with ``summarizer`` and check the summary's fidelity."""
-    conclusion = session.conclusion
-    if conclusion is None:
+    c = session.conclusion
+    if c is None:
         raise ValueError("only a CONCLUDED session is summarised; this one has no conclusion")
-    confirmed = confirmation(conclusion, session, pack)
+    confirmed = confirmation(c, session, pack)
     phrase = confirmed.render() if confirmed else ""
-    evidence = next((u for u in conclusion.evidence if u.startswith("signal://")), "")
-    evidence = evidence or (f"dtc://{conclusion.codes[0]}" if conclusion.codes else "")
-    conf = f"{conclusion.confidence:.2f}"
+    evidence = next((u for u in c.evidence if u.startswith("signal://")), "")
+    evidence = evidence or (f"dtc://{c.codes[0]}" if c.codes else "")
+    conf = f"{c.confidence:.2f}"
     kept = _kept_facts(session)
     spans = session.spans()
+    final = SummaryLine(
+        summary_time(session.last_event_at),
+        f"concluded {' '.join(c.codes)}",
+        f"{c.priority} conf {conf}" + (f"; {phrase}" if phrase else ""),
+        evidence,
+    )
+    other_codes = [code for code in session.codes if code not in c.codes]
     plan = _Plan(
+        final=final,
         opening=session.timeline[0].line() if len(session.timeline) > 1 else None,
         spans=list(spans),
-        other_codes=[c for c in session.codes if c not in conclusion.codes],
+        other_codes=list(other_codes),
         clauses=list(kept),
     )
     if session.signals_untracked:
         plan.omitted.append(f"{session.signals_untracked} readings of signals beyond the tracked ones")
-    named = {e.confirm.signal for c in session.codes if (e := pack.get(c)) and e.confirm and e.confirm.signal}
-    for kind, part in plan.give_way_order(confirmed.signal if confirmed else None, named):
-        if _length(_events(session, plan, phrase, evidence), plan.spans) <= MAX_SUMMARY_CHARS:
-            break
-        plan.drop(kind, part)
-    events = _events(session, plan, phrase, evidence)
-    required = [
-        *conclusion.codes,
-        *plan.other_codes,
-        *([phrase] if phrase else []),
-        conclusion.priority,
-        conf,
-        *(text for _, text, _ in plan.clauses),
-        *([evidence] if evidence else []),
-    ]
-    opening = 1 if plan.opening else 0
-    keep_first = (len(events) - 1, *range(opening, len(events) - 1), *range(opening))
-    rules = [f"rule {c}: {e.confirm.describe()}" for c in conclusion.codes if (e := pack.get(c)) and e.confirm]
-    definitions = [KeyFact.code(c, e.definition_en).render() for c in session.codes if (e := pack.get(c))]
-    source = "\n".join([render_source(session), *definitions, *rules])
+    named = {e.confirm.signal for code in session.codes if (e := pack.get(code)) and e.confirm and e.confirm.signal}
+    rules = [f"rule {code}: {e.confirm.describe()}" for code in c.codes if (e := pack.get(code)) and e.confirm]
+    definitions = [KeyFact.code(code, e.definition_en).render() for code in session.codes if (e := pack.get(code))]
     decision = CaseDecision(
-        root_cause=conclusion.root_cause,
-        fix_action=conclusion.fix_action,
-        priority=conclusion.priority,
+        root_cause=c.root_cause,
+        fix_action=c.fix_action,
+        priority=c.priority,
         confidence=conf,
-        codes=list(conclusion.codes),
-        other_codes=[c for c in session.codes if c not in conclusion.codes],
+        codes=list(c.codes),
+        other_codes=other_codes,
         confirmation=phrase,
         evidence=evidence,
         void=[text for kind, text, _ in kept if kind == FactKind.VOID.value],
         excluded=[text for kind, text, _ in kept if kind == FactKind.EXCLUDED.value],
         spans=[s.render() for s in spans],
     )
-    request = SummaryRequest(
-        kind="case",
-        source=source,
-        required=list(dict.fromkeys(required)),
-        events=events,
-        max_chars=MAX_SUMMARY_CHARS,
-        keep_first=keep_first,
-        readings=[s.render() for s in plan.spans],
-        omitted=plan.omitted,
-        decision=decision,
-    )
+    request = _request(plan, decision, "\n".join([render_source(session), *definitions, *rules]), named)
     checked = summarize_checked(summarizer or OfflineSummarizer(), request, metrics)
     return CaseSummary(
         text=checked.text,
         required=request.required,
-        source=source,
+        source=request.source,
         report=checked.report,
         attempts=checked.attempts,
         repaired=checked.repaired,
         request=request,
         omitted=plan.omitted,
     )
+
+
+# -- requests stored before readings and decisions were kept -----------------------------------
+
+_SOURCE_READING_RE = re.compile(rf"^reading ([a-z][a-z0-9_]*)=({NUM}) @(\S+)", re.M)
+_SOURCE_RULE_RE = re.compile(r"^rule [A-Z0-9]+: ([a-z][a-z0-9_]*)(?:>=|<=)", re.M)
+
+
+def upgrade_case_request(old: SummaryRequest) -> SummaryRequest:
+    """A case request stored before readings and decision records were kept, rebuilt from its source.
+
+    The spans come from the source's reading lines (the session's readings as
+    they were stored, at most 256), the decision from its conclusion record,
+    exclusions and void conclusions from its event lines; then parts give way
+    as for a new case. Used by re-extraction, so older records gain every
+    reading when they are rewritten.
+    """
+    if old.kind != "case" or old.decision is not None or not old.events:
+        return old
+    conclusion = next(
+        (json.loads(line) for line in reversed(old.source.splitlines()) if line.startswith('{"root_cause"')), None
+    )
+    if not isinstance(conclusion, dict):
+        return old
+    series: dict[str, list[tuple[str, float]]] = {}
+    for name, value, at in _SOURCE_READING_RE.findall(old.source):
+        series.setdefault(name, []).append((at, float(value)))
+    spans = [ReadingSpan.of(name, [v for _, v in sorted(points)]) for name, points in series.items()]
+    final, *rest = [*old.events[-1:], *old.events[:-1]]
+    codes = [str(code) for code in conclusion.get("codes", [])]
+    seen = [code for e in old.events if e.event.startswith("alert") for code in e.event.split()[1:] if "=" not in code]
+    other_codes = [code for code in dict.fromkeys(seen) if code not in codes]
+    clauses = [(e.event, e.conclusion, e.ts) for e in rest if e.event in ("excluded", "void")]
+    opening = next((e for e in rest if e.event.startswith("alert")), None)
+    confirmed = Confirmation.find(final.conclusion)
+    conf = f"{float(conclusion.get('confidence', 0)):.2f}"
+    decision = CaseDecision(
+        root_cause=str(conclusion.get("root_cause", "")),
+        fix_action=str(conclusion.get("fix_action", "")),
+        priority=str(conclusion.get("priority", "")),
+        confidence=conf,
+        codes=codes,
+        other_codes=other_codes,
+        confirmation=confirmed.render() if confirmed else "",
+        evidence=final.evidence if final.evidence != "-" else "",
+        void=[text for kind, text, _ in clauses if kind == "void"],
+        excluded=[text for kind, text, _ in clauses if kind == "excluded"],
+        spans=[s.render() for s in spans],
+    )
+    plan = _Plan(final=final, opening=opening, spans=spans, other_codes=other_codes, clauses=clauses)
+    source = old.source
+    if spans:  # the readings line the summary now states, so the source holds it as written
+        source += "\n" + READINGS_PREFIX + " ".join(s.render() for s in spans)
+    return _request(plan, decision, source, set(_SOURCE_RULE_RE.findall(old.source)))
