@@ -230,13 +230,16 @@ def conclusion_text(concluded: bool, priority: str | None, confidence: float, wi
     return f"investigating conf {confidence:.2f}" if with_confidence else "investigating"
 
 
-def milestone_conclusion(priority: str | None, hypothesis: str | None, confidence: float | None) -> str:
+def milestone_conclusion(
+    priority: str | None, hypothesis: str | None, suspected: list[str], confidence: float | None
+) -> str:
     """The conclusion part of a milestone's line: what the open session knew, never a placeholder.
 
-    ``not concluded; P2; leading: suspected P0A7F conf 0.30`` or
-    ``not concluded; no priority yet; no hypothesis yet``.
+    ``not concluded; P2; leading: suspected P0A7F conf 0.30``, ``... leading: <a
+    root cause the answer named> conf 0.40`` or ``not concluded; no priority yet; no hypothesis yet``.
     """
     prio = priority or NO_PRIORITY
+    hypothesis = hypothesis or ("suspected " + " ".join(suspected) if suspected else None)
     if not hypothesis:
         return f"not concluded; {prio}; {NO_HYPOTHESIS}"
     conf = f" conf {confidence:.2f}" if confidence is not None else ""

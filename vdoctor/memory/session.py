@@ -105,9 +105,11 @@ class SessionState(BaseModel):
     signals: dict[str, SignalSpan] = {}
     signals_untracked: int = 0
     # What the session knows before it concludes: the latest answer's priority
-    # and its leading hypothesis with its confidence (None until an answer gives one).
+    # and its leading hypothesis (a root cause it names, or the codes it
+    # suspects) with its confidence; none until an answer gives one.
     priority: Priority | None = None
     hypothesis: str | None = None
+    suspected: list[str] = []
     hypothesis_confidence: float | None = None
 
     def expired_at(self, now: datetime) -> bool:
@@ -148,13 +150,9 @@ class SessionState(BaseModel):
         it names a priority for them; an answer with neither has none.
         """
         self.priority = priority
-        if root_cause:
-            self.hypothesis = root_cause
-        elif priority and codes:
-            self.hypothesis = "suspected " + " ".join(codes)
-        else:
-            self.hypothesis = None
-        self.hypothesis_confidence = confidence if self.hypothesis else None
+        self.hypothesis = root_cause or None
+        self.suspected = list(codes) if priority and not root_cause else []
+        self.hypothesis_confidence = confidence if self.hypothesis or self.suspected else None
 
     def readings_of(self, name: str) -> list[Reading]:
         return [r for r in self.readings if r.name == name]

@@ -150,7 +150,7 @@ def milestone_summary(session: SessionState, number: int, at: datetime) -> tuple
     head = SummaryLine(
         summary_time(at),
         f"milestone {number}",
-        milestone_conclusion(session.priority, session.hypothesis, session.hypothesis_confidence),
+        milestone_conclusion(session.priority, session.hypothesis, session.suspected, session.hypothesis_confidence),
         "-",
     ).render()
     used = len(head)
