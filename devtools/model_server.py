@@ -15,7 +15,7 @@ servers do, so tests can check that the client never repeats it).
 
 Run it standalone::
 
-    python -m vdoctor.devtools.model_server --port 0 --latency-ms 200
+    python -m devtools.model_server --port 0 --latency-ms 200
     # prints: model server listening on http://127.0.0.1:PORT/v1
 """
 
@@ -269,7 +269,7 @@ def _rates(text: str) -> dict[str, float]:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m vdoctor.devtools.model_server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.model_server", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="time each reply takes")
