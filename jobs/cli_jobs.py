@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from jobs.job_settings import (
+    CONNECTOR_JAR_ENV,
+    DEFAULT_CONNECTOR_JAR,
     add_diagnosis_arguments,
     add_flink_arguments,
     add_kafka_arguments,
@@ -84,6 +87,20 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_package(args: argparse.Namespace) -> int:
+    from jobs.package import package, python_tag
+
+    jar = args.connector_jar or os.environ.get(CONNECTOR_JAR_ENV) or str(DEFAULT_CONNECTOR_JAR)
+    bundle = package(Path(args.out), Path(jar))
+    size_mb = bundle.archive.stat().st_size / 1e6
+    print(f"wrote {bundle.archive} ({size_mb:.1f} MB): vdoctor, operators, jobs and what they need beyond")
+    print(f"      apache-flink, for Python {python_tag()}: {', '.join(bundle.dependencies)}")
+    print(f"wrote {bundle.connector_jar}")
+    print("submit it (README, 'Submitting to a cluster'):")
+    print(bundle.submit_command())
+    return 0
+
+
 def _cmd_eval_ab(args: argparse.Namespace) -> int:
     from jobs.eval_ab import run_ab  # imports pyflink: only for `eval`
 
@@ -103,6 +120,12 @@ def add_commands(sub: Any) -> None:
     run.add_argument("--out", help="folder for diagnoses.jsonl and dead_letters.jsonl")
     run.add_argument("--kafka", metavar="HOST:PORT", help="run unbounded on Kafka topics instead of a file")
     run.add_argument("--rate", type=float, help="replay at most this many lines per second (like a live stream)")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the job's Flink metrics for Prometheus at http://localhost:PORT/metrics",
+    )
     add_diagnosis_arguments(run)
     add_flink_arguments(run)
     add_kafka_arguments(run)
@@ -115,6 +138,13 @@ def add_commands(sub: Any) -> None:
     replay.add_argument("--rate", type=float, help="events per second (default: as fast as the broker takes them)")
     replay.add_argument("--quiet", action="store_true", help="no progress bar")
     replay.set_defaults(func=_cmd_replay)
+
+    pack = sub.add_parser(
+        "package", help="build what `flink run` needs to run the Kafka job on a cluster that has nothing of ours"
+    )
+    pack.add_argument("--out", default="dist/flink-job", help="folder to write to (default dist/flink-job)")
+    pack.add_argument("--connector-jar", help=f"the Flink Kafka connector jar to ship (default ${CONNECTOR_JAR_ENV})")
+    pack.set_defaults(func=_cmd_package)
 
     evaluation = sub.add_parser("eval", help="experiments over a replay file").add_subparsers(
         dest="eval_command", required=True

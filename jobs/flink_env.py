@@ -6,12 +6,14 @@ imports pyflink and starts the environment.
 
 from __future__ import annotations
 
+import os
 import site
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobs.job_settings import FlinkSettings
+from vdoctor.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyflink.datastream import StreamExecutionEnvironment
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Between restarts of a failed job: long enough for a broker or a store to come back.
 RESTART_DELAY_S = 10
+PROMETHEUS_REPORTER = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
 
 
 def python_path() -> str:
@@ -36,12 +39,17 @@ def flink_configuration(flink: FlinkSettings) -> dict[str, str]:
     conf = {
         # Thread mode: state, TTL and timers work there, and it is ~10x faster than process mode (NOTES.md).
         "python.execution-mode": "thread",
-        "python.executable": sys.executable,
-        "python.client.executable": sys.executable,
-        "python.pythonpath": python_path(),
         "state.backend.type": flink.state_backend,
         "restart-strategy.type": "fixed-delay" if flink.restart_attempts else "none",
     }
+    if flink.python_env == "this-process":
+        conf["python.executable"] = sys.executable
+        conf["python.client.executable"] = sys.executable
+        conf["python.pythonpath"] = python_path()
+    if flink.metrics_port is not None:
+        # The reporter ships with Flink (plugins/metrics-prometheus); make_env() puts it where the MiniCluster looks.
+        conf["metrics.reporter.prom.factory.class"] = PROMETHEUS_REPORTER
+        conf["metrics.reporter.prom.port"] = str(flink.metrics_port)
     if flink.restart_attempts:
         conf["restart-strategy.fixed-delay.attempts"] = str(flink.restart_attempts)
         conf["restart-strategy.fixed-delay.delay"] = f"{RESTART_DELAY_S}s"
@@ -66,11 +74,49 @@ def flink_configuration(flink: FlinkSettings) -> dict[str, str]:
     return conf
 
 
+def prometheus_reporter_jar() -> Path:
+    """Flink's Prometheus reporter: the one scripts/install/flink-metrics.sh fetched from Maven Central, else
+    the same artifact from the plugins/ folder of the Flink distribution inside the apache-flink wheel."""
+    import pyflink
+    from pyflink.version import __version__ as version
+
+    fetched = PROJECT_ROOT / ".services" / "flink" / "lib" / f"flink-metrics-prometheus-{version}.jar"
+    if fetched.is_file():
+        return fetched
+    bundled = Path(pyflink.__file__).resolve().parent / "plugins" / "metrics-prometheus"
+    found = sorted(bundled.glob(f"flink-metrics-prometheus-{version}.jar"))
+    if not found:
+        raise ConfigError(
+            f"Flink's Prometheus reporter is neither in {fetched.parent} nor in {bundled}: "
+            "run `bash scripts/install/flink-metrics.sh`"
+        )
+    return found[0]
+
+
+def _reporter_on_the_local_classpath() -> None:
+    """Put the Prometheus reporter on the classpath of the JVM that runs the local MiniCluster.
+
+    The MiniCluster loads reporters from its classpath only (Flink's LocalExecutor gives it no plugin
+    manager, so plugins/ is not read), and PyFlink starts that JVM with lib/*.jar plus HADOOP_CLASSPATH.
+    """
+    import pyflink.java_gateway
+
+    jar = str(prometheus_reporter_jar())
+    extra = os.environ.get("HADOOP_CLASSPATH", "")
+    if jar in extra.split(os.pathsep):
+        return
+    if pyflink.java_gateway._gateway is not None:
+        raise ConfigError("the Flink gateway of this process started before --metrics-port could add its reporter")
+    os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(p for p in (jar, extra) if p)
+
+
 def make_env(flink: FlinkSettings) -> StreamExecutionEnvironment:
     """A fresh execution environment with ``flink_configuration(flink)`` and the parallelism."""
     from pyflink.common import Configuration
     from pyflink.datastream import StreamExecutionEnvironment
 
+    if flink.metrics_port is not None and flink.python_env == "this-process":
+        _reporter_on_the_local_classpath()
     if flink.tmp_dir is not None:
         Path(flink.tmp_dir).mkdir(parents=True, exist_ok=True)
     conf = Configuration()

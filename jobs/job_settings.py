@@ -93,6 +93,12 @@ class FlinkSettings(BaseModel):
     jars: tuple[str, ...] = ()
     # Folder for Flink's temporary files (io.tmp.dirs); None: Flink's default.
     tmp_dir: str | None = None
+    # Whose Python runs the workers: this process's interpreter and paths (the local MiniCluster, or a
+    # cluster sharing this machine's environment), or the cluster's own python.* configuration (a job
+    # submitted with `flink run` to a cluster that has nothing of ours: the code comes with -pyfs).
+    python_env: Literal["this-process", "cluster"] = "this-process"
+    # Serve the job's metrics for Prometheus on this port (local runs; a cluster configures its reporter).
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     # Any other Flink option, applied last (--flink-conf KEY=VALUE).
     extra_conf: dict[str, str] = Field(default_factory=dict)
 
@@ -332,6 +338,7 @@ def flink_settings(args: argparse.Namespace, kafka: bool, **fixed: Any) -> Flink
         "restore_from": _restore_from(args, checkpoint_uri),
         "allow_non_restored_state": not kafka,
         "restart_attempts": default_attempts if attempts is None else attempts,
+        "metrics_port": getattr(args, "metrics_port", None),
         "extra_conf": _flink_conf(getattr(args, "flink_conf", None)),
         **fixed,
     }
@@ -357,8 +364,14 @@ def replay_settings(args: argparse.Namespace, **overrides: Any) -> ReplaySetting
     return ReplaySettings(alerts=alerts, out=out, rate=rate, flink=flink)
 
 
-def kafka_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> KafkaJobSettings:
-    """The Kafka job from ``--kafka``, the Kafka flags and the Flink flags."""
+def kafka_settings(
+    args: argparse.Namespace, env: Mapping[str, str] | None = None, python_env: str = "this-process"
+) -> KafkaJobSettings:
+    """The Kafka job from ``--kafka``, the Kafka flags and the Flink flags.
+
+    ``python_env="cluster"`` for a job submitted to a cluster (``flink run``): its workers then use the
+    cluster's Python, not this machine's.
+    """
     env = os.environ if env is None else env
     jar = getattr(args, "connector_jar", None) or env.get(CONNECTOR_JAR_ENV) or str(DEFAULT_CONNECTOR_JAR)
     if not Path(jar).is_file():
@@ -377,7 +390,7 @@ def kafka_settings(args: argparse.Namespace, env: Mapping[str, str] | None = Non
         "delivery": args.delivery,
         "transactional_id_prefix": args.transactional_id_prefix,
         "transaction_timeout_s": args.transaction_timeout,
-        "flink": flink_settings(args, kafka=True, jars=(str(Path(jar).resolve()),)),
+        "flink": flink_settings(args, kafka=True, jars=(str(Path(jar).resolve()),), python_env=python_env),
     }
     try:
         return KafkaJobSettings.model_validate(values)

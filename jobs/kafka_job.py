@@ -1,9 +1,14 @@
 """The diagnosis job on Kafka: topics in, topics out, checkpointed on RocksDB, restartable.
 
 Run it on the local MiniCluster with ``vdoctor run --kafka HOST:PORT ...``, or
-submit it to a Flink cluster with the same flags::
+submit it to a Flink cluster with the same flags, packed by ``vdoctor package``
+(README, "Submitting to a cluster")::
 
-    $FLINK_HOME/bin/flink run -d -py jobs/kafka_job.py --kafka HOST:PORT ...
+    $FLINK_HOME/bin/flink run -d -pyfs dist/flink-job/vdoctor-job.zip -pym jobs.kafka_job \
+        --connector-jar dist/flink-job/flink-sql-connector-kafka-5.0.0-2.2.jar --kafka HOST:PORT ...
+
+Submitted that way its workers run on the cluster's own Python
+(``python.executable``, ``python.pythonpath`` of the cluster's configuration).
 
 Inputs: one topic or several (alerts, rechecks, lifecycle), read with a
 KafkaSource from the committed offsets of the consumer group (earliest when
@@ -21,6 +26,7 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from jobs.job_settings import (
@@ -149,6 +155,12 @@ def run(job: KafkaJobSettings, settings: Settings, detached: bool = False, local
         signal.signal(signal.SIGTERM, previous)
 
 
+def submitted_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> KafkaJobSettings:
+    """The job as ``flink run`` submits it: its workers run on the cluster's own Python (python.* of the
+    cluster's configuration), and its code comes with it (``-pyfs``, README: "Submitting to a cluster")."""
+    return kafka_settings(args, env, python_env="cluster")
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="kafka_job.py", description=__doc__)
     parser.add_argument("--kafka", required=True, metavar="HOST:PORT", help="Kafka bootstrap servers")
@@ -162,7 +174,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     try:
-        job = kafka_settings(args)
+        job = submitted_settings(args)
         settings = domain_settings(args)
     except ConfigError as e:
         print(f"vdoctor: {e}", file=sys.stderr)
