@@ -6,7 +6,7 @@ from pyflink.common import Types
 from pyflink.datastream import DataStream
 
 from operators.diagnosis import DiagnosisFunction
-from operators.parse import DEAD_LETTER, EVENT, ParseEvents, Throttle
+from operators.parse import DEAD_LETTER, EVENT, DeadLetters, ParseEvents, Throttle
 from vdoctor.settings import Settings
 
 OUTPUT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING()])
@@ -25,7 +25,7 @@ def build(raw_lines: DataStream, settings: Settings, rate: float | None = None) 
     events = parsed.filter(lambda t: t[0] == EVENT).name("valid events")
     bad = (
         parsed.filter(lambda t: t[0] == DEAD_LETTER)
-        .map(lambda t: (DEAD_LETTER, t[2]), output_type=OUTPUT_TYPE)
+        .map(DeadLetters(), output_type=OUTPUT_TYPE)
         .name("parse dead letters")
     )
     diagnosed = (
