@@ -7,7 +7,7 @@ written from, and check
 - the summaries as written (the offline summarizer), and
 - summaries of the same requests written by ``ModelSummarizer`` through the
   real ``openai`` client over HTTP against the local model server, whose
-  summary writer lays a summary out its own way (``vdoctor/devtools/summary_writer.py``);
+  summary writer lays a summary out its own way (``devtools/summary_writer.py``);
 
 unmutated and rewritten without changing what they say (lines reordered,
 the session's own cause stated, ``conf`` written ``confidence``, an alert
@@ -40,7 +40,7 @@ from pathlib import Path
 from case_replay import REPO_ROOT, fleet_files, replay_cases
 from pydantic import SecretStr
 
-from vdoctor.devtools.model_server import ModelServer
+from devtools.model_server import ModelServer
 from vdoctor.evaluation.mutations import BENIGN_KINDS, KINDS, mutate, rewrite
 from vdoctor.memory.fidelity import FidelityReport, check_request
 from vdoctor.memory.request import SummaryRequest, request_from_json

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from vdoctor import assembly
 from vdoctor.agent.react import MODEL_FAILED, run_react
 from vdoctor.agent.tools import SPECS, Toolbox
-from vdoctor.devtools.model_server import ModelServer, ServerConfig
+from devtools.model_server import ModelServer, ServerConfig
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import SessionState
@@ -163,7 +163,7 @@ def test_server_runs_standalone_and_refuses_unknown_error_kinds() -> None:
 
     from tests.conftest import REPO_ROOT
 
-    cmd = [sys.executable, "-m", "vdoctor.devtools.model_server", "--port", "0", "--error-schedule", "429"]
+    cmd = [sys.executable, "-m", "devtools.model_server", "--port", "0", "--error-schedule", "429"]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
     try:
         url = (proc.stdout.readline() if proc.stdout else "").split()[-1]

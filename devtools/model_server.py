@@ -17,7 +17,7 @@ servers do, so tests can check that the client never repeats it).
 
 Run it standalone::
 
-    python -m vdoctor.devtools.model_server --port 0 --latency-ms 200
+    python -m devtools.model_server --port 0 --latency-ms 200
     # prints: model server listening on http://127.0.0.1:PORT/v1
 """
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from vdoctor.devtools.summary_writer import is_summary_request, summary_reply
+from devtools.summary_writer import is_summary_request, summary_reply
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.models.offline import OfflineModel
 
@@ -279,7 +279,7 @@ def _rates(text: str) -> dict[str, float]:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m vdoctor.devtools.model_server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.model_server", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="time each reply takes")
