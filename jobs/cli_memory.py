@@ -13,7 +13,25 @@ from urllib.parse import urlsplit
 
 from jobs.job_settings import domain_settings
 from vdoctor import assembly
+from vdoctor.errors import ConfigError
 from vdoctor.stores import open_store
+
+
+def _event_time(text: str | None) -> datetime:
+    """An ``--as-of`` / ``--at`` value: ISO-8601 with a timezone (second precision, UTC); default now."""
+    if text is None:
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"not an ISO-8601 time: {text!r} (e.g. 2026-11-05T10:00:00Z)") from None
+    if value.tzinfo is None:
+        raise ConfigError(f"{text!r} has no timezone (e.g. 2026-11-05T10:00:00Z)")
+    return value.astimezone(UTC).replace(microsecond=0)
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
@@ -29,11 +47,14 @@ def _cmd_history(args: argparse.Namespace) -> int:
         print(f"no long-term memory for {args.vin}")
     for r in records:
         recheck = {True: "ok", False: "failed", None: "pending"}[r.recheck_ok]
-        state = "valid" if r.valid else "deleted"
+        if r.recheck_ok is not None:
+            recheck += f" {_when(r.verified_ts)}"
+        state = "valid" if r.valid else f"deleted {_when(r.invalid_ts)}"
         omitted = f"\n  omitted from the summary: {'; '.join(r.omitted)}" if r.omitted else ""
         print(
             f"{r.session_id}  {r.concluded_at:%Y-%m-%d %H:%M}  {r.priority or 'no priority yet'}  recheck {recheck}  "
-            f"{state}  {r.kind.value}  {','.join(r.dtc_codes)}\n  cause: {r.root_cause}\n  fix:   {r.fix_action}\n  "
+            f"{state}  {r.kind.value}  {','.join(r.dtc_codes)}\n  opened {_when(r.opened_ts)}, concluded "
+            f"{_when(r.concluded_at)}\n  cause: {r.root_cause}\n  fix:   {r.fix_action}\n  "
             + r.summary.replace("\n", "\n  ")
             + omitted
         )
@@ -42,19 +63,22 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _cmd_recall(args: argparse.Namespace) -> int:
     settings = domain_settings(args)
+    at = _event_time(args.as_of)
     store = open_store(settings.memory.url)
     try:
         series = args.series
         if series is None:
             own = store.history(args.vin)
             series = own[0].series if own else ""
-        # The job's own recall: the alert text with its codes' definitions, the configured budget.
+        # The job's own recall: the alert text with its codes' definitions, the configured budget,
+        # as a session opening at event time --as-of would get it.
         recall = assembly.session_recall(settings, store)
-        found = recall.for_alert(args.vin, series, args.symptom, args.codes or [], datetime.now(UTC))
+        found = recall.for_alert(args.vin, series, args.symptom, args.codes or [], at)
     finally:
         store.close()
     out = {
         "vin": args.vin,
+        "as_of": f"{at:%Y-%m-%dT%H:%M:%SZ}",
         "tokens": found.tokens,
         "own": [r.model_dump() for r in found.own_refs],
         "similar": [r.model_dump() for r in found.similar_refs],
@@ -83,12 +107,16 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
+    at = _event_time(args.at)
     store = open_store(domain_settings(args).memory.url)
     try:
-        n = store.soft_delete(args.vin)
+        n = store.soft_delete(args.vin, at)
     finally:
         store.close()
-    print(f"{args.vin}: {n} records marked invalid ({args.change}); kept for audit, never recalled")
+    print(
+        f"{args.vin}: {n} records marked invalid ({args.change}) from {at:%Y-%m-%dT%H:%M:%SZ}; "
+        "kept for audit, never recalled by a session opening from then on"
+    )
     return 0
 
 
@@ -220,6 +248,11 @@ def add_commands(sub: Any) -> None:
     rec.add_argument("--symptom", required=True)
     rec.add_argument("--series", help="vehicle series (default: from the vehicle's history)")
     rec.add_argument("--codes", nargs="*", help="trouble codes of the alert")
+    rec.add_argument(
+        "--as-of",
+        help="event time the session opens at, ISO-8601 with a timezone (default now): only what was "
+        "true then is recalled",
+    )
     rec.add_argument("--json", action="store_true")
     rec.add_argument("--memory")
     rec.set_defaults(func=_cmd_recall)
@@ -237,6 +270,7 @@ def add_commands(sub: Any) -> None:
     forget = memory.add_parser("forget", help="soft-delete a vehicle's records (scrapped or transferred)")
     forget.add_argument("--vin", required=True)
     forget.add_argument("--change", required=True, choices=["scrapped", "transferred"])
+    forget.add_argument("--at", help="event time of the change, ISO-8601 with a timezone (default now)")
     forget.add_argument("--memory")
     forget.set_defaults(func=_cmd_forget)
 

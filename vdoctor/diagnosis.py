@@ -127,7 +127,7 @@ class DiagnosisEngine:
                 self._on_recheck(event)
                 return StepResult(session=session, dedup=dedup)
             if isinstance(event, LifecycleEvent):
-                self.store.soft_delete(event.vin)
+                self.store.soft_delete(event.vin, event.ts)
                 # The vehicle left the fleet's care: its open session ends too.
                 return StepResult(session=None, dedup=dedup)
         except EventError as e:
@@ -146,7 +146,7 @@ class DiagnosisEngine:
     def _on_recheck(self, event: RecheckEvent) -> None:
         if not event.session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {event.session_id!r} does not belong to vin {event.vin}")
-        if not set_recheck(self.store, event.vin, event.session_id, event.recheck_ok):
+        if not set_recheck(self.store, event.vin, event.session_id, event.recheck_ok, event.ts):
             raise EventError(
                 "process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory"
             )
@@ -314,6 +314,7 @@ class DiagnosisEngine:
             vin=session.vin,
             session_id=session.session_id,
             series=session.series,
+            opened_ts=session.opened_at,
             concluded_at=session.last_event_at,
             summary=case.text,
             summary_vec=[float(x) for x in vector],
@@ -368,6 +369,7 @@ class DiagnosisEngine:
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),
             series=session.series,
+            opened_ts=session.opened_at,
             concluded_at=alert.ts,
             summary=summary,
             summary_vec=[float(x) for x in self.embedder.embed([summary])[0]],

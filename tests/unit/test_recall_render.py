@@ -152,7 +152,7 @@ def test_recall_keeps_other_vehicles_out_of_own_history_and_unverified_cases_out
     other_series = record("LSVAU2180N2100003", 5, recheck_ok=True, series="ICE-B")
     for r in (mine, verified, unverified, failed, other_series):
         store.upsert(r)
-    found = recall(store, EMB, VIN_A, "EV-A", "电池包单体压差过大", ["P0A7F"], now=BASE + timedelta(days=10))
+    found = recall(store, EMB, VIN_A, "EV-A", "电池包单体压差过大", ["P0A7F"], at=BASE + timedelta(days=10))
     assert found.own_refs == [mine.ref()]
     assert found.similar_refs == [verified.ref()]
     assert found.tokens <= INJECTION_BUDGET_TOKENS
@@ -165,7 +165,7 @@ def test_recall_own_history_is_limited_to_two_years_and_ten_records() -> None:
     old = record(VIN_A, -800)  # more than 730 days before "now"
     store.upsert(old)
     now = BASE + timedelta(days=20)
-    found = recall(store, EMB, VIN_A, "EV-A", "压差", ["P0A7F"], now=now, budget=100_000)
+    found = recall(store, EMB, VIN_A, "EV-A", "压差", ["P0A7F"], at=now, budget=100_000)
     # Newest first: days 11 down to 2.
     assert [r.concluded_at for r in found.own] == [BASE + timedelta(days=n) for n in range(11, 1, -1)]
     assert old.ref() not in found.own_refs
