@@ -50,15 +50,15 @@ from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
-from vdoctor.memory.session import SESSION_TTL, DedupState, SessionState
+from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.runs import KeyedRunPool
 from vdoctor.settings import Settings, with_secrets
 
 # Flink's TTL runs on processing time and only bounds the state's size; the
-# session's expiry proper is judged on event time inside SessionState.
-STATE_TTL_HOURS = int(SESSION_TTL.total_seconds() // 3600)
+# session's expiry proper is judged on event time inside SessionState. The
+# session state's TTL is a setting (``runtime.state_ttl_s``, 48 h by default).
 # Dedup ids must outlive a session so that a late replay is still caught.
-DEDUP_TTL_HOURS = 24 * 30
+DEDUP_TTL_S = 30 * 24 * 3600
 # Poll grid for finished runs: ~20 ms keeps the added latency small against
 # 0.3-5 s model calls; rounding to the grid lets vehicles share timers.
 POLL_MS = 20
@@ -96,9 +96,9 @@ class Applied:
     stats: RunStats = field(default_factory=RunStats)
 
 
-def _ttl(hours: int) -> StateTtlConfig:
+def _ttl(seconds: float) -> StateTtlConfig:
     return (
-        StateTtlConfig.new_builder(Time.hours(hours))
+        StateTtlConfig.new_builder(Time.milliseconds(int(seconds * 1000)))
         .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
         .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
         # The default background cleanup includes a RocksDB compaction-filter
@@ -139,9 +139,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
             self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis")
         session = ValueStateDescriptor("session", Types.STRING())
-        session.enable_time_to_live(_ttl(STATE_TTL_HOURS))
+        session.enable_time_to_live(_ttl(settings.runtime.state_ttl_s))
         dedup = ValueStateDescriptor("dedup", Types.STRING())
-        dedup.enable_time_to_live(_ttl(DEDUP_TTL_HOURS))
+        dedup.enable_time_to_live(_ttl(DEDUP_TTL_S))
         # No TTL: events waiting for their run must never expire unseen.
         pending = ValueStateDescriptor("pending", Types.STRING())
         self.session_state = runtime_context.get_state(session)

@@ -12,16 +12,15 @@ which runs on processing time, only bounds the state's size on top of that.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pydantic import BaseModel
 
+from vdoctor.limits import SESSION_TTL
 from vdoctor.lines import ReadingSpan, SummaryLine, summary_time
 from vdoctor.memory.working import WorkingState
 from vdoctor.records import MemoryUse, Phase, Priority
 
-# A session with no alert for 48 h is over (seed 000, 8.1: L2 lifetime).
-SESSION_TTL = timedelta(hours=48)
 # Bounds on the per-session lists kept in state.
 MAX_READINGS = 256
 # Signals whose key readings (first, lowest, highest, latest) a session tracks

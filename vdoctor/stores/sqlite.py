@@ -332,7 +332,8 @@ class SqliteStore:
                 rows += [
                     (sign * _int(row[0]), row[1:])
                     for row in self._query(
-                        f"SELECT rowid, {select} FROM {table} WHERE rowid IN ({', '.join(map(str, ids))}) "
+                        # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
+                        f"SELECT rowid, {select} FROM {table} NOT INDEXED WHERE rowid IN ({', '.join(map(str, ids))}) "
                         f"{where}{as_of}",
                         params,
                     )

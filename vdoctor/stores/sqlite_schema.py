@@ -164,7 +164,11 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute(statement)
         for statement in _TRIGGERS:
             conn.execute(statement)
-        conn.execute("INSERT OR REPLACE INTO vd_meta (key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        conn.execute(
+            "INSERT INTO vd_meta (key, value) VALUES ('schema', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (SCHEMA_VERSION,),
+        )
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
