@@ -25,7 +25,9 @@ pytestmark = pytest.mark.contract
 
 
 def test_no_session_recalls_what_became_true_after_it_opened(store: MemoryStore) -> None:
-    h = Harness(DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack()))
+    engine = DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack(),
+                             injection_budget_tokens=fleet.BUDGET)  # fmt: skip
+    h = Harness(engine)
     events = fleet.events()
     allowed, exact, leaks = fleet.allowed(events), fleet.complete_past(events), fleet.future_only(events)
     texts: dict[str, str] = {}

@@ -12,8 +12,10 @@ overlap, and still nothing from a session's future is recalled.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,8 +27,9 @@ pytestmark = pytest.mark.e2e
 
 
 def vdoctor(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "VDOCTOR_INJECTION_BUDGET_TOKENS": str(fleet.BUDGET)}
     proc = subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+                          timeout=timeout, env=env)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -54,9 +57,10 @@ def test_in_file_order_each_session_recalls_exactly_what_was_true_when_it_opened
     diags, dead, memory = replay(tmp, concurrency=1)
     assert dead == []
     assert fleet.check_recalls(diags, events, exact=True) >= 20
-    # The same recall from the CLI, as of a session's time, on the store the replay left (every
-    # later event applied): the merged vehicle's case in the version it had then.
-    a1_opened = fleet.iso(fleet.day(10))
+    # The same recall from the CLI on the store the replay left (every later event applied), as of
+    # just before A1's session (at its own time its own case, concluded then, would be there too):
+    # the merged vehicle's case in the version it had then.
+    a1_opened = fleet.iso(fleet.day(10) - timedelta(seconds=1))
     text = vdoctor("memory", "recall", "--vin", fleet.A1, "--series", fleet.SERIES, "--symptom",
                    "cell voltage imbalance", "--codes", "P0A7F", "--as-of", a1_opened, "--json",
                    "--memory", memory).stdout  # fmt: skip

@@ -17,7 +17,18 @@ at T in the version current at T, not invalidated by T). ``future_only``
 lists what a read of the final store without event time would give instead
 that was not true at T: the leaks a reviewer should see excluded.
 
+When many vehicles run at once, a session may open before another vehicle's
+earlier events (at or before T) have been applied: it may then miss what
+they did, or see a case as it was before them (verified, before a later
+scrapping or overturned verdict). That is the past arriving late, not the
+future: ``possible(events)`` is every similar case some per-vehicle prefix of
+the other vehicles' events up to T makes eligible at T. Nothing outside it
+may ever be recalled.
+
 Run it to see the table: ``.venv/bin/python -m tests.fleets.event_time [OUT.jsonl]``.
+
+Replays of it give memory a budget (``BUDGET``) that fits every allowed case:
+what is checked is when a case may be recalled, not how many fit 800 tokens.
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 D0 = datetime(2026, 10, 1, 8, 0, tzinfo=UTC)
+# Injection budget of the replays (VDOCTOR_INJECTION_BUDGET_TOKENS): room for every allowed case.
+BUDGET = 4000
 SERIES = "EV-A"
 CODE = "P0A7F"
 # Memory rules (DESIGN.md §4), written out again here as the reference.
@@ -190,6 +203,28 @@ def allowed(evs: list[dict[str, Any]]) -> dict[str, Allowed]:
     return out
 
 
+def possible(evs: list[dict[str, Any]]) -> dict[str, frozenset[tuple[str, str]]]:
+    """Per session: similar cases eligible at T under some prefix of each other vehicle's events up to T."""
+    sessions, _ = simulate(evs)
+    by_vin: dict[str, list[dict[str, Any]]] = {}
+    for e in evs:
+        by_vin.setdefault(e["vin"], []).append(e)
+    out = {}
+    for s in sessions:
+        t = s.opened
+        seen: set[tuple[str, str]] = set()
+        for vin, mine in by_vin.items():
+            if vin == s.vin:
+                continue
+            past = [e for e in mine if datetime.fromisoformat(e["ts"].replace("Z", "+00:00")) <= t]
+            assert past == mine[: len(past)], f"{vin}: events out of time order"
+            for n in range(len(past) + 1):
+                _, cases = simulate(past[:n])
+                seen |= {(c.vin, c.key) for c in cases.values() if (v := c.at(t)) and v.verified_at(t)}
+        out[s.session_id] = frozenset(seen)
+    return out
+
+
 def future_only(evs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str]]]:
     """Per session: cases a read of the final store without event time would give that were not true at T."""
     sessions, cases = simulate(evs)
@@ -210,9 +245,14 @@ def complete_past(evs: list[dict[str, Any]]) -> set[str]:
 
 
 def check_recalls(diagnoses: list[dict[str, Any]], evs: list[dict[str, Any]], exact: bool) -> int:
-    """Assert every recalled (session, case) pair is allowed; with ``exact``, sessions whose past is
-    complete in the file get exactly what is allowed. Returns how many pairs were recalled."""
-    ok, complete = allowed(evs), complete_past(evs)
+    """Assert no session recalled anything from its future; returns how many pairs were recalled.
+
+    Own history is exact (a vehicle's own events run in order). With ``exact``
+    (events applied one at a time in file order) every similar case is one the
+    file allows, and sessions whose past is complete in the file get exactly
+    those; otherwise every similar case is one some prefix of the past allows.
+    """
+    ok, complete, maybe = allowed(evs), complete_past(evs), possible(evs)
     assert sorted(d["session_id"] for d in diagnoses) == sorted(ok), "one diagnosis per session"
     pairs = 0
     for d in diagnoses:
@@ -220,10 +260,12 @@ def check_recalls(diagnoses: list[dict[str, Any]], evs: list[dict[str, Any]], ex
         own = tuple(r["session_id"] for r in memory["own"] if r["vin"] == d["vin"])
         similar = {(r["vin"], r["session_id"]) for r in memory["similar"]}
         assert len(own) == len(memory["own"]), f"{sid}: another vehicle in own history"
-        assert set(own) <= set(ok[sid].own), f"{sid}: own {own} not allowed {ok[sid].own}"
-        assert similar <= ok[sid].similar, f"{sid}: recalled {sorted(similar - ok[sid].similar)} from its future"
-        if exact and sid in complete:
-            assert (own, similar) == (ok[sid].own, ok[sid].similar), f"{sid}: incomplete recall"
+        assert own == ok[sid].own, f"{sid}: own {own}, allowed {ok[sid].own}"
+        assert similar <= maybe[sid], f"{sid}: recalled {sorted(similar - maybe[sid])} from its future"
+        if exact:
+            assert similar <= ok[sid].similar, f"{sid}: recalled {sorted(similar - ok[sid].similar)}, not true then"
+            if sid in complete:
+                assert similar == ok[sid].similar, f"{sid}: incomplete recall"
         pairs += len(own) + len(similar)
     return pairs
 

@@ -10,6 +10,7 @@ recalled.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ def test_no_session_recalls_its_future_with_memory_in_mariadb(
         [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(tmp_path / "fleet.jsonl"), "--out", str(tmp_path),
          "--memory", mariadb_url, "--concurrency", str(concurrency)],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "VDOCTOR_INJECTION_BUDGET_TOKENS": str(fleet.BUDGET)},
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     diags = [json.loads(x) for x in (tmp_path / "diagnoses.jsonl").read_text().splitlines()]

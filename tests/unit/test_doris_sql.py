@@ -172,8 +172,8 @@ def test_a_merge_archives_the_version_it_replaces_first(store: SqlStore, conn: R
     conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT)])  # verified at its conclusion
     store.upsert(record(concluded_at=LATER, merged_sessions=[SID + "b"]))
     assert len(conn.calls) == 3 and conn.calls[0][0].startswith(CURRENT)
-    assert conn.calls[1] == (ARCHIVE, [NAIVE_LATER, VIN, SID])
-    assert conn.calls[2][0].startswith(f"INSERT INTO case_memory ({WCOLS}) VALUES (")  # closed where the new version starts
+    assert conn.calls[1] == (ARCHIVE, [NAIVE_LATER, VIN, SID])  # closed where the new version starts
+    assert conn.calls[2][0].startswith(f"INSERT INTO case_memory ({WCOLS}) VALUES (")
     assert conn.calls[2][1] is not None and conn.calls[2][1][-1] == NAIVE_LATER  # version_from
 
 
