@@ -46,10 +46,14 @@ def seen(records: list[MemoryRecord]) -> list[dict[str, Any]]:
 
 
 def test_a_case_exists_from_its_conclusion_on(store: MemoryStore) -> None:
-    b = rec(VIN_B, hours=10, recheck_ok=True)  # verified at its conclusion (no time given)
-    store.upsert(b)
+    b = rec(VIN_B, hours=10, recheck_ok=True, source='{"request": "kept for re-extraction"}')
+    store.upsert(b)  # verified at its conclusion (no verification time given)
     assert own(store, VIN_B, t(9)) == [] and similar(store, t(9)) == []
     assert keys(own(store, VIN_B, t(10))) == keys(similar(store, t(10))) == [(VIN_B, b.session_id)]
+    # Recall reads leave the summary source out; the record keeps it.
+    assert own(store, VIN_B, t(10))[0].source == similar(store, t(10))[0].source == ""
+    stored = store.get(VIN_B, b.session_id)
+    assert stored is not None and stored.source == b.source
 
 
 def test_similar_cases_need_a_verification_at_or_before_the_session(store: MemoryStore) -> None:

@@ -12,7 +12,8 @@ record keeps its earlier versions: a write that replaces what a record said
 archives the version it replaces, closed at the new version's time. A change
 with event time t holds for a session opening at T exactly when t <= T; the
 recall reads (``own_history``, ``similar``) take that T (``as_of``) and return
-each record in its version current at T, as of T (``MemoryRecord.as_of``).
+each record in its version current at T, as of T (``MemoryRecord.as_of``),
+without its summary source (that is for re-extraction, never for a prompt).
 
 Event times of one record only move forward: a write whose time is older than
 the record's current version takes effect at that version's time instead

@@ -86,12 +86,12 @@ class InMemoryStore:
         with self._lock:
             seen = [r for row in self._of(vin) if (r := row.at(as_of)) is not None]
         rows = [r for r in seen if r.valid and since <= r.concluded_at <= as_of]
-        return [r.model_copy(deep=True) for r in newest_first(rows, limit)]
+        return [r.model_copy(deep=True, update={"source": ""}) for r in newest_first(rows, limit)]
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         with self._lock:
             seen = [r for row in self._rows.values() if (r := row.at(query.as_of)) is not None]
-        rows = [r for r in seen if query.admits(r)]
+        rows = [r.model_copy(update={"source": ""}) for r in seen if query.admits(r)]
         if not rows:
             return []
         matrix = np.asarray([r.summary_vec for r in rows], dtype=np.float32)
