@@ -10,6 +10,8 @@
 -- schema change (metadata only, milliseconds; the data files and the ANN index
 -- on summary_vec are left as they are). concluded_at keeps its name: it already
 -- is the conclusion's event time.
+-- The key facts a summary left out (001 has it; databases made before it get it here).
+ALTER TABLE case_memory ADD COLUMN omitted STRING NOT NULL DEFAULT "[]";
 ALTER TABLE case_memory ADD COLUMN opened_ts DATETIME NULL;
 ALTER TABLE case_memory ADD COLUMN verified_ts DATETIME NULL;
 ALTER TABLE case_memory ADD COLUMN invalid_ts DATETIME NULL;
@@ -46,7 +48,7 @@ CREATE TABLE IF NOT EXISTS case_history (
     summary_vec ARRAY<FLOAT> NOT NULL,
     root_cause STRING NOT NULL,
     fix_action STRING NOT NULL,
-    priority VARCHAR(2) NOT NULL,
+    priority VARCHAR(2) NULL,
     dtc_codes STRING NOT NULL,
     recheck_ok BOOLEAN NULL,
     prompt_version VARCHAR(255) NOT NULL,
@@ -54,6 +56,7 @@ CREATE TABLE IF NOT EXISTS case_history (
     updated_at DATETIME NOT NULL,
     kind VARCHAR(16) NOT NULL DEFAULT "final",
     merged_sessions STRING NOT NULL,
+    omitted STRING NOT NULL,
     opened_ts DATETIME NULL,
     verified_ts DATETIME NULL,
     invalid_ts DATETIME NULL,

@@ -5,6 +5,8 @@
 -- are skipped when the column exists (MySQL 8 has no ADD COLUMN IF NOT EXISTS),
 -- the backfill only touches rows without a version start, the table is IF NOT EXISTS.
 -- concluded_at keeps its name: it already is the conclusion's event time.
+-- The key facts a summary left out (001 has it; databases made before it get it here).
+ALTER TABLE case_memory ADD COLUMN omitted TEXT NOT NULL DEFAULT ('[]');
 ALTER TABLE case_memory ADD COLUMN opened_ts DATETIME NULL;
 ALTER TABLE case_memory ADD COLUMN verified_ts DATETIME NULL;
 ALTER TABLE case_memory ADD COLUMN invalid_ts DATETIME NULL;
@@ -33,7 +35,7 @@ CREATE TABLE IF NOT EXISTS case_history (
     summary_vec MEDIUMBLOB NOT NULL,
     root_cause TEXT NOT NULL,
     fix_action TEXT NOT NULL,
-    priority VARCHAR(2) NOT NULL,
+    priority VARCHAR(2) NULL,
     dtc_codes TEXT NOT NULL,
     recheck_ok BOOLEAN NULL,
     prompt_version VARCHAR(255) NOT NULL,
@@ -41,6 +43,7 @@ CREATE TABLE IF NOT EXISTS case_history (
     updated_at DATETIME NOT NULL,
     kind VARCHAR(16) NOT NULL DEFAULT 'final',
     merged_sessions TEXT NOT NULL,
+    omitted TEXT NOT NULL,
     opened_ts DATETIME NULL,
     verified_ts DATETIME NULL,
     invalid_ts DATETIME NULL,

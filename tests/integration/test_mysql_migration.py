@@ -42,8 +42,8 @@ def test_memory_init_migrates_rows_written_before_event_times(
             cur.execute(
                 "INSERT INTO case_memory (vin, session_id, series, concluded_at, summary, summary_vec, root_cause, "
                 "fix_action, priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, "
-                "merged_sessions, source) VALUES (%s, %s, 'EV-A', %s, 'old case', %s, 'cause', 'fix', 'P2', "
-                "'[\"P0A7F\"]', TRUE, 'v1', %s, %s, 'final', '[]', '')",
+                "merged_sessions, source, omitted) VALUES (%s, %s, 'EV-A', %s, 'old case', %s, 'cause', 'fix', 'P2', "
+                "'[\"P0A7F\"]', TRUE, 'v1', %s, %s, 'final', '[]', '', '[]')",
                 (vin, f"{vin}-20261101T080000", C, vec, valid, WRITTEN),
             )
     conn.close()

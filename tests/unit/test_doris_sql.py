@@ -318,11 +318,13 @@ HAS_COLUMN = (
     "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s AND column_name = %s"
 )
 EVENT_COLUMNS = ("opened_ts", "verified_ts", "invalid_ts", "version_from")
+# 002 also adds omitted (a column 001 gained later) to tables made before it.
+ADDED_COLUMNS = ("omitted", *EVENT_COLUMNS)
 
 
 def test_init_applies_the_versioned_ddl_in_order(store: SqlStore, conn: Recorder) -> None:
     # 001 (no rows), then per column: the lookup (not there yet) and the ALTER (no rows).
-    conn.results.extend([[]] + [[(0,)], []] * 4)
+    conn.results.extend([[]] + [[(0,)], []] * len(ADDED_COLUMNS))
     assert store.init_schema() == ["001_case_memory.sql", "002_event_time.sql"]
     sqls = [c[0] for c in conn.calls]
     ddl = sqls[0]
@@ -340,10 +342,11 @@ def test_init_applies_the_versioned_ddl_in_order(store: SqlStore, conn: Recorder
     ):
         assert clause in ddl, clause
     # Each new column: looked up, then added (one column per statement: Doris has no ADD COLUMN IF NOT EXISTS).
-    for i, column in enumerate(EVENT_COLUMNS):
+    for i, column in enumerate(ADDED_COLUMNS):
         assert conn.calls[1 + 2 * i] == (HAS_COLUMN, ["fleet", "case_memory", column])
-        assert sqls[2 + 2 * i] == f"ALTER TABLE case_memory ADD COLUMN {column} DATETIME NULL"
-    rest = sqls[9:]
+        assert sqls[2 + 2 * i].startswith(f"ALTER TABLE case_memory ADD COLUMN {column} ")
+    assert sqls[4] == "ALTER TABLE case_memory ADD COLUMN opened_ts DATETIME NULL"
+    rest = sqls[1 + 2 * len(ADDED_COLUMNS) :]
     for column in ("concluded_at", "verified_ts", "invalid_ts", "version_from"):
         assert f"CREATE INDEX IF NOT EXISTS idx_{column} ON case_memory ({column}) USING INVERTED" in rest
     backfill = next(x for x in rest if x.startswith("UPDATE"))
@@ -366,10 +369,10 @@ def test_init_applies_the_versioned_ddl_in_order(store: SqlStore, conn: Recorder
 
 
 def test_init_again_skips_the_columns_that_exist(store: SqlStore, conn: Recorder) -> None:
-    conn.results.extend([[]] + [[(1,)]] * 4)
+    conn.results.extend([[]] + [[(1,)]] * len(ADDED_COLUMNS))
     store.init_schema()
     assert not [c for c in conn.calls if c[0].startswith("ALTER TABLE")]
-    assert sum(c[0] == HAS_COLUMN for c in conn.calls) == 4
+    assert sum(c[0] == HAS_COLUMN for c in conn.calls) == len(ADDED_COLUMNS)
 
 
 def test_ddl_files_split_into_statements() -> None:
@@ -379,7 +382,7 @@ def test_ddl_files_split_into_statements() -> None:
         statements = split_statements(files[0].read_text())
         assert len(statements) == 1 and not statements[0].endswith(";")
         later = split_statements(files[1].read_text())
-        assert [x.split(" ADD COLUMN ")[1].split()[0] for x in later if x.startswith("ALTER")] == list(EVENT_COLUMNS)
+        assert [x.split(" ADD COLUMN ")[1].split()[0] for x in later if x.startswith("ALTER")] == list(ADDED_COLUMNS)
         assert all(not x.endswith(";") for x in later)
     assert split_statements("-- c\nCREATE A (x INT);\n\nCREATE B (y INT);\n") == [
         "CREATE A (x INT)",
