@@ -69,6 +69,7 @@ _DOMAIN_FLAGS = {
     "model": "model",
     "summarizer": "summarizer",
     "concurrency": "concurrency",
+    "embedder": "embedder",
 }
 
 

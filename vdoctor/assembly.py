@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embedders import Embedder, EmbedderConfig, open_embedder
+from vdoctor.embedders import Embedder, EmbedderConfig, embedder_dim, open_embedder
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.knowledge.stores import open_knowledge_store
@@ -28,11 +28,20 @@ def token_counter(settings: Settings) -> TokenCounter:
     return open_counter(settings.memory.token_counter)
 
 
-def embedder(settings: Settings) -> Embedder:
-    config = EmbedderConfig(
+def _embedder_config(settings: Settings) -> EmbedderConfig:
+    return EmbedderConfig(
         model=settings.embedding.model, base_url=settings.endpoint.base_url, api_key=settings.endpoint.api_key
     )
-    return open_embedder(settings.embedding.kind, config)
+
+
+def embedder(settings: Settings) -> Embedder:
+    """The configured embedder; a model with weights is loaded once per process and shared."""
+    return open_embedder(settings.embedding.kind, _embedder_config(settings))
+
+
+def embedder_dimension(settings: Settings) -> int:
+    """The configured embedder's vector dimension, without loading it (``memory init`` sizes indexes by it)."""
+    return embedder_dim(settings.embedding.kind, _embedder_config(settings))
 
 
 def _model_config(settings: Settings, model: str) -> ChatModelConfig:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from vdoctor.embedders import EmbedderName
+from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
@@ -84,8 +84,9 @@ class ModelSettings(_Frozen):
 class EmbeddingSettings(_Frozen):
     """The embedder of long-term and knowledge memory."""
 
-    # offline: hashed n-grams, no network; openai: an OpenAI-compatible endpoint.
-    kind: EmbedderName = "offline"
+    # use-m3 (default) and e5-small: real multilingual models shipped in their packages, no network;
+    # hashing: hashed n-grams for fast tests; openai: an OpenAI-compatible endpoint.
+    kind: EmbedderName = DEFAULT_EMBEDDER
     model: str = "text-embedding-3-small"
 
 

@@ -1,13 +1,15 @@
 """One contract over every embedder in the registry: what recall and knowledge search rely on.
 
 A registry entry without a factory here fails ``test_every_registered_embedder_is_covered``,
-so a new embedder cannot skip the suite. The ``openai`` embedder runs with the
-real ``openai`` client against a local embeddings server over HTTP.
+so a new embedder cannot skip the suite. The real models (``use-m3``,
+``e5-small``) run from their installed packages; the ``openai`` embedder runs
+with the real ``openai`` client against a local embeddings server over HTTP.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import get_args
 
 import numpy as np
@@ -15,7 +17,15 @@ import pytest
 from pydantic import SecretStr
 
 from tests.services.embeddings import embeddings_server, text_vector
-from vdoctor.embedders import EMBEDDERS, Embedder, EmbedderConfig, EmbedderName, open_embedder
+from vdoctor.embedders import (
+    EMBEDDERS,
+    Embedder,
+    EmbedderConfig,
+    EmbedderName,
+    embedder_dim,
+    embedder_id,
+    open_embedder,
+)
 from vdoctor.errors import ConfigError
 
 pytestmark = pytest.mark.contract
@@ -29,8 +39,16 @@ TEXTS = [
 ]
 
 
-def _offline() -> Iterator[Embedder]:
-    yield open_embedder("offline")
+def _hashing() -> Iterator[Embedder]:
+    yield open_embedder("hashing")
+
+
+def _use() -> Iterator[Embedder]:
+    yield open_embedder("use-m3")
+
+
+def _e5() -> Iterator[Embedder]:
+    yield open_embedder("e5-small")
 
 
 def _openai() -> Iterator[Embedder]:
@@ -40,7 +58,14 @@ def _openai() -> Iterator[Embedder]:
         yield embedder
 
 
-FACTORIES: dict[str, Callable[[], Iterator[Embedder]]] = {"offline": _offline, "openai": _openai}
+FACTORIES: dict[str, Callable[[], Iterator[Embedder]]] = {
+    "use-m3": _use,
+    "e5-small": _e5,
+    "hashing": _hashing,
+    "openai": _openai,
+}
+# Models that know what text means (the hashing embedder and the test server's vectors do not).
+REAL_MODELS = ("use-m3", "e5-small")
 
 
 @pytest.fixture(params=sorted(FACTORIES))
@@ -59,26 +84,65 @@ def test_an_unknown_embedder_names_the_valid_ones() -> None:
 
 
 def test_vectors_have_the_declared_dimension_and_dtype(embedder: Embedder) -> None:
-    out = embedder.embed(TEXTS)
-    assert out.shape == (len(TEXTS), embedder.dim) and out.dtype == np.float32
-    assert embedder.embed([]).shape == (0, embedder.dim)
+    for embed in (embedder.embed, embedder.embed_queries):
+        out = embed(TEXTS)
+        assert out.shape == (len(TEXTS), embedder.dim) and out.dtype == np.float32
+        assert embed([]).shape == (0, embedder.dim)
     assert isinstance(embedder.name, str) and embedder.name
+    assert embedder_id(embedder) == f"{embedder.name}/{embedder.dim}"
+
+
+def test_the_dimension_is_known_without_loading_the_model(request: pytest.FixtureRequest, embedder: Embedder) -> None:
+    name = request.node.callspec.params["embedder"]
+    config = EmbedderConfig(dim=64) if name == "openai" else EmbedderConfig()
+    assert embedder_dim(name, config) == embedder.dim
 
 
 def test_vectors_are_unit_length(embedder: Embedder) -> None:
-    norms = np.linalg.norm(embedder.embed(TEXTS), axis=1)
-    assert np.allclose(norms, 1.0, atol=1e-5)
+    for embed in (embedder.embed, embedder.embed_queries):
+        norms = np.linalg.norm(embed(TEXTS), axis=1)
+        assert np.allclose(norms, 1.0, atol=1e-5)
 
 
 def test_the_same_text_gives_the_same_vector(embedder: Embedder) -> None:
     first, second = embedder.embed(TEXTS), embedder.embed(TEXTS)
     assert np.array_equal(first, second)
+    assert np.array_equal(embedder.embed_queries(TEXTS), embedder.embed_queries(TEXTS))
 
 
 def test_a_batch_gives_the_vectors_of_its_texts_one_by_one(embedder: Embedder) -> None:
-    batch = embedder.embed(TEXTS)
-    for i, text in enumerate(TEXTS):
-        assert np.allclose(batch[i], embedder.embed([text])[0], atol=1e-6)
+    for embed in (embedder.embed, embedder.embed_queries):
+        batch = embed(TEXTS)
+        for i, text in enumerate(TEXTS):
+            assert np.allclose(batch[i], embed([text])[0], atol=1e-5)
+
+
+def test_many_threads_at_once_get_the_same_vectors(embedder: Embedder) -> None:
+    """The job's worker threads share one embedder: concurrent calls must not mix up each other's texts."""
+    expected = {t: embedder.embed_queries([t])[0] for t in TEXTS}
+    with ThreadPoolExecutor(16) as pool:
+        got = list(pool.map(lambda i: (TEXTS[i % 4], embedder.embed_queries([TEXTS[i % 4]])[0]), range(64)))
+    assert all(np.allclose(v, expected[t], atol=1e-6) for t, v in got)
+
+
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_a_real_model_matches_a_chinese_symptom_with_its_english_paraphrase(name: str) -> None:
+    """What the hashing embedder cannot do: meaning across languages and wordings."""
+    model = open_embedder(name)
+    pairs = [
+        ("电池包单体压差过大", "battery cell voltage imbalance in the pack", "the wiper blades squeak"),
+        ("高压系统绝缘故障", "high-voltage insulation fault", "rear seat belt buckle is loose"),
+        ("左前轮速传感器信号丢失", "left front wheel speed sensor signal lost", "coolant temperature too high"),
+    ]
+    for zh, en, other in pairs:
+        q = model.embed_queries([zh])[0]
+        near, far = model.embed([en, other])
+        assert float(q @ near) > float(q @ far), (zh, en, other)
+
+
+def test_a_model_with_weights_loads_once_per_process() -> None:
+    assert open_embedder("use-m3") is open_embedder("use-m3")
+    assert open_embedder("hashing") is not open_embedder("hashing")  # nothing to share
 
 
 def test_different_texts_give_different_vectors(embedder: Embedder) -> None:

