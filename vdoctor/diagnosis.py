@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from vdoctor.agent.prompt import build_messages
 from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
-from vdoctor.embedders import Embedder
+from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack
@@ -23,7 +23,7 @@ from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
 from vdoctor.lines import KeyFact, alert_event, conclusion_text, fmt_num, iso
 from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
 from vdoctor.memory.recall import SessionRecall
-from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry
+from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry, opening_text
 from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer, request_to_json
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, milestone_summary, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
@@ -38,6 +38,7 @@ from vdoctor.records import (
     Phase,
     RecordKind,
 )
+from vdoctor.retrieval.text import case_text
 from vdoctor.stores import MemoryStore
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -158,6 +159,7 @@ class DiagnosisEngine:
             session_id=session_id_for(alert.vin, alert.ts),
             opened_at=alert.ts,
             last_event_at=alert.ts,
+            alert_text=opening_text(alert.alert_text),
         )
         if not self.memory_enabled:
             return session
@@ -308,8 +310,9 @@ class DiagnosisEngine:
             # Flagged in the output and counted; a failing summary never reaches L3.
             log.warning("summary of %s failed fidelity: %s", session.session_id, case.report.describe())
             return flags
-        vector = self.embedder.embed([case.text])[0]
         c = session.conclusion
+        # Embedded as what a later session finds it by: the symptom as reported, codes, cause, fix, summary.
+        vector = self.embedder.embed([case_text(session.alert_text, c.codes, c.root_cause, c.fix_action, case.text)])[0]
         record = MemoryRecord(
             vin=session.vin,
             session_id=session.session_id,
@@ -325,6 +328,8 @@ class DiagnosisEngine:
             prompt_version=SUMMARY_PROMPT_VERSION,
             source=self._bounded_source(case),
             omitted=case.omitted,
+            alert_text=session.alert_text,
+            embedder=embedder_id(self.embedder),
         )
         started = time.perf_counter()
         try:
@@ -365,6 +370,8 @@ class DiagnosisEngine:
         if due <= session.milestones_written:
             return []
         summary, omitted = milestone_summary(session, due, alert.ts)
+        codes = list(session.codes)
+        vector = self.embedder.embed([case_text(session.alert_text, codes, "", "", summary)])[0]
         record = MemoryRecord(
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),
@@ -372,14 +379,16 @@ class DiagnosisEngine:
             opened_ts=session.opened_at,
             concluded_at=alert.ts,
             summary=summary,
-            summary_vec=[float(x) for x in self.embedder.embed([summary])[0]],
+            summary_vec=[float(x) for x in vector],
             root_cause="",
             fix_action="",
             priority=session.priority,
-            dtc_codes=list(session.codes),
+            dtc_codes=codes,
             prompt_version=SUMMARY_PROMPT_VERSION,
             kind=RecordKind.MILESTONE,
             omitted=omitted,
+            alert_text=session.alert_text,
+            embedder=embedder_id(self.embedder),
         )
         started = time.perf_counter()
         try:

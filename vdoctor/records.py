@@ -14,6 +14,9 @@ MAX_SUMMARY_CHARS = 300
 # The stored source of a summary, for re-extraction: enough for a long session's
 # event lines and required facts, small enough for a row.
 MAX_SOURCE_CHARS = 64_000
+# The symptom as reported (the opening alert's text) that a record is found by:
+# alert texts are a sentence or two; a hostile 1 MB one is cut here.
+MAX_ALERT_TEXT_CHARS = 500
 
 
 class Phase(StrEnum):
@@ -107,6 +110,8 @@ class MemoryRecord(BaseModel):
     # it concluded_ts; the column keeps its first name (one column per fact).
     concluded_at: datetime
     summary: Annotated[str, Field(max_length=MAX_SUMMARY_CHARS)]
+    # The embedding of the case's indexed text (``retrieval.text.case_text``: the
+    # alert text, codes, cause, fix and summary), normalised; the name is the column's.
     summary_vec: list[float]
     root_cause: str
     fix_action: str
@@ -133,6 +138,13 @@ class MemoryRecord(BaseModel):
     verified_ts: datetime | None = None
     # Event time of the lifecycle event (or superseding write) that set valid to false.
     invalid_ts: datetime | None = None
+    # The symptom as the vehicle reported it: the text of the alert that opened the
+    # session, bounded. With the codes, cause, fix and summary it is what a later
+    # session finds the case by (``retrieval.text.case_text``: both channels index it).
+    alert_text: Annotated[str, Field(max_length=MAX_ALERT_TEXT_CHARS)] = ""
+    # Which embedder made summary_vec, as ``<name>/<dim>`` (``embedders.embedder_id``);
+    # "" when not known (written before it was kept: ``vdoctor memory reembed`` re-embeds those).
+    embedder: str = ""
 
     @field_validator("concluded_at", "updated_at", "opened_ts", "verified_ts", "invalid_ts")
     @classmethod

@@ -9,8 +9,10 @@
 -- UNIQUE KEY (vin, session_id) with merge-on-write: an INSERT with the same key
 -- replaces the row; a partial-update INSERT changes recheck_ok or valid alone.
 -- Key columns come first, as Doris requires. Strings are sized in bytes (UTF-8).
--- summary_vec: the normalised embedding; "dim" must equal the embedder's
--- dimension (256: the offline embedder, and the OpenAI embedder asks for 256).
+-- summary_vec: the normalised embedding; "dim" is the configured embedder's
+-- dimension, filled in by vdoctor memory init (512 for use-m3, the default;
+-- 384 for e5-small; 256 for hashing and openai). Changing the embedder of an
+-- existing table: README, "Changing the embedder".
 -- replication_num 1 suits a single-BE cluster; raise it on a real cluster.
 CREATE TABLE IF NOT EXISTS case_memory (
     vin VARCHAR(32) NOT NULL,
@@ -36,7 +38,7 @@ CREATE TABLE IF NOT EXISTS case_memory (
     INDEX idx_vec (summary_vec) USING ANN PROPERTIES (
         "index_type" = "hnsw",
         "metric_type" = "inner_product",
-        "dim" = "256"
+        "dim" = "${VECTOR_DIM}"
     )
 ) ENGINE = OLAP
 UNIQUE KEY (vin, session_id)

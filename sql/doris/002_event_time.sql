@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS case_history (
     INDEX idx_vec (summary_vec) USING ANN PROPERTIES (
         "index_type" = "hnsw",
         "metric_type" = "inner_product",
-        "dim" = "256"
+        "dim" = "${VECTOR_DIM}"
     )
 ) ENGINE = OLAP
 UNIQUE KEY (vin, session_id, version_from)

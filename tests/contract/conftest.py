@@ -11,6 +11,7 @@ fixture request (to reach service fixtures) and returns a fresh, empty store.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.services.doris import DORIS_ENV, doris_configured
+from tests.services.doris import DORIS_ENV, DORIS_TEST_DIM, doris_configured
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import MemoryStore, Scored, SimilarQuery, open_store
 from vdoctor.stores.memory import InMemoryStore
@@ -52,11 +53,16 @@ class PaddedDoris:
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         self.inner.upsert_many([self._pad(r) for r in records])
 
-    def similar(self, query: SimilarQuery) -> list[Scored]:
+    def _padded(self, query: SimilarQuery) -> SimilarQuery:
         vec = np.zeros(self.dim, dtype=np.float32)
         vec[: len(query.vector)] = query.vector
-        padded = SimilarQuery(query.exclude_vin, query.series, vec, query.k, query.as_of)
-        return [Scored(self._cut(s.record), s.score) for s in self.inner.similar(padded)]  # type: ignore[arg-type]
+        return dataclasses.replace(query, vector=vec)
+
+    def similar(self, query: SimilarQuery) -> list[Scored]:
+        return [Scored(self._cut(s.record), s.score) for s in self.inner.similar(self._padded(query))]  # type: ignore[arg-type]
+
+    def lexical(self, query: SimilarQuery) -> list[Scored]:
+        return [Scored(self._cut(s.record), s.score) for s in self.inner.lexical(self._padded(query))]  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -71,9 +77,7 @@ class PaddedDoris:
 
 
 def _doris(request: pytest.FixtureRequest) -> MemoryStore:
-    from vdoctor.stores.doris import VECTOR_DIM
-
-    return PaddedDoris(open_store(request.getfixturevalue("doris_url")), VECTOR_DIM)  # type: ignore[return-value]
+    return PaddedDoris(open_store(request.getfixturevalue("doris_url")), DORIS_TEST_DIM)  # type: ignore[return-value]
 
 
 STORE_FACTORIES: dict[str, Callable[[Path, pytest.FixtureRequest], MemoryStore]] = {

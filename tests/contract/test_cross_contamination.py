@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from vdoctor.embedders import embedder_id
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.memory.recall import OWN_HISTORY_LIMIT, recall
 from vdoctor.records import MemoryRecord
@@ -70,6 +71,8 @@ def build(embedder: HashingEmbedder) -> tuple[list[MemoryRecord], dict[str, str]
                     recheck_ok=rng.choice([True, True, False, None]),
                     prompt_version="case-summary-v1",
                     updated_at=at,
+                    alert_text=text,
+                    embedder=embedder_id(embedder),
                 )
             )
     return records, series_of

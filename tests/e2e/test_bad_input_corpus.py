@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from devtools.bad_corpus import Line, generate, write
+from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
 from devtools.model_server import ModelServer, ServerConfig
+from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 

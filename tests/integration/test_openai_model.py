@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 from pydantic import SecretStr
 
+from devtools.model_server import ModelServer, ServerConfig
 from vdoctor import assembly
 from vdoctor.agent.react import MODEL_FAILED, run_react
 from vdoctor.agent.tools import SPECS, Toolbox
-from devtools.model_server import ModelServer, ServerConfig
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import SessionState

@@ -17,6 +17,8 @@ import pymysql
 import pytest
 
 DORIS_ENV = "VDOCTOR_DORIS_URL"
+# The ANN index dimension of the test databases (memory init sizes it from the embedder; tests pad to it).
+DORIS_TEST_DIM = 256
 
 
 def doris_configured() -> bool:
@@ -40,7 +42,7 @@ def doris_url() -> Iterator[str]:
     url = urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, ""))
     store = open_doris(url)
     try:
-        store.init_schema()
+        store.init_schema(DORIS_TEST_DIM)
     finally:
         store.close()
     try:

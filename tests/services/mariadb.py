@@ -163,7 +163,7 @@ def mariadb_url(mariadb: MariaDB, mariadb_database: str) -> str:
     url = mariadb.url(mariadb_database)
     store = open_mysql(url)
     try:
-        store.init_schema()
+        store.init_schema(256)  # sql/mysql/ has no fixed dimension: any will do
     finally:
         store.close()
     return url

@@ -16,13 +16,16 @@ from typing import Any
 import pytest
 
 from tests.fleets import event_time as fleet
+from tests.services.doris import DORIS_TEST_DIM as VECTOR_DIM
 from tests.unit.test_doris_sql import AS_OF, AS_OF_ARCHIVED, RCOLS, FakeError, Recorder
 from tests.unit.test_engine import Harness
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
 from vdoctor.models.offline import OfflineModel
-from vdoctor.stores.doris import VECTOR_DIM, DorisDialect
+from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES
+from vdoctor.retrieval.tokens import query_terms
+from vdoctor.stores.doris import DorisDialect
 from vdoctor.stores.sqlbase import SqlStore, parse_url
 
 pytestmark = pytest.mark.unit
@@ -46,8 +49,8 @@ def test_every_session_asks_doris_for_what_was_true_when_it_opened() -> None:
             continue
         sessions += 1
         opened = datetime.fromisoformat(event["ts"].replace("Z", "+00:00")).replace(tzinfo=None)
-        recall: list[tuple[str, Any]] = conn.calls[start : start + 4]
-        own, own_archived, ann, ann_archived = recall
+        recall: list[tuple[str, Any]] = conn.calls[start : start + 6]
+        own, own_archived, ann, ann_archived, bm25, bm25_archived = recall
         window = opened - timedelta(days=730)
         assert own[0].startswith(OWN) and own[1] == [event["vin"], window, *[opened] * 3, 10]
         assert own_archived[0].startswith(OWN_ARCHIVED) and own_archived[1][2:6] == [opened] * 4
@@ -57,5 +60,16 @@ def test_every_session_asks_doris_for_what_was_true_when_it_opened() -> None:
         ):
             assert "inner_product_approximate(summary_vec, [" in sql
             assert f"FROM {table} {ANN_WHERE}{filters} ORDER BY score DESC LIMIT %s" in sql
-            assert params == [fleet.SERIES, event["vin"], *[opened] * times, 20]
+            assert params == [fleet.SERIES, event["vin"], *[opened] * times, DENSE_CANDIDATES]
+        # The lexical channel: the same filters, the alert's tokens on the inverted index, BM25 score().
+        terms = " ".join(query_terms(event["alert_text"]))
+        for (sql, params), table, filters, times in (
+            (bm25, "case_memory", AS_OF, 4),
+            (bm25_archived, "case_history", AS_OF_ARCHIVED, 5),
+        ):
+            assert ", score() AS score FROM" in sql
+            match = " AND search_tokens MATCH_ANY %s ORDER BY score DESC LIMIT %s"
+            assert f"FROM {table} {ANN_WHERE}{filters}{match}" in sql
+            assert params[: 2 + times] == [fleet.SERIES, event["vin"], *[opened] * times]
+            assert params[-1] == LEXICAL_CANDIDATES and params[-2].startswith(terms)
     assert sessions == sum(e["type"] == "alert" for e in fleet.events())

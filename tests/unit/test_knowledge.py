@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from vdoctor.errors import KnowledgeError
-from vdoctor.units import SIGNAL_NAME_RE, unit_of
 from vdoctor.knowledge import ConfirmRule, load_pack
+from vdoctor.units import SIGNAL_NAME_RE, unit_of
 
 pytestmark = pytest.mark.unit
 

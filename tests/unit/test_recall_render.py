@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from vdoctor.embedders import embedder_id
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.memory.recall import (
     INJECTION_BUDGET_TOKENS,
@@ -47,6 +48,7 @@ def record(
         dtc_codes=["P0A7F"],
         recheck_ok=recheck_ok,
         prompt_version="case-summary-v1",
+        embedder=embedder_id(EMB),
     )
 
 
@@ -194,33 +196,18 @@ def _cand(vin: str, score: float, summary: str, codes: list[str]) -> Any:
     return Scored(record, score)
 
 
-def test_bm25_scores_weigh_rare_words_over_words_every_candidate_has() -> None:
-    import math
-
-    from vdoctor.memory.recall import bm25_scores
-
-    docs = ["pump coolant", "pump relay", "pump fuse"]
-    # "pump" is in all 3 docs: idf = ln(1 + 0.5/3.5); "relay" in 1: idf = ln(1 + 2.5/1.5).
-    # Every doc has 2 words (= the average), so each matching term scores idf * 1 * 2.2 / 2.2 = idf.
-    got = bm25_scores("the pump relay", docs)
-    low, high = math.log(1 + 0.5 / 3.5), math.log(1 + 2.5 / 1.5)
-    assert got == pytest.approx([low, low + high, low])
-    assert bm25_scores("anything", []) == []
-    assert bm25_scores("the of and", docs) == [0.0, 0.0, 0.0]  # stopwords only
-
-
-def test_reranker_blends_vector_codes_and_words() -> None:
-    from vdoctor.memory.recall import W_CODES, W_LEXICAL, W_VECTOR, OverlapReranker
+def test_reranker_adds_code_overlap_to_the_fused_score() -> None:
+    from vdoctor.memory.recall import PART_CODES, W_CODES, OverlapReranker
 
     a = _cand("A", 0.9, "coolant pump stalled", ["P0A7F"])
     b = _cand("B", 0.5, "relay fuse blown", ["U0100"])
     c = _cand("C", 0.4, "relay fuse blown again", ["U0100", "P0A7F"])
     out = OverlapReranker().rerank("fuse", ["U0100"], [a, b, c], 2)
-    # lexical: A 0; B and C share "fuse" equally in idf, C is longer so scores a little less;
-    # codes: A 0, B 1, C 1/2. B: 0.5*0.5 + 0.5*1 + 1*1 = 1.75 beats C and A (0.45).
-    assert [s.record.vin for s in out] == ["B", "C"]
-    assert out[0].score == pytest.approx(W_VECTOR * 0.5 + W_CODES * 1.0 + W_LEXICAL * 1.0)
-    # With no words and no codes in common, the vector order stands.
+    # code overlap (Jaccard with the alert's codes): A 0, B 1, C 1/2.
+    # B: 0.5 + 0.5 * 1 = 1.0; A: 0.9 + 0 = 0.9; C: 0.4 + 0.5 * 0.5 = 0.65.
+    assert [s.record.vin for s in out] == ["B", "A"]
+    assert out[0].score == pytest.approx(0.5 + W_CODES * 1.0) and out[0].parts[PART_CODES] == pytest.approx(W_CODES)
+    # With no codes in common, the fused order stands.
     plain = OverlapReranker().rerank("zzz", [], [b, a, c], 3)
     assert [s.record.vin for s in plain] == ["A", "B", "C"]
 

@@ -19,6 +19,7 @@ import pytest
 
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import SimilarQuery
+from vdoctor.stores.base import EmbedderMismatch
 from vdoctor.stores.sqlite import SqliteStore
 
 pytestmark = pytest.mark.unit
@@ -91,7 +92,41 @@ def test_an_old_file_gets_event_times_and_versions_on_open(tmp_path: Path) -> No
     assert [r.session_id for r in _own(store, UNVERIFIED, C)] == [f"{UNVERIFIED}-20261101T080000"]
     assert _own(store, UNVERIFIED, C - timedelta(seconds=1)) == []
     meta = dict(store._conn.execute("SELECT key, value FROM vd_meta").fetchall())
-    assert meta["schema"] == "2"
+    assert meta["schema"] == "3"
+    store.close()
+
+
+def test_an_old_file_gets_what_records_are_found_by_on_open(tmp_path: Path) -> None:
+    """Rows written before issue 15 get an empty alert text and embedder, and the tokens of their indexed text."""
+    path = tmp_path / "old.db"
+    _old_file(path)
+    store = SqliteStore(str(path))
+    record = store.history(VERIFIED)[0]
+    assert (record.alert_text, record.embedder) == ("", "")
+    tokens = store._conn.execute("SELECT search_tokens FROM case_memory WHERE vin = ?", (VERIFIED,)).fetchone()[0]
+    # alert text (none), codes, root cause, fix, summary: "P0A7F", "cause", "fix", "old case"
+    assert tokens == "p0a7f cause fix old case"
+    query = SimilarQuery(ASKING, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5, WRITTEN, text="old cause")
+    assert [s.record.vin for s in store.lexical(query)] == [VERIFIED]
+    # The embedder that made the old vectors is unknown: a query that names its embedder is refused.
+    named = SimilarQuery(ASKING, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5, WRITTEN, embedder="m/2")
+    with pytest.raises(EmbedderMismatch, match="an unrecorded model"):
+        store.similar(named)
+    store.close()
+
+
+def test_another_tokeniser_recomputes_every_rows_tokens_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _old_file(path)
+    SqliteStore(str(path)).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE case_memory SET search_tokens = 'stale'")
+    conn.execute("UPDATE vd_meta SET value = 'an-older-tokeniser' WHERE key = 'tokenizer'")
+    conn.commit()
+    conn.close()
+    store = SqliteStore(str(path))
+    rows = {t for (t,) in store._conn.execute("SELECT search_tokens FROM case_memory")}
+    assert rows == {"p0a7f cause fix old case"}
     store.close()
 
 

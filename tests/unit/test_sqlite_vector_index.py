@@ -13,6 +13,7 @@ import pytest
 
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import SimilarQuery
+from vdoctor.stores.base import EmbedderMismatch
 from vdoctor.stores.sqlite import SqliteStore
 from vdoctor.stores.vecindex import OPEN_END, SeriesVectorIndex
 
@@ -57,7 +58,7 @@ def test_index_is_saved_on_close_and_reused(tmp_path: Path) -> None:
     assert hits(store, [1.0, 0.0]) == [("01", 1.0), ("02", 0.0)]
     store.close()
     meta = json.loads((tmp_path / "m.db.vecindex" / "meta.json").read_text())
-    assert meta["dim"] == 2 and meta["series"] == ["EV-A"]
+    assert meta["parts"] == [["EV-A", 2]] and meta["models"] == [""]
 
     reopened = SqliteStore(db)
     loaded = SeriesVectorIndex.load(tmp_path / "m.db.vecindex", reopened._epoch)
@@ -129,7 +130,25 @@ def test_search_masks_the_asking_vehicle_and_other_series(tmp_path: Path) -> Non
     assert [v for v, _ in hits(store, [1.0, 0.0], exclude=f"LSVAU2180N2{1:06d}")] == ["02"]
     assert [v for v, _ in hits(store, [1.0, 0.0], series="EV-B")] == ["03"]
     assert hits(store, [1.0, 0.0], series="EV-C") == []
-    assert hits(store, [1.0, 0.0, 0.0]) == []  # another dimension matches nothing
+    store.close()
+
+
+def test_vectors_of_another_dimension_or_model_refuse_the_search(tmp_path: Path) -> None:
+    """A search never ranks vectors of two models together: it names them and says what to run."""
+    store = SqliteStore(str(tmp_path / "m.db"))
+    store.upsert_many([rec(1, [1.0, 0.0], embedder="old-model/2"), rec(2, [0.0, 1.0], embedder="old-model/2")])
+    with pytest.raises(EmbedderMismatch, match="dimension 2, the query one of 3.*vdoctor memory reembed"):
+        store.similar(q([1.0, 0.0, 0.0]))
+    query = SimilarQuery("NOBODY", "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5, NOW, embedder="new/2")
+    with pytest.raises(EmbedderMismatch, match="embedded by old-model/2, the query by new/2"):
+        store.similar(query)
+    # Once every vector of the series is the new model's (a re-embed), the search runs.
+    store.upsert_many([rec(1, [1.0, 0.0], embedder="new/2"), rec(2, [0.0, 1.0], embedder="new/2")])
+    assert [s.record.vin[-2:] for s in store.similar(query)] == ["01", "02"]
+    # Vectors of another dimension in the series also refuse a search of the old dimension.
+    store.upsert(rec(3, [0.0, 0.0, 1.0], embedder="new/2"))
+    with pytest.raises(EmbedderMismatch, match="dimension 3"):
+        store.similar(query)
     store.close()
 
 

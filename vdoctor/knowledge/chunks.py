@@ -5,7 +5,8 @@ manufacturer's codes) and one version, so a search can filter on both before
 ranking. Chunks are cut at row boundaries, never inside a definition, and a
 chunk groups neighbouring codes (same system letter and first digits), which
 keeps one family of faults together. Search is two-stage like case recall:
-top-20 by vector, reranked to top-5 by code and word overlap.
+BM25 and vector candidates fused (``retrieval``), reranked to top-5 with the
+query's codes (``search``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ CHUNK_MIN_TOKENS = 200
 CHUNK_MAX_TOKENS = 400
 # Codes sharing the system letter and the first two digits (P0A7x) are one family.
 FAMILY_PREFIX_LEN = 4
-SEARCH_CANDIDATES = 20
 SEARCH_TOP = 5
-_WORD_RE = re.compile(r"[a-z0-9]+|[\u3400-\u9fff]")
 _CODE_IN_TEXT_RE = re.compile(r"(?<![A-Za-z0-9])[PCBU][0-9A-F]{4}(?![A-Za-z0-9])")
 
 
@@ -113,10 +112,6 @@ def _make_chunk(scope: str, version: str, rows: list[KnowledgeRow], tokens: int)
         codes=list(dict.fromkeys(r.code for r in rows)),
         tokens=tokens,
     )
-
-
-def words(text: str) -> set[str]:
-    return set(_WORD_RE.findall(text.lower()))
 
 
 def codes_in(text: str) -> set[str]:

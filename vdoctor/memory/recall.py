@@ -5,103 +5,60 @@ each record in its version current at T, and only what was true at T
 (``stores.base``). Own history: the vehicle's records concluded in the two
 years up to T and not invalidated by T, newest first, at most ten. Similar
 cases: same series, other vehicles, concluded and verified (recheck_ok =
-true) by T, not invalidated by T; top-20 by vector, reranked to top-5. Both
-are rendered into the system context within the injection budget, own
-history first, whole records only (a record that does not fit is left out,
-never cut).
+true) by T, not invalidated by T; found by two channels, BM25 over each
+case's indexed text and the embedding of it, top-50 each, fused
+(``retrieval``), then reranked to top-5 with the trouble codes. Both are
+rendered into the system context within the injection budget, own history
+first, whole records only (a record that does not fit is left out, never
+cut).
 """
 
 from __future__ import annotations
 
-import math
-import re
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-from vdoctor.embedders import Embedder
+from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
 from vdoctor.lines import MEMORY_HEADER, RecallEntry
 from vdoctor.records import MemoryRecord, MemoryRef, RecordKind
+from vdoctor.retrieval.cases import case_candidates
+from vdoctor.retrieval.hybrid import DENSE_CANDIDATES
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 OWN_HISTORY_WINDOW = timedelta(days=730)  # two years (DESIGN.md §4)
 OWN_HISTORY_LIMIT = 10
-SIMILAR_CANDIDATES = 20  # stage 1: vector top-k
 SIMILAR_TOP = 5  # stage 2: after reranking
-# Reranker weights. The vector carries the gist; shared trouble codes are the
-# strongest single signal of the same fault; BM25 word overlap (scaled to
-# [0, 1] by the best candidate) brings back the exact terms a hashed vector
-# blurs. Tuned on LoCoMo (bench/locomo.py): lexical 1.0 with vector 0.5 beat
-# either alone.
-W_VECTOR, W_CODES, W_LEXICAL = 0.5, 0.5, 1.0
-# Okapi BM25 constants (the usual defaults).
-BM25_K1, BM25_B = 1.2, 0.75
-
-_WORD_RE = re.compile(r"[a-z0-9]+|[\u3400-\u9fff]")
-# Function words carry no evidence; dropping them keeps BM25 on content words.
-STOPWORDS = frozenset(
-    "a an the and or but if of to in on at by for with from as is are was were be been being am do does did "
-    "have has had i me my we our you your he him his she her it its they them their this that these those "
-    "what which who whom when where why how not no so too very can will just than then there here about into "
-    "over after before up down out off again once all any both each few more most other some such own same only".split()
-)
+# The reranker adds trouble-code overlap (Jaccard of the alert's codes and the
+# case's) to the fused retrieval score (in [0, 1]): a shared code is the
+# strongest single sign of the same fault. Its weight is the one the reranker
+# had before the hybrid pipeline; it could not be tuned (LoCoMo's questions and
+# our vehicle set's symptom queries carry no codes), so it stays until a set
+# with codes exists.
+W_CODES = 0.5
+# Names of the reranker's score parts (``Scored.parts``).
+PART_CODES = "rerank.codes"
 
 
 class Reranker(Protocol):
     def rerank(self, text: str, codes: list[str], candidates: list[Scored], k: int) -> list[Scored]: ...
 
 
-def _words(text: str) -> list[str]:
-    return [w for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS]
-
-
-def bm25_scores(query: str, docs: list[str]) -> list[float]:
-    """BM25 of each doc for the query, with document frequencies taken over ``docs`` themselves.
-
-    The candidates of one search are the only corpus a reranker sees; words
-    common to all of them (the vehicle series, the shared fault) weigh little,
-    the words that tell candidates apart weigh most.
-    """
-    bags = [Counter(_words(d)) for d in docs]
-    if not bags:
-        return []
-    df: Counter[str] = Counter()
-    for bag in bags:
-        df.update(bag.keys())
-    n = len(bags)
-    avg = sum(sum(b.values()) for b in bags) / n or 1.0
-    terms = set(_words(query))
-    out = []
-    for bag in bags:
-        length = sum(bag.values())
-        score = 0.0
-        for w in terms:
-            f = bag.get(w)
-            if f:
-                idf = math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5))
-                score += idf * f * (BM25_K1 + 1) / (f + BM25_K1 * (1 - BM25_B + BM25_B * length / avg))
-        out.append(score)
-    return out
-
-
 class OverlapReranker:
-    """Offline default: vector score blended with trouble-code overlap and BM25 word overlap."""
+    """The fused retrieval score plus trouble-code overlap."""
 
     def rerank(self, text: str, codes: list[str], candidates: list[Scored], k: int) -> list[Scored]:
         query_codes = set(codes)
-        lexical = bm25_scores(text, [c.record.summary + " " + c.record.root_cause for c in candidates])
-        best = max(lexical, default=0.0) or 1.0
         rescored = []
-        for cand, lex in zip(candidates, lexical, strict=True):
+        for cand in candidates:
             rec_codes = set(cand.record.dtc_codes)
             union = query_codes | rec_codes
             code_overlap = len(query_codes & rec_codes) / len(union) if union else 0.0
-            score = W_VECTOR * cand.score + W_CODES * code_overlap + W_LEXICAL * lex / best
-            rescored.append(Scored(cand.record, score))
+            term = W_CODES * code_overlap
+            rescored.append(Scored(cand.record, cand.score + term, {**cand.parts, PART_CODES: term}))
         rescored.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
         return rescored[:k]
 
@@ -172,13 +129,13 @@ def render_within_budget(
 
 
 def similar_candidates(store: MemoryStore, query: SimilarQuery) -> list[Scored]:
-    """Stage 1 of similar-case recall: the candidates of every retrieval channel, checked.
+    """Stage 1 of similar-case recall: the candidates of both retrieval channels, fused, checked.
 
-    Today one channel (the store's vector search). A further channel (a
-    lexical one, say) adds its hits to the list here, fused with these, before
-    the check below, which every candidate passes whatever found it.
+    The lexical and the dense channel's top candidates, fused
+    (``retrieval.cases``); every candidate then passes the check below,
+    whatever channel found it.
     """
-    candidates = store.similar(query)
+    candidates = case_candidates(store, query)
     # The store filters already; checking again here means a faulty backend
     # can never leak another vehicle's history, or a case from after the
     # session opened, into this context.
@@ -206,10 +163,10 @@ def recall(
     """What a session of ``vin`` opening at event time ``at`` is given from long-term memory."""
     own = own_history(store, vin, at)
     query = " ".join([symptom, *codes])
-    vector = embedder.embed([query])[0]
-    candidates = similar_candidates(
-        store, SimilarQuery(exclude_vin=vin, series=series, vector=vector, k=SIMILAR_CANDIDATES, as_of=at)
-    )
+    # One query embedding serves the dense channel and the fusion (the rerank adds no model).
+    vector = embedder.embed_queries([query])[0]
+    asked = SimilarQuery(vin, series, vector, DENSE_CANDIDATES, at, text=query, embedder=embedder_id(embedder))
+    candidates = similar_candidates(store, asked)
     similar = [s.record for s in (reranker or OverlapReranker()).rerank(query, codes, candidates, SIMILAR_TOP)]
     return render_within_budget(own, similar, budget, counter)
 

@@ -3,7 +3,8 @@
 Every final record keeps the summarizer's request (its source, required facts
 and event lines) beside the summary. When the summary prompt's version moves
 on, ``reextract`` walks the records written with older versions, summarizes
-each request again with the current summarizer, checks fidelity, re-embeds,
+each request again with the current summarizer, checks fidelity, re-embeds
+what the record is found by (``retrieval.text``, one batch per round trip),
 and upserts the record with the new version. A record whose new summary fails
 the check keeps its old one (and is counted); a record written before sources
 were kept is skipped (and counted). The walk is resumable: records already at
@@ -16,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vdoctor.embedders import Embedder
+from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.memory.summarizer import (
     FidelityMetrics,
     Summarizer,
@@ -26,6 +27,7 @@ from vdoctor.memory.summarizer import (
 )
 from vdoctor.memory.summary import upgrade_case_request
 from vdoctor.records import RecordKind
+from vdoctor.retrieval.text import record_text
 from vdoctor.stores.base import MemoryStore
 
 # Records per store round trip: small enough to show progress often.
@@ -85,19 +87,24 @@ def reextract(
                     report.failed_check += 1
                     left_alone.add(key)
                     continue
-                vector = embedder.embed([checked.text])[0]
                 rewritten.append(
                     record.model_copy(
                         update={
                             "summary": checked.text,
-                            "summary_vec": [float(x) for x in vector],
                             "prompt_version": target_version,
                             "source": request_to_json(request),
                             "omitted": request.omitted,
+                            "embedder": embedder_id(embedder),
                         }
                     )
                 )
             if rewritten:
+                # One batch through the embedder: what each record is found by, its new summary included.
+                vectors = embedder.embed([record_text(r) for r in rewritten])
+                rewritten = [
+                    r.model_copy(update={"summary_vec": [float(x) for x in v]})
+                    for r, v in zip(rewritten, vectors, strict=True)
+                ]
                 store.upsert_many(rewritten)
                 report.rewritten += len(rewritten)
             if progress is not None:

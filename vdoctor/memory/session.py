@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from vdoctor.limits import SESSION_TTL
 from vdoctor.lines import ReadingSpan, SummaryLine, summary_time
 from vdoctor.memory.working import WorkingState
-from vdoctor.records import MemoryUse, Phase, Priority
+from vdoctor.records import MAX_ALERT_TEXT_CHARS, MemoryUse, Phase, Priority
 
 # Bounds on the per-session lists kept in state.
 MAX_READINGS = 256
@@ -90,6 +90,9 @@ class SessionState(BaseModel):
     phase: Phase = Phase.INVESTIGATING
     opened_at: datetime
     last_event_at: datetime
+    # The symptom as reported: the opening alert's text, bounded (``opening_text``). The
+    # session's long-term records are found by it (``retrieval.text``).
+    alert_text: str = ""
     alerts: int = 0
     codes: dict[str, int] = {}
     readings: list[Reading] = []
@@ -161,6 +164,11 @@ class SessionState(BaseModel):
             raise ValueError(f"cannot conclude a session in phase {self.phase}; allowed: INVESTIGATING")
         self.phase = Phase.CONCLUDED
         self.conclusion = conclusion
+
+
+def opening_text(alert_text: str) -> str:
+    """What a session keeps of its opening alert's text: at most ``MAX_ALERT_TEXT_CHARS`` characters."""
+    return alert_text[:MAX_ALERT_TEXT_CHARS]
 
 
 class DedupState(BaseModel):

@@ -25,13 +25,15 @@ with event time <= T is applied before a session opening at T reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
 
 
@@ -39,11 +41,28 @@ from vdoctor.records import MemoryRecord
 class Scored:
     record: MemoryRecord
     score: float
+    # The named parts of ``score`` (each retrieval channel's score, a reranker's weighted terms),
+    # for explaining a recall; backends leave it empty, their ``score`` is their channel's score.
+    parts: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
+class EmbedderMismatch(StoreError):
+    """The records searched were embedded by another model than the query.
+
+    Vectors of two models cannot be compared (even at the same dimension), so
+    the search is refused rather than ranked wrongly. Re-embed the records
+    with the configured model: ``vdoctor memory reembed`` (README, *Changing
+    the embedder*).
+    """
 
 
 @dataclass(frozen=True)
 class SimilarQuery:
-    """Similar verified cases of other vehicles of one series, as a session opening at ``as_of`` sees them."""
+    """Similar verified cases of other vehicles of one series, as a session opening at ``as_of`` sees them.
+
+    Both retrieval channels take the same query: ``similar`` ranks by
+    ``vector``, ``lexical`` by BM25 of ``text``.
+    """
 
     exclude_vin: str
     series: str
@@ -51,6 +70,10 @@ class SimilarQuery:
     k: int
     # The event time of the session that asks: only what was true then is returned.
     as_of: datetime
+    # The query text of the lexical channel (the session's symptom and codes).
+    text: str = ""
+    # Which embedder made ``vector`` (``embedders.embedder_id``); "" leaves it unchecked.
+    embedder: str = ""
 
     def admits(self, record: MemoryRecord) -> bool:
         """The filters every backend applies, on a record already taken as of ``as_of``.
@@ -103,6 +126,38 @@ class MemoryStore(Protocol):
         Each record in its version current at ``as_of``, taken as of it, and
         admitted by ``query.admits``: concluded and verified (recheck_ok =
         true) at or before ``as_of``, not invalidated at or before it.
+        Raises ``EmbedderMismatch`` when ``query.embedder`` is set and the
+        records searched were embedded by another model.
+        """
+        ...
+
+    def lexical(self, query: SimilarQuery) -> list[Scored]:
+        """Top-k by BM25 of ``query.text`` among the same records as ``similar``, best first.
+
+        A record's indexed text is ``retrieval.text.record_text`` in the tokens
+        of ``retrieval.tokens``; only records sharing a token with the query
+        are returned, with their BM25 score (over the backend's corpus: the
+        series' records in the embedded store, the filtered set in MySQL,
+        the table in Doris).
+        """
+        ...
+
+    def count_stale(self, embedder: str) -> int:
+        """How many record versions (current and archived) were embedded by another embedder than ``embedder``."""
+        ...
+
+    def stale_versions(self, embedder: str, limit: int) -> list[StaleVersion]:
+        """At most ``limit`` of those versions, in the backend's order (versions set since leave the list)."""
+        ...
+
+    def set_vectors(self, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        """Replace each version's vector in place, marked as ``embedder``'s; returns how many were replaced.
+
+        No new version, no event time and no other field changes (a re-embed
+        changes how a case is found, never what it says). A version that was
+        re-written or replaced since it was listed (its embedder or start is
+        no longer the listed one) is left alone; the next listing has it
+        again if it still needs it.
         """
         ...
 
@@ -144,6 +199,20 @@ class MemoryStore(Protocol):
 
 
 @dataclass(frozen=True)
+class StaleVersion:
+    """A record version (current or archived) whose vector another embedder made: ``memory reembed`` rewrites it."""
+
+    vin: str
+    session_id: str
+    # Where the version starts; ``archived``: a replaced version (the archive), else the current one.
+    version_from: datetime
+    archived: bool
+    # What its vector embeds (``retrieval.text.record_text``), and who embedded it ("" unknown).
+    text: str
+    embedder: str
+
+
+@dataclass(frozen=True)
 class RecheckWrite:
     """What a recheck does to a record's current version (the rule every backend follows)."""
 
@@ -174,6 +243,30 @@ def recheck_write(
     if current_ok == ok:
         return RecheckWrite(current_verified, current_from, archive=False, noop=True)
     return RecheckWrite(at, at, archive=at > current_from, noop=False)
+
+
+def check_dimensions(query: SimilarQuery, found: set[int]) -> None:
+    """Refuse a search over vectors of another dimension than the query's (a model change not re-embedded)."""
+    other = sorted(found - {int(query.vector.shape[0])})
+    if other:
+        raise EmbedderMismatch(
+            f"similar cases of series {query.series!r} hold vectors of dimension {', '.join(map(str, other))}, "
+            f"the query one of {query.vector.shape[0]}: they were embedded by another model; re-embed them with "
+            "the configured embedder: vdoctor memory reembed"
+        )
+
+
+def check_embedders(query: SimilarQuery, found: set[str]) -> None:
+    """Refuse a search whose records were embedded by another model than the query (when it names one)."""
+    if not query.embedder:
+        return
+    other = sorted(found - {query.embedder})
+    if other:
+        models = ", ".join(m or "an unrecorded model" for m in other)
+        raise EmbedderMismatch(
+            f"similar cases of series {query.series!r} were embedded by {models}, the query by {query.embedder}; "
+            "re-embed them with the configured embedder: vdoctor memory reembed"
+        )
 
 
 def newest_first(records: list[MemoryRecord], limit: int) -> list[MemoryRecord]:

@@ -5,12 +5,17 @@ schema in ``sql/doris/``):
 
 - upsert: a plain multi-row INSERT; the UNIQUE KEY (vin, session_id)
   merge-on-write table replaces the whole row for a key;
-- similar cases: ``inner_product_approximate`` on the HNSW index over
-  normalised vectors, with the filters (series, other vehicles, and the
-  event-time filters of the asking session's time, each column with an
-  inverted index so that Doris filters before the top-k) in the WHERE clause;
-  once over current versions (``case_memory``) and once over archived ones
-  (``case_history``, its own ANN index), merged by score;
+- similar cases, dense channel: ``inner_product_approximate`` on the HNSW
+  index over normalised vectors, with the filters (series, other vehicles,
+  and the event-time filters of the asking session's time, each column with
+  an inverted index so that Doris filters before the top-k) in the WHERE
+  clause; once over current versions (``case_memory``) and once over archived
+  ones (``case_history``, its own ANN index), merged by score;
+- similar cases, lexical channel: ``search_tokens MATCH_ANY '<query tokens>'``
+  on the inverted index of the pre-tokenised text (a whitespace analyzer:
+  the tokens are ``retrieval.tokens``', as in every backend), ranked by
+  ``score()`` (BM25, over Doris's own statistics), with the same filters;
+  current and archived versions merged by score;
 - recheck and soft delete: partial-update INSERTs of the key columns plus the
   changed columns (``enable_unique_key_partial_update``), reset afterwards so a
   reused connection never carries the setting into a full-row write; a
@@ -28,7 +33,8 @@ from datetime import datetime
 
 from vdoctor.errors import ConfigError, StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import Scored, SimilarQuery
+from vdoctor.retrieval.tokens import query_terms
+from vdoctor.stores.base import Scored, SimilarQuery, StaleVersion, check_embedders
 from vdoctor.stores.mysql import connect
 from vdoctor.stores.sqlbase import (
     AS_OF,
@@ -41,7 +47,7 @@ from vdoctor.stores.sqlbase import (
     RowUpdate,
     SqlStore,
 )
-from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url, vector_literal
+from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url, to_utc, vector_literal
 
 try:
     import pymysql  # type: ignore[import-untyped]
@@ -51,8 +57,6 @@ except ImportError as e:  # pragma: no cover - pymysql is a declared dependency
 DEFAULT_PORT = 9030
 # Doris builds one HNSW graph per segment: few, large INSERTs, not many tiny ones.
 BATCH_ROWS = 1000
-# The dimension of summary_vec in sql/doris/001_case_memory.sql.
-VECTOR_DIM = 256
 _VEC = COLUMNS.index("summary_vec")
 
 
@@ -69,10 +73,8 @@ class DorisDialect:
     replace_verb = "INSERT"
 
     def encode_vec(self, vector: list[float]) -> object:
-        if len(vector) != VECTOR_DIM:
-            raise StoreError(
-                f"doris store: summary_vec has {len(vector)} dimensions; the table's ANN index expects {VECTOR_DIM}"
-            )
+        # The ANN index's "dim" (set by memory init from the embedder) is checked by Doris itself;
+        # SqlStore's error says what a dimension mismatch means.
         return _Literal(vector_literal(vector))
 
     def decode_vec(self, raw: object) -> list[float]:
@@ -94,19 +96,36 @@ class DorisDialect:
             store.run(f"INSERT INTO {store.table} ({WRITE_COLUMN_LIST}) VALUES " + ", ".join(values), params)
 
     def similar(self, store: SqlStore, query: SimilarQuery) -> list[Scored]:
-        """ANN top-k over current and over archived versions, each filtered before its top-k; merged by score."""
+        """ANN top-k over current and over archived versions, each filtered before its top-k; merged by score.
+
+        The ANN index holds vectors of one dimension (Doris refuses others), and
+        the embedder of what it returns is checked (``EmbedderMismatch``).
+        """
         literal = vector_literal(query.vector.tolist())
+        found = self._top(store, query, f"inner_product_approximate(summary_vec, {literal})", "")
+        check_embedders(query, {s.record.embedder for s in found})
+        return found
+
+    def lexical(self, store: SqlStore, query: SimilarQuery) -> list[Scored]:
+        """BM25 (``score()``) top-k of the inverted index over current and archived versions, merged by score."""
+        terms = query_terms(query.text)
+        if not terms:
+            return []
+        return self._top(store, query, "score()", " AND search_tokens MATCH_ANY %s", " ".join(terms))
+
+    def _top(self, store: SqlStore, query: SimilarQuery, score: str, match: str, *match_args: object) -> list[Scored]:
         found: list[Scored] = []
         for table, archived in ((store.table, False), (store.history_table, True)):
             rows = store.query(
-                f"SELECT {RECALL_COLUMN_LIST}, inner_product_approximate(summary_vec, {literal}) AS score "
+                f"SELECT {RECALL_COLUMN_LIST}, {score} AS score "
                 f"FROM {table} WHERE series = %s AND vin <> %s AND {VERIFIED} AND "
-                f"{AS_OF_ARCHIVED if archived else AS_OF} ORDER BY score DESC LIMIT %s",
+                f"{AS_OF_ARCHIVED if archived else AS_OF}{match} ORDER BY score DESC LIMIT %s",
                 [
                     query.series,
                     query.exclude_vin,
                     naive_utc(query.as_of),
                     *as_of_params(query.as_of, archived),
+                    *match_args,
                     int(query.k),
                 ],
             )
@@ -114,6 +133,53 @@ class DorisDialect:
         # At most one version of a record holds at a time, so the two lists never name a record twice.
         found.sort(key=lambda s: -s.score)
         return found[: query.k]
+
+    def set_vectors(self, store: SqlStore, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        """Partial-update INSERTs of each version's key, vector and embedder (current and archived apart).
+
+        A partial update has no WHERE: the versions still as listed (same start,
+        same embedder) are read first, and only those are written.
+        """
+        done = 0
+        for archived in (False, True):
+            listed = [(v, vec) for v, vec in rows if v.archived is archived]
+            if not listed:
+                continue
+            table = store.history_table if archived else store.table
+            one = "(vin = %s AND session_id = %s AND version_from = %s)"
+            still = {
+                (vin, sid, to_utc(start))
+                for vin, sid, start, model in store.query(
+                    f"SELECT vin, session_id, version_from, embedder FROM {table} WHERE "
+                    + " OR ".join([one] * len(listed)),
+                    [x for v, _ in listed for x in (v.vin, v.session_id, naive_utc(v.version_from))],
+                )
+                if any(
+                    (v.vin, v.session_id, v.version_from, v.embedder) == (vin, sid, to_utc(start), model or "")
+                    for v, _ in listed
+                )
+            }
+            batch = [(v, vec) for v, vec in listed if (v.vin, v.session_id, v.version_from) in still]
+            if not batch:
+                continue
+            done += len(batch)
+            keys = "vin, session_id, version_from" if archived else "vin, session_id"
+            values, params = [], []
+            for version, vector in batch:
+                literal = self.encode_vec(vector)
+                if not isinstance(literal, _Literal):
+                    raise StoreError("doris store: summary_vec was not encoded as a literal")
+                key = [version.vin, version.session_id] + ([naive_utc(version.version_from)] if archived else [])
+                values.append("(" + ", ".join(["%s"] * len(key)) + f", {literal.text}, %s)")
+                params += [*key, embedder]
+            sql = f"INSERT INTO {table} ({keys}, summary_vec, embedder) VALUES " + ", ".join(values)
+            with store.locked():
+                store.run("SET enable_unique_key_partial_update = true")
+                try:
+                    store.run(sql, params)
+                finally:
+                    store.run("SET enable_unique_key_partial_update = false")
+        return done
 
     def _partial_update(self, store: SqlStore, columns: list[str], rows: list[list[object]]) -> None:
         """INSERT only the key plus ``columns``; the other columns keep their stored values."""

@@ -15,9 +15,15 @@ from datetime import datetime
 import numpy as np
 
 from vdoctor.records import MemoryRecord, utc_now
+from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
+from vdoctor.retrieval.text import record_text
+from vdoctor.retrieval.tokens import query_terms, tokens
 from vdoctor.stores.base import (
     Scored,
     SimilarQuery,
+    StaleVersion,
+    check_dimensions,
+    check_embedders,
     effective_at,
     newest_first,
     recheck_write,
@@ -88,14 +94,66 @@ class InMemoryStore:
         rows = [r for r in seen if r.valid and since <= r.concluded_at <= as_of]
         return [r.model_copy(deep=True, update={"source": ""}) for r in newest_first(rows, limit)]
 
-    def similar(self, query: SimilarQuery) -> list[Scored]:
+    def _admitted(self, query: SimilarQuery) -> list[MemoryRecord]:
         with self._lock:
             seen = [r for row in self._rows.values() if (r := row.at(query.as_of)) is not None]
-        rows = [r.model_copy(update={"source": ""}) for r in seen if query.admits(r)]
+        return [r.model_copy(update={"source": ""}) for r in seen if query.admits(r)]
+
+    def similar(self, query: SimilarQuery) -> list[Scored]:
+        rows = self._admitted(query)
+        check_dimensions(query, {len(r.summary_vec) for r in rows})
+        check_embedders(query, {r.embedder for r in rows})
         if not rows:
             return []
         matrix = np.asarray([r.summary_vec for r in rows], dtype=np.float32)
         return top_k(rows, matrix, query.vector, query.k)
+
+    def lexical(self, query: SimilarQuery) -> list[Scored]:
+        """Exact BM25 over the admitted records (the reference the other backends approximate)."""
+        rows = self._admitted(query)
+        terms = query_terms(query.text)
+        if not rows or not terms:
+            return []
+        scores = Bm25Corpus([tokens(record_text(r)) for r in rows]).scores(terms)
+        return [Scored(rows[i], score) for i, score in top_scored(scores, query.k)]
+
+    def _stale(self, embedder: str) -> list[StaleVersion]:
+        with self._lock:
+            found = []
+            for row in self._rows.values():
+                versions = [(row.current_from, False, row.current)]
+                versions += [(start, True, record) for start, _, record in row.archived]
+                found += [
+                    StaleVersion(r.vin, r.session_id, start, archived, record_text(r), r.embedder)
+                    for start, archived, r in versions
+                    if r.embedder != embedder
+                ]
+        return found
+
+    def count_stale(self, embedder: str) -> int:
+        return len(self._stale(embedder))
+
+    def stale_versions(self, embedder: str, limit: int) -> list[StaleVersion]:
+        return self._stale(embedder)[:limit]
+
+    def set_vectors(self, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        done = 0
+        with self._lock:
+            for version, vector in rows:
+                row = self._rows.get((version.vin, version.session_id))
+                if row is None:
+                    continue
+                update = {"summary_vec": list(vector), "embedder": embedder}
+                if not version.archived:
+                    if row.current_from == version.version_from and row.current.embedder == version.embedder:
+                        row.current = row.current.model_copy(update=update)
+                        done += 1
+                    continue
+                for i, (start, end, record) in enumerate(row.archived):
+                    if start == version.version_from and record.embedder == version.embedder:
+                        row.archived[i] = (start, end, record.model_copy(update=update))
+                        done += 1
+        return done
 
     def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
         with self._lock:

@@ -1,25 +1,35 @@
 """The MySQL/MariaDB L3 backend (``mysql://user:password@host:3306/db``), for teams without Doris.
 
 The shared SQL code path (``sqlbase``) with the MySQL dialect: vectors are
-float32 blobs (MariaDB 10.11 has no vector type), and similar-case search
-filters in SQL (series, other vehicles, verified and valid as of the asking
-session's event time, over current and archived versions) and scores the
-candidates' vectors in the client, exactly. The schema is ``sql/mysql/``,
+float32 blobs (MariaDB 10.11 has no vector type), and both retrieval
+channels filter in SQL (series, other vehicles, verified and valid as of the
+asking session's event time, over current and archived versions) and score
+in the client, exactly: the dense channel the candidates' vectors, the
+lexical one BM25 over the candidates' ``search_tokens`` (the filtered set is
+BM25's corpus). FULLTEXT indexes were not used: InnoDB leaves out tokens
+shorter than ``innodb_ft_min_token_size`` (3 by default, a server setting:
+every Chinese character and character pair of our tokens), and ranks by its
+own weighting rather than BM25, so results would differ from the other
+backends'; the client already reads the filtered set for the dense channel. The schema is ``sql/mysql/``,
 applied by ``vdoctor memory init``.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
 from vdoctor.errors import ConfigError
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import Scored, SimilarQuery, top_k
+from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
+from vdoctor.retrieval.tokens import query_terms
+from vdoctor.stores.base import Scored, SimilarQuery, StaleVersion, check_dimensions, check_embedders
 from vdoctor.stores.sqlbase import (
     AS_OF,
     AS_OF_ARCHIVED,
+    COLUMNS,
     RECALL_COLUMN_LIST,
     VERIFIED,
     WRITE_COLUMN_LIST,
@@ -40,6 +50,8 @@ CONNECT_TIMEOUT_S = 10
 # One multi-row statement per this many records keeps packets well below
 # max_allowed_packet (a 256-float vector is 1 KB).
 BATCH_ROWS = 500
+# (vin, session_id, version_from, archived): one version of a record.
+_Key = tuple[str, str, Any, bool]
 
 
 class MySqlDialect:
@@ -63,51 +75,80 @@ class MySqlDialect:
                 f"REPLACE INTO {store.table} ({WRITE_COLUMN_LIST}) VALUES " + ", ".join([marks] * len(batch)), params
             )
 
-    def similar(self, store: SqlStore, query: SimilarQuery) -> list[Scored]:
-        """Filter in SQL (both tables, as of the query's time), score in the client, then fetch the top k."""
-        vector = query.vector.astype(np.float32)
-        keys: list[tuple[str, str, object, bool]] = []  # (vin, session_id, version_from, archived)
-        blobs: list[bytes] = []
+    def _filtered(self, store: SqlStore, query: SimilarQuery, columns: str) -> list[tuple[_Key, tuple[Any, ...]]]:
+        """``columns`` of every version the query may see (both tables, as of its time), with its key."""
+        found: list[tuple[_Key, tuple[Any, ...]]] = []
         for table, archived in ((store.table, False), (store.history_table, True)):
             rows = store.query(
-                f"SELECT vin, session_id, version_from, summary_vec FROM {table} "
+                f"SELECT vin, session_id, version_from, {columns} FROM {table} "
                 f"WHERE series = %s AND vin <> %s AND {VERIFIED} AND {AS_OF_ARCHIVED if archived else AS_OF}",
                 [query.series, query.exclude_vin, naive_utc(query.as_of), *as_of_params(query.as_of, archived)],
             )
-            keys += [(str(r[0]), str(r[1]), r[2], archived) for r in rows]
-            blobs += [bytes(r[3]) for r in rows]
-        if not keys:
-            return []
-        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(keys), -1)
-        if matrix.shape[1] != vector.shape[0]:
-            return []
-        scores = matrix @ vector
-        k = min(query.k, len(keys))
-        best = np.argpartition(-scores, k - 1)[:k] if len(keys) > k else np.arange(len(keys))
-        records = []
+            found += [((str(r[0]), str(r[1]), r[2], archived), tuple(r[3:])) for r in rows]
+        return found
+
+    def _fetch(self, store: SqlStore, query: SimilarQuery, winners: dict[_Key, float]) -> list[Scored]:
+        """The winning versions' records (every filter applied again), best score first."""
+        records: list[Scored] = []
         for archived in (False, True):
-            wanted = [keys[i] for i in best if keys[i][3] is archived]
+            wanted = [key for key in winners if key[3] is archived]
             if not wanted:
                 continue
             table = store.history_table if archived else store.table
             one = "(vin = %s AND session_id = %s AND version_from = %s)"
-            records += [
-                store.from_row(r)
-                for r in store.query(
-                    f"SELECT {RECALL_COLUMN_LIST} FROM {table} WHERE ({' OR '.join([one] * len(wanted))}) "
-                    f"AND series = %s AND vin <> %s AND {VERIFIED} AND {AS_OF_ARCHIVED if archived else AS_OF}",
-                    [
-                        *[x for key in wanted for x in key[:3]],
-                        query.series,
-                        query.exclude_vin,
-                        naive_utc(query.as_of),
-                        *as_of_params(query.as_of, archived),
-                    ],
-                )
-            ]
-        if not records:
+            rows = store.query(
+                f"SELECT {RECALL_COLUMN_LIST}, version_from FROM {table} WHERE ({' OR '.join([one] * len(wanted))}) "
+                f"AND series = %s AND vin <> %s AND {VERIFIED} AND {AS_OF_ARCHIVED if archived else AS_OF}",
+                [
+                    *[x for key in wanted for x in key[:3]],
+                    query.series,
+                    query.exclude_vin,
+                    naive_utc(query.as_of),
+                    *as_of_params(query.as_of, archived),
+                ],
+            )
+            for r in rows:
+                key = (str(r[0]), str(r[1]), r[len(COLUMNS)], archived)
+                records.append(Scored(store.from_row(r[: len(COLUMNS)]), winners[key]))
+        records.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
+        return records
+
+    def similar(self, store: SqlStore, query: SimilarQuery) -> list[Scored]:
+        """Filter in SQL (both tables, as of the query's time), score in the client, then fetch the top k."""
+        vector = query.vector.astype(np.float32)
+        rows = self._filtered(store, query, "embedder, summary_vec")
+        blobs = [bytes(extra[1]) for _, extra in rows]
+        check_dimensions(query, {len(b) // 4 for b in blobs})
+        check_embedders(query, {str(extra[0] or "") for _, extra in rows})
+        if not rows:
             return []
-        return top_k(records, np.asarray([r.summary_vec for r in records], dtype=np.float32), vector, query.k)
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(rows), -1)
+        scores = matrix @ vector
+        k = min(query.k, len(rows))
+        best = np.argpartition(-scores, k - 1)[:k] if len(rows) > k else np.arange(len(rows))
+        return self._fetch(store, query, {rows[i][0]: float(scores[i]) for i in best})
+
+    def lexical(self, store: SqlStore, query: SimilarQuery) -> list[Scored]:
+        """BM25 in the client over the versions the query may see (the filtered set is the corpus)."""
+        terms = query_terms(query.text)
+        rows = self._filtered(store, query, "search_tokens")
+        if not rows or not terms:
+            return []
+        scores = Bm25Corpus([str(extra[0] or "").split() for _, extra in rows]).scores(terms)
+        return self._fetch(store, query, {rows[i][0]: score for i, score in top_scored(scores, query.k)})
+
+    def set_vectors(self, store: SqlStore, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        done = 0
+        for version, vector in rows:
+            table = store.history_table if version.archived else store.table
+            _, count = store.run(
+                f"UPDATE {table} SET summary_vec = %s, embedder = %s "
+                "WHERE vin = %s AND session_id = %s AND version_from = %s AND embedder = %s",
+                [self.encode_vec(vector), embedder, version.vin, version.session_id,
+                 naive_utc(version.version_from), version.embedder],
+            )  # fmt: skip
+            done += count
+        return done
 
     def update(self, store: SqlStore, rows: list[RowUpdate]) -> None:
         for vin, session_id, values in rows:

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
+from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery, StaleVersion
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,20 @@ class RetryingStore:
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         return self.inner.similar(query)
+
+    def lexical(self, query: SimilarQuery) -> list[Scored]:
+        return self.inner.lexical(query)
+
+    # -- maintenance (``memory reembed``): a CLI's, straight through ---------------------
+
+    def count_stale(self, embedder: str) -> int:
+        return self.inner.count_stale(embedder)
+
+    def stale_versions(self, embedder: str, limit: int) -> list[StaleVersion]:
+        return self.inner.stale_versions(embedder, limit)
+
+    def set_vectors(self, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        return self.inner.set_vectors(rows, embedder)
 
     def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
         return self.inner.by_prompt_version(prompt_version, limit)

@@ -32,9 +32,12 @@ from typing import Any, Protocol
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
+from vdoctor.retrieval.text import case_text, record_text
+from vdoctor.retrieval.tokens import token_text
 from vdoctor.stores.base import (
     Scored,
     SimilarQuery,
+    StaleVersion,
     effective_at,
     newest_first,
     recheck_write,
@@ -86,13 +89,15 @@ COLUMNS = (
     "opened_ts",
     "verified_ts",
     "invalid_ts",
+    "alert_text",
+    "embedder",
 )
 COLUMN_LIST = ", ".join(COLUMNS)
-# An upsert also writes where the record's current version starts.
-WRITE_COLUMNS = (*COLUMNS, "version_from")
+# An upsert also writes the tokens the lexical channel searches, and where the record's current version starts.
+WRITE_COLUMNS = (*COLUMNS, "search_tokens", "version_from")
 WRITE_COLUMN_LIST = ", ".join(WRITE_COLUMNS)
 # What an archived version keeps (no summary source: only current versions are re-extracted).
-ARCHIVED_COLUMNS = tuple(c for c in COLUMNS if c != "source")
+ARCHIVED_COLUMNS = (*(c for c in COLUMNS if c != "source"), "search_tokens")
 # Recall reads, and reads of archived versions, leave the source out (in record column order).
 RECALL_COLUMN_LIST = COLUMN_LIST.replace(", source,", ", '' AS source,")
 # A version current at T (one bound parameter per %s, all T), not invalidated at or before T.
@@ -147,6 +152,12 @@ class Dialect(Protocol):
 
     def similar(self, store: SqlStore, query: SimilarQuery) -> list[Scored]: ...
 
+    def lexical(self, store: SqlStore, query: SimilarQuery) -> list[Scored]: ...
+
+    def set_vectors(self, store: SqlStore, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        """Replace versions' vectors in place (``MemoryStore.set_vectors``)."""
+        ...
+
     def update(self, store: SqlStore, rows: list[RowUpdate]) -> None:
         """Set the same columns of existing rows (every update names the same columns)."""
         ...
@@ -184,6 +195,11 @@ class SqlStore:
             text = text.replace(self.info.password, "***")
         if "1146" in text or "doesn't exist" in text or "does not exist" in text:
             text += f" (create the schema: vdoctor memory init --memory {self.info.redacted})"
+        elif "dim" in text.lower() and ("array" in text.lower() or "vector" in text.lower()):
+            text += (
+                " (the table's vector index was made for another embedder's dimension: see the README, "
+                "Changing the embedder)"
+            )
         return text
 
     @contextmanager
@@ -258,7 +274,7 @@ class SqlStore:
     def from_row(self, row: Sequence[Any]) -> MemoryRecord:
         vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
         ok, pv, valid, upd, kind, merged, src, om = row[10:18]
-        opened, verified, invalid = row[18:21]
+        opened, verified, invalid, alert, embedder = row[18:23]
         return MemoryRecord(
             vin=vin,
             session_id=sid,
@@ -281,6 +297,8 @@ class SqlStore:
             opened_ts=maybe_utc(opened),
             verified_ts=maybe_utc(verified),
             invalid_ts=maybe_utc(invalid),
+            alert_text=alert or "",
+            embedder=embedder or "",
         )
 
     def to_params(self, r: MemoryRecord, version_from: datetime) -> list[object]:
@@ -307,6 +325,9 @@ class SqlStore:
             maybe_naive(r.opened_ts),
             maybe_naive(r.verified_ts),
             maybe_naive(r.invalid_ts),
+            r.alert_text,
+            r.embedder,
+            token_text(record_text(r)),
             naive_utc(version_from),
         ]
 
@@ -384,6 +405,42 @@ class SqlStore:
         found = [Scored(s.record.as_of(query.as_of), s.score) for s in self.dialect.similar(self, query)]
         return [s for s in found if query.admits(s.record)]
 
+    def lexical(self, query: SimilarQuery) -> list[Scored]:
+        if query.k <= 0 or not query.text.strip():
+            return []
+        found = [Scored(s.record.as_of(query.as_of), s.score) for s in self.dialect.lexical(self, query)]
+        return [s for s in found if query.admits(s.record)]
+
+    # -- re-embedding (``vdoctor memory reembed``) -----------------------------------------
+
+    def count_stale(self, embedder: str) -> int:
+        return sum(
+            int(self.query(f"SELECT COUNT(*) FROM {table} WHERE embedder <> %s", (embedder,))[0][0])
+            for table in (self.table, self.history_table)
+        )
+
+    def stale_versions(self, embedder: str, limit: int) -> list[StaleVersion]:
+        found: list[StaleVersion] = []
+        for table, archived in ((self.table, False), (self.history_table, True)):
+            if len(found) >= limit:
+                break
+            rows = self.query(
+                "SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+                f"embedder FROM {table} WHERE embedder <> %s LIMIT %s",
+                (embedder, limit - len(found)),
+            )
+            found += [
+                StaleVersion(
+                    vin, sid, to_utc(start), archived,
+                    case_text(alert or "", json.loads(codes), cause, fix, summary), model or "",
+                )
+                for vin, sid, start, alert, codes, cause, fix, summary, model in rows
+            ]  # fmt: skip
+        return found
+
+    def set_vectors(self, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        return self.dialect.set_vectors(self, rows, embedder) if rows else 0
+
     def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
         cur = self.current([(vin, session_id)]).get((vin, session_id))
         if cur is None:
@@ -447,9 +504,9 @@ class SqlStore:
 
     # -- schema ------------------------------------------------------------------------------
 
-    def init_schema(self) -> list[str]:
-        """Apply sql/<dialect>/*.sql in order (idempotent); returns the files applied."""
-        return apply_schema(self.dialect.name, self.run, self.info.database)
+    def init_schema(self, vector_dim: int) -> list[str]:
+        """Apply sql/<dialect>/*.sql in order (idempotent), sized for ``vector_dim``; returns the files applied."""
+        return apply_schema(self.dialect.name, self.run, self.info.database, vector_dim)
 
 
 @dataclass

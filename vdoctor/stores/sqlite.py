@@ -18,14 +18,25 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord, utc_now
-from vdoctor.stores.base import Scored, SimilarQuery, newest_first
+from vdoctor.retrieval.text import case_text
+from vdoctor.retrieval.tokens import query_terms
+from vdoctor.stores.base import (
+    Scored,
+    SimilarQuery,
+    StaleVersion,
+    check_dimensions,
+    check_embedders,
+    newest_first,
+)
+from vdoctor.stores.lexindex import SeriesLexicalIndex
+from vdoctor.stores.sqlite_rows import as_int, eligible_span, epoch, from_epoch, from_row, to_row
 from vdoctor.stores.sqlite_schema import (
     HISTORY_SELECT,
     NEXT_SEQ,
@@ -34,7 +45,7 @@ from vdoctor.stores.sqlite_schema import (
     migrate,
     no_priority_marker,
 )
-from vdoctor.stores.vecindex import OPEN_END, SeriesVectorIndex
+from vdoctor.stores.vecindex import SeriesVectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +60,9 @@ _COLUMNS = RECORD_COLUMNS
 # A record that concludes later than the stored version started moves the
 # version's start forward, and the archive trigger keeps the version it replaces.
 _UPSERT = (
-    f"INSERT INTO case_memory ({_COLUMNS}, version_from, seq) VALUES ({', '.join('?' * len(RECORD_FIELDS))}, ?, "
-    f"{NEXT_SEQ}) ON CONFLICT (vin, session_id) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in [*RECORD_FIELDS[2:], "seq"])
+    f"INSERT INTO case_memory ({_COLUMNS}, search_tokens, version_from, seq) "
+    f"VALUES ({', '.join('?' * len(RECORD_FIELDS))}, ?, ?, {NEXT_SEQ}) ON CONFLICT (vin, session_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in [*RECORD_FIELDS[2:], "search_tokens", "seq"])
     + ", version_from = MAX(case_memory.version_from, excluded.version_from)"
 )
 # A recheck (``base.recheck_write`` in SQL; every right-hand side reads the old row):
@@ -77,103 +88,17 @@ _AS_OF_ARCHIVED = _AS_OF + " AND version_to > :at"
 _VERIFIED = "recheck_ok = 1 AND verified_ts <= :at"
 
 
-def _epoch(value: datetime) -> int:
-    return int(value.timestamp())
-
-
-def _int(value: object) -> int:
-    """An integer column's value (sqlite hands back int, or str for vd_meta's text values)."""
-    if isinstance(value, int | str):
-        return int(value)
-    raise StoreError(f"sqlite store: expected an integer, got {type(value).__name__}")
-
-
-def _from_epoch(value: int) -> datetime:
-    return datetime.fromtimestamp(value, UTC)
-
-
-def _maybe_epoch(value: datetime | None) -> int | None:
-    return None if value is None else _epoch(value)
-
-
-def _maybe_time(value: object) -> datetime | None:
-    return None if value is None else _from_epoch(_int(value))
-
-
-def _to_row(r: MemoryRecord, no_priority: str | None = None) -> tuple[object, ...]:
-    return (
-        r.vin,
-        r.session_id,
-        r.series,
-        _epoch(r.concluded_at),
-        r.summary,
-        np.asarray(r.summary_vec, dtype=np.float32).tobytes(),
-        r.root_cause,
-        r.fix_action,
-        no_priority if r.priority is None else r.priority,
-        json.dumps(r.dtc_codes),
-        None if r.recheck_ok is None else int(r.recheck_ok),
-        r.prompt_version,
-        int(r.valid),
-        _epoch(r.updated_at),
-        r.kind.value,
-        json.dumps(r.merged_sessions),
-        r.source,
-        json.dumps(r.omitted),
-        _maybe_epoch(r.opened_ts),
-        _maybe_epoch(r.verified_ts),
-        _maybe_epoch(r.invalid_ts),
-    )
-
-
-def _from_row(row: Sequence[object]) -> MemoryRecord:
-    vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
-    ok, pv, valid, upd, kind, merged, src, om = row[10:18]
-    opened, verified, invalid = row[18:21]
-    return MemoryRecord(
-        vin=str(vin),
-        session_id=str(sid),
-        series=str(series),
-        concluded_at=_from_epoch(_int(concluded)),
-        summary=str(summary),
-        summary_vec=np.frombuffer(vec, dtype=np.float32).tolist(),  # type: ignore[call-overload]
-        root_cause=str(cause),
-        fix_action=str(fix),
-        priority=prio or None,
-        dtc_codes=json.loads(str(codes)),
-        recheck_ok=None if ok is None else bool(ok),
-        prompt_version=str(pv),
-        valid=bool(valid),
-        updated_at=_from_epoch(_int(upd)),
-        kind=str(kind),
-        merged_sessions=json.loads(str(merged)),
-        source=str(src),
-        omitted=json.loads(str(om)),
-        opened_ts=_maybe_time(opened),
-        verified_ts=_maybe_time(verified),
-        invalid_ts=_maybe_time(invalid),
-    )
-
-
-def _span(
-    ok: object, verified: object, version_from: object, invalid: object, version_to: object
-) -> tuple[int, int] | None:
-    """The event-time span [start, end) in which a version is verified and valid (None: never)."""
-    if ok != 1 or verified is None or version_from is None:
-        return None
-    start = max(_int(verified), _int(version_from))
-    end = min(OPEN_END if invalid is None else _int(invalid), OPEN_END if version_to is None else _int(version_to))
-    return (start, end) if start < end else None
-
-
 class SqliteStore:
     """SQLite-backed L3 store; one connection guarded by a lock (shared by worker threads)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._index: SeriesVectorIndex | None = None
+        self._lexicon: SeriesLexicalIndex | None = None
         self._index_dir = None if path == ":memory:" else Path(path + ".vecindex")
+        self._lexicon_dir = None if path == ":memory:" else Path(path + ".lexindex")
         self._saved_seq = -1
+        self._saved_lexicon_seq = -1
         try:
             if path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -258,67 +183,76 @@ class SqliteStore:
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         if records:
-            self._write(_UPSERT, [(*_to_row(r, self._no_priority), _epoch(r.concluded_at)) for r in records])
+            self._write(_UPSERT, [(*to_row(r, self._no_priority), epoch(r.concluded_at)) for r in records])
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         rows = self._query(f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND session_id = ?", (vin, session_id))
-        return _from_row(rows[0]) if rows else None
+        return from_row(rows[0]) if rows else None
 
     def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
-        params = {"vin": vin, "since": _epoch(since), "at": _epoch(as_of), "limit": int(limit)}
+        params = {"vin": vin, "since": epoch(since), "at": epoch(as_of), "limit": int(limit)}
         # At most one version of a record holds at a time: the current ones and the
         # archived ones are disjoint, and the newest ``limit`` of both are enough.
         tail = " AND vin = :vin AND concluded_at >= :since ORDER BY concluded_at DESC, session_id DESC LIMIT :limit"
         rows = self._query(f"SELECT {_RECALL_COLUMNS} FROM case_memory WHERE {_AS_OF}{tail}", params)
         rows += self._query(f"SELECT {HISTORY_SELECT} FROM case_history WHERE {_AS_OF_ARCHIVED}{tail}", params)
-        found = [_from_row(r).as_of(as_of) for r in rows]
+        found = [from_row(r).as_of(as_of) for r in rows]
         return newest_first([r for r in found if r.vin == vin and r.valid], limit)
 
     # -- similar cases: the vector index -------------------------------------------------
 
     def _seq(self) -> int:
-        return _int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])
+        return as_int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])
 
-    def _catch_up(self, db_seq: int) -> SeriesVectorIndex:
-        """Load or rebuild the index on first use, then apply rows changed up to ``db_seq`` or later."""
-        if self._index is None:
-            loaded = SeriesVectorIndex.load(self._index_dir, self._epoch) if self._index_dir else None
-            if loaded is None or loaded.seq > db_seq:
+    def _catch_up(self, db_seq: int) -> tuple[SeriesVectorIndex, SeriesLexicalIndex]:
+        """Load or rebuild both indexes on first use, then apply rows changed up to ``db_seq`` or later."""
+        if self._index is None or self._lexicon is None:
+            vectors = SeriesVectorIndex.load(self._index_dir, self._epoch) if self._index_dir else None
+            if vectors is None or vectors.seq > db_seq:
                 log.info("building the vector index of %s", self.path)
-                loaded = SeriesVectorIndex()
-                loaded.seq = -1
+                vectors = SeriesVectorIndex()
+                vectors.seq = -1
             else:
-                self._saved_seq = loaded.seq
-            self._index = loaded
-        index = self._index
-        if db_seq != index.seq:
+                self._saved_seq = vectors.seq
+            lexicon = SeriesLexicalIndex.load(self._lexicon_dir, self._epoch) if self._lexicon_dir else None
+            if lexicon is None or lexicon.seq > db_seq:
+                log.info("building the lexical index of %s", self.path)
+                lexicon = SeriesLexicalIndex()
+                lexicon.seq = -1
+            else:
+                self._saved_lexicon_seq = lexicon.seq
+            self._index, self._lexicon = vectors, lexicon
+        index, lexicon = self._index, self._lexicon
+        if db_seq != index.seq or db_seq != lexicon.seq:
             db_seq = self._seq()  # rows may have changed since the caller looked: take them all
+            # Rows the two indexes already hold are applied again: a row's state is whole, so that is harmless.
+            since = min(index.seq, lexicon.seq)
             changed = "recheck_ok, verified_ts, version_from, invalid_ts"
             rows = self._query(
-                f"SELECT rowid, series, vin, {changed}, NULL, summary_vec FROM case_memory WHERE seq > ? ORDER BY seq",
-                (index.seq,),
+                f"SELECT rowid, series, vin, {changed}, NULL, summary_vec, embedder, search_tokens "
+                "FROM case_memory WHERE seq > ? ORDER BY seq",
+                (since,),
             )
             # Archived versions are named by their negated rowid.
             rows += self._query(
-                f"SELECT -rowid, series, vin, {changed}, version_to, summary_vec FROM case_history WHERE seq > ?",
-                (index.seq,),
+                f"SELECT -rowid, series, vin, {changed}, version_to, summary_vec, embedder, search_tokens "
+                "FROM case_history WHERE seq > ?",
+                (since,),
             )
-            for rowid, series, vin, ok, verified, start, invalid, end, vec in rows:
-                span = _span(ok, verified, start, invalid, end)
+            for rowid, series, vin, ok, verified, start, invalid, end, vec, model, tokens in rows:
+                span = eligible_span(ok, verified, start, invalid, end)
                 vector = np.frombuffer(vec, dtype=np.float32) if span else None  # type: ignore[call-overload]
-                index.apply(int(rowid), str(series), str(vin), span, vector)  # type: ignore[call-overload]
-            index.seq = db_seq
-        return index
+                key = int(rowid), str(series), str(vin)  # type: ignore[call-overload]
+                index.apply(*key, span, vector, str(model))
+                lexicon.apply(*key, span, str(tokens) if span else None)
+            index.seq = lexicon.seq = db_seq
+        return index, lexicon
 
-    def similar(self, query: SimilarQuery) -> list[Scored]:
-        # The change seq is read before the guard: when the index is current
-        # (the usual case), the guard is held for the search alone.
-        at = _epoch(query.as_of)
-        db_seq = self._seq()
-        with self._index_guard:
-            hits = self._catch_up(db_seq).search(query.series, query.exclude_vin, query.vector, query.k, at)
+    def _fetch(self, query: SimilarQuery, hits: list[tuple[int, float]]) -> list[Scored]:
+        """The winning rows (positive rowids: current versions, negative: archived), every filter applied again."""
         if not hits:
             return []
+        at = epoch(query.as_of)
         scores = dict(hits)
         params = {"series": query.series, "vin": query.exclude_vin, "at": at}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
@@ -330,7 +264,7 @@ class SqliteStore:
             if ids:
                 sign = 1 if table == "case_memory" else -1
                 rows += [
-                    (sign * _int(row[0]), row[1:])
+                    (sign * as_int(row[0]), row[1:])
                     for row in self._query(
                         # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
                         f"SELECT rowid, {select} FROM {table} NOT INDEXED WHERE rowid IN ({', '.join(map(str, ids))}) "
@@ -338,26 +272,114 @@ class SqliteStore:
                         params,
                     )
                 ]
-        found = [Scored(_from_row(row).as_of(query.as_of), scores[rowid]) for rowid, row in rows]
+        found = [Scored(from_row(row).as_of(query.as_of), scores[rowid]) for rowid, row in rows]
         found = [s for s in found if query.admits(s.record)]
         found.sort(key=lambda s: -s.score)
         return found
 
+    def similar(self, query: SimilarQuery) -> list[Scored]:
+        # The change seq is read before the guard: when the index is current
+        # (the usual case), the guard is held for the search alone.
+        at = epoch(query.as_of)
+        db_seq = self._seq()
+        with self._index_guard:
+            index, _ = self._catch_up(db_seq)
+            check_dimensions(query, index.dims(query.series))
+            check_embedders(query, index.models(query.series))
+            hits = index.search(query.series, query.exclude_vin, query.vector, query.k, at)
+        return self._fetch(query, hits)
+
+    def lexical(self, query: SimilarQuery) -> list[Scored]:
+        terms = query_terms(query.text)
+        if not terms:
+            return []
+        at = epoch(query.as_of)
+        db_seq = self._seq()
+        with self._index_guard:
+            _, lexicon = self._catch_up(db_seq)
+            hits = lexicon.search(query.series, query.exclude_vin, terms, query.k, at)
+        return self._fetch(query, hits)
+
     # -- updates ---------------------------------------------------------------------------
 
+    # -- re-embedding (``vdoctor memory reembed``) -----------------------------------------
+
+    def count_stale(self, embedder: str) -> int:
+        # "< OR >" rather than "<>": SQLite answers it from the embedder indexes.
+        stale = "WHERE embedder < ? OR embedder > ?"
+        return sum(
+            as_int(self._query(f"SELECT COUNT(*) FROM {table} {stale}", (embedder, embedder))[0][0])
+            for table in ("case_memory", "case_history")
+        )
+
+    def stale_versions(self, embedder: str, limit: int) -> list[StaleVersion]:
+        found: list[StaleVersion] = []
+        for table, archived in (("case_memory", False), ("case_history", True)):
+            if len(found) >= limit:
+                break
+            rows = self._query(
+                f"SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+                f"embedder FROM {table} WHERE embedder < ? OR embedder > ? LIMIT ?",
+                (embedder, embedder, limit - len(found)),
+            )
+            found += [
+                StaleVersion(
+                    str(vin), str(sid), from_epoch(as_int(start)), archived,
+                    case_text(str(alert), json.loads(str(codes)), str(cause), str(fix), str(summary)), str(model),
+                )
+                for vin, sid, start, alert, codes, cause, fix, summary, model in rows
+            ]  # fmt: skip
+        return found
+
+    def set_vectors(self, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
+        """One transaction; every row changed gets the next change seq, so both indexes catch up on it."""
+        if not rows:
+            return 0
+        set_current = (
+            f"UPDATE case_memory SET summary_vec = ?, embedder = ?, seq = {NEXT_SEQ} "
+            "WHERE vin = ? AND session_id = ? AND version_from = ? AND embedder = ?"
+        )
+        # case_history has no seq trigger: move vd_meta's seq first, then stamp the row with it.
+        bump = "UPDATE vd_meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'seq'"
+        set_archived = (
+            "UPDATE case_history SET summary_vec = ?, embedder = ?, "
+            "seq = (SELECT CAST(value AS INTEGER) FROM vd_meta WHERE key = 'seq') "
+            "WHERE vin = ? AND session_id = ? AND version_from = ? AND embedder = ?"
+        )
+        try:
+            with self._lock:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    done = 0
+                    for version, vector in rows:
+                        params = (
+                            np.asarray(vector, dtype=np.float32).tobytes(), embedder, version.vin,
+                            version.session_id, epoch(version.version_from), version.embedder,
+                        )  # fmt: skip
+                        if version.archived:
+                            self._conn.execute(bump)
+                        done += self._conn.execute(set_archived if version.archived else set_current, params).rowcount
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                return done
+        except sqlite3.Error as e:
+            raise StoreError(f"sqlite store {self.path}: {e}") from e
+
     def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
-        params = {"ok": int(ok), "at": _epoch(at), "now": _epoch(utc_now()), "vin": vin, "sid": session_id}
+        params = {"ok": int(ok), "at": epoch(at), "now": epoch(utc_now()), "vin": vin, "sid": session_id}
         return self._write(_RECHECK, [params]) > 0
 
     def soft_delete(self, vin: str, at: datetime) -> int:
-        return self._write(_SOFT_DELETE, [(_epoch(at), _epoch(utc_now()), vin)])
+        return self._write(_SOFT_DELETE, [(epoch(at), epoch(utc_now()), vin)])
 
     def history(self, vin: str) -> list[MemoryRecord]:
         rows = self._query(
             f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? ORDER BY concluded_at DESC, session_id DESC",
             (vin,),
         )
-        return [_from_row(r) for r in rows]
+        return [from_row(r) for r in rows]
 
     def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
         rows = self._query(
@@ -365,7 +387,7 @@ class SqliteStore:
             "ORDER BY vin, session_id LIMIT ?",
             (prompt_version, limit),
         )
-        return [_from_row(r) for r in rows]
+        return [from_row(r) for r in rows]
 
     def prompt_versions(self) -> list[str]:
         rows = self._query("SELECT DISTINCT prompt_version FROM case_memory WHERE valid = 1")
@@ -375,24 +397,30 @@ class SqliteStore:
         rows = self._query(
             f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND valid = 1 AND root_cause = ? "
             "AND concluded_at >= ? ORDER BY concluded_at DESC, session_id DESC LIMIT 1",
-            (vin, root_cause, _epoch(since)),
+            (vin, root_cause, epoch(since)),
         )
-        return _from_row(rows[0]) if rows else None
+        return from_row(rows[0]) if rows else None
 
     def count(self) -> int:
-        return _int(self._query("SELECT COUNT(*) FROM case_memory")[0][0])
+        return as_int(self._query("SELECT COUNT(*) FROM case_memory")[0][0])
 
     def save_index(self) -> None:
-        """Persist the vector index (also done on close), so the next start need not rebuild it."""
+        """Persist the vector and lexical indexes (also done on close), so the next start need not rebuild them."""
         with self._index_guard:
-            if self._index is None or self._index_dir is None or self._index.seq == self._saved_seq:
-                return
             try:
-                self._index.save(self._index_dir, self._epoch)
-                self._saved_seq = self._index.seq
+                if self._index is not None and self._index_dir is not None and self._index.seq != self._saved_seq:
+                    self._index.save(self._index_dir, self._epoch)
+                    self._saved_seq = self._index.seq
+                if (
+                    self._lexicon is not None
+                    and self._lexicon_dir is not None
+                    and self._lexicon.seq != self._saved_lexicon_seq
+                ):
+                    self._lexicon.save(self._lexicon_dir, self._epoch)
+                    self._saved_lexicon_seq = self._lexicon.seq
             except OSError as e:
-                # The index is a cache: losing it costs a rebuild, never data.
-                log.warning("could not save the vector index of %s: %s", self.path, e)
+                # The indexes are caches: losing one costs a rebuild, never data.
+                log.warning("could not save the indexes of %s: %s", self.path, e)
 
     def close(self) -> None:
         self.save_index()

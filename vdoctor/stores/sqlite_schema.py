@@ -23,13 +23,25 @@ never kept, so they cannot be recovered):
 - ``invalid_ts`` = ``concluded_at`` for soft-deleted rows: they were never
   recalled after their deletion, and stay never recalled at any time;
 - ``opened_ts`` stays NULL (not recorded).
+
+Files written before records kept what they are found by (issue 15) get
+``alert_text`` (empty: the opening alert's text was not kept), ``embedder``
+(empty: which model embedded them was not kept, so ``vdoctor memory reembed``
+re-embeds them) and ``search_tokens``, the tokens of the record's indexed
+text (``retrieval.text``) that the lexical index reads, computed for every
+row when the column is added, and again whenever the tokeniser changes
+(``retrieval.tokens.TOKENIZER``, kept in ``vd_meta``).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
-SCHEMA_VERSION = "2"
+from vdoctor.retrieval.text import case_text
+from vdoctor.retrieval.tokens import TOKENIZER, token_text
+
+SCHEMA_VERSION = "3"
 
 _CASE_COLUMNS = """
     vin TEXT NOT NULL,
@@ -58,6 +70,9 @@ CREATE TABLE IF NOT EXISTS case_memory ({_CASE_COLUMNS}
     verified_ts INTEGER,
     invalid_ts INTEGER,
     version_from INTEGER,
+    alert_text TEXT NOT NULL DEFAULT '',
+    embedder TEXT NOT NULL DEFAULT '',
+    search_tokens TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (vin, session_id)
 );
 CREATE INDEX IF NOT EXISTS idx_similar ON case_memory (series, recheck_ok, valid);
@@ -78,21 +93,29 @@ CREATE TABLE IF NOT EXISTS case_history ({_CASE_COLUMNS}
     version_from INTEGER NOT NULL,
     version_to INTEGER NOT NULL,
     seq INTEGER NOT NULL DEFAULT 0,
+    alert_text TEXT NOT NULL DEFAULT '',
+    embedder TEXT NOT NULL DEFAULT '',
+    search_tokens TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (vin, session_id, version_from)
 );
 CREATE INDEX IF NOT EXISTS idx_history_own ON case_history (vin, concluded_at);
 CREATE INDEX IF NOT EXISTS idx_history_seq ON case_history (seq);
 """
+# Which versions ``memory reembed`` still has to rewrite (created after the columns exist).
+_EMBEDDER_INDEXES = [
+    "CREATE INDEX IF NOT EXISTS idx_embedder ON case_memory (embedder)",
+    "CREATE INDEX IF NOT EXISTS idx_history_embedder ON case_history (embedder)",
+]
 
 # Record columns, in MemoryRecord row order (``sqlite._from_row``).
 RECORD_COLUMNS = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, "
     "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source, omitted, "
-    "opened_ts, verified_ts, invalid_ts"
+    "opened_ts, verified_ts, invalid_ts, alert_text, embedder"
 )
 RECORD_FIELDS = [c.strip() for c in RECORD_COLUMNS.split(",")]
-# What case_history keeps of a record (no source).
-ARCHIVED_FIELDS = [c for c in RECORD_FIELDS if c != "source"]
+# What case_history keeps of a record (no source; the tokens its lexical index reads).
+ARCHIVED_FIELDS = [*(c for c in RECORD_FIELDS if c != "source"), "search_tokens"]
 # Reading archived rows in record order: the source is empty.
 HISTORY_SELECT = RECORD_COLUMNS.replace("source", "'' AS source")
 
@@ -105,6 +128,8 @@ _MIGRATE_COLUMNS = {
     "source": "ALTER TABLE case_memory ADD COLUMN source TEXT NOT NULL DEFAULT ''",
     "omitted": "ALTER TABLE case_memory ADD COLUMN omitted TEXT NOT NULL DEFAULT '[]'",
 }
+# ... and what a record is found by (both tables; see the module doc).
+_RETRIEVAL_COLUMNS = ("alert_text", "embedder", "search_tokens")
 # A milestone may have no priority yet: NULL. Files made before that have
 # priority NOT NULL, which SQLite cannot relax in place; there '' stands for it.
 LEGACY_NO_PRIORITY = ""
@@ -133,7 +158,9 @@ _TRIGGERS = [
     # replaces, closed where the new one starts, with the same change seq (so
     # the vector index catches up on both). A re-run archives the same key
     # again in place (the rowid, which names it in the index, is kept).
-    f"""CREATE TRIGGER IF NOT EXISTS vd_archive AFTER UPDATE OF version_from ON case_memory
+    # Dropped and made again on every open: its column list follows ARCHIVED_FIELDS.
+    "DROP TRIGGER IF EXISTS vd_archive",
+    f"""CREATE TRIGGER vd_archive AFTER UPDATE OF version_from ON case_memory
     WHEN NEW.version_from > OLD.version_from
     BEGIN
         INSERT INTO case_history ({", ".join(ARCHIVED_FIELDS)}, version_from, version_to, seq)
@@ -162,6 +189,21 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute(_BACKFILL)
         for statement in _statements(HISTORY):
             conn.execute(statement)
+        for table in ("case_memory", "case_history"):
+            have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            for column in _RETRIEVAL_COLUMNS:
+                if column not in have:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+        for statement in _EMBEDDER_INDEXES:
+            conn.execute(statement)
+        stored = conn.execute("SELECT value FROM vd_meta WHERE key = 'tokenizer'").fetchone()
+        if stored is None or stored[0] != TOKENIZER:
+            _retokenize(conn)
+            conn.execute(
+                "INSERT INTO vd_meta (key, value) VALUES ('tokenizer', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (TOKENIZER,),
+            )
         for statement in _TRIGGERS:
             conn.execute(statement)
         conn.execute(
@@ -173,6 +215,28 @@ def migrate(conn: sqlite3.Connection) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def search_tokens(alert_text: str, codes: list[str], root_cause: str, fix_action: str, summary: str) -> str:
+    """What ``search_tokens`` holds for a record: its indexed text's tokens, space-joined."""
+    return token_text(case_text(alert_text, codes, root_cause, fix_action, summary))
+
+
+def _retokenize(conn: sqlite3.Connection) -> None:
+    """Compute every row's ``search_tokens`` (a new column, or another tokeniser); no seq change.
+
+    The lexical index is rebuilt after this anyway: its saved copy names the
+    tokeniser it was built with.
+    """
+    for table in ("case_memory", "case_history"):
+        rows = conn.execute(
+            f"SELECT rowid, alert_text, dtc_codes, root_cause, fix_action, summary FROM {table}"
+        ).fetchall()
+        conn.executemany(
+            f"UPDATE {table} SET search_tokens = ? WHERE rowid = ?",
+            [(search_tokens(alert, json.loads(codes), cause, fix, summary), rowid)
+             for rowid, alert, codes, cause, fix, summary in rows],
+        )  # fmt: skip
 
 
 def no_priority_marker(conn: sqlite3.Connection) -> str | None:

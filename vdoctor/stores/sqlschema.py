@@ -4,6 +4,10 @@
 safe to run again. ``ADD COLUMN`` has no ``IF NOT EXISTS`` in Doris or MySQL 8
 (MariaDB has it), so an ``ALTER TABLE t ADD COLUMN c ...`` statement (one
 column per statement) is skipped when the database already has that column.
+
+The vector dimension follows the embedder: ``${VECTOR_DIM}`` in a DDL file
+(Doris's ANN index ``dim``) is replaced by the configured embedder's
+dimension when the file is applied.
 """
 
 from __future__ import annotations
@@ -44,11 +48,21 @@ def split_statements(text: str) -> list[str]:
     return out
 
 
-def apply_schema(dialect: str, run: Run, database: str) -> list[str]:
+VECTOR_DIM_MARK = "${VECTOR_DIM}"
+
+
+def render(text: str, vector_dim: int) -> str:
+    """A DDL file's text with its vector dimension filled in."""
+    if not 1 <= int(vector_dim) <= 65_536:
+        raise StoreError(f"vector dimension {vector_dim} is out of range")
+    return text.replace(VECTOR_DIM_MARK, str(int(vector_dim)))
+
+
+def apply_schema(dialect: str, run: Run, database: str, vector_dim: int) -> list[str]:
     """Run every statement of every DDL file of the dialect, skipping columns that exist; returns the files."""
     applied = []
     for path in schema_files(dialect):
-        for statement in split_statements(path.read_text(encoding="utf-8")):
+        for statement in split_statements(render(path.read_text(encoding="utf-8"), vector_dim)):
             add = _ADD_COLUMN_RE.match(statement)
             if add is not None:
                 rows, _ = run(HAS_COLUMN, (database, add.group(1), add.group(2)))

@@ -2,8 +2,11 @@
 
 Similar-case recall only ever searches verified (recheck_ok = true), valid
 versions of records of one series, so the index holds exactly those, one
-float32 matrix per series, each with the span of event time in which it is
-verified and valid: ``[start, end)`` in epoch seconds. A query is one
+float32 matrix per series (and vector dimension), each with the span of event
+time in which it is verified and valid: ``[start, end)`` in epoch seconds.
+It also counts, per series, which embedder made the vectors (``embedder`` of
+the record), so that a search over vectors of another model is refused
+(``stores.base.EmbedderMismatch``) rather than ranked by meaningless scores. A query is one
 matrix-vector product over that series (an exact scan: no recall loss), with
 the asking vehicle masked out by a 64-bit VIN hash and every version whose
 span does not hold the query's time (``as_of``) masked out as well; the store
@@ -14,7 +17,7 @@ archived versions (the ``case_history`` table) by their negated rowid. The
 index follows the database through a change sequence: every write stamps its
 row with the next ``seq``; the index remembers the highest ``seq`` it has
 applied and catches up on rows with a higher one. On disk it is a folder of
-``.npy`` files plus ``meta.json`` (database epoch, seq, dimension). On start it
+``.npy`` files plus ``meta.json`` (database epoch, seq, the parts' series and dimensions, embedder names). On start it
 is loaded if it belongs to this database and is not ahead of it, caught up
 incrementally, and rebuilt from the table when missing, foreign or corrupt.
 """
@@ -47,7 +50,7 @@ def _blas_controller() -> ThreadpoolController:
     return _controller
 
 
-INDEX_FORMAT = 2
+INDEX_FORMAT = 3
 # The end of a span that is still open.
 OPEN_END = int(np.iinfo(np.int64).max)
 # Growth factor of a series matrix: amortised O(1) appends without holding
@@ -72,6 +75,8 @@ class _Series:
     # The event-time span [start, end) (epoch seconds) in which the version is verified and valid.
     starts: npt.NDArray[np.int64] = field(init=False)
     ends: npt.NDArray[np.int64] = field(init=False)
+    # Which embedder made each vector: an index into the index's ``model_names``.
+    models: npt.NDArray[np.int64] = field(init=False)
     size: int = 0
 
     def __post_init__(self) -> None:
@@ -90,13 +95,14 @@ class _Series:
             new[: self.size] = old[: self.size]
             setattr(self, name, new)
 
-    def append(self, rowid: int, vin_h: int, span: tuple[int, int], vector: npt.NDArray[np.float32]) -> int:
+    def append(self, rowid: int, vin_h: int, span: tuple[int, int], vector: npt.NDArray[np.float32], model: int) -> int:
         self._grow(self.size + 1)
         slot = self.size
         self.vectors[slot] = vector
         self.rowids[slot] = rowid
         self.vins[slot] = vin_h
         self.starts[slot], self.ends[slot] = span
+        self.models[slot] = model
         self.size += 1
         return slot
 
@@ -114,59 +120,88 @@ class _Series:
         return moved
 
 
-_ROW_ARRAYS = ("rowids", "vins", "starts", "ends")
+_ROW_ARRAYS = ("rowids", "vins", "starts", "ends", "models")
 
 
 class SeriesVectorIndex:
     """Exact per-series inner-product index over verified, valid record versions, by event-time span."""
 
-    def __init__(self, dim: int | None = None) -> None:
-        self.dim = dim
+    def __init__(self) -> None:
         self.seq = 0
-        self._series: dict[str, _Series] = {}
-        self._where: dict[int, tuple[str, int]] = {}  # rowid -> (series, slot)
+        # One part per (series, dimension): a model change leaves vectors of two dimensions until re-embedded.
+        self._parts: dict[tuple[str, int], _Series] = {}
+        self._where: dict[int, tuple[tuple[str, int], int]] = {}  # rowid -> (part, slot)
+        self.model_names: list[str] = []
+        self._model_ids: dict[str, int] = {}
+        # series -> embedder id -> vectors it made in the index
+        self._models: dict[str, dict[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self._where)
 
+    def _model_id(self, model: str) -> int:
+        found = self._model_ids.get(model)
+        if found is None:
+            found = self._model_ids[model] = len(self.model_names)
+            self.model_names.append(model)
+        return found
+
     def apply(
-        self, rowid: int, series: str, vin: str, span: tuple[int, int] | None, vector: npt.NDArray[np.float32] | None
+        self,
+        rowid: int,
+        series: str,
+        vin: str,
+        span: tuple[int, int] | None,
+        vector: npt.NDArray[np.float32] | None,
+        model: str = "",
     ) -> None:
         """Bring one row up to date: present (with this vector and span) iff it is ever eligible for similar recall.
 
         ``span`` is the event time [start, end) in which the row is verified
-        and valid; None (or an empty span) when it never is.
+        and valid; None (or an empty span) when it never is. ``model`` names
+        the embedder that made the vector.
         """
         self._discard(rowid)
         if span is None or span[0] >= span[1] or vector is None:
             return
-        if self.dim is None:
-            self.dim = int(vector.shape[0])
-        if vector.shape[0] != self.dim:
-            # Vectors of another dimension cannot be compared; the store reports
-            # the mismatch when it writes, so here they are simply not indexed.
-            log.warning("vector of dimension %d not indexed (index dimension %d)", vector.shape[0], self.dim)
-            return
-        part = self._series.get(series)
+        key = (series, int(vector.shape[0]))
+        part = self._parts.get(key)
         if part is None:
-            part = self._series[series] = _Series(self.dim)
-        self._where[rowid] = (series, part.append(rowid, vin_hash(vin), span, vector))
+            part = self._parts[key] = _Series(key[1])
+        model_id = self._model_id(model)
+        self._where[rowid] = (key, part.append(rowid, vin_hash(vin), span, vector, model_id))
+        counts = self._models.setdefault(series, {})
+        counts[model_id] = counts.get(model_id, 0) + 1
 
     def _discard(self, rowid: int) -> None:
         hit = self._where.pop(rowid, None)
         if hit is None:
             return
-        series, slot = hit
-        moved = self._series[series].remove(slot)
+        key, slot = hit
+        part = self._parts[key]
+        counts = self._models[key[0]]
+        model_id = int(part.models[slot])
+        counts[model_id] -= 1
+        if not counts[model_id]:
+            del counts[model_id]
+        moved = part.remove(slot)
         if moved is not None:
-            self._where[moved] = (series, slot)
+            self._where[moved] = (key, slot)
+
+    def dims(self, series: str) -> set[int]:
+        """The vector dimensions the series' indexed versions have."""
+        return {dim for (name, dim), part in self._parts.items() if name == series and part.size}
+
+    def models(self, series: str) -> set[str]:
+        """The embedders that made the series' indexed vectors."""
+        return {self.model_names[m] for m in self._models.get(series, {})}
 
     def search(
         self, series: str, exclude_vin: str, vector: npt.NDArray[np.float32], k: int, at: int
     ) -> list[tuple[int, float]]:
         """Top-k (rowid, inner product) of the series at event time ``at``; the excluded VIN's rows masked out."""
-        part = self._series.get(series)
-        if part is None or part.size == 0 or k <= 0 or vector.shape[0] != self.dim:
+        part = self._parts.get((series, int(vector.shape[0])))
+        if part is None or part.size == 0 or k <= 0:
             return []
         n = part.size
         with _blas_controller().limit(limits=_BLAS_THREADS, user_api="blas"):
@@ -190,13 +225,19 @@ class SeriesVectorIndex:
         tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        names = sorted(self._series)
-        for i, name in enumerate(names):
-            part = self._series[name]
+        keys = sorted(self._parts)
+        for i, key in enumerate(keys):
+            part = self._parts[key]
             np.save(tmp / f"s{i}.vectors.npy", part.vectors[: part.size])
             for name in _ROW_ARRAYS:
                 np.save(tmp / f"s{i}.{name}.npy", getattr(part, name)[: part.size])
-        meta = {"format": INDEX_FORMAT, "epoch": epoch, "seq": self.seq, "dim": self.dim, "series": names}
+        meta = {
+            "format": INDEX_FORMAT,
+            "epoch": epoch,
+            "seq": self.seq,
+            "parts": [[series, dim] for series, dim in keys],
+            "models": self.model_names,
+        }
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         old = folder.with_name(f"{folder.name}.old{os.getpid()}")
         shutil.rmtree(old, ignore_errors=True)
@@ -214,19 +255,27 @@ class SeriesVectorIndex:
             meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
             if meta.get("format") != INDEX_FORMAT or meta.get("epoch") != epoch:
                 return None
-            index = cls(meta["dim"])
+            index = cls()
             index.seq = int(meta["seq"])
-            for i, name in enumerate(meta["series"]):
+            for name in meta["models"]:
+                index._model_id(str(name))
+            for i, (series, dim) in enumerate(meta["parts"]):
+                key = (str(series), int(dim))
                 vectors = np.load(folder / f"s{i}.vectors.npy")
                 rows = {a: np.load(folder / f"s{i}.{a}.npy") for a in _ROW_ARRAYS}
-                if any(len(a) != len(vectors) for a in rows.values()) or vectors.shape[1:] != (index.dim,):
+                if any(len(a) != len(vectors) for a in rows.values()) or vectors.shape[1:] != (key[1],):
                     return None
-                part = _Series(int(meta["dim"]))
+                part = _Series(key[1])
                 part.vectors, part.size = vectors, len(vectors)
                 for a, array in rows.items():
                     setattr(part, a, array)
-                index._series[name] = part
-                index._where.update((int(r), (name, slot)) for slot, r in enumerate(part.rowids.tolist()))
+                index._parts[key] = part
+                index._where.update((int(r), (key, slot)) for slot, r in enumerate(part.rowids.tolist()))
+                counts = index._models.setdefault(key[0], {})
+                for model_id, n in zip(*np.unique(part.models, return_counts=True), strict=True):
+                    if not 0 <= int(model_id) < len(index.model_names):
+                        return None
+                    counts[int(model_id)] = counts.get(int(model_id), 0) + int(n)
             return index
         except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
             log.warning("vector index at %s unreadable (%s); rebuilding", folder, e)

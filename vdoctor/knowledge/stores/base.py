@@ -30,6 +30,13 @@ class KnowledgeStore(Protocol):
         """Top-k chunks by inner product among those matching the filters, best first (ties by chunk_id)."""
         ...
 
+    def lexical(self, text: str, k: int, scope: str | None, version: str | None) -> list[Hit]:
+        """Top-k chunks by BM25 of ``text``'s tokens (``retrieval.tokens``) among those matching the filters.
+
+        Only chunks sharing a token come back; BM25's corpus is the filtered set. Best first, ties by chunk_id.
+        """
+        ...
+
     def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
         """Chunks that hold any of these codes (the exact-match stage for code queries)."""
         ...

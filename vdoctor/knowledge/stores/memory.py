@@ -9,6 +9,12 @@ import numpy.typing as npt
 
 from vdoctor.knowledge.chunks import Chunk
 from vdoctor.knowledge.stores.base import Hit
+from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
+from vdoctor.retrieval.tokens import query_terms, tokens
+
+
+def _matches(chunk: Chunk, scope: str | None, version: str | None) -> bool:
+    return (scope is None or chunk.scope == scope) and (version is None or chunk.version == version)
 
 
 class InMemoryKnowledgeStore:
@@ -32,6 +38,17 @@ class InMemoryKnowledgeStore:
         hits = [Hit(c, float(v @ vector)) for c, v in rows]
         hits.sort(key=lambda h: (-h.score, h.chunk.chunk_id))
         return hits[:k]
+
+    def lexical(self, text: str, k: int, scope: str | None, version: str | None) -> list[Hit]:
+        with self._lock:
+            rows = sorted(
+                (c for c, _ in self._rows.values() if _matches(c, scope, version)), key=lambda c: c.chunk_id
+            )
+        terms = query_terms(text)
+        if not rows or not terms:
+            return []
+        scores = Bm25Corpus([tokens(c.text) for c in rows]).scores(terms)
+        return [Hit(rows[i], score) for i, score in top_scored(scores, k)]
 
     def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
         with self._lock:

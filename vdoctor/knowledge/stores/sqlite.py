@@ -1,8 +1,11 @@
 """SQLite knowledge store: chunks with scope/version metadata and float32 vectors.
 
-Search filters in SQL, then scores the filtered vectors with numpy. The
-filtered matrix is cached per (scope, version) and dropped on every write, so
-repeated queries do not re-read the table.
+Search filters in SQL, then scores the filtered chunks in memory: their
+vectors with numpy (dense channel), their tokens with BM25 (lexical channel;
+the filtered set is the corpus). What a filter selects (chunks, vectors, the
+BM25 postings) is cached per (scope, version) and dropped on every write, so
+repeated queries do not re-read the table. A knowledge base is a few thousand
+chunks (the 18,805-row code table makes 1,198), small enough for that.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import numpy.typing as npt
 from vdoctor.errors import StoreError
 from vdoctor.knowledge.chunks import Chunk
 from vdoctor.knowledge.stores.base import Hit
+from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
+from vdoctor.retrieval.tokens import query_terms, tokens
 
 BUSY_TIMEOUT_MS = 30_000
 _SCHEMA = """
@@ -46,6 +51,7 @@ class SqliteKnowledgeStore:
             raise StoreError(f"cannot open the knowledge store at {path}: {e}") from e
         self._lock = threading.Lock()
         self._cache: dict[tuple[str | None, str | None], tuple[list[Chunk], npt.NDArray[np.float32]]] = {}
+        self._lexical: dict[tuple[str | None, str | None], Bm25Corpus] = {}
 
     def add(self, chunks: list[Chunk], vectors: npt.NDArray[np.float32]) -> int:
         rows = [
@@ -64,6 +70,7 @@ class SqliteKnowledgeStore:
             with self._lock, self._conn:
                 self._conn.executemany("INSERT OR REPLACE INTO knowledge_chunk VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
                 self._cache.clear()
+                self._lexical.clear()
         except sqlite3.Error as e:
             raise StoreError(f"knowledge store {self.path}: {e}") from e
         return len(rows)
@@ -106,6 +113,19 @@ class SqliteKnowledgeStore:
         hits = [Hit(chunks[i], float(scores[i])) for i in top]
         hits.sort(key=lambda h: (-h.score, h.chunk.chunk_id))  # equal scores in a fixed order
         return hits
+
+    def lexical(self, text: str, k: int, scope: str | None, version: str | None) -> list[Hit]:
+        terms = query_terms(text)
+        if not terms:
+            return []
+        with self._lock:
+            chunks, _ = self._filtered(scope, version)
+            corpus = self._lexical.get((scope, version))
+            if corpus is None:
+                corpus = self._lexical[(scope, version)] = Bm25Corpus([tokens(c.text) for c in chunks])
+        hits = [Hit(chunks[i], score) for i, score in top_scored(corpus.scores(terms), len(chunks))]
+        hits.sort(key=lambda h: (-h.score, h.chunk.chunk_id))
+        return hits[:k]
 
     def with_codes(self, codes: set[str], scope: str | None, version: str | None) -> list[Chunk]:
         with self._lock:

@@ -1,0 +1,81 @@
+"""The retrieval pipeline's parts: tokens for Chinese and English, BM25, fusion; values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
+from vdoctor.retrieval.hybrid import W_DENSE, W_LEXICAL, ChannelScores, fuse, minmax
+from vdoctor.retrieval.text import case_text
+from vdoctor.retrieval.tokens import light_stem, query_terms, token_text, tokens
+
+pytestmark = pytest.mark.unit
+
+
+def test_chinese_text_gives_every_character_and_every_pair() -> None:
+    assert tokens("电池压差") == ["电", "池", "压", "差", "电池", "池压", "压差"]
+    # Runs are split at anything that is not a CJK character; a lone character is one token.
+    assert tokens("电池，压") == ["电", "池", "电池", "压"]
+
+
+def test_english_text_is_lower_cased_without_function_words_and_lightly_stemmed() -> None:
+    assert tokens("The Cells were charging, and the pumps stalled") == ["cell", "charg", "pump", "stall"]
+    assert light_stem("cells") == "cell" and light_stem("bus") == "bus" and light_stem("12345") == "12345"
+    # Codes and numbers are tokens too; mixed text keeps its order.
+    assert tokens("P0A7F 压差187mV") == ["p0a7f", "压", "差", "压差", "187mv"]
+
+
+def test_query_terms_are_distinct_and_token_text_is_space_joined() -> None:
+    assert query_terms("压 压 cell cells") == ["压", "cell"]
+    assert token_text("电池 pack") == "电 池 电池 pack"
+    assert tokens("") == [] and tokens("the, of; and!") == []
+
+
+def test_case_text_is_the_parts_one_per_line_without_empty_ones() -> None:
+    assert case_text("电池压差过大", ["P0A7F", "P0A80"], "weak cell", "", "line 1\nline 2") == (
+        "电池压差过大\nP0A7F P0A80\nweak cell\nline 1\nline 2"
+    )
+
+
+def test_bm25_weighs_rare_terms_over_terms_every_document_has() -> None:
+    docs = [["pump", "coolant"], ["pump", "relay"], ["pump", "fuse"]]
+    # "pump" in all 3: idf = ln(1 + 0.5/3.5); "relay" in 1: idf = ln(1 + 2.5/1.5). Every document has
+    # 2 tokens (= the average), so a matching term scores idf * 1 * 2.2 / (1 + 1.2) = idf.
+    low, high = math.log(1 + 0.5 / 3.5), math.log(1 + 2.5 / 1.5)
+    got = Bm25Corpus(docs).scores(["pump", "relay", "relay"])  # a repeated query term counts once
+    assert got == pytest.approx([low, low + high, low])
+    assert Bm25Corpus(docs).scores(["nothing"]).tolist() == [0.0, 0.0, 0.0]
+    assert Bm25Corpus([]).scores(["pump"]).shape == (0,)
+
+
+def test_bm25_length_normalisation_and_term_frequency() -> None:
+    # d0 = [a, a], d1 = [a, b, c, d]; avgdl 3; "a" in both: idf = ln(1 + 0.5/2.5).
+    idf = math.log(1 + 0.5 / 2.5)
+    d0 = idf * 2 * 2.2 / (2 + 1.2 * (0.25 + 0.75 * 2 / 3))
+    d1 = idf * 1 * 2.2 / (1 + 1.2 * (0.25 + 0.75 * 4 / 3))
+    assert Bm25Corpus([["a", "a"], ["a", "b", "c", "d"]]).scores(["a"]) == pytest.approx([d0, d1])
+
+
+def test_top_scored_keeps_positive_scores_best_first_ties_by_index() -> None:
+    scores = np.array([0.0, 2.0, 1.0, 2.0, 0.5])
+    assert top_scored(scores, 3) == [(1, 2.0), (3, 2.0), (2, 1.0)]
+    assert top_scored(scores, 10) == [(1, 2.0), (3, 2.0), (2, 1.0), (4, 0.5)]
+    assert top_scored(scores, 0) == []
+
+
+def test_fusion_scales_each_channel_over_the_union_and_weighs_them() -> None:
+    scores = {
+        "both": ChannelScores(lexical=8.0, dense=0.9),
+        "lexical only": ChannelScores(lexical=4.0, dense=0.5),
+        "dense only": ChannelScores(lexical=None, dense=0.7),  # BM25 not computed: 0
+    }
+    # lexical over the union: 8 -> 1, 4 -> 0.5, 0 -> 0; dense: 0.9 -> 1, 0.5 -> 0, 0.7 -> 0.5.
+    fused = fuse(scores)
+    assert fused["both"] == pytest.approx(W_LEXICAL + W_DENSE)
+    assert fused["lexical only"] == pytest.approx(W_LEXICAL * 0.5)
+    assert fused["dense only"] == pytest.approx(W_DENSE * 0.5)
+    assert minmax({"a": 3.0, "b": 3.0}) == {"a": 1.0, "b": 1.0} and minmax({}) == {}
+    assert fuse({}) == {}

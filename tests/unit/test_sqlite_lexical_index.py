@@ -1,0 +1,158 @@
+"""The embedded store's lexical index: follows the table across processes, persisted, rebuilt when stale."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vdoctor.records import MemoryRecord
+from vdoctor.retrieval.bm25 import Bm25Corpus
+from vdoctor.stores import SimilarQuery
+from vdoctor.stores.lexindex import SeriesLexicalIndex
+from vdoctor.stores.sqlite import SqliteStore
+from vdoctor.stores.vecindex import OPEN_END
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def rec(i: int, alert: str, **overrides: Any) -> MemoryRecord:
+    vin = f"LSVAU2180N2{i:06d}"
+    data: dict[str, Any] = {
+        "vin": vin,
+        "session_id": f"{vin}-s",
+        "series": "EV-A",
+        "concluded_at": T0 + timedelta(hours=i),
+        "summary": "",
+        "summary_vec": [1.0, 0.0],
+        "root_cause": "",
+        "fix_action": "",
+        "priority": "P2",
+        "recheck_ok": True,
+        "prompt_version": "v1",
+        "alert_text": alert,
+    }
+    data.update(overrides)
+    return MemoryRecord(**data)
+
+
+def found(store: SqliteStore, text: str, exclude: str = "NOBODY") -> list[str]:
+    query = SimilarQuery(exclude, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 10, NOW, text=text)
+    return [s.record.vin[-2:] for s in store.lexical(query)]
+
+
+def test_a_second_writer_is_seen_by_the_first_stores_lexical_search(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    reader, writer = SqliteStore(db), SqliteStore(db)
+    reader.upsert(rec(1, "电池压差过大"))
+    assert found(reader, "压差") == ["01"]
+    writer.upsert(rec(2, "单体压差 压差大"))  # another process/subtask writes
+    assert found(reader, "压差") == ["02", "01"]  # two 压差 in a document as short: ranks first
+    writer.set_recheck(f"LSVAU2180N2{1:06d}", f"LSVAU2180N2{1:06d}-s", False, T0)  # no longer verified
+    assert found(reader, "压差") == ["02"]
+    writer.upsert(rec(2, "冷却液温度过高"))  # rewritten with other words
+    assert found(reader, "压差") == [] and found(reader, "冷却液") == ["02"]
+    writer.soft_delete(f"LSVAU2180N2{2:06d}", T0)
+    assert found(reader, "冷却液") == []
+    reader.close()
+    writer.close()
+
+
+def test_the_index_is_saved_on_close_and_reused(tmp_path: Path) -> None:
+    db = str(tmp_path / "m.db")
+    store = SqliteStore(db)
+    store.upsert_many([rec(1, "电池压差过大"), rec(2, "coolant pump stalled"), rec(3, "压差", recheck_ok=None)])
+    assert sorted(found(store, "压差 pumps")) == ["01", "02"]  # 03 is not verified
+    store.close()
+    meta = json.loads((tmp_path / "m.db.lexindex" / "meta.json").read_text())
+    assert meta["series"] == ["EV-A"] and meta["tokenizer"] == "zh-uni-bi+en-stem-v1"
+    reopened = SqliteStore(db)
+    loaded = SeriesLexicalIndex.load(tmp_path / "m.db.lexindex", reopened._epoch)
+    assert loaded is not None and len(loaded) == 2 and loaded.seq == meta["seq"]
+    assert found(reopened, "coolant") == ["02"]
+    reopened.close()
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "foreign", "tokenizer"])
+def test_a_missing_corrupt_foreign_or_other_tokenizer_index_is_rebuilt(tmp_path: Path, damage: str) -> None:
+    db = str(tmp_path / "m.db")
+    store = SqliteStore(db)
+    store.upsert_many([rec(1, "电池压差过大"), rec(2, "coolant pump stalled")])
+    found(store, "x")
+    store.close()
+    folder = tmp_path / "m.db.lexindex"
+    if damage == "missing":
+        shutil.rmtree(folder)
+    elif damage == "corrupt":
+        (folder / "s0.docs.npy").write_bytes(b"not numpy")
+    elif damage == "tokenizer":
+        meta = json.loads((folder / "meta.json").read_text())
+        (folder / "meta.json").write_text(json.dumps({**meta, "tokenizer": "some-older-tokenizer"}))
+    else:
+        foreign = SqliteStore(str(tmp_path / "other.db"))
+        foreign.upsert(rec(9, "电池压差过大"))
+        found(foreign, "x")
+        foreign.close()
+        shutil.rmtree(folder)
+        shutil.copytree(tmp_path / "other.db.lexindex", folder)
+    store = SqliteStore(db)
+    assert found(store, "压差") == ["01"] and found(store, "pump") == ["02"]
+    store.close()
+
+
+def test_search_masks_the_asking_vehicle_and_the_time_span() -> None:
+    index = SeriesLexicalIndex()
+    index.apply(1, "S", "V1", (100, 200), "a b")
+    index.apply(2, "S", "V2", (100, OPEN_END), "a c")
+    assert {r for r, _ in index.search("S", "V9", ["a"], 5, at=150)} == {1, 2}
+    assert [r for r, _ in index.search("S", "V1", ["a"], 5, at=150)] == [2]  # the asking vehicle is masked
+    assert [r for r, _ in index.search("S", "V9", ["a"], 5, at=250)] == [2]  # 1's span ended at 200
+    assert index.search("S", "V9", ["a"], 5, at=50) == []  # before either span
+    assert index.search("T", "V9", ["a"], 5, at=150) == []  # another series
+
+
+def test_scores_are_bm25_over_the_live_documents_and_survive_compaction(tmp_path: Path) -> None:
+    """Scores are exact BM25 over the live documents of the series, before and after compaction (when the
+    dead outnumber the live) and after a save and load (which compacts)."""
+    rng = np.random.default_rng(3)
+    vocab = [f"w{i}" for i in range(40)]
+    docs = {i: [str(w) for w in rng.choice(vocab, size=int(rng.integers(3, 12)))] for i in range(3000)}
+    index = SeriesLexicalIndex()
+    for i, words in docs.items():
+        index.apply(i, "S", f"V{i}", (0, OPEN_END), " ".join(words))
+    terms = ["w1", "w7", "w30"]
+
+    def check(exact: bool) -> None:
+        nonlocal index
+        if exact:
+            index.save(tmp_path / "lex", "epoch")
+            loaded = SeriesLexicalIndex.load(tmp_path / "lex", "epoch")
+            assert loaded is not None
+            index = loaded
+        ids = sorted(docs)
+        expected = Bm25Corpus([docs[i] for i in ids]).scores(terms)
+        got = dict(index.search("S", "nobody", terms, len(ids), at=1))
+        assert set(got) == {ids[j] for j in np.flatnonzero(expected > 0)}
+        for j, i in enumerate(ids):
+            if expected[j] > 0:
+                assert got[i] == pytest.approx(expected[j], rel=1e-9)
+
+    for i in [i for i in range(3000) if i % 3]:  # remove two thirds: the dead outnumber the live
+        index.apply(i, "S", f"V{i}", None, None)
+        del docs[i]
+    assert len(index) == len(docs) == 1000
+    check(exact=False)
+    check(exact=True)
+    for i in list(docs)[::10]:  # rewrite a tenth: 100 dead documents until the next compaction
+        docs[i] = [str(w) for w in rng.choice(vocab, size=5)]
+        index.apply(i, "S", f"V{i}", (0, OPEN_END), " ".join(docs[i]))
+    check(exact=False)
+    check(exact=True)

@@ -1,0 +1,283 @@
+"""The embedded store's lexical index: BM25 per series, beside the vector index, over the same versions.
+
+It holds exactly what the vector index holds (verified, valid versions of
+records, each with the event-time span in which it is so, the asking vehicle
+masked out by its VIN hash) and follows the database the same way (the change
+``seq``; saved beside the file as ``<db>.lexindex/``, caught up on open and
+rebuilt when missing, foreign, corrupt, or built with another tokeniser), so
+a lexical search sees the same set, as of the same time, as a vector search.
+
+Why not SQLite's FTS5: its MATCH runs over every row of the table before any
+filter (series, verified, event time), and common Chinese characters have
+posting lists as long as the table; ``bench/recall_latency.py --fts5`` times
+both at 1M records in one run.
+
+Each series is an inverted index of the versions' tokens (``search_tokens``:
+``retrieval.tokens`` of ``retrieval.text.record_text``). Documents are
+numbered as they are added; a version that changes or leaves is marked dead
+(its postings stay until the series is compacted, when the dead outnumber the
+live, and when it is saved). BM25 (``retrieval.bm25``) is exact over the live
+documents of the series: N, the average length and each term's document
+frequency count live documents only.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from vdoctor.retrieval.bm25 import BM25_B, BM25_K1
+from vdoctor.retrieval.tokens import TOKENIZER
+from vdoctor.stores.vecindex import vin_hash
+
+log = logging.getLogger(__name__)
+
+INDEX_FORMAT = 1
+_MIN_CAPACITY = 64
+_GROWTH = 1.5
+# Compact a series when its dead documents outnumber the live ones (and there are enough to bother).
+_COMPACT_MIN_DEAD = 1024
+_DOC_ARRAYS = ("rowids", "vins", "starts", "ends", "lengths")
+
+
+@dataclass
+class _Part:
+    """One series: per-document arrays by document number, and the postings of each term."""
+
+    terms: dict[str, int] = field(default_factory=dict)
+    docs: list[array[int]] = field(default_factory=list)  # term id -> document numbers ('i')
+    tfs: list[array[int]] = field(default_factory=list)  # term id -> term frequencies ('H')
+    rowids: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(_MIN_CAPACITY, dtype=np.int64))
+    vins: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(_MIN_CAPACITY, dtype=np.int64))
+    starts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(_MIN_CAPACITY, dtype=np.int64))
+    ends: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(_MIN_CAPACITY, dtype=np.int64))
+    lengths: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(_MIN_CAPACITY, dtype=np.int64))
+    alive: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(_MIN_CAPACITY, dtype=bool))
+    size: int = 0  # documents numbered so far (live and dead)
+    live: int = 0
+    live_length: int = 0
+
+    def _grow(self, need: int) -> None:
+        cap = len(self.rowids)
+        if need <= cap:
+            return
+        new_cap = max(need, int(cap * _GROWTH) + 1)
+        for name in (*_DOC_ARRAYS, "alive"):
+            old = getattr(self, name)
+            new = np.zeros(new_cap, dtype=old.dtype)
+            new[: self.size] = old[: self.size]
+            setattr(self, name, new)
+
+    def add(self, rowid: int, vin_h: int, span: tuple[int, int], tokens: list[str]) -> int:
+        self._grow(self.size + 1)
+        doc = self.size
+        self.rowids[doc], self.vins[doc] = rowid, vin_h
+        self.starts[doc], self.ends[doc] = span
+        self.lengths[doc] = len(tokens)
+        self.alive[doc] = True
+        for term, tf in Counter(tokens).items():
+            term_id = self.terms.get(term)
+            if term_id is None:
+                term_id = self.terms[term] = len(self.docs)
+                self.docs.append(array("i"))
+                self.tfs.append(array("H"))
+            self.docs[term_id].append(doc)
+            self.tfs[term_id].append(min(tf, 65535))
+        self.size += 1
+        self.live += 1
+        self.live_length += len(tokens)
+        return doc
+
+    def kill(self, doc: int) -> None:
+        self.alive[doc] = False
+        self.live -= 1
+        self.live_length -= int(self.lengths[doc])
+
+    def compacted(self) -> tuple[_Part, dict[int, int]]:
+        """The same live documents renumbered without the dead; returns it and rowid -> new number."""
+        keep = np.flatnonzero(self.alive[: self.size])
+        renumber = np.full(self.size, -1, dtype=np.int64)
+        renumber[keep] = np.arange(len(keep))
+        out = _Part()
+        out._grow(len(keep))
+        for name in _DOC_ARRAYS:
+            getattr(out, name)[: len(keep)] = getattr(self, name)[keep]
+        out.alive[: len(keep)] = True
+        out.size = out.live = len(keep)
+        out.live_length = self.live_length
+        for term, term_id in self.terms.items():
+            docs = np.frombuffer(self.docs[term_id], dtype=np.int32)
+            new = renumber[docs]
+            kept = new >= 0
+            if not kept.any():
+                continue
+            out.terms[term] = len(out.docs)
+            out.docs.append(_int_array(new[kept]))
+            out.tfs.append(_tf_array(np.frombuffer(self.tfs[term_id], dtype=np.uint16)[kept]))
+        return out, {int(self.rowids[d]): int(renumber[d]) for d in keep}
+
+    def search(self, terms: list[str], exclude: int, at: int, k: int) -> list[tuple[int, float]]:
+        n = self.size
+        if not self.live or k <= 0:
+            return []
+        avg = self.live_length / self.live or 1.0
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths[:n] / avg)
+        scores = np.zeros(n, dtype=np.float64)
+        for term in dict.fromkeys(terms):
+            term_id = self.terms.get(term)
+            if term_id is None:
+                continue
+            docs = np.frombuffer(self.docs[term_id], dtype=np.int32)
+            tf = np.frombuffer(self.tfs[term_id], dtype=np.uint16).astype(np.float64)
+            df = int(np.count_nonzero(self.alive[docs]))
+            if not df:
+                continue
+            idf = math.log1p((self.live - df + 0.5) / (df + 0.5))
+            scores[docs] += idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
+        hidden = ~self.alive[:n]
+        hidden |= self.vins[:n] == exclude
+        hidden |= self.starts[:n] > at
+        hidden |= self.ends[:n] <= at
+        scores[hidden] = 0.0
+        hits = np.flatnonzero(scores > 0)
+        if len(hits) > k:
+            hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+        order = np.lexsort((self.rowids[hits], -scores[hits]))
+        return [(int(self.rowids[hits[i]]), float(scores[hits[i]])) for i in order]
+
+
+def _int_array(values: npt.NDArray[np.integer[Any]]) -> array[int]:
+    out = array("i")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.int32).tobytes())
+    return out
+
+
+def _tf_array(values: npt.NDArray[np.integer[Any]]) -> array[int]:
+    out = array("H")
+    out.frombytes(np.ascontiguousarray(values, dtype=np.uint16).tobytes())
+    return out
+
+
+class SeriesLexicalIndex:
+    """BM25 per series over verified, valid record versions, by event-time span (rows named like the vector index)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self._parts: dict[str, _Part] = {}
+        self._where: dict[int, tuple[str, int]] = {}  # rowid -> (series, document number)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def apply(self, rowid: int, series: str, vin: str, span: tuple[int, int] | None, tokens: str | None) -> None:
+        """Bring one row up to date: present (with these tokens and span) iff it is ever eligible for recall."""
+        self._discard(rowid)
+        if span is None or span[0] >= span[1] or tokens is None:
+            return
+        part = self._parts.get(series)
+        if part is None:
+            part = self._parts[series] = _Part()
+        self._where[rowid] = (series, part.add(rowid, vin_hash(vin), span, tokens.split()))
+
+    def _discard(self, rowid: int) -> None:
+        hit = self._where.pop(rowid, None)
+        if hit is None:
+            return
+        series, doc = hit
+        part = self._parts[series]
+        part.kill(doc)
+        dead = part.size - part.live
+        if dead >= _COMPACT_MIN_DEAD and dead > part.live:
+            compact, renumbered = part.compacted()
+            self._parts[series] = compact
+            self._where.update((r, (series, d)) for r, d in renumbered.items())
+
+    def search(self, series: str, exclude_vin: str, terms: list[str], k: int, at: int) -> list[tuple[int, float]]:
+        """Top-k (rowid, BM25) of the series at event time ``at``, sharing a term; the excluded VIN masked out."""
+        part = self._parts.get(series)
+        if part is None or not terms:
+            return []
+        return part.search(terms, vin_hash(exclude_vin), at, k)
+
+    # -- persistence ---------------------------------------------------------------
+
+    def save(self, folder: Path, epoch: str) -> None:
+        """Write the index atomically: per series, the live documents and their postings (compacted)."""
+        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        names = sorted(self._parts)
+        for i, name in enumerate(names):
+            part, _ = self._parts[name].compacted()
+            for a in _DOC_ARRAYS:
+                np.save(tmp / f"s{i}.{a}.npy", getattr(part, a)[: part.size])
+            terms = sorted(part.terms, key=part.terms.__getitem__)
+            lengths = np.array([len(part.docs[part.terms[t]]) for t in terms], dtype=np.int64)
+            np.save(tmp / f"s{i}.offsets.npy", np.concatenate([[0], np.cumsum(lengths)]))
+            np.save(tmp / f"s{i}.docs.npy", np.frombuffer(b"".join(bytes(part.docs[part.terms[t]]) for t in terms),
+                                                          dtype=np.int32))  # fmt: skip
+            np.save(tmp / f"s{i}.tfs.npy", np.frombuffer(b"".join(bytes(part.tfs[part.terms[t]]) for t in terms),
+                                                         dtype=np.uint16))  # fmt: skip
+            (tmp / f"s{i}.terms.json").write_text(json.dumps(terms, ensure_ascii=False), encoding="utf-8")
+        meta = {"format": INDEX_FORMAT, "tokenizer": TOKENIZER, "epoch": epoch, "seq": self.seq, "series": names}
+        (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+        old = folder.with_name(f"{folder.name}.old{os.getpid()}")
+        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():
+            os.replace(folder, old)
+        os.replace(tmp, folder)
+        shutil.rmtree(old, ignore_errors=True)
+
+    @classmethod
+    def load(cls, folder: Path, epoch: str) -> SeriesLexicalIndex | None:
+        """The saved index if it exists, belongs to this database and used this tokeniser, else None (rebuild)."""
+        if not (folder / "meta.json").is_file():
+            return None
+        try:
+            meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+            if meta.get("format") != INDEX_FORMAT or meta.get("epoch") != epoch or meta.get("tokenizer") != TOKENIZER:
+                return None
+            index = cls()
+            index.seq = int(meta["seq"])
+            for i, name in enumerate(meta["series"]):
+                part = _Part()
+                docs = {a: np.load(folder / f"s{i}.{a}.npy") for a in _DOC_ARRAYS}
+                size = len(docs["rowids"])
+                if any(len(v) != size for v in docs.values()):
+                    return None
+                part._grow(size)
+                for a, values in docs.items():
+                    getattr(part, a)[:size] = values
+                part.alive[:size] = True
+                part.size = part.live = size
+                part.live_length = int(docs["lengths"].sum())
+                offsets = np.load(folder / f"s{i}.offsets.npy")
+                all_docs = np.load(folder / f"s{i}.docs.npy")
+                all_tfs = np.load(folder / f"s{i}.tfs.npy")
+                terms = json.loads((folder / f"s{i}.terms.json").read_text(encoding="utf-8"))
+                if len(offsets) != len(terms) + 1 or offsets[-1] != len(all_docs) or len(all_tfs) != len(all_docs):
+                    return None
+                if len(all_docs) and (all_docs.min() < 0 or all_docs.max() >= size):
+                    return None
+                for term_id, term in enumerate(terms):
+                    lo, hi = int(offsets[term_id]), int(offsets[term_id + 1])
+                    part.terms[str(term)] = term_id
+                    part.docs.append(_int_array(all_docs[lo:hi]))
+                    part.tfs.append(_tf_array(all_tfs[lo:hi]))
+                index._parts[str(name)] = part
+                index._where.update((int(r), (str(name), d)) for d, r in enumerate(part.rowids[:size].tolist()))
+            return index
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            log.warning("lexical index at %s unreadable (%s); rebuilding", folder, e)
+            return None

@@ -1,0 +1,108 @@
+"""Rows of the embedded store: records to and from SQLite values (epoch seconds, float32 blobs, JSON lists)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import numpy as np
+
+from vdoctor.errors import StoreError
+from vdoctor.records import MemoryRecord
+from vdoctor.stores.sqlite_schema import search_tokens
+from vdoctor.stores.vecindex import OPEN_END
+
+
+def epoch(value: datetime) -> int:
+    return int(value.timestamp())
+
+
+def as_int(value: object) -> int:
+    """An integer column's value (sqlite hands back int, or str for vd_meta's text values)."""
+    if isinstance(value, int | str):
+        return int(value)
+    raise StoreError(f"sqlite store: expected an integer, got {type(value).__name__}")
+
+
+def from_epoch(value: int) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+def maybe_epoch(value: datetime | None) -> int | None:
+    return None if value is None else epoch(value)
+
+
+def maybe_time(value: object) -> datetime | None:
+    return None if value is None else from_epoch(as_int(value))
+
+
+def to_row(r: MemoryRecord, no_priority: str | None = None) -> tuple[object, ...]:
+    return (
+        r.vin,
+        r.session_id,
+        r.series,
+        epoch(r.concluded_at),
+        r.summary,
+        np.asarray(r.summary_vec, dtype=np.float32).tobytes(),
+        r.root_cause,
+        r.fix_action,
+        no_priority if r.priority is None else r.priority,
+        json.dumps(r.dtc_codes),
+        None if r.recheck_ok is None else int(r.recheck_ok),
+        r.prompt_version,
+        int(r.valid),
+        epoch(r.updated_at),
+        r.kind.value,
+        json.dumps(r.merged_sessions),
+        r.source,
+        json.dumps(r.omitted),
+        maybe_epoch(r.opened_ts),
+        maybe_epoch(r.verified_ts),
+        maybe_epoch(r.invalid_ts),
+        r.alert_text,
+        r.embedder,
+        search_tokens(r.alert_text, r.dtc_codes, r.root_cause, r.fix_action, r.summary),
+    )
+
+
+def from_row(row: Sequence[object]) -> MemoryRecord:
+    vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
+    ok, pv, valid, upd, kind, merged, src, om = row[10:18]
+    opened, verified, invalid, alert, embedder = row[18:23]
+    return MemoryRecord(
+        vin=str(vin),
+        session_id=str(sid),
+        series=str(series),
+        concluded_at=from_epoch(as_int(concluded)),
+        summary=str(summary),
+        summary_vec=np.frombuffer(vec, dtype=np.float32).tolist(),  # type: ignore[call-overload]
+        root_cause=str(cause),
+        fix_action=str(fix),
+        priority=prio or None,
+        dtc_codes=json.loads(str(codes)),
+        recheck_ok=None if ok is None else bool(ok),
+        prompt_version=str(pv),
+        valid=bool(valid),
+        updated_at=from_epoch(as_int(upd)),
+        kind=str(kind),
+        merged_sessions=json.loads(str(merged)),
+        source=str(src),
+        omitted=json.loads(str(om)),
+        opened_ts=maybe_time(opened),
+        verified_ts=maybe_time(verified),
+        invalid_ts=maybe_time(invalid),
+        alert_text=str(alert),
+        embedder=str(embedder),
+    )
+
+
+def eligible_span(
+    ok: object, verified: object, version_from: object, invalid: object, version_to: object
+) -> tuple[int, int] | None:
+    """The event-time span [start, end) in which a version is verified and valid (None: never)."""
+    if ok != 1 or verified is None or version_from is None:
+        return None
+    start = max(as_int(verified), as_int(version_from))
+    end = min(OPEN_END if invalid is None else as_int(invalid), OPEN_END if version_to is None else as_int(version_to))
+    return (start, end) if start < end else None
