@@ -216,19 +216,46 @@ def _cmd_reextract(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_reembed(args: argparse.Namespace) -> int:
+    from vdoctor.memory.reembed import ReembedReport, reembed
+
+    settings = domain_settings(args)
+    store = assembly.long_term_store(settings, retrying=False)
+
+    def progress(report: ReembedReport) -> None:
+        print(
+            f"\r  {report.rewritten}/{report.stale_at_start} re-embedded ({report.rewritten / max(report.seconds, 1e-9):.1f}/s)",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        report = reembed(store, assembly.embedder(settings), batch=args.batch, limit=args.limit, progress=progress)
+    finally:
+        store.close()
+    print(file=sys.stderr)
+    print(report.render())
+    return 0
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
-    url = domain_settings(args).memory.url
+    settings = domain_settings(args)
+    url = settings.memory.url
     store = open_store(url)
     try:
         init = getattr(store, "init_schema", None)
         if init is None:
             print(f"{urlsplit(url).scheme} memory creates its schema when opened; nothing to apply")
             return 0
-        applied = init()
+        # Vector indexes are sized for the configured embedder (Doris's ANN "dim"), without loading it.
+        dim = assembly.embedder_dimension(settings)
+        applied = init(dim)
         where = getattr(getattr(store, "info", None), "redacted", urlsplit(url).scheme)
     finally:
         store.close()
-    print(f"applied {', '.join(applied)} to {where}")
+    embedder = settings.embedding.kind
+    print(f"applied {', '.join(applied)} to {where} (vectors of {dim} dimensions: embedder {embedder})")
     return 0
 
 
@@ -296,6 +323,15 @@ def add_commands(sub: Any) -> None:
     rex.add_argument("--memory")
     rex.set_defaults(func=_cmd_reextract)
 
+    reem = memory.add_parser(
+        "reembed", help="re-embed records another embedder made with the configured one (resumable, with progress)"
+    )
+    reem.add_argument("--embedder", help="the embedder to re-embed with (default: configured)")
+    reem.add_argument("--batch", type=int, default=64, help="record versions per embedder batch and store write")
+    reem.add_argument("--limit", type=int, help="stop after this many versions (run again to go on)")
+    reem.add_argument("--memory")
+    reem.set_defaults(func=_cmd_reembed)
+
     health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
     health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")
     health.add_argument("--sample", type=int, default=500, help="concluded sessions with memory to sample")
@@ -305,4 +341,5 @@ def add_commands(sub: Any) -> None:
 
     init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
     init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")
+    init.add_argument("--embedder", help="the embedder whose dimension vector indexes get (default: configured)")
     init.set_defaults(func=_cmd_init)
