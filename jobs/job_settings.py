@@ -64,6 +64,8 @@ DEFAULT_REPLAY_RESTART_ATTEMPTS = 0
 SERVE_TOKEN_ENV = "VDOCTOR_SERVE_TOKEN"
 # A token shorter than this is refused: it stands between the fleet's memory and anyone on the network.
 MIN_TOKEN_CHARS = 16
+# It travels in a header, a cookie and (once) a query string: URL- and cookie-safe characters only.
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
 DEFAULT_SERVE_HOST = "127.0.0.1"
 DEFAULT_SERVE_PORT = 8080
 
@@ -447,10 +449,10 @@ def serve_settings(args: argparse.Namespace, env: Mapping[str, str] | None = Non
     env = os.environ if env is None else env
     token = getattr(args, "token", None) or env.get(SERVE_TOKEN_ENV) or None
     host = getattr(args, "host", None) or DEFAULT_SERVE_HOST
-    if token is not None and len(token) < MIN_TOKEN_CHARS:
+    if token is not None and (len(token) < MIN_TOKEN_CHARS or not _TOKEN_RE.match(token)):
         raise ConfigError(
-            f"the inspector's token must have at least {MIN_TOKEN_CHARS} characters "
-            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')"
+            f"the inspector's token must have at least {MIN_TOKEN_CHARS} characters, letters, digits and . _ ~ + / = - "
+            "only (e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')"
         )
     if token is None and not is_loopback(host):
         raise ConfigError(

@@ -49,6 +49,8 @@ def test_any_other_address_refuses_to_start_without_a_token() -> None:
 def test_short_tokens_and_missing_outputs_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least 16 characters"):
         serve_settings(args(host="0.0.0.0", token="short"), env={})
+    with pytest.raises(ConfigError, match="letters, digits"):
+        serve_settings(args(host="0.0.0.0", token="a token; with spaces and a semicolon"), env={})
     with pytest.raises(ConfigError, match="no such file or folder"):
         serve_settings(args(diagnoses=str(tmp_path / "absent")), env={})
     assert serve_settings(args(diagnoses=str(tmp_path)), env={}).diagnoses == tmp_path

@@ -58,7 +58,8 @@ def open_store(url: str, read_only: bool = False) -> MemoryStore:
     read-only, MySQL/MariaDB sessions are READ ONLY, and the MySQL-protocol
     stores refuse any statement but SELECT before it is sent.
     """
-    return STORES.for_url(url)(url, read_only=read_only)
+    opener = STORES.for_url(url)
+    return opener(url, read_only=True) if read_only else opener(url)
 
 
 __all__ = ["STORES", "MemoryStore", "Scored", "SimilarQuery", "open_store"]

@@ -156,8 +156,7 @@ class Dialect(Protocol):
 class SqlStore(SqlAudit):
     """One MemoryStore over a MySQL-protocol connection; the dialect supplies what differs.
 
-    ``read_only``: the store runs SELECTs only (anything else is refused before
-    it reaches the server), for readers such as the memory inspector.
+    ``read_only``: SELECTs only, anything else refused before it is sent (the memory inspector).
     """
 
     def __init__(
