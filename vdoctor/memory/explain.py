@@ -44,7 +44,7 @@ from vdoctor.memory.recall import (
 )
 from vdoctor.records import MemoryRecord
 from vdoctor.stores.audit import RecordVersion, StoreAudit
-from vdoctor.stores.base import MemoryStore, SimilarQuery
+from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 
 # Versions of a series read to attribute the filters; beyond it the counts cover the newest ones only.
 SCAN_LIMIT = 20_000
@@ -265,6 +265,12 @@ def _own_entries(
     return entries
 
 
+def _stage1(c: Scored) -> dict[str, float]:
+    """A candidate's stage-1 scores: the vector score of the one channel there is, or, once several
+    retrieval channels are fused, their fused score and each channel's named parts."""
+    return {"vector": c.score} if not c.parts else {"retrieval": c.score, **c.parts}
+
+
 def _vector_scores(records: list[MemoryRecord], trace: RecallTrace) -> list[float | None]:
     if trace.vector is None or not records:
         return [None] * len(records)
@@ -311,7 +317,7 @@ def explain_recall(
                 r.record,
                 spans.get((r.record.vin, r.record.session_id)),
                 outcome,
-                scores={"vector": c.score, **c.parts, "rerank": r.score, **r.parts},
+                scores={**_stage1(c), "rerank": r.score, **r.parts},
                 tokens=tokens(render_record("similar", r.record)),
             )
         )
