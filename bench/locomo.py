@@ -199,12 +199,13 @@ def embed_cached(embedder: Embedder, texts: list[str], query: bool, cache: Path 
         path = cache / f"{key}.npy"
         if path.is_file():
             return np.load(path)
-    out = np.concatenate(
-        [
-            (embedder.embed_queries if query else embedder.embed)(texts[i : i + 64])
-            for i in range(0, len(texts), 64)
-        ]
-    ) if texts else np.zeros((0, embedder.dim), dtype=np.float32)
+    out = (
+        np.concatenate(
+            [(embedder.embed_queries if query else embedder.embed)(texts[i : i + 64]) for i in range(0, len(texts), 64)]
+        )
+        if texts
+        else np.zeros((0, embedder.dim), dtype=np.float32)
+    )
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, out)
@@ -250,7 +251,8 @@ def structure_rerank(a: Asked, fused: dict[str, float], turns: dict[str, Turn], 
         return [f"D{s}:{int(t) - 1}", f"D{s}:{int(t) + 1}"]
 
     score = {
-        t: f + w_nb * max((fused.get(n, 0.0) for n in neighbours(t)), default=0.0)
+        t: f
+        + w_nb * max((fused.get(n, 0.0) for n in neighbours(t)), default=0.0)
         + w_sp * (turns[t].speaker in a.speakers)
         for t, f in fused.items()
     }
@@ -327,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     fused = [fused_ranking(a, W_LEXICAL, max(LEXICAL_CANDIDATES, DENSE_CANDIDATES)) for a in asked]
     best = (-1.0, 0.0, 0.0)
     for w_nb, w_sp in itertools.product(GRID, GRID):
-        rows = [(a, structure_rerank(a, f, turn_of[a.conv], w_nb, w_sp)) for a, f in zip(asked, fused) if a.conv in TUNE]
+        rows = [
+            (a, structure_rerank(a, f, turn_of[a.conv], w_nb, w_sp))
+            for a, f in zip(asked, fused, strict=True)
+            if a.conv in TUNE
+        ]
         best = max(best, (mean_recall(rows), w_nb, w_sp))
     _, w_nb, w_sp = best
     for a, f in zip(asked, fused, strict=True):

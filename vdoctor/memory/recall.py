@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
@@ -61,6 +64,21 @@ class OverlapReranker:
             rescored.append(Scored(cand.record, cand.score + term, {**cand.parts, PART_CODES: term}))
         rescored.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
         return rescored[:k]
+
+
+@dataclass
+class RecallTrace:
+    """What one recall did at each stage; ``recall`` fills it only when given one (``memory.explain`` reads it)."""
+
+    query: str = ""
+    codes: list[str] = field(default_factory=list)
+    vector: npt.NDArray[np.float32] | None = None
+    # Own history as the store returned it, newest first (before the budget).
+    own: list[MemoryRecord] = field(default_factory=list)
+    # Stage 1: the candidates of every retrieval channel, checked; stage 2: the reranker's top-k.
+    candidates: list[Scored] = field(default_factory=list)
+    reranked: list[Scored] = field(default_factory=list)
+    reranker: Reranker | None = None
 
 
 @dataclass
@@ -159,16 +177,24 @@ def recall(
     reranker: Reranker | None = None,
     budget: int = INJECTION_BUDGET_TOKENS,
     counter: TokenCounter = DEFAULT_COUNTER,
+    trace: RecallTrace | None = None,
 ) -> Recall:
-    """What a session of ``vin`` opening at event time ``at`` is given from long-term memory."""
+    """What a session of ``vin`` opening at event time ``at`` is given from long-term memory.
+
+    ``trace``: filled with what each stage found, for an explanation of this very recall.
+    """
     own = own_history(store, vin, at)
     query = " ".join([symptom, *codes])
     # One query embedding serves the dense channel and the fusion (the rerank adds no model).
     vector = embedder.embed_queries([query])[0]
     asked = SimilarQuery(vin, series, vector, DENSE_CANDIDATES, at, text=query, embedder=embedder_id(embedder))
     candidates = similar_candidates(store, asked)
-    similar = [s.record for s in (reranker or OverlapReranker()).rerank(query, codes, candidates, SIMILAR_TOP)]
-    return render_within_budget(own, similar, budget, counter)
+    ranker = reranker or OverlapReranker()
+    reranked = ranker.rerank(query, codes, candidates, SIMILAR_TOP)
+    if trace is not None:
+        trace.query, trace.codes, trace.vector, trace.reranker = query, list(codes), vector, ranker
+        trace.own, trace.candidates, trace.reranked = list(own), list(candidates), list(reranked)
+    return render_within_budget(own, [s.record for s in reranked], budget, counter)
 
 
 def session_query(alert_text: str, codes: list[str], pack: KnowledgePack) -> str:
@@ -198,8 +224,13 @@ class SessionRecall:
         self.budget = budget
         self.counter = counter
 
-    def for_alert(self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime) -> Recall:
-        """Recall for a session opening with this alert at event time ``at`` (the alert's ``ts``)."""
+    def for_alert(
+        self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime, trace: RecallTrace | None = None
+    ) -> Recall:
+        """Recall for a session opening with this alert at event time ``at`` (the alert's ``ts``).
+
+        ``trace``: filled with each stage's findings (``memory.explain`` explains the recall from it).
+        """
         return recall(
             self.store,
             self.embedder,
@@ -210,4 +241,5 @@ class SessionRecall:
             at,
             budget=self.budget,
             counter=self.counter,
+            trace=trace,
         )
