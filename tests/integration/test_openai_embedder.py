@@ -18,6 +18,7 @@ from vdoctor.assembly import embedder as embedder_from
 from vdoctor.embedders import EmbedderConfig, open_embedder
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.embedders.openai import OpenAIEmbedder
+from vdoctor.embedders.use import UseEmbedder
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.settings import load_settings
 
@@ -72,7 +73,9 @@ def test_settings_select_the_openai_embedder(server: Server, base_url: str) -> N
     vec = emb.embed(["电池包单体压差过大"])[0]
     assert float(np.linalg.norm(vec)) == pytest.approx(1.0, abs=1e-6)
     assert server.requests[-1]["model"] == "my-embedder" and server.requests[-1]["dimensions"] == 256
-    assert isinstance(embedder_from(load_settings({})), HashingEmbedder)
+    # Without settings: the default embedder, USE-multilingual v3 shipped in its package (no endpoint).
+    assert isinstance(embedder_from(load_settings({})), UseEmbedder)
+    assert isinstance(embedder_from(load_settings({"VDOCTOR_EMBEDDER": "hashing"})), HashingEmbedder)
 
 
 def test_server_errors_become_model_errors_without_the_key(
@@ -102,7 +105,7 @@ def test_a_wrong_key_is_refused_without_echoing_it(base_url: str) -> None:
 def test_bad_configuration_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match="OPENAI_BASE_URL"):
         open_embedder("openai", EmbedderConfig(model="m", api_key=SecretStr(API_KEY)))
-    with pytest.raises(ConfigError, match="valid: offline, openai"):
+    with pytest.raises(ConfigError, match="valid: use-m3, e5-small, hashing, openai"):
         open_embedder("word2vec")
     with pytest.raises(ConfigError):
         load_settings({"VDOCTOR_EMBEDDER": "word2vec"})
