@@ -137,7 +137,7 @@ def indexed_texts(turns: list[Turn]) -> list[str]:
     out = []
     for i, t in enumerate(turns):
         before = turns[i - 1].text if i > 0 and turns[i - 1].session == t.session else ""
-        out.append(f"[{short_date(t.date)}] {t.text} {before}".strip())
+        out.append(f"[{short_date(t.date)}] {t.text}" + (f" {before}" if before else ""))
     return out
 
 
