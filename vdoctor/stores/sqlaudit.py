@@ -17,7 +17,7 @@ from vdoctor.stores.sqltypes import maybe_utc, to_utc
 _RECORD = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, priority, dtc_codes, "
     "recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, '' AS source, omitted, "
-    "opened_ts, verified_ts, invalid_ts"
+    "opened_ts, verified_ts, invalid_ts, alert_text, embedder"
 )
 
 
