@@ -21,10 +21,12 @@ from vdoctor.settings import Settings, load_settings, with_overrides
 from vdoctor.stores import open_store
 
 
-def _absolute_sqlite_url(url: str) -> str:
-    """Flink workers may run in another directory: pin a relative sqlite path to this one."""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(url[len("sqlite:///") :]).resolve())
+def _absolute_local_url(url: str) -> str:
+    """Flink workers may run in another directory: pin a relative sqlite file or mem0 folder to this one."""
+    for scheme in ("sqlite", "mem0"):
+        prefix = f"{scheme}:///"
+        if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix:
+            return prefix + str(Path(url[len(prefix) :]).resolve())
     return url
 
 
@@ -43,8 +45,8 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
     return with_overrides(
         settings,
-        memory_url=_absolute_sqlite_url(settings.memory.url),
-        knowledge_url=_absolute_sqlite_url(settings.memory.knowledge_url),
+        memory_url=_absolute_local_url(settings.memory.url),
+        knowledge_url=_absolute_local_url(settings.memory.knowledge_url),
     )
 
 

@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 DOMAIN = Path(__file__).resolve().parents[2] / "vdoctor"
-DRIVERS = {"pymysql": {"mysql.py", "doris.py"}}
+DRIVERS = {"pymysql": {"mysql.py", "doris.py"}, "mem0": {"mem0.py"}, "qdrant_client": {"mem0.py"}}
 
 
 def _imports(path: Path) -> set[str]:

@@ -35,9 +35,15 @@ def _open_doris(url: str) -> MemoryStore:
     return open_doris(url)
 
 
+def _open_mem0(url: str) -> MemoryStore:
+    from vdoctor.stores.mem0 import open_mem0
+
+    return open_mem0(url)
+
+
 STORES: Registry[Callable[[str], MemoryStore]] = Registry(
     "memory URL scheme",
-    {"sqlite": _open_sqlite, "memory": _open_memory, "mysql": _open_mysql, "doris": _open_doris},
+    {"sqlite": _open_sqlite, "memory": _open_memory, "mysql": _open_mysql, "doris": _open_doris, "mem0": _open_mem0},
     error=UnknownStoreScheme,
     valid_label="valid schemes",
     sort_names=True,
