@@ -1,0 +1,251 @@
+"""What the mem0:// backend promises beyond the store contract (tests/contract runs that over it too).
+
+Offline and private (no network, telemetry off, nothing written outside its
+folder, the user's environment left as it was), durable across reopen with
+idempotent upserts, one process per folder, every record field in Mem0's
+metadata so that filters (as-of event times) need no migration, and Mem0 never
+embedding or calling an LLM on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vdoctor.errors import ConfigError, StoreError
+from vdoctor.records import MemoryRecord
+from vdoctor.stores import SimilarQuery, open_store
+from vdoctor.stores.mem0 import MARKER, PREFIX, Mem0Store
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+VIN = "LSVAU2180N2183294"
+OTHER = "LSVAU2180N2100001"
+T0 = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+
+
+def rec(vin: str = VIN, hours: int = 0, **overrides: Any) -> MemoryRecord:
+    at = T0 + timedelta(hours=hours)
+    data: dict[str, Any] = {
+        "vin": vin,
+        "session_id": f"{vin}-{at:%Y%m%dT%H%M%S}",
+        "series": "EV-A",
+        "concluded_at": at,
+        "summary": f"{at:%Y-%m-%d %H:%M} | concluded P0A7F | cell_voltage_diff_mv=187>=100",
+        "summary_vec": [1.0, 0.0, 0.0, 0.0],
+        "root_cause": "weak cell group self-discharges",
+        "fix_action": "balance the pack",
+        "priority": "P2",
+        "dtc_codes": ["P0A7F"],
+        "recheck_ok": True,
+        "prompt_version": "case-summary-v2",
+        "updated_at": at,
+    }
+    data.update(overrides)
+    return MemoryRecord(**data)
+
+
+def open_mem0(folder: Path) -> Mem0Store:
+    store = open_store(f"mem0:///{folder}")
+    assert isinstance(store, Mem0Store)
+    return store
+
+
+def run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_offline_private_and_leaves_the_environment_as_it_was(tmp_path: Path) -> None:
+    # A fresh interpreter, so that this process's earlier imports of mem0 cannot hide anything.
+    home = tmp_path / "home"
+    home.mkdir()
+    folder = tmp_path / "store"
+    probe = f"""
+        import json, os, socket
+        attempts = []
+        def refuse(self, address):
+            attempts.append(repr(address))
+            raise OSError("no network in this test")
+        socket.socket.connect = refuse
+        socket.create_connection = lambda *a, **k: refuse(None, a[0] if a else None)
+        import numpy as np
+        from datetime import datetime, UTC
+        from vdoctor.records import MemoryRecord
+        from vdoctor.stores import SimilarQuery, open_store
+        store = open_store("mem0:///{folder}")
+        r = MemoryRecord(vin="{VIN}", session_id="s-1", series="EV-A", concluded_at=datetime(2026, 11, 1, tzinfo=UTC),
+                         summary="P0A7F | cell_voltage_diff_mv=187", summary_vec=[0.6, 0.8], root_cause="c",
+                         fix_action="f", priority="P2", recheck_ok=True, prompt_version="v1")
+        store.upsert(r)
+        store.set_recheck("{VIN}", "s-1", True)
+        hits = store.similar(SimilarQuery("{OTHER}", "EV-A", np.asarray([0.6, 0.8], dtype=np.float32), 5))
+        store.close()
+        import mem0.memory.telemetry as telemetry, mem0.memory.main as main
+        print(json.dumps({{"attempts": attempts, "hits": len(hits), "env": {{k: os.environ.get(k) for k in
+            ("MEM0_TELEMETRY", "MEM0_DIR")}}, "flags": [telemetry.MEM0_TELEMETRY, main.MEM0_TELEMETRY]}}))
+    """
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("MEM0_")}
+    env["HOME"] = str(home)
+    env["OPENAI_API_KEY"] = "sk-must-never-be-read"
+    done = run_python(probe, env)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["attempts"] == []
+    assert out["hits"] == 1
+    assert out["env"] == {"MEM0_TELEMETRY": None, "MEM0_DIR": None}  # set for the import only
+    assert out["flags"] == [False, False]
+    assert not (home / ".mem0").exists()  # Mem0's config.json went into the store's folder
+    assert (folder / ".mem0" / "config.json").is_file()
+    assert {p.name for p in folder.iterdir()} == {".mem0", "qdrant", "history.db", MARKER}
+    assert "sk-must-never-be-read" not in done.stdout + done.stderr
+    assert "cell_voltage_diff_mv" not in done.stderr  # Mem0's INFO lines carry case text: kept at WARNING
+
+
+def test_reopen_keeps_records_and_upserts_stay_idempotent(tmp_path: Path) -> None:
+    store = open_mem0(tmp_path)
+    first, second = rec(hours=0), rec(hours=1, recheck_ok=None)
+    store.upsert_many([first, second, rec(OTHER, hours=2)])
+    store.close()
+
+    store = open_mem0(tmp_path)  # the key index is rebuilt from Mem0
+    try:
+        assert store.count() == 3
+        assert store.get(VIN, first.session_id) == first
+        # A re-run after a crash writes the same key again: replaced, never doubled.
+        store.upsert(first.model_copy(update={"root_cause": "replaced"}))
+        assert store.set_recheck(VIN, second.session_id, True)
+        assert store.count() == 3
+        got = store.get(VIN, first.session_id)
+        assert got is not None and got.root_cause == "replaced"
+        assert [r.session_id for r in store.history(VIN)] == [second.session_id, first.session_id]
+        hits = store.similar(SimilarQuery(OTHER, "EV-A", np.asarray([1.0, 0, 0, 0], dtype=np.float32), 10))
+        assert sorted(h.record.session_id for h in hits) == sorted([first.session_id, second.session_id])
+    finally:
+        store.close()
+
+
+def test_stores_on_one_folder_in_one_process_share_it(tmp_path: Path) -> None:
+    a, b = open_mem0(tmp_path), open_mem0(tmp_path)  # e.g. two Flink subtasks in one TaskManager
+    try:
+        a.upsert(rec())
+        assert b.count() == 1 and b.get(VIN, rec().session_id) is not None
+        a.close()
+        b.upsert(rec(hours=1))  # the folder stays open while one store uses it
+        assert b.count() == 2
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_second_process_gets_a_clear_error(tmp_path: Path) -> None:
+    store = open_mem0(tmp_path)
+    try:
+        store.upsert(rec())
+        done = run_python(
+            f"""
+            from vdoctor.errors import StoreError
+            from vdoctor.stores import open_store
+            try:
+                open_store("mem0:///{tmp_path}")
+            except StoreError as e:
+                print("StoreError:", e)
+            """
+        )
+        assert done.returncode == 0, done.stderr
+        assert "StoreError:" in done.stdout and "open in another process" in done.stdout
+    finally:
+        store.close()
+
+
+def test_every_record_field_is_metadata_and_event_times_filter_as_numbers(tmp_path: Path) -> None:
+    store = open_mem0(tmp_path)
+    try:
+        old, new = rec(hours=0), rec(hours=48, recheck_ok=None, merged_sessions=["x-1"], source='{"a": 1}')
+        store.upsert_many([old, new, rec(OTHER, hours=24)])
+        memory = store._folder.memory  # the Mem0 instance itself, as another Mem0 user would query it
+        listed = memory.get_all(filters={"user_id": VIN}, top_k=10, show_expired=True)["results"]
+        fields = {PREFIX + name for name in MemoryRecord.model_fields if name != "summary"}
+        assert all(fields <= set(item["metadata"]) for item in listed)
+        assert {item["memory"] for item in listed} == {old.summary, new.summary}
+        raw = next(item["metadata"] for item in listed if item["memory"] == new.summary)
+        assert raw[PREFIX + "concluded_at"] == int(new.concluded_at.timestamp())
+        assert raw[PREFIX + "recheck_ok"] is None and raw[PREFIX + "merged_sessions"] == ["x-1"]
+
+        # What an as-of-T recall needs, in Mem0's own filters: ranges on event times, and NOT for
+        # "not invalidated before T" (a missing time passes).
+        cut = int((T0 + timedelta(hours=24)).timestamp())
+        asof = memory.get_all(
+            filters={
+                "agent_id": "vdoctor",
+                PREFIX + "concluded_at": {"lte": cut},
+                "NOT": [{PREFIX + "valid": False}],
+            },
+            top_k=10,
+            show_expired=True,
+        )["results"]
+        assert sorted(item["metadata"][PREFIX + "session_id"] for item in asof) == sorted(
+            [old.session_id, rec(OTHER, hours=24).session_id]
+        )
+    finally:
+        store.close()
+
+
+def test_mem0_never_embeds_text_or_calls_an_llm(tmp_path: Path) -> None:
+    store = open_mem0(tmp_path)
+    try:
+        store.upsert(rec())
+        folder = store._folder
+        with pytest.raises(StoreError, match="did not hand it"):
+            folder.embedder.embed("some text Mem0 wants embedded", "search")
+        with pytest.raises(StoreError, match="never calls an LLM"):
+            folder.memory.llm.generate_response(messages=[])
+        # Extraction (infer=True) embeds the text first: refused before it could reach an LLM.
+        with pytest.raises(StoreError, match="did not hand it"):
+            folder.memory.add("free text", user_id=VIN, agent_id="vdoctor", infer=True)
+        assert store.count() == 1
+    finally:
+        store.close()
+
+
+def test_bad_vectors_and_vins_are_clear_errors(tmp_path: Path) -> None:
+    store = open_mem0(tmp_path)
+    try:
+        with pytest.raises(StoreError, match="user id"):
+            store.upsert(rec(vin="LSVAU 2180N218329"))
+        store.upsert(rec())
+        with pytest.raises(StoreError, match="4-dimensional"):
+            store.upsert(rec(hours=1, summary_vec=[1.0, 0.0]))
+        with pytest.raises(StoreError, match="4-dimensional"):
+            store.similar(SimilarQuery(OTHER, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5))
+        assert store.count() == 1
+    finally:
+        store.close()
+    with pytest.raises(ConfigError, match="give the folder"):
+        open_store("mem0:///")
+
+
+def test_missing_package_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("mem0", "mem0.memory", "mem0.memory.main", "mem0.memory.telemetry"):
+        monkeypatch.setitem(sys.modules, name, None)
+    store = open_mem0(tmp_path / "fresh")  # nothing is imported before the first write
+    try:
+        with pytest.raises(ConfigError, match=r"pip install '\.\[mem0\]'"):
+            store.upsert(rec())
+    finally:
+        store.close()
