@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from vdoctor.devtools.model_server import ModelServer, ServerConfig
+from devtools.model_server import ModelServer, ServerConfig
 
 pytestmark = pytest.mark.e2e
 
