@@ -23,7 +23,8 @@ import pytest
 from vdoctor.errors import ConfigError, StoreError
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import SimilarQuery, open_store
-from vdoctor.stores.mem0 import MARKER, PREFIX, Mem0Store
+from vdoctor.stores.mem0 import MARKER, Mem0Store
+from vdoctor.stores.mem0_mapping import PREFIX, QUERY_TEXT, VERSION_FROM, VERSION_TO, similar_filters
 
 pytestmark = pytest.mark.unit
 
@@ -31,6 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 VIN = "LSVAU2180N2183294"
 OTHER = "LSVAU2180N2100001"
 T0 = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+LATE = T0 + timedelta(days=400)
 
 
 def rec(vin: str = VIN, hours: int = 0, **overrides: Any) -> MemoryRecord:
@@ -93,8 +95,9 @@ def test_offline_private_and_leaves_the_environment_as_it_was(tmp_path: Path) ->
                          summary="P0A7F | cell_voltage_diff_mv=187", summary_vec=[0.6, 0.8], root_cause="c",
                          fix_action="f", priority="P2", recheck_ok=True, prompt_version="v1")
         store.upsert(r)
-        store.set_recheck("{VIN}", "s-1", True)
-        hits = store.similar(SimilarQuery("{OTHER}", "EV-A", np.asarray([0.6, 0.8], dtype=np.float32), 5))
+        store.set_recheck("{VIN}", "s-1", True, datetime(2026, 11, 2, tzinfo=UTC))
+        hits = store.similar(SimilarQuery("{OTHER}", "EV-A", np.asarray([0.6, 0.8], dtype=np.float32), 5,
+                                          datetime(2026, 12, 1, tzinfo=UTC)))
         store.close()
         import mem0.memory.telemetry as telemetry, mem0.memory.main as main
         print(json.dumps({{"attempts": attempts, "hits": len(hits), "env": {{k: os.environ.get(k) for k in
@@ -129,12 +132,12 @@ def test_reopen_keeps_records_and_upserts_stay_idempotent(tmp_path: Path) -> Non
         assert store.get(VIN, first.session_id) == first
         # A re-run after a crash writes the same key again: replaced, never doubled.
         store.upsert(first.model_copy(update={"root_cause": "replaced"}))
-        assert store.set_recheck(VIN, second.session_id, True)
+        assert store.set_recheck(VIN, second.session_id, True, LATE)
         assert store.count() == 3
         got = store.get(VIN, first.session_id)
         assert got is not None and got.root_cause == "replaced"
         assert [r.session_id for r in store.history(VIN)] == [second.session_id, first.session_id]
-        hits = store.similar(SimilarQuery(OTHER, "EV-A", np.asarray([1.0, 0, 0, 0], dtype=np.float32), 10))
+        hits = store.similar(SimilarQuery(OTHER, "EV-A", np.asarray([1.0, 0, 0, 0], dtype=np.float32), 10, LATE))
         assert sorted(h.record.session_id for h in hits) == sorted([first.session_id, second.session_id])
     finally:
         store.close()
@@ -173,37 +176,75 @@ def test_a_second_process_gets_a_clear_error(tmp_path: Path) -> None:
         store.close()
 
 
-def test_every_record_field_is_metadata_and_event_times_filter_as_numbers(tmp_path: Path) -> None:
+def test_each_version_is_a_memory_and_mem0s_own_filters_answer_as_of_t(tmp_path: Path) -> None:
     store = open_mem0(tmp_path)
     try:
-        old, new = rec(hours=0), rec(hours=48, recheck_ok=None, merged_sessions=["x-1"], source='{"a": 1}')
-        store.upsert_many([old, new, rec(OTHER, hours=24)])
+        first = rec(hours=0, recheck_ok=None, summary="version one: cell_voltage_diff_mv=187")
+        store.upsert(first)
+        store.set_recheck(VIN, first.session_id, True, T0 + timedelta(hours=2))
+        merged = rec(hours=240, session_id=first.session_id, recheck_ok=None, summary="version two: =150",
+                     summary_vec=[0.0, 1.0, 0.0, 0.0], merged_sessions=["x-1"], source='{"a": 1}')  # fmt: skip
+        store.upsert_many([merged, rec(OTHER, hours=24)])
+        assert store.count() == 2  # records, not versions
         memory = store._folder.memory  # the Mem0 instance itself, as another Mem0 user would query it
         listed = memory.get_all(filters={"user_id": VIN}, top_k=10, show_expired=True)["results"]
         fields = {PREFIX + name for name in MemoryRecord.model_fields if name != "summary"}
-        assert all(fields <= set(item["metadata"]) for item in listed)
-        assert {item["memory"] for item in listed} == {old.summary, new.summary}
-        raw = next(item["metadata"] for item in listed if item["memory"] == new.summary)
-        assert raw[PREFIX + "concluded_at"] == int(new.concluded_at.timestamp())
-        assert raw[PREFIX + "recheck_ok"] is None and raw[PREFIX + "merged_sessions"] == ["x-1"]
+        assert all(fields | {VERSION_FROM, VERSION_TO} <= set(item["metadata"]) for item in listed)
+        spans = {item["memory"]: (item["metadata"][VERSION_FROM], item["metadata"][VERSION_TO]) for item in listed}
+        t0, t240 = int(T0.timestamp()), int((T0 + timedelta(hours=240)).timestamp())
+        assert spans == {first.summary: (t0, t240), merged.summary: (t240, None)}
+        raw = next(item["metadata"] for item in listed if item["memory"] == merged.summary)
+        assert raw[PREFIX + "concluded_at"] == t240 and raw[PREFIX + "merged_sessions"] == ["x-1"]
+        assert raw[PREFIX + "recheck_ok"] is None and raw[PREFIX + "verified_ts"] is None
 
-        # What an as-of-T recall needs, in Mem0's own filters: ranges on event times, and NOT for
-        # "not invalidated before T" (a missing time passes).
-        cut = int((T0 + timedelta(hours=24)).timestamp())
-        asof = memory.get_all(
-            filters={
-                "agent_id": "vdoctor",
-                PREFIX + "concluded_at": {"lte": cut},
-                "NOT": [{PREFIX + "valid": False}],
-            },
-            top_k=10,
-            show_expired=True,
-        )["results"]
-        assert sorted(item["metadata"][PREFIX + "session_id"] for item in asof) == sorted(
-            [old.session_id, rec(OTHER, hours=24).session_id]
-        )
+        # Similar-case recall as of T is Mem0's own query: its filters alone pick the version of the time.
+        def mem0_alone(hours: int, vector: list[float]) -> list[str]:
+            q = SimilarQuery(OTHER, "EV-A", np.asarray(vector, dtype=np.float32), 10, T0 + timedelta(hours=hours))
+            with store._folder.embedder.pinned(QUERY_TEXT, vector):
+                out = memory.search(QUERY_TEXT, top_k=10, filters=similar_filters(q), threshold=0.0)["results"]
+            return [item["memory"] for item in out]
+
+        e1, e2 = [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]
+        assert mem0_alone(1, e1) == []  # verified at 2 h
+        assert mem0_alone(2, e1) == mem0_alone(239, e1) == [first.summary]
+        assert mem0_alone(240, e1) == mem0_alone(240, e2) == []  # the merge is not verified
+        store.soft_delete(VIN, T0 + timedelta(hours=300))
+        store.set_recheck(VIN, first.session_id, True, T0 + timedelta(hours=250))  # applied late
+        assert mem0_alone(260, e2) == [merged.summary] and mem0_alone(300, e2) == []
+        assert mem0_alone(100, e1) == [first.summary]  # later writes left the earlier version as it was
     finally:
         store.close()
+
+
+def test_a_merge_interrupted_between_its_two_writes_is_repaired_on_open(tmp_path: Path) -> None:
+    store = open_mem0(tmp_path)
+    first = rec(hours=0)
+    store.upsert(first)
+    merged = rec(hours=240, session_id=first.session_id, summary="version two", summary_vec=[0.0, 1.0, 0.0, 0.0],
+                 recheck_ok=None)  # fmt: skip
+    # The new version's memory is added first; the process stops before the old one is closed.
+    store._folder.add(merged, int(merged.concluded_at.timestamp()))
+    store.close()
+
+    store = open_mem0(tmp_path)
+    try:
+        assert store.count() == 1
+        got = store.get(VIN, first.session_id)
+        assert got is not None and got.summary == "version two"
+        e1 = np.asarray([1.0, 0.0, 0.0, 0.0], dtype=np.float32)
+        for hours, summary in ((100, first.summary), (300, None)):
+            at = T0 + timedelta(hours=hours)
+            hits = store.similar(SimilarQuery(OTHER, "EV-A", e1, 10, at))
+            assert [h.record.summary for h in hits] == ([summary] if summary else [])
+            assert [r.summary for r in store.own_history(VIN, T0, 10, at)] == [summary or "version two"]
+    finally:
+        store.close()
+
+
+def test_a_folder_of_the_earlier_format_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / MARKER).write_text(json.dumps({"format": 1, "dim": 4}), encoding="utf-8")
+    with pytest.raises(StoreError, match="format 1.*start a new folder"):
+        open_mem0(tmp_path)
 
 
 def test_mem0_never_embeds_text_or_calls_an_llm(tmp_path: Path) -> None:
@@ -232,7 +273,7 @@ def test_bad_vectors_and_vins_are_clear_errors(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="4-dimensional"):
             store.upsert(rec(hours=1, summary_vec=[1.0, 0.0]))
         with pytest.raises(StoreError, match="4-dimensional"):
-            store.similar(SimilarQuery(OTHER, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5))
+            store.similar(SimilarQuery(OTHER, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5, LATE))
         assert store.count() == 1
     finally:
         store.close()

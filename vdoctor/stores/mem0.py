@@ -6,41 +6,46 @@ history database at ``<dir>/history.db``, no LLM (records are written with
 ``infer=False``: our faithful summaries as they are, no extraction), and
 Mem0's telemetry off.
 
-The mapping:
+The mapping (``mem0_mapping``): one Mem0 memory per record *version*, with
+the version's span of event time in its metadata (``vd_version_from``,
+``vd_version_to``, None while current) and every record field beside it; the
+VIN is the memory's ``user_id``, every memory has the ``agent_id``
+``vdoctor``. Its text is the summary and its embedding the record's own
+``summary_vec`` (Mem0's embedder slot answers only with the vector the store
+pinned for that text). A write follows ``stores.base`` like every backend: an
+upsert that concludes later than the current version began (a merge), or a
+recheck that overturns a verdict, adds a memory for the new version and then
+closes the old one at the new version's start (``Memory.update`` of its
+``vd_version_to``); other writes (re-runs, re-extractions, a first verdict, a
+soft delete) update the current version's memory in place. Nothing is deleted.
 
-- one Mem0 memory per L3 record: the memory text is the record's summary, its
-  embedding is the record's own ``summary_vec`` (Mem0 never embeds anything:
-  its embedder slot holds ``_PinnedEmbedder``, which answers only with the
-  vector the store hands it for that exact text, and refuses anything else);
-- the VIN is the memory's ``user_id``; every memory also carries the
-  ``agent_id`` ``vdoctor``, because Mem0's ``search`` and ``get_all`` need an
-  entity id in their filters and similar-case search spans the fleet;
-- every record field is metadata, under ``vd_<field>`` (Mem0 keeps
-  ``updated_at`` and ``created_at`` for itself), event times as epoch seconds so
-  that range filters work, enums as their values; the vector is also kept in
-  metadata (``vd_summary_vec``, float32, base64), because Qdrant normalises
-  stored vectors for cosine distance and Mem0's reads return no vectors;
-- recheck, merge and soft delete are ``Memory.update`` calls with the whole
-  record (text, metadata and its vector); nothing is ever deleted.
+What Mem0's queries do, and what the adapter does itself:
 
-What Mem0 expresses and what the adapter does itself:
-
-- similar cases: one ``Memory.search`` with every filter in the query (same
-  series, ``recheck_ok`` true, valid, ``vd_vin`` ``ne`` the asking VIN; Mem0
-  rejects operators on ``user_id`` itself); the hits are checked again here.
-  Mem0 drops every candidate whose similarity is below ``threshold``, which it
-  only accepts in [0, 1]: a case pointing away from the query (negative inner
-  product) is never returned;
-- exact-key lookups (upsert by (vin, session_id), get, recheck): Mem0 chooses
-  its memory ids itself and cannot look a memory up by metadata without
-  scanning, so the adapter keeps a key index, (vin, session_id) -> memory id,
-  built from one ``get_all`` when the folder is opened and kept on every add;
-- a vehicle's records (own history, history, dedup lookup, soft delete):
-  Mem0's filters can say "this user, valid, concluded since T" but not "newest
-  first, at most N", and in local mode every filtered listing scans the whole
-  collection in Python; the adapter reads the vehicle's memories by id
-  (``Memory.get``) from the key index, then filters, orders and limits them;
-- prompt-version listings: ``get_all`` with the filters, ordered and cut here.
+- similar cases as of T: one ``Memory.search`` with every rule in its
+  metadata filters, before its top-k: same series, other vehicles (``ne`` on
+  ``vd_vin``), recheck_ok true, the version current at T (``version_from <=
+  T`` and ``NOT version_to <= T``), concluded and verified at or before T,
+  ``NOT invalid_ts <= T`` (a missing time matches no range, so ``NOT`` of a
+  range lets it through). The adapter checks each hit again
+  (``SimilarQuery.admits`` on the record taken as of T) and takes out what
+  happened to the version after T (``MemoryRecord.as_of``). Mem0 drops every
+  candidate whose similarity is below ``threshold``, which it only accepts in
+  [0, 1]: a case pointing away from the query is never returned.
+- exact-key lookups (upsert by (vin, session_id), get, recheck) and a
+  vehicle's records (own history as of T, history, the 30-day dedup lookup,
+  soft delete): Mem0 picks its memory ids itself, finds a memory by metadata
+  only by scanning the whole collection (local Qdrant tests filters in
+  Python, point by point), and its listings have no order or limit. The
+  adapter keeps a key index, (vin, session_id) -> the ids and spans of the
+  record's versions, built from one ``get_all`` when the folder is opened,
+  and reads a vehicle's memories by id. Own history as of T reads each
+  record's version whose span holds T and applies the other as-of rules here
+  (concluded in [since, T], not invalidated at or before T, newest first, at
+  most N). Mem0's filters could express them, but such a listing would scan
+  the whole collection, as long as a similar-case search, per session open.
+- prompt-version listings: ``get_all`` filtered on prompt version and
+  validity; the adapter keeps current versions (Mem0's filters cannot ask
+  "this field is missing"), and orders and cuts them.
 
 Qdrant's local mode locks the folder to one client: one process at a time may
 open a ``mem0://`` folder. Within a process, every store opened on the same
@@ -50,132 +55,55 @@ folder shares one Mem0 instance (and its key index), used under one lock
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
-from enum import Enum
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any, get_args
-
-import numpy as np
+from typing import Any
 
 from vdoctor.errors import ConfigError, StoreError
 from vdoctor.records import MemoryRecord, utc_now
-from vdoctor.stores.base import Scored, SimilarQuery
+from vdoctor.stores.base import (
+    Scored,
+    SimilarQuery,
+    effective_at,
+    newest_first,
+    recheck_write,
+    upsert_version_from,
+)
+from vdoctor.stores.mem0_mapping import (
+    AGENT_ID,
+    FORMAT,
+    QUERY_TEXT,
+    NoLlm,
+    PinnedEmbedder,
+    Version,
+    epoch,
+    from_epoch,
+    from_item,
+    key,
+    similar_filters,
+    to_metadata,
+    version_of,
+)
 
 log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install '.[mem0]'"
-# Every memory of this store carries this agent id: Mem0's search and get_all
-# need an entity id in their filters, and similar-case search spans vehicles.
-AGENT_ID = "vdoctor"
-# Metadata keys are the record's field names with this prefix (Mem0 owns
-# `created_at`, `updated_at`, `role`, ... in the same payload).
-PREFIX = "vd_"
-VEC_KEY = PREFIX + "summary_vec"
-FORMAT = 1
 COLLECTION = "vdoctor_cases"
-# The folder's own description: the collection's vector dimension, fixed when
-# the first record is written.
+# The folder's own description: format, and the collection's vector dimension,
+# fixed when the first record is written.
 MARKER = "vdoctor-mem0.json"
-# The text a similar-case search hands Mem0; its vector is the caller's query vector.
-QUERY_TEXT = "vdoctor similar-case query"
 # Mem0 builds OpenAI clients for its embedder and LLM slots before we replace
 # them; they get a placeholder key and the discard port, so that no real key is
 # read from the environment and nothing could ever leave the machine.
 _UNUSED_KEY = "unused-offline"
 _UNUSED_URL = "http://127.0.0.1:9/v1"
-# Record fields kept outside the metadata: the summary is the memory text.
-_TEXT_FIELD = "summary"
-_VEC_FIELD = "summary_vec"
-
-
-def _is_time(annotation: Any) -> bool:
-    return annotation is datetime or datetime in get_args(annotation)
-
-
-# Derived from the record model, so that fields added later (event times) are
-# stored and read back without touching this module.
-_META_FIELDS = [name for name in MemoryRecord.model_fields if name not in (_TEXT_FIELD, _VEC_FIELD)]
-_TIME_FIELDS = frozenset(name for name, f in MemoryRecord.model_fields.items() if _is_time(f.annotation))
-
-
-def to_metadata(record: MemoryRecord) -> dict[str, Any]:
-    """The record's fields as Mem0 metadata: times as epoch seconds, enums as values, the vector as base64."""
-    meta: dict[str, Any] = {PREFIX + "format": FORMAT}
-    for name in _META_FIELDS:
-        value = getattr(record, name)
-        if isinstance(value, datetime):
-            value = int(value.timestamp())
-        elif isinstance(value, Enum):
-            value = value.value
-        elif isinstance(value, list):
-            value = list(value)
-        meta[PREFIX + name] = value
-    meta[VEC_KEY] = base64.b64encode(np.asarray(record.summary_vec, dtype="<f4").tobytes()).decode("ascii")
-    return meta
-
-
-def from_item(item: dict[str, Any]) -> MemoryRecord:
-    """A record from one of Mem0's result items (``get``, ``get_all``, ``search``)."""
-    meta = item.get("metadata") or {}
-    try:
-        vector = np.frombuffer(base64.b64decode(meta[VEC_KEY]), dtype="<f4")
-        data: dict[str, Any] = {_TEXT_FIELD: item.get("memory", ""), _VEC_FIELD: [float(x) for x in vector]}
-        for name in _META_FIELDS:
-            if PREFIX + name not in meta:
-                continue  # written before the field existed: the record's default
-            value = meta[PREFIX + name]
-            if name in _TIME_FIELDS and value is not None:
-                value = datetime.fromtimestamp(value, UTC)
-            data[name] = value
-        return MemoryRecord.model_validate(data)
-    except (KeyError, TypeError, ValueError) as e:
-        raise StoreError(f"mem0 memory {item.get('id')} is not a vdoctor record: {e}") from e
-
-
-class _PinnedEmbedder:
-    """Mem0's embedder slot: returns the vector the store pinned for this exact text, and nothing else.
-
-    The caller embedded the summary (and the query) already, with the embedder
-    from the project's registry; Mem0 must store and search exactly that
-    vector. Any other text Mem0 asks about is refused (its entity linking,
-    which only runs where spaCy is installed, catches the refusal and logs it).
-    Used only under the folder's lock.
-    """
-
-    def __init__(self) -> None:
-        self._pins: dict[str, list[float]] = {}
-
-    @contextmanager
-    def pinned(self, text: str, vector: list[float]) -> Iterator[None]:
-        self._pins[text] = vector
-        try:
-            yield
-        finally:
-            self._pins.pop(text, None)
-
-    def embed(self, text: str, memory_action: str | None = None) -> list[float]:
-        vector = self._pins.get(text)
-        if vector is None:
-            raise StoreError(f"mem0 asked to embed a text the store did not hand it (for {memory_action})")
-        return vector
-
-    def embed_batch(self, texts: list[str], memory_action: str = "add") -> list[list[float]]:
-        return [self.embed(text, memory_action) for text in texts]
-
-
-class _NoLlm:
-    """Mem0's LLM slot: records are written with infer=False, so a call is a bug, never a network request."""
-
-    def generate_response(self, *args: Any, **kwargs: Any) -> str:
-        raise StoreError("the mem0 store never calls an LLM (records are written with infer=False)")
-
 
 _import_lock = threading.Lock()
 
@@ -216,6 +144,20 @@ def _memory_class(home: Path) -> Any:
         return mem0_main.Memory
 
 
+@dataclass
+class _Record:
+    """The key index's entry for one record: its current version and the versions it replaced."""
+
+    current: Version
+    archived: list[Version] = field(default_factory=list)
+
+    def at(self, t: int) -> Version | None:
+        """The version current at event time ``t`` (None before the record existed)."""
+        if self.current.start <= t:
+            return self.current
+        return next((v for v in self.archived if v.holds(t)), None)
+
+
 class _Folder:
     """One Mem0 instance per folder per process, its key index, and the lock all use of it goes through."""
 
@@ -225,16 +167,21 @@ class _Folder:
         self.users = 0
         self.memory: Any = None
         self.dim = 0
-        self.embedder = _PinnedEmbedder()
-        self.keys: dict[tuple[str, str], str] = {}
+        self.embedder = PinnedEmbedder()
+        self.keys: dict[tuple[str, str], _Record] = {}
         self.by_vin: dict[str, list[str]] = {}
         marker = path / MARKER
         if marker.exists():
             try:
                 info = json.loads(marker.read_text(encoding="utf-8"))
-                dim = int(info["dim"])
+                dim, fmt = int(info["dim"]), int(info["format"])
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise StoreError(f"mem0 store {path}: unreadable {MARKER}: {e}") from e
+            if fmt != FORMAT:
+                raise StoreError(
+                    f"mem0 store {path} was written in format {fmt} (one memory per record, before record "
+                    f"versions were kept); this build reads format {FORMAT}: start a new folder"
+                )
             self._open(dim)
 
     @contextmanager
@@ -268,27 +215,66 @@ class _Folder:
         with self.guard("open"):
             memory = memory_class.from_config(config)
             memory.embedding_model = self.embedder
-            memory.llm = _NoLlm()
+            memory.llm = NoLlm()
             self.memory, self.dim = memory, dim
             self._load_index()
 
+    def total(self) -> int:
+        """Memories in the collection (every version of every record)."""
+        return int(self.memory.vector_store.col_info().points_count or 0)
+
     def _load_index(self) -> None:
-        total = int(self.memory.vector_store.col_info().points_count or 0)
+        total = self.total()
         if total == 0:
             return
         listed = self.memory.get_all(filters={"agent_id": AGENT_ID}, top_k=total + 1, show_expired=True)
+        found: dict[tuple[str, str], list[Version]] = {}
         for item in listed["results"]:
-            meta = item.get("metadata") or {}
-            vin, sid = meta.get(PREFIX + "vin"), meta.get(PREFIX + "session_id")
-            if isinstance(vin, str) and isinstance(sid, str):
-                if (vin, sid) in self.keys:
-                    log.warning("mem0 store %s: two memories hold %s/%s; using the first", self.path, vin, sid)
-                    continue
-                self.index(vin, sid, str(item["id"]))
+            vin, session_id, version = version_of(item)
+            found.setdefault((vin, session_id), []).append(version)
+        for (vin, session_id), versions in found.items():
+            versions.sort(key=lambda v: v.start)
+            self._repair(versions)
+            self.keys[(vin, session_id)] = _Record(versions[-1], versions[:-1])
+            self.by_vin.setdefault(vin, []).append(session_id)
 
-    def index(self, vin: str, session_id: str, memory_id: str) -> None:
-        self.keys[(vin, session_id)] = memory_id
-        self.by_vin.setdefault(vin, []).append(memory_id)
+    def _repair(self, versions: list[Version]) -> None:
+        """Make a record's spans contiguous again, each version ending where the next begins, the newest open.
+
+        A merge adds the new version's memory before it closes the old one: a
+        process that stopped in between leaves two open versions, and the
+        older one is closed here, as the write would have done.
+        """
+        ends = [v.start for v in versions[1:]] + [None]
+        for version, end in zip(versions, ends, strict=True):
+            if version.end != end:
+                log.warning("mem0 store %s: memory %s ends at %s, not %s (an interrupted write); repaired",
+                            self.path, version.memory_id, version.end, end)  # fmt: skip
+                version.end = end
+                self.write(self.read(version), version)
+
+    def add(self, record: MemoryRecord, start: int) -> Version:
+        """Add a memory for the record's new current version, from event time ``start`` (epoch seconds)."""
+        metadata = to_metadata(record, start, None)
+        with self.embedder.pinned(record.summary, list(record.summary_vec)), self.guard(f"add {record.session_id}"):
+            out = self.memory.add(record.summary, user_id=record.vin, agent_id=AGENT_ID, metadata=metadata, infer=False)
+        added = out.get("results") or []
+        if len(added) != 1:
+            raise StoreError(f"mem0 store {self.path}: add {record.session_id} made {len(added)} memories")
+        return Version(str(added[0]["id"]), start, None)
+
+    def write(self, record: MemoryRecord, version: Version) -> None:
+        """Update the version's memory with all of the record (text, metadata, vector) and the version's span."""
+        metadata = to_metadata(record, version.start, version.end)
+        with self.embedder.pinned(record.summary, list(record.summary_vec)), self.guard(f"update {record.session_id}"):
+            self.memory.update(version.memory_id, text=record.summary, metadata=metadata)
+
+    def read(self, version: Version) -> MemoryRecord:
+        with self.guard("get"):
+            item = self.memory.get(version.memory_id)
+        if item is None:
+            raise StoreError(f"mem0 store {self.path}: memory {version.memory_id} is gone (deleted outside vdoctor?)")
+        return from_item(item)[0]
 
     def ensure(self, dim: int) -> None:
         """Create the collection on the first write, with the dimension of its vectors."""
@@ -352,26 +338,33 @@ class Mem0Store:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _write(self, record: MemoryRecord, memory_id: str | None) -> None:
-        """Add a memory for the record, or update ``memory_id`` with all of it (text, metadata, vector)."""
+    def _new_version(self, row: _Record, record: MemoryRecord, start: int, old: MemoryRecord) -> None:
+        """Archive the current version ``old`` at ``start`` and make ``record`` the current one from then on.
+
+        The new memory is added first: a process stopped before the old one is
+        closed leaves two open versions, which the next open repairs.
+        """
+        new = self._folder.add(record, start)
+        row.current.end = start
+        self._folder.write(old, row.current)
+        row.archived.append(row.current)
+        row.current = new
+
+    def _upsert(self, record: MemoryRecord) -> None:
         folder = self._folder
-        if memory_id is None:
-            _check_user_id(record.vin)
         folder.ensure(len(record.summary_vec))
-        metadata = to_metadata(record)
-        with folder.embedder.pinned(record.summary, list(record.summary_vec)):
-            if memory_id is None:
-                with folder.guard(f"add {record.session_id}"):
-                    out = folder.memory.add(
-                        record.summary, user_id=record.vin, agent_id=AGENT_ID, metadata=metadata, infer=False
-                    )
-                added = out.get("results") or []
-                if len(added) != 1:
-                    raise StoreError(f"mem0 store {self.path}: add {record.session_id} made {len(added)} memories")
-                folder.index(record.vin, record.session_id, str(added[0]["id"]))
-            else:
-                with folder.guard(f"update {record.session_id}"):
-                    folder.memory.update(memory_id, text=record.summary, metadata=metadata)
+        row = folder.keys.get((record.vin, record.session_id))
+        if row is None:
+            _check_user_id(record.vin)
+            version = folder.add(record, epoch(upsert_version_from(None, record.concluded_at)))
+            folder.keys[(record.vin, record.session_id)] = _Record(version)
+            folder.by_vin.setdefault(record.vin, []).append(record.session_id)
+            return
+        start = epoch(upsert_version_from(from_epoch(row.current.start), record.concluded_at))
+        if start > row.current.start:
+            self._new_version(row, record, start, folder.read(row.current))
+        else:
+            folder.write(record, row.current)
 
     def upsert(self, record: MemoryRecord) -> None:
         self.upsert_many([record])
@@ -380,81 +373,74 @@ class Mem0Store:
         # Mem0 has no batch write for memories with different metadata: one add or update each.
         with self._folder.lock:
             for record in records:
-                self._write(record, self._folder.keys.get((record.vin, record.session_id)))
+                self._upsert(record)
 
-    def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
-        with self._folder.lock:
-            memory_id = self._folder.keys.get((vin, session_id))
-            record = self._read(memory_id)
-            if memory_id is None or record is None:
+    def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
+        folder = self._folder
+        with folder.lock:
+            row = folder.keys.get((vin, session_id))
+            if row is None:
                 return False
-            self._write(record.model_copy(update={"recheck_ok": ok, "updated_at": utc_now()}), memory_id)
+            cur = folder.read(row.current)
+            change = recheck_write(cur.recheck_ok, cur.verified_ts, from_epoch(row.current.start), ok, at)
+            if change.noop:
+                return True
+            update = {"recheck_ok": ok, "verified_ts": change.verified_ts, "updated_at": utc_now()}
+            updated = cur.model_copy(update=update)
+            if change.archive:
+                self._new_version(row, updated, epoch(change.version_from), cur)
+            else:
+                folder.write(updated, row.current)
             return True
 
-    def soft_delete(self, vin: str) -> int:
-        with self._folder.lock:
+    def soft_delete(self, vin: str, at: datetime) -> int:
+        folder = self._folder
+        with folder.lock:
             changed = 0
-            for memory_id in self._folder.by_vin.get(vin, []):
-                record = self._read(memory_id)
-                if record is not None and record.valid:
-                    self._write(record.model_copy(update={"valid": False, "updated_at": utc_now()}), memory_id)
+            for session_id in folder.by_vin.get(vin, []):
+                row = folder.keys[(vin, session_id)]
+                cur = folder.read(row.current)
+                if cur.valid:
+                    invalid = effective_at(at, from_epoch(row.current.start))
+                    update = {"valid": False, "invalid_ts": invalid, "updated_at": utc_now()}
+                    folder.write(cur.model_copy(update=update), row.current)
                     changed += 1
             return changed
 
     # -- reads ------------------------------------------------------------------------------
 
-    def _read(self, memory_id: str | None) -> MemoryRecord | None:
-        if memory_id is None:
-            return None
-        folder = self._folder
-        with folder.lock, folder.guard("get"):
-            item = folder.memory.get(memory_id)
-        return None if item is None else from_item(item)
-
-    def _of_vin(self, vin: str) -> list[MemoryRecord]:
-        """Every record of the VIN, newest first (read by id from the key index)."""
-        with self._folder.lock:
-            ids = list(self._folder.by_vin.get(vin, []))
-            records = [r for r in map(self._read, ids) if r is not None]
-        records.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
-        return records
-
-    def _list(self, filters: dict[str, Any]) -> list[MemoryRecord]:
-        """Every record matching Mem0 metadata filters (unordered; Mem0's listing has no order or offset)."""
+    def _current(self, vin: str) -> list[MemoryRecord]:
+        """The current version of every record of the VIN, read by id from the key index."""
         folder = self._folder
         with folder.lock:
-            if folder.memory is None or not folder.keys:
-                return []
-            with folder.guard("get_all"):
-                out = folder.memory.get_all(
-                    filters={"agent_id": AGENT_ID, **filters}, top_k=len(folder.keys) + 1, show_expired=True
-                )
-        return [from_item(item) for item in out["results"]]
+            return [folder.read(folder.keys[(vin, sid)].current) for sid in folder.by_vin.get(vin, [])]
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
-        return self._read(self._folder.keys.get((vin, session_id)))
+        folder = self._folder
+        with folder.lock:
+            row = folder.keys.get((vin, session_id))
+            return None if row is None else folder.read(row.current)
 
-    def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
-        return [r for r in self._of_vin(vin) if r.valid and r.concluded_at >= since][: max(limit, 0)]
+    def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
+        folder, at = self._folder, epoch(as_of)
+        with folder.lock:
+            versions = [v for sid in folder.by_vin.get(vin, []) if (v := folder.keys[(vin, sid)].at(at))]
+            seen = [folder.read(v).as_of(as_of) for v in versions]
+        rows = [r for r in seen if r.vin == vin and r.valid and since <= r.concluded_at <= as_of]
+        return [r.model_copy(update={"source": ""}) for r in newest_first(rows, max(limit, 0))]
 
     def history(self, vin: str) -> list[MemoryRecord]:
-        return self._of_vin(vin)
+        records = self._current(vin)
+        return newest_first(records, len(records))
 
     def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
-        found = [r for r in self._of_vin(vin) if r.valid and r.root_cause == root_cause and r.concluded_at >= since]
-        return found[0] if found else None
+        found = [r for r in self._current(vin) if r.valid and r.root_cause == root_cause and r.concluded_at >= since]
+        return max(found, key=lambda r: (r.concluded_at, r.session_id)) if found else None
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         folder = self._folder
         if query.k <= 0:
             return []
-        filters = {
-            "agent_id": AGENT_ID,
-            PREFIX + "series": query.series,
-            PREFIX + "recheck_ok": True,
-            PREFIX + "valid": True,
-            PREFIX + "vin": {"ne": query.exclude_vin},
-        }
         vector = [float(x) for x in query.vector]
         with folder.lock:
             if folder.memory is None:
@@ -464,28 +450,37 @@ class Mem0Store:
                     f"mem0 store {self.path} holds {folder.dim}-dimensional vectors; the query has {len(vector)}"
                 )
             with folder.embedder.pinned(QUERY_TEXT, vector), folder.guard("search"):
-                out = folder.memory.search(QUERY_TEXT, top_k=query.k, filters=filters, threshold=0.0)
-        hits = []
+                out = folder.memory.search(QUERY_TEXT, top_k=query.k, filters=similar_filters(query), threshold=0.0)
+        at, hits = epoch(query.as_of), []
         for item in out["results"]:
-            record = from_item(item)
+            record, version = from_item(item)
+            record = record.as_of(query.as_of).model_copy(update={"source": ""})
             # Mem0 filtered already; checked again so that a filter it dropped can never leak a case.
-            if (
-                record.series == query.series
-                and record.recheck_ok is True
-                and record.valid
-                and record.vin != query.exclude_vin
-            ):
+            if version.holds(at) and query.admits(record):
                 hits.append(Scored(record, float(item["score"])))
         hits.sort(key=lambda s: -s.score)
         return hits[: query.k]
 
+    def _list(self, filters: dict[str, Any]) -> list[MemoryRecord]:
+        """The current versions among the memories matching Mem0 metadata filters (unordered)."""
+        folder = self._folder
+        with folder.lock:
+            if folder.memory is None or not folder.keys:
+                return []
+            with folder.guard("get_all"):
+                out = folder.memory.get_all(
+                    filters={"agent_id": AGENT_ID, **filters}, top_k=folder.total() + 1, show_expired=True
+                )
+            current = {row.current.memory_id for row in folder.keys.values()}
+        return [from_item(item)[0] for item in out["results"] if str(item["id"]) in current]
+
     def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
-        found = self._list({PREFIX + "prompt_version": prompt_version, PREFIX + "valid": True})
+        found = self._list({key("prompt_version"): prompt_version, key("valid"): True})
         found.sort(key=lambda r: (r.vin, r.session_id))
         return found[: max(limit, 0)]
 
     def prompt_versions(self) -> list[str]:
-        return sorted({r.prompt_version for r in self._list({PREFIX + "valid": True})})
+        return sorted({r.prompt_version for r in self._list({key("valid"): True})})
 
     def count(self) -> int:
         with self._folder.lock:
