@@ -2,9 +2,10 @@
 
 Offline and private (no network, telemetry off, nothing written outside its
 folder, the user's environment left as it was), durable across reopen with
-idempotent upserts, one process per folder, every record field in Mem0's
-metadata so that filters (as-of event times) need no migration, and Mem0 never
-embedding or calling an LLM on its own.
+idempotent upserts, one process per folder, one Mem0 memory per record
+version with every record field and the version's span in its metadata (Mem0's
+own filters answer "as of T"), a merge interrupted between its two writes
+repaired on open, and Mem0 never embedding or calling an LLM on its own.
 """
 
 from __future__ import annotations
