@@ -1,8 +1,9 @@
 """The ``vdoctor`` command line: run the job, feed it, and inspect long-term memory.
 
 Configuration: flags, then VDOCTOR_* environment variables (vdoctor.settings).
-The commands live by group: jobs/cli_jobs.py (run, replay, eval) and
-jobs/cli_memory.py (memory, knowledge); jobs/job_settings.py turns flags into settings.
+The commands live by group: jobs/cli_jobs.py (run, replay, eval),
+jobs/cli_memory.py (memory, knowledge) and jobs/cli_serve.py (serve, the memory
+inspector); jobs/job_settings.py turns flags into settings.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import logging
 import sys
 
-from jobs import cli_jobs, cli_memory
+from jobs import cli_jobs, cli_memory, cli_serve
 from vdoctor.errors import VDoctorError
 
 
@@ -20,6 +21,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     sub = parser.add_subparsers(dest="command", required=True)
     cli_jobs.add_commands(sub)
     cli_memory.add_commands(sub)
+    cli_serve.add_commands(sub)
     return parser.parse_args(argv)
 
 

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from jobs.job_settings import domain_settings
 from vdoctor import assembly
 from vdoctor.errors import ConfigError
+from vdoctor.memory.explain import recall_json, vehicle_series
 from vdoctor.stores import open_store
 
 
@@ -66,24 +67,14 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     at = _event_time(args.as_of)
     store = open_store(settings.memory.url)
     try:
-        series = args.series
-        if series is None:
-            own = store.history(args.vin)
-            series = own[0].series if own else ""
+        series = vehicle_series(store, args.vin, args.series)
         # The job's own recall: the alert text with its codes' definitions, the configured budget,
         # as a session opening at event time --as-of would get it.
         recall = assembly.session_recall(settings, store)
         found = recall.for_alert(args.vin, series, args.symptom, args.codes or [], at)
     finally:
         store.close()
-    out = {
-        "vin": args.vin,
-        "as_of": f"{at:%Y-%m-%dT%H:%M:%SZ}",
-        "tokens": found.tokens,
-        "own": [r.model_dump() for r in found.own_refs],
-        "similar": [r.model_dump() for r in found.similar_refs],
-        "text": found.text,
-    }
+    out = recall_json(args.vin, at, found)
     print(json.dumps(out, ensure_ascii=False, indent=2) if args.json else (found.text or "nothing recalled"))
     return 0
 

@@ -9,7 +9,8 @@ frozen models built here, at the edge:
   ships them to the workers;
 - ``FlinkSettings``: how a job runs on Flink (jobs/flink_env.py turns it into
   the Flink configuration, the same way for both jobs);
-- ``ReplaySettings`` and ``KafkaJobSettings``: where each job reads and writes.
+- ``ReplaySettings`` and ``KafkaJobSettings``: where each job reads and writes;
+- ``ServeSettings``: where the memory inspector (``vdoctor serve``) listens, and its token.
 
 No pyflink import: flags are checked before a JVM starts. A bad value raises
 ``ConfigError`` naming it.
@@ -18,6 +19,7 @@ No pyflink import: flags are checked before a JVM starts. A bad value raises
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 import re
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
@@ -57,6 +59,15 @@ DEFAULT_TRANSACTION_TIMEOUT_S = 900
 # A bounded replay that fails must fail, not restart forever (NOTES.md).
 DEFAULT_KAFKA_RESTART_ATTEMPTS = 10
 DEFAULT_REPLAY_RESTART_ATTEMPTS = 0
+
+# The memory inspector's token, when not given as --token (which other users can see in `ps`).
+SERVE_TOKEN_ENV = "VDOCTOR_SERVE_TOKEN"
+# A token shorter than this is refused: it stands between the fleet's memory and anyone on the network.
+MIN_TOKEN_CHARS = 16
+# It travels in a header, a cookie and (once) a query string: URL- and cookie-safe characters only.
+_TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
+DEFAULT_SERVE_HOST = "127.0.0.1"
+DEFAULT_SERVE_PORT = 8080
 
 # Kafka's legal topic characters; the broker caps names at 249.
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -153,6 +164,33 @@ class KafkaJobSettings(BaseModel):
         """Alerts, rechecks and lifecycle topics, each once (they may all be one topic)."""
         topics = [self.alerts_topic, self.rechecks_topic, self.lifecycle_topic]
         return list(dict.fromkeys(t for t in topics if t))
+
+
+class ServeSettings(BaseModel):
+    """The memory inspector: where it listens, its token, and the job output it shows."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = DEFAULT_SERVE_HOST
+    port: int = Field(default=DEFAULT_SERVE_PORT, ge=1, le=65535)
+    # Required on any address but loopback; when set, every request must carry it.
+    token: SecretStr | None = None
+    # The job's output folder or its diagnoses.jsonl (dead_letters.jsonl beside it).
+    diagnoses: Path | None = None
+
+    @property
+    def local(self) -> bool:
+        return is_loopback(self.host)
+
+
+def is_loopback(host: str) -> bool:
+    """True for addresses only this machine reaches (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 # -- flags ------------------------------------------------------------------------
@@ -259,6 +297,11 @@ def domain_settings(
         memory_url=_absolute_local_url(settings.memory.url),
         knowledge_url=_absolute_local_url(settings.memory.knowledge_url),
     )
+
+
+def memory_url_as_given(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> str:
+    """The memory URL as the user gave it (flag, then environment), relative paths kept: for display."""
+    return load_settings(os.environ if env is None else env, memory_url=getattr(args, "memory", None)).memory.url
 
 
 def _uri(path_or_uri: str) -> str:
@@ -398,3 +441,34 @@ def kafka_settings(
         return KafkaJobSettings.model_validate(values)
     except ValidationError as e:
         raise ConfigError(f"invalid Kafka job settings: {describe_validation_error(e)}") from e
+
+
+def serve_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ServeSettings:
+    """The inspector's settings from ``--host``, ``--port``, ``--token`` (or VDOCTOR_SERVE_TOKEN), ``--diagnoses``.
+
+    Bound to anything but loopback it refuses to start without a token.
+    """
+    env = os.environ if env is None else env
+    token = getattr(args, "token", None) or env.get(SERVE_TOKEN_ENV) or None
+    host = getattr(args, "host", None) or DEFAULT_SERVE_HOST
+    if token is not None and (len(token) < MIN_TOKEN_CHARS or not _TOKEN_RE.match(token)):
+        raise ConfigError(
+            f"the inspector's token must have at least {MIN_TOKEN_CHARS} characters, letters, digits and . _ ~ + / = - "
+            "only (e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')"
+        )
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"vdoctor serve bound to {host} (not this machine alone) needs a token: --token or {SERVE_TOKEN_ENV}"
+        )
+    diagnoses = getattr(args, "diagnoses", None)
+    if diagnoses is not None and not Path(diagnoses).exists():
+        raise ConfigError(f"--diagnoses: no such file or folder: {diagnoses}")
+    try:
+        return ServeSettings(
+            host=host,
+            port=getattr(args, "port", None) or DEFAULT_SERVE_PORT,
+            token=SecretStr(token) if token else None,
+            diagnoses=Path(diagnoses) if diagnoses else None,
+        )
+    except ValidationError as e:
+        raise ConfigError(f"invalid inspector settings: {describe_validation_error(e)}") from e

@@ -36,9 +36,10 @@ PROJECT_DIST = "vehicle-doctor"
 FLINK_DIST = "apache-flink"
 # The packages that make up the job (devtools/ and tests/ stay home).
 JOB_PACKAGES = ("vdoctor", "operators", "jobs")
-# Project dependencies the job never imports: the replay producer (kafka-python) and the
-# report plots of `vdoctor eval` and `vdoctor memory health` (matplotlib).
-NOT_IN_JOB = frozenset({"kafka-python", "matplotlib"})
+# Project dependencies the job never imports: the replay producer (kafka-python), the
+# report plots of `vdoctor eval` and `vdoctor memory health` (matplotlib), and the memory
+# inspector's web stack (`vdoctor serve`: starlette, jinja2, uvicorn).
+NOT_IN_JOB = frozenset({"kafka-python", "matplotlib", "starlette", "jinja2", "uvicorn"})
 BUNDLE_NAME = "vdoctor-job.zip"
 
 

@@ -51,4 +51,6 @@ bash scripts/install/flink-metrics.sh
 # A Python environment with only apache-flink, for the test that submits the job to a cluster
 # that has nothing of ours (tests/integration/test_clean_cluster.py); ~1 GB, a few minutes the first time.
 bash scripts/install/clean-flink.sh
+# Debian's Chromium for the memory inspector's browser tests (Playwright drives the system executable).
+bash scripts/install/chromium.sh
 log "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

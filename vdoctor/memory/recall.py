@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from vdoctor.embedders import Embedder
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
@@ -100,10 +103,30 @@ class OverlapReranker:
             rec_codes = set(cand.record.dtc_codes)
             union = query_codes | rec_codes
             code_overlap = len(query_codes & rec_codes) / len(union) if union else 0.0
-            score = W_VECTOR * cand.score + W_CODES * code_overlap + W_LEXICAL * lex / best
-            rescored.append(Scored(cand.record, score))
+            # The score's weighted terms, kept by name for explanations (memory.explain).
+            parts = {
+                "rerank.vector": W_VECTOR * cand.score,
+                "rerank.codes": W_CODES * code_overlap,
+                "rerank.lexical": W_LEXICAL * lex / best,
+            }
+            rescored.append(Scored(cand.record, sum(parts.values()), {**cand.parts, **parts}))
         rescored.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
         return rescored[:k]
+
+
+@dataclass
+class RecallTrace:
+    """What one recall did at each stage; ``recall`` fills it only when given one (``memory.explain`` reads it)."""
+
+    query: str = ""
+    codes: list[str] = field(default_factory=list)
+    vector: npt.NDArray[np.float32] | None = None
+    # Own history as the store returned it, newest first (before the budget).
+    own: list[MemoryRecord] = field(default_factory=list)
+    # Stage 1: the candidates of every retrieval channel, checked; stage 2: the reranker's top-k.
+    candidates: list[Scored] = field(default_factory=list)
+    reranked: list[Scored] = field(default_factory=list)
+    reranker: Reranker | None = None
 
 
 @dataclass
@@ -202,16 +225,24 @@ def recall(
     reranker: Reranker | None = None,
     budget: int = INJECTION_BUDGET_TOKENS,
     counter: TokenCounter = DEFAULT_COUNTER,
+    trace: RecallTrace | None = None,
 ) -> Recall:
-    """What a session of ``vin`` opening at event time ``at`` is given from long-term memory."""
+    """What a session of ``vin`` opening at event time ``at`` is given from long-term memory.
+
+    ``trace``: filled with what each stage found, for an explanation of this very recall.
+    """
     own = own_history(store, vin, at)
     query = " ".join([symptom, *codes])
     vector = embedder.embed([query])[0]
     candidates = similar_candidates(
         store, SimilarQuery(exclude_vin=vin, series=series, vector=vector, k=SIMILAR_CANDIDATES, as_of=at)
     )
-    similar = [s.record for s in (reranker or OverlapReranker()).rerank(query, codes, candidates, SIMILAR_TOP)]
-    return render_within_budget(own, similar, budget, counter)
+    ranker = reranker or OverlapReranker()
+    reranked = ranker.rerank(query, codes, candidates, SIMILAR_TOP)
+    if trace is not None:
+        trace.query, trace.codes, trace.vector, trace.reranker = query, list(codes), vector, ranker
+        trace.own, trace.candidates, trace.reranked = list(own), list(candidates), list(reranked)
+    return render_within_budget(own, [s.record for s in reranked], budget, counter)
 
 
 def session_query(alert_text: str, codes: list[str], pack: KnowledgePack) -> str:
@@ -241,8 +272,13 @@ class SessionRecall:
         self.budget = budget
         self.counter = counter
 
-    def for_alert(self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime) -> Recall:
-        """Recall for a session opening with this alert at event time ``at`` (the alert's ``ts``)."""
+    def for_alert(
+        self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime, trace: RecallTrace | None = None
+    ) -> Recall:
+        """Recall for a session opening with this alert at event time ``at`` (the alert's ``ts``).
+
+        ``trace``: filled with each stage's findings (``memory.explain`` explains the recall from it).
+        """
         return recall(
             self.store,
             self.embedder,
@@ -253,4 +289,5 @@ class SessionRecall:
             at,
             budget=self.budget,
             counter=self.counter,
+            trace=trace,
         )

@@ -25,7 +25,8 @@ with event time <= T is applied before a session opening at T reads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -39,6 +40,9 @@ from vdoctor.records import MemoryRecord
 class Scored:
     record: MemoryRecord
     score: float
+    # The named parts of ``score`` (a channel's score or rank, a reranker's weighted terms), for
+    # explaining a recall; backends leave it empty, their ``score`` is the vector score.
+    parts: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

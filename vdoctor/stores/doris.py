@@ -134,8 +134,12 @@ class DorisDialect:
         self._partial_update(store, columns, [[vin, sid, *(values[c] for c in columns)] for vin, sid, values in rows])
 
 
-def open_doris(url: str) -> SqlStore:
+def open_doris(url: str, read_only: bool = False) -> SqlStore:
+    """``read_only``: SELECTs only, refused in the client (Doris has no read-only sessions; for a
+    reader that cannot write at all, give it a user with SELECT_PRIV alone)."""
     info = parse_url(url, DEFAULT_PORT)
     # Doris has no MySQL-protocol prepared statements; pymysql interpolates
     # client-side, and autocommit makes every INSERT its own load.
-    return SqlStore(info, DorisDialect(), lambda: connect(info, found_rows=False), (pymysql.MySQLError,))
+    return SqlStore(
+        info, DorisDialect(), lambda: connect(info, found_rows=False), (pymysql.MySQLError,), read_only=read_only
+    )

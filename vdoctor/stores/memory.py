@@ -15,6 +15,7 @@ from datetime import datetime
 import numpy as np
 
 from vdoctor.records import MemoryRecord, utc_now
+from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_versions
 from vdoctor.stores.base import (
     Scored,
     SimilarQuery,
@@ -154,6 +155,43 @@ class InMemoryStore:
     def count(self) -> int:
         with self._lock:
             return len(self._rows)
+
+    # -- read-only views (stores.audit) -------------------------------------------------
+
+    def _versions(self, rows: list[_Versions]) -> list[RecordVersion]:
+        out = [RecordVersion(r.current.model_copy(update={"source": ""}), r.current_from, None) for r in rows]
+        for r in rows:
+            out += [RecordVersion(rec.model_copy(update={"source": ""}), a, b) for a, b, rec in r.archived]
+        return out
+
+    def versions(self, vin: str) -> list[RecordVersion]:
+        with self._lock:
+            return sort_versions(self._versions(self._of(vin)))
+
+    def series_versions(self, series: str, limit: int) -> list[RecordVersion]:
+        with self._lock:
+            found = self._versions([r for r in self._rows.values() if r.current.series == series])
+        found.sort(key=lambda v: (v.record.concluded_at, v.record.session_id, v.version_from), reverse=True)
+        return found[:limit]
+
+    def fleet_counts(self) -> FleetCounts:
+        with self._lock:
+            rows = [r.current for r in self._rows.values()]
+            archived = sum(len(r.archived) for r in self._rows.values())
+        groups: dict[tuple[object, object, object, object], int] = {}
+        for r in rows:
+            key = (r.series, r.kind.value, r.valid, r.recheck_ok)
+            groups[key] = groups.get(key, 0) + 1
+        return FleetCounts(
+            count_groups([(*key, n) for key, n in sorted(groups.items(), key=str)]),
+            vehicles=len({r.vin for r in rows}),
+            archived_versions=archived,
+        )
+
+    def recent(self, limit: int) -> list[MemoryRecord]:
+        with self._lock:
+            rows = [r.current.model_copy(update={"source": ""}) for r in self._rows.values()]
+        return newest_first(rows, limit)
 
     def close(self) -> None:
         pass

@@ -118,18 +118,23 @@ class MySqlDialect:
             )
 
 
-def open_mysql(url: str) -> SqlStore:
+def open_mysql(url: str, read_only: bool = False) -> SqlStore:
+    """``read_only``: every connection's session is READ ONLY as well, so the server refuses writes too."""
     info = parse_url(url, DEFAULT_PORT)
-    return SqlStore(info, MySqlDialect(), lambda: connect(info), (pymysql.MySQLError,))
+    return SqlStore(
+        info, MySqlDialect(), lambda: connect(info, read_only=read_only), (pymysql.MySQLError,), read_only=read_only
+    )
 
 
-def connect(info: ConnInfo, found_rows: bool = True) -> pymysql.connections.Connection:
+def connect(info: ConnInfo, found_rows: bool = True, read_only: bool = False) -> pymysql.connections.Connection:
     """A pymysql connection for a MySQL-protocol store (autocommit, utf8mb4, a connect timeout).
 
     ``found_rows``: UPDATE reports matched rows, not changed ones (MySQL/MariaDB;
-    the Doris backend does not use it).
+    the Doris backend does not use it). ``read_only``: the session's
+    transactions are READ ONLY (MySQL/MariaDB; Doris has no such mode).
     """
     return pymysql.connect(
+        init_command="SET SESSION TRANSACTION READ ONLY" if read_only else None,
         host=info.host,
         port=info.port,
         user=info.user,

@@ -40,6 +40,7 @@ from vdoctor.stores.base import (
     recheck_write,
     upsert_version_from,
 )
+from vdoctor.stores.sqlaudit import SqlAudit
 from vdoctor.stores.sqlschema import apply_schema, schema_files, split_statements
 from vdoctor.stores.sqltypes import (
     ConnInfo,
@@ -152,8 +153,11 @@ class Dialect(Protocol):
         ...
 
 
-class SqlStore:
-    """One MemoryStore over a MySQL-protocol connection; the dialect supplies what differs."""
+class SqlStore(SqlAudit):
+    """One MemoryStore over a MySQL-protocol connection; the dialect supplies what differs.
+
+    ``read_only``: SELECTs only, anything else refused before it is sent (the memory inspector).
+    """
 
     def __init__(
         self,
@@ -161,8 +165,10 @@ class SqlStore:
         dialect: Dialect,
         connect: Callable[[], Connection],
         driver_errors: tuple[type[BaseException], ...],
+        read_only: bool = False,
     ) -> None:
         self.info = info
+        self.read_only = read_only
         self.dialect = dialect
         self.table = info.table
         self._connect = connect
@@ -222,7 +228,10 @@ class SqlStore:
 
     def run(self, sql: str, params: Sequence[object] | None = None) -> tuple[list[tuple[Any, ...]], int]:
         """Run one statement; returns (rows, rowcount). Reconnects once on a dropped connection."""
-        with self._lease() as lease, self._guard(sql.split(None, 1)[0].lower()):
+        verb = sql.split(None, 1)[0].lower()
+        if self.read_only and verb != "select":
+            raise StoreError(f"{self.dialect.name} store {self.info.redacted} is open read-only: refusing {verb}")
+        with self._lease() as lease, self._guard(verb):
             for attempt in (1, 2):
                 try:
                     if lease.conn is None:

@@ -25,12 +25,14 @@ import numpy as np
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord, utc_now
+from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_versions
 from vdoctor.stores.base import Scored, SimilarQuery, newest_first
 from vdoctor.stores.sqlite_schema import (
     HISTORY_SELECT,
     NEXT_SEQ,
     RECORD_COLUMNS,
     RECORD_FIELDS,
+    SCHEMA_VERSION,
     migrate,
     no_priority_marker,
 )
@@ -155,6 +157,13 @@ def _from_row(row: Sequence[object]) -> MemoryRecord:
     )
 
 
+def _version_of(row: Sequence[object]) -> RecordVersion:
+    """A record row followed by (version_from, version_to); a row migrated without a start begins at its conclusion."""
+    record = _from_row(row[:-2])
+    start = record.concluded_at if row[-2] is None else _from_epoch(_int(row[-2]))
+    return RecordVersion(record, start, _maybe_time(row[-1]))
+
+
 def _span(
     ok: object, verified: object, version_from: object, invalid: object, version_to: object
 ) -> tuple[int, int] | None:
@@ -169,27 +178,43 @@ def _span(
 class SqliteStore:
     """SQLite-backed L3 store; one connection guarded by a lock (shared by worker threads)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, read_only: bool = False) -> None:
+        """Open (creating and migrating) the file; ``read_only`` opens an existing, current file for reads only.
+
+        A read-only store never writes the file (SQLite refuses any write on
+        the connection) nor its vector index folder: the index is loaded and
+        caught up in memory. A file an older version wrote must be opened
+        once read-write (by the job or any ``vdoctor memory`` command) first.
+        """
         self.path = path
+        self.read_only = read_only
         self._index: SeriesVectorIndex | None = None
         self._index_dir = None if path == ":memory:" else Path(path + ".vecindex")
         self._saved_seq = -1
+        if read_only and (path == ":memory:" or not Path(path).is_file()):
+            raise StoreError(f"cannot open the sqlite store at {path} read-only: no such file")
         try:
-            if path != ":memory:":
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
-            )
-            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            if path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode = WAL")
-            migrate(self._conn)
+            if read_only:
+                self._conn = self._connect()
+                self._epoch = self._check_current()
+            else:
+                if path != ":memory:":
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(
+                    path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
+                )
+                self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+                if path != ":memory:":
+                    self._conn.execute("PRAGMA journal_mode = WAL")
+                migrate(self._conn)
+                # The epoch names this database, so an index folder copied from
+                # another file is never mistaken for this one's.
+                self._conn.execute(
+                    "INSERT OR IGNORE INTO vd_meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,)
+                )
+                self._epoch = str(self._conn.execute("SELECT value FROM vd_meta WHERE key = 'epoch'").fetchone()[0])
             # How this file writes "no priority yet": NULL, or '' in a file whose column predates it.
             self._no_priority = no_priority_marker(self._conn)
-            # The epoch names this database, so an index folder copied from
-            # another file is never mistaken for this one's.
-            self._conn.execute("INSERT OR IGNORE INTO vd_meta (key, value) VALUES ('epoch', ?)", (uuid.uuid4().hex,))
-            self._epoch = str(self._conn.execute("SELECT value FROM vd_meta WHERE key = 'epoch'").fetchone()[0])
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open the sqlite store at {path}: {e}") from e
         # Writes go through the one connection above, one at a time. Reads use a
@@ -204,14 +229,33 @@ class SqliteStore:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
 
+    def _connect(self) -> sqlite3.Connection:
+        """A connection for reads: read-only (``mode=ro``) when the store is."""
+        if self.read_only:
+            uri = Path(self.path).resolve().as_uri() + "?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        else:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        return conn
+
+    def _check_current(self) -> str:
+        """A read-only file must have the current schema (it cannot be migrated); returns its epoch."""
+        meta = dict(self._conn.execute("SELECT key, value FROM vd_meta").fetchall())
+        if meta.get("schema") != SCHEMA_VERSION or "epoch" not in meta:
+            raise StoreError(
+                f"the sqlite store at {self.path} has schema {meta.get('schema', 'unversioned')}, this build reads "
+                f"{SCHEMA_VERSION}: open it once read-write (e.g. vdoctor memory history) to migrate it"
+            )
+        return str(meta["epoch"])
+
     def _reader(self) -> sqlite3.Connection | None:
         """This thread's read connection; None for an in-memory database (use the shared one)."""
         if self.path == ":memory:":
             return None
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn = self._connect()
             # Small indexed lookups: a small page cache each (sqlite's default is
             # 2 MB per connection, 128 MB for 64 worker threads).
             conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
@@ -382,11 +426,49 @@ class SqliteStore:
     def count(self) -> int:
         return _int(self._query("SELECT COUNT(*) FROM case_memory")[0][0])
 
+    # -- read-only views (stores.audit) -----------------------------------------------------
+
+    def _versions(
+        self, where: str, params: Sequence[object], tail: str = "", tail_params: Sequence[object] = ()
+    ) -> list[RecordVersion]:
+        """Current versions (open-ended) and archived ones of the rows ``where`` selects, in one query."""
+        rows = self._query(
+            f"SELECT {_RECALL_COLUMNS}, version_from, NULL FROM case_memory WHERE {where} "
+            f"UNION ALL SELECT {HISTORY_SELECT}, version_from, version_to FROM case_history WHERE {where}{tail}",
+            [*params, *params, *tail_params],
+        )
+        return [_version_of(row) for row in rows]
+
+    def versions(self, vin: str) -> list[RecordVersion]:
+        return sort_versions(self._versions("vin = ?", (vin,)))
+
+    def series_versions(self, series: str, limit: int) -> list[RecordVersion]:
+        tail = " ORDER BY concluded_at DESC, session_id DESC, version_from DESC LIMIT ?"
+        return self._versions("series = ?", (series,), tail, (int(limit),))
+
+    def fleet_counts(self) -> FleetCounts:
+        groups = self._query(
+            "SELECT series, kind, valid, recheck_ok, COUNT(*) FROM case_memory "
+            "GROUP BY series, kind, valid, recheck_ok ORDER BY series, kind, valid, recheck_ok"
+        )
+        vehicles = _int(self._query("SELECT COUNT(DISTINCT vin) FROM case_memory")[0][0])
+        archived = _int(self._query("SELECT COUNT(*) FROM case_history")[0][0])
+        return FleetCounts(count_groups(groups), vehicles, archived)  # type: ignore[arg-type]
+
+    def recent(self, limit: int) -> list[MemoryRecord]:
+        rows = self._query(
+            f"SELECT {_RECALL_COLUMNS} FROM case_memory ORDER BY concluded_at DESC, session_id DESC LIMIT ?",
+            (int(limit),),
+        )
+        return [_from_row(r) for r in rows]
+
     def save_index(self) -> None:
         """Persist the vector index (also done on close), so the next start need not rebuild it."""
         with self._index_guard:
             if self._index is None or self._index_dir is None or self._index.seq == self._saved_seq:
                 return
+            if self.read_only:
+                return  # a read-only store writes nothing, not even the index cache
             try:
                 self._index.save(self._index_dir, self._epoch)
                 self._saved_seq = self._index.seq
