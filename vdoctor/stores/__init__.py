@@ -42,10 +42,10 @@ def _open_doris(url: str, read_only: bool = False) -> MemoryStore:
     return open_doris(url, read_only=read_only)
 
 
-def _open_mem0(url: str) -> MemoryStore:
+def _open_mem0(url: str, read_only: bool = False) -> MemoryStore:
     from vdoctor.stores.mem0 import open_mem0
 
-    return open_mem0(url)
+    return open_mem0(url, read_only=read_only)
 
 
 STORES: Registry[StoreOpener] = Registry(

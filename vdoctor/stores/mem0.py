@@ -19,33 +19,16 @@ closes the old one at the new version's start (``Memory.update`` of its
 ``vd_version_to``); other writes (re-runs, re-extractions, a first verdict, a
 soft delete) update the current version's memory in place. Nothing is deleted.
 
-What Mem0's queries do, and what the adapter does itself:
-
-- similar cases as of T: one ``Memory.search`` with every rule in its
-  metadata filters, before its top-k: same series, other vehicles (``ne`` on
-  ``vd_vin``), recheck_ok true, the version current at T (``version_from <=
-  T`` and ``NOT version_to <= T``), concluded and verified at or before T,
-  ``NOT invalid_ts <= T`` (a missing time matches no range, so ``NOT`` of a
-  range lets it through). The adapter checks each hit again
-  (``SimilarQuery.admits`` on the record taken as of T) and takes out what
-  happened to the version after T (``MemoryRecord.as_of``). Mem0 drops every
-  candidate whose similarity is below ``threshold``, which it only accepts in
-  [0, 1]: a case pointing away from the query is never returned.
-- exact-key lookups (upsert by (vin, session_id), get, recheck) and a
-  vehicle's records (own history as of T, history, the 30-day dedup lookup,
-  soft delete): Mem0 picks its memory ids itself, finds a memory by metadata
-  only by scanning the whole collection (local Qdrant tests filters in
-  Python, point by point), and its listings have no order or limit. The
-  adapter keeps a key index, (vin, session_id) -> the ids and spans of the
-  record's versions, built from one ``get_all`` when the folder is opened,
-  and reads a vehicle's memories by id. Own history as of T reads each
-  record's version whose span holds T and applies the other as-of rules here
-  (concluded in [since, T], not invalidated at or before T, newest first, at
-  most N). Mem0's filters could express them, but such a listing would scan
-  the whole collection, as long as a similar-case search, per session open.
-- prompt-version listings: ``get_all`` filtered on prompt version and
-  validity; the adapter keeps current versions (Mem0's filters cannot ask
-  "this field is missing"), and orders and cuts them.
+Mem0's ``Memory.search`` does similar-case recall as of T, every rule in its
+metadata filters before its top-k (``mem0_mapping.similar_filters``); the
+adapter checks each hit again against the version's span in its key index.
+Exact-key lookups and a vehicle's records (own history as of T, history, the
+dedup lookup, soft delete) go through that key index, (vin, session_id) ->
+the ids and spans of the record's versions, built from one ``get_all`` when
+the folder is opened: Mem0 picks its memory ids itself, finds a memory by
+metadata only by scanning the whole collection, and its listings have no
+order or limit. The README's *Mem0* section tabulates which rule runs where.
+The read-only views for people are in ``mem0_audit``.
 
 Qdrant's local mode locks the folder to one client: one process at a time may
 open a ``mem0://`` folder. Within a process, every store opened on the same
@@ -76,6 +59,7 @@ from vdoctor.stores.base import (
     recheck_write,
     upsert_version_from,
 )
+from vdoctor.stores.mem0_audit import Mem0Audit
 from vdoctor.stores.mem0_mapping import (
     AGENT_ID,
     FORMAT,
@@ -170,6 +154,8 @@ class _Folder:
         self.embedder = PinnedEmbedder()
         self.keys: dict[tuple[str, str], _Record] = {}
         self.by_vin: dict[str, list[str]] = {}
+        # Spans an interrupted write left wrong: fixed in the index on open, written by the first writer.
+        self.unrepaired: list[Version] = []
         marker = path / MARKER
         if marker.exists():
             try:
@@ -243,7 +229,9 @@ class _Folder:
 
         A merge adds the new version's memory before it closes the old one: a
         process that stopped in between leaves two open versions, and the
-        older one is closed here, as the write would have done.
+        older one is closed here, as the write would have done: in the index
+        at once, in Mem0 by the first store opened for writing
+        (``write_repairs``), so that a reader never writes.
         """
         ends = [v.start for v in versions[1:]] + [None]
         for version, end in zip(versions, ends, strict=True):
@@ -251,7 +239,19 @@ class _Folder:
                 log.warning("mem0 store %s: memory %s ends at %s, not %s (an interrupted write); repaired",
                             self.path, version.memory_id, version.end, end)  # fmt: skip
                 version.end = end
-                self.write(self.read(version), version)
+                self.unrepaired.append(version)
+
+    def span(self, vin: str, session_id: str, stored: Version) -> Version:
+        """The index's entry for a version read from Mem0 (``stored``, if the index does not know it)."""
+        row = self.keys.get((vin, session_id))
+        versions = [] if row is None else [row.current, *row.archived]
+        return next((v for v in versions if v.memory_id == stored.memory_id), stored)
+
+    def write_repairs(self) -> None:
+        while self.unrepaired:
+            version = self.unrepaired[0]
+            self.write(self.read(version), version)
+            self.unrepaired.pop(0)
 
     def add(self, record: MemoryRecord, start: int) -> Version:
         """Add a memory for the record's new current version, from event time ``start`` (epoch seconds)."""
@@ -328,13 +328,29 @@ def _check_user_id(vin: str) -> None:
         raise StoreError(f"mem0 cannot store the VIN {vin!r} as a user id (empty, or contains whitespace)")
 
 
-class Mem0Store:
+class Mem0Store(Mem0Audit):
     """The MemoryStore protocol over a local Mem0 (see the module docstring for the mapping)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        """Open the folder (created by the first write); ``read_only`` opens an existing one for reads only.
+
+        A read-only store refuses every write before it reaches Mem0, and
+        leaves a span an interrupted write left wrong to the next writer
+        (it reads the repaired span from the key index).
+        """
         self.path = path
+        self.read_only = read_only
+        if read_only and not (path / MARKER).is_file():
+            raise StoreError(f"cannot open the mem0 store at {path} read-only: no such store (no {MARKER})")
         self._folder = _acquire(path)
         self._closed = False
+        if not read_only:
+            with self._folder.lock:
+                self._folder.write_repairs()
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise StoreError(f"mem0 store {self.path} is read-only: refusing {what}")
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -371,11 +387,13 @@ class Mem0Store:
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         # Mem0 has no batch write for memories with different metadata: one add or update each.
+        self._writable("upsert")
         with self._folder.lock:
             for record in records:
                 self._upsert(record)
 
     def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
+        self._writable("set_recheck")
         folder = self._folder
         with folder.lock:
             row = folder.keys.get((vin, session_id))
@@ -394,6 +412,7 @@ class Mem0Store:
             return True
 
     def soft_delete(self, vin: str, at: datetime) -> int:
+        self._writable("soft_delete")
         folder = self._folder
         with folder.lock:
             changed = 0
@@ -451,13 +470,15 @@ class Mem0Store:
                 )
             with folder.embedder.pinned(QUERY_TEXT, vector), folder.guard("search"):
                 out = folder.memory.search(QUERY_TEXT, top_k=query.k, filters=similar_filters(query), threshold=0.0)
-        at, hits = epoch(query.as_of), []
-        for item in out["results"]:
-            record, version = from_item(item)
-            record = record.as_of(query.as_of).model_copy(update={"source": ""})
-            # Mem0 filtered already; checked again so that a filter it dropped can never leak a case.
-            if version.holds(at) and query.admits(record):
-                hits.append(Scored(record, float(item["score"])))
+            at, hits = epoch(query.as_of), []
+            for item in out["results"]:
+                record, version = from_item(item)
+                # The key index's span: it holds a repair a read-only store has not written.
+                version = folder.span(record.vin, record.session_id, version)
+                record = record.as_of(query.as_of).model_copy(update={"source": ""})
+                # Mem0 filtered already; checked again so that a filter it dropped can never leak a case.
+                if version.holds(at) and query.admits(record):
+                    hits.append(Scored(record, float(item["score"])))
         hits.sort(key=lambda s: -s.score)
         return hits[: query.k]
 
@@ -492,9 +513,9 @@ class Mem0Store:
             _release(self._folder)
 
 
-def open_mem0(url: str) -> Mem0Store:
+def open_mem0(url: str, read_only: bool = False) -> Mem0Store:
     """``mem0:///relative/dir`` or ``mem0:////absolute/dir`` (as sqlite URLs are read)."""
     path = url[len("mem0:///") :] if url.startswith("mem0:///") else ""
     if not path.strip("/"):
         raise ConfigError(f"memory URL {url!r}: give the folder, e.g. mem0:///var/lib/vdoctor/mem0")
-    return Mem0Store(Path(path).resolve())
+    return Mem0Store(Path(path).resolve(), read_only=read_only)
