@@ -64,6 +64,7 @@ from vdoctor.stores.mem0_mapping import (
     AGENT_ID,
     FORMAT,
     QUERY_TEXT,
+    Facts,
     NoLlm,
     PinnedEmbedder,
     Version,
@@ -261,13 +262,14 @@ class _Folder:
         added = out.get("results") or []
         if len(added) != 1:
             raise StoreError(f"mem0 store {self.path}: add {record.session_id} made {len(added)} memories")
-        return Version(str(added[0]["id"]), start, None)
+        return Version(str(added[0]["id"]), start, None, Facts.of(record))
 
     def write(self, record: MemoryRecord, version: Version) -> None:
         """Update the version's memory with all of the record (text, metadata, vector) and the version's span."""
         metadata = to_metadata(record, version.start, version.end)
         with self.embedder.pinned(record.summary, list(record.summary_vec)), self.guard(f"update {record.session_id}"):
             self.memory.update(version.memory_id, text=record.summary, metadata=metadata)
+        version.facts = Facts.of(record)
 
     def read(self, version: Version) -> MemoryRecord:
         with self.guard("get"):

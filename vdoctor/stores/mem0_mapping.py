@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, get_args
+from typing import Any, NamedTuple, get_args
 
 import numpy as np
 
@@ -68,14 +68,30 @@ def key(field: str) -> str:
     return PREFIX + field
 
 
+class Facts(NamedTuple):
+    """What the read-only views count and order versions by, kept in the key index beside each version."""
+
+    series: str
+    kind: str
+    valid: bool
+    recheck_ok: bool | None
+    concluded_at: int
+
+    @classmethod
+    def of(cls, record: MemoryRecord) -> Facts:
+        return cls(record.series, record.kind.value, record.valid, record.recheck_ok, epoch(record.concluded_at))
+
+
 @dataclass
 class Version:
-    """One stored version of a record: its Mem0 memory and its span [start, end) in epoch seconds."""
+    """One stored version of a record: its Mem0 memory, its span [start, end) in epoch seconds, its facts."""
 
     memory_id: str
     start: int
     # None: the current version (open-ended).
     end: int | None
+    # Set for every version in the key index (None on a version read from a search hit).
+    facts: Facts | None = None
 
     def holds(self, at: int) -> bool:
         return self.start <= at and (self.end is None or at < self.end)
@@ -118,11 +134,21 @@ def from_item(item: dict[str, Any]) -> tuple[MemoryRecord, Version]:
 
 
 def version_of(item: dict[str, Any]) -> tuple[str, str, Version]:
-    """(vin, session_id, version) of a Mem0 result item, without building the record (opening a folder reads all)."""
+    """(vin, session_id, version with its facts) of a Mem0 result item, without building the record.
+
+    Opening a folder reads every memory: only the metadata the key index keeps is decoded.
+    """
     meta = item.get("metadata") or {}
     try:
         end = meta[VERSION_TO]
-        version = Version(str(item["id"]), int(meta[VERSION_FROM]), None if end is None else int(end))
+        facts = Facts(
+            str(meta[key("series")]),
+            str(meta[key("kind")]),
+            bool(meta[key("valid")]),
+            None if meta[key("recheck_ok")] is None else bool(meta[key("recheck_ok")]),
+            int(meta[key("concluded_at")]),
+        )
+        version = Version(str(item["id"]), int(meta[VERSION_FROM]), None if end is None else int(end), facts)
         vin, session_id = meta[key("vin")], meta[key("session_id")]
     except (KeyError, TypeError, ValueError) as e:
         raise StoreError(f"mem0 memory {item.get('id')} is not a vdoctor record version: {e}") from e
