@@ -274,7 +274,8 @@ def test_bad_vectors_and_vins_are_clear_errors(tmp_path: Path) -> None:
         store.upsert(rec())
         with pytest.raises(StoreError, match="4-dimensional"):
             store.upsert(rec(hours=1, summary_vec=[1.0, 0.0]))
-        with pytest.raises(StoreError, match="4-dimensional"):
+        # A query of another model's dimension is refused as on every backend (EmbedderMismatch is a StoreError).
+        with pytest.raises(StoreError, match="dimension 4, the query one of 2.*vdoctor memory reembed"):
             store.similar(SimilarQuery(OTHER, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5, LATE))
         assert store.count() == 1
     finally:

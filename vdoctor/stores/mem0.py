@@ -54,6 +54,8 @@ from vdoctor.records import MemoryRecord, utc_now
 from vdoctor.stores.base import (
     Scored,
     SimilarQuery,
+    check_dimensions,
+    check_embedders,
     effective_at,
     newest_first,
     recheck_write,
@@ -76,6 +78,7 @@ from vdoctor.stores.mem0_mapping import (
     to_metadata,
     version_of,
 )
+from vdoctor.stores.mem0_retrieval import Mem0Retrieval
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +333,7 @@ def _check_user_id(vin: str) -> None:
         raise StoreError(f"mem0 cannot store the VIN {vin!r} as a user id (empty, or contains whitespace)")
 
 
-class Mem0Store(Mem0Audit):
+class Mem0Store(Mem0Audit, Mem0Retrieval):
     """The MemoryStore protocol over a local Mem0 (see the module docstring for the mapping)."""
 
     def __init__(self, path: Path, read_only: bool = False) -> None:
@@ -466,10 +469,8 @@ class Mem0Store(Mem0Audit):
         with folder.lock:
             if folder.memory is None:
                 return []
-            if len(vector) != folder.dim:
-                raise StoreError(
-                    f"mem0 store {self.path} holds {folder.dim}-dimensional vectors; the query has {len(vector)}"
-                )
+            # Another model's vectors: refused (EmbedderMismatch), as every backend does.
+            check_dimensions(query, {folder.dim})
             with folder.embedder.pinned(QUERY_TEXT, vector), folder.guard("search"):
                 out = folder.memory.search(QUERY_TEXT, top_k=query.k, filters=similar_filters(query), threshold=0.0)
             at, hits = epoch(query.as_of), []
@@ -481,6 +482,8 @@ class Mem0Store(Mem0Audit):
                 # Mem0 filtered already; checked again so that a filter it dropped can never leak a case.
                 if version.holds(at) and query.admits(record):
                     hits.append(Scored(record, float(item["score"])))
+        # Mem0's search cannot filter on "another embedder": the hits carry theirs, checked here.
+        check_embedders(query, {s.record.embedder for s in hits})
         hits.sort(key=lambda s: -s.score)
         return hits[: query.k]
 
