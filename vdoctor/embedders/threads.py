@@ -13,8 +13,9 @@ made a query take ~400 ms instead of ~25 ms on 2 busy cores (NOTES.md). So:
 - OpenMP (the e5 engine's C code) reads ``OMP_NUM_THREADS`` when the engine's
   own OpenMP runtime loads: it is set to 1 before the engine is loaded.
 
-``tests/unit/test_embedder_threads.py`` checks the process's thread count
-and CPU time while many threads embed at once.
+``tests/unit/test_embedder_threads.py`` checks BLAS's limit once the model
+has loaded, and that many threads embedding at once get the same vectors
+without any new thread beside them.
 """
 
 from __future__ import annotations
