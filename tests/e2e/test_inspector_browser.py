@@ -36,6 +36,7 @@ from devtools.browser import (
 )
 from tests.conftest import REPO_ROOT
 from vdoctor.memory.check import check_stored
+from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES
 from vdoctor.stores import open_store
 from vdoctor.stores.audit import audit_reads
 from vdoctor.stores.base import MemoryStore
@@ -195,7 +196,8 @@ def test_the_recall_explainer_chooses_what_memory_recall_json_chooses(served: Se
     assert sorted(similar) == sorted((r["vin"], r["session_id"]) for r in expected["similar"])
     assert int(page.locator("#tokens").inner_text()) == expected["tokens"]
     assert page.locator("#block").inner_text() == expected["text"]
-    assert page.locator("#candidates tr[data-outcome]").count() <= 20
+    # The union of both retrieval channels' top candidates.
+    assert page.locator("#candidates tr[data-outcome]").count() <= LEXICAL_CANDIDATES + DENSE_CANDIDATES
     assert page.locator("#removed-counts tr[data-reason]").count() >= 2
     with urllib.request.urlopen(f"{served.url}/api/vehicles/{vin}/recall?{query}") as answer:
         api = json.load(answer)
