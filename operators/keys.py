@@ -34,7 +34,9 @@ class KeySwitch:
     """The current key of a keyed operator's state backend, settable from inside any of its callbacks."""
 
     def __init__(self, runtime_context: RuntimeContext) -> None:
-        backend = runtime_context.get_keyed_state_backend()
+        # Thread mode's runtime context has a getter; process mode's keeps the backend in an attribute.
+        getter = getattr(runtime_context, "get_keyed_state_backend", None)
+        backend = getter() if getter is not None else getattr(runtime_context, "_keyed_state_backend", None)
         java = getattr(backend, "_keyed_state_backend", None)
         if java is not None and hasattr(java, "setCurrentKey"):
             from pemja import findClass  # thread mode only: pemja is the embedded interpreter's bridge
