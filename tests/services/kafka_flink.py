@@ -210,9 +210,20 @@ class FlinkCluster:
     Python needs on the cluster classpath.
     """
 
-    def __init__(self, workdir: Path, slots: int = 2) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        slots: int = 2,
+        taskmanagers: int = 1,
+        conf: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``taskmanagers`` TaskManager processes of ``slots`` slots each; ``conf`` and ``env`` override defaults."""
         self.workdir = workdir
         self.slots = slots
+        self.taskmanagers = taskmanagers
+        self.extra_conf = conf or {}
+        self.extra_env = env or {}
         self.rest_port = free_port()
         self.rpc_port = free_port()
         self.home = flink_home()
@@ -251,9 +262,10 @@ class FlinkCluster:
             "io.tmp.dirs": str(self.workdir / "tmp"),
             "python.client.executable": sys.executable,
             "python.executable": sys.executable,
+            **self.extra_conf,
         }
         (conf_dir / "masters").write_text(f"localhost:{self.rest_port}\n")
-        (conf_dir / "workers").write_text("localhost\n")
+        (conf_dir / "workers").write_text("localhost\n" * self.taskmanagers)
         (conf_dir / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in conf.items()))
         self.env = {
             **os.environ,
@@ -266,6 +278,7 @@ class FlinkCluster:
             # The tests' fleets rely on file order across vehicles (one vehicle's verified case
             # informs another's next session): one run at a time.
             "VDOCTOR_CONCURRENCY": "1",
+            **self.extra_env,
         }
 
     def start(self) -> FlinkCluster:
@@ -280,7 +293,7 @@ class FlinkCluster:
             raise ServiceError(f"start-cluster.sh failed: {proc.stderr[-2000:]}")
         deadline = time.monotonic() + FLINK_START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self._taskmanagers() >= 1:
+            if self._taskmanagers() >= self.taskmanagers:
                 return self
             time.sleep(1)
         logs = "\n".join(_tail(p, 1500) for p in (self.workdir / "log").glob("*.log"))
