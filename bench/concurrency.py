@@ -42,6 +42,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.procstat import tree_cpu_s  # noqa: E402
 from vdoctor.devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 
@@ -143,29 +144,6 @@ def write_alerts(path: Path, vins: int) -> int:
             )
     path.write_text("\n".join(lines) + "\n")
     return len(lines)
-
-
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by a process and all its descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo += children.get(p, [])
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_ms_per_run(samples: list[tuple[int, float]], total_calls: int) -> float:

@@ -50,6 +50,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.procstat import tree_rss_mb  # noqa: E402
 from jobs.flink_env import latest_checkpoint  # noqa: E402
 from tests.services.kafka_flink import KafkaBroker, read_topic  # noqa: E402
 from vdoctor.devtools.model_server import ModelServer, ServerConfig  # noqa: E402
@@ -60,30 +61,6 @@ STORM_RATES = {"500": 0.3, "429": 0.1}
 TOPIC, DIAGNOSES, DEAD = "soak-alerts", "soak-diagnoses", "soak-dead-letters"
 # After the last line is produced, the job gets this long to drain before it is stopped.
 DRAIN_S = 90.0
-
-
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants, in MB (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo += children.get(p, [])
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
 
 
 def _dir_mb(path: Path) -> float:
@@ -150,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 if now >= next_storm and replay.poll() is None:
                     server.config.error_rates.update(STORM_RATES)
                     storm_end, next_storm, storms = now + args.storm_s, next_storm + args.storm_every_s, storms + 1
-                samples.append((now, _tree_rss_mb(job.pid), _dir_mb(ckpt), server.stats["ok"]))
+                samples.append((now, tree_rss_mb(job.pid), _dir_mb(ckpt), server.stats["ok"]))
                 print(f"[soak] t={now:6.0f}s rss={samples[-1][1]:6.0f} MB state={samples[-1][2]:6.1f} MB "
                       f"model calls ok={server.stats['ok']} storms={storms} kills={kills}",
                       file=sys.stderr, flush=True)  # fmt: skip
