@@ -233,8 +233,12 @@ def record_key(kind: str, payload: str) -> str | None:
     return vin if isinstance(vin, str) and vin else None
 
 
-def build_job(job: KafkaJobSettings, worker_settings: dict[str, Any]) -> Any:
-    """Wire source -> pipeline -> sinks on a fresh environment; return the environment to execute."""
+def build_job(job: KafkaJobSettings, worker_settings: dict[str, Any], local: bool = False) -> Any:
+    """Wire source -> pipeline -> sinks on a fresh environment; return the environment to execute.
+
+    ``local``: the environment is the local MiniCluster, which takes its
+    memory sizes from this configuration (``jobs.flink_env``).
+    """
     from pyflink.common import Configuration, Row, Types, WatermarkStrategy
     from pyflink.common.serialization import SimpleStringSchema
     from pyflink.datastream import StreamExecutionEnvironment
@@ -249,9 +253,17 @@ def build_job(job: KafkaJobSettings, worker_settings: dict[str, Any]) -> Any:
     from jobs import pipeline
     from operators.parse import DEAD_LETTER, DIAGNOSIS
 
+    if local:
+        from jobs.flink_env import local_jvm_environment
+
+        local_jvm_environment()  # before the first Java object: that starts the JVM
     conf = Configuration()
     for key, value in flink_configuration(job).items():
         conf.set_string(key, value)
+    if local:
+        from jobs.flink_env import LOCAL_MANAGED_MEMORY
+
+        conf.set_string("taskmanager.memory.managed.size", LOCAL_MANAGED_MEMORY)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(job.parallelism)
 
@@ -299,7 +311,7 @@ def run(job: KafkaJobSettings, worker_settings: dict[str, Any], detached: bool =
     SIGTERM cancels the job before returning (its last checkpoint is kept), so
     that no Flink JVM is left running the job without its driver.
     """
-    env = build_job(job, worker_settings)
+    env = build_job(job, worker_settings, local=local)
     if not local and not detached:
         env.execute(job.job_name)
         return
