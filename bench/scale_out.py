@@ -23,6 +23,12 @@ share the same machine.
     .venv/bin/python bench/scale_out.py                      # 1500 vehicles, ~15 minutes on 2 cores
     .venv/bin/python bench/scale_out.py --vins 600 --configs thread:1x1 thread:2x1
 
+Beside the rate, the TaskManagers' CPU (their process trees, Python workers
+included) between the first and the last diagnosis is printed as cores used
+and CPU per alert: on a machine shared with other work, a second TaskManager
+that finds no idle core shows up as the same cores used, not as a job that
+does not scale.
+
 Prints a table with the ratios and writes out/bench/scale_out.{json,png}.
 """
 
@@ -35,6 +41,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +49,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.procstat import tree_cpu_s  # noqa: E402
 from tests.services.kafka_flink import FlinkCluster, KafkaBroker  # noqa: E402
 
 PARTITIONS = 4
@@ -75,6 +83,9 @@ class Result:
     expected: int
     alerts_per_s: float
     startup_s: float
+    # CPU of the TaskManagers (their Python workers included) from the first diagnosis to the last.
+    cores_used: float
+    cpu_ms_per_alert: float
     load_avg: float
 
     @property
@@ -116,6 +127,39 @@ def _consume(bootstrap: str, topic: str, expect: int, timeout_s: float, label: s
     return count, first_at, last_at
 
 
+class CpuSampler:
+    """Samples the CPU time of the cluster's TaskManager process trees twice a second, on a thread."""
+
+    def __init__(self, pid_dir: Path) -> None:
+        self.pid_dir = pid_dir
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _pids(self) -> list[int]:
+        return [int(x) for f in self.pid_dir.glob("*taskexecutor*.pid") for x in f.read_text().split() if x.isdigit()]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), sum(tree_cpu_s(p) for p in self._pids())))
+            self._stop.wait(0.5)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def between(self, start: float, end: float) -> float:
+        """CPU seconds used between two monotonic times (nearest samples)."""
+        if not self.samples:
+            return float("nan")
+        at = lambda t: min(self.samples, key=lambda s: abs(s[0] - t))[1]  # noqa: E731
+        return at(end) - at(start)
+
+
 def run_config(
     broker: KafkaBroker, config: tuple[str, int, int], topic: str, expect: int, work: Path, timeout_s: float,
     concurrency: int,
@@ -149,10 +193,14 @@ def run_config(
             raise SystemExit(f"{tag}: flink run failed:\n{submitted.stderr[-3000:]}")
         found = re.search(r"JobID ([0-9a-f]{32})", submitted.stdout + submitted.stderr)
         job_id = found.group(1) if found else None
-        count, first_at, last_at = _consume(broker.bootstrap, diag, expect, timeout_s, tag)
+        with CpuSampler(cluster.workdir / "pid") as cpu:
+            count, first_at, last_at = _consume(broker.bootstrap, diag, expect, timeout_s, tag)
+            time.sleep(0.6)  # one more sample after the last diagnosis
         span = last_at - first_at
+        used = cpu.between(first_at, last_at)
         return Result(mode, tms, slots, parallelism, count, expect, count / span if span > 0 else float("nan"),
-                      first_at - launched if first_at else float("nan"), os.getloadavg()[0])  # fmt: skip
+                      first_at - launched if first_at else float("nan"), used / span if span > 0 else float("nan"),
+                      used / count * 1000 if count else float("nan"), os.getloadavg()[0])  # fmt: skip
     finally:
         if job_id:
             cluster.flink("cancel", job_id, timeout=60)
@@ -224,10 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nKafka ({PARTITIONS} partitions) -> job on a standalone cluster -> Kafka; offline model, "
           f"concurrency {args.concurrency}; {lines} events ({expect} alerts); {os.cpu_count()} cores shared with "
           f"the broker and the JobManager; load average {load_before:.1f} before, {load_after:.1f} after")  # fmt: skip
-    print(f"{'configuration':<28} {'parallelism':>11} {'diagnoses':>9} {'alerts/s':>9} {'start-up s':>10} {'load':>5}")
+    print("'cores' and 'CPU ms/alert': the TaskManagers' CPU (Python workers included) from first to last diagnosis")
+    print(f"{'configuration':<28} {'parallelism':>11} {'diagnoses':>9} {'alerts/s':>9} {'cores':>6} "
+          f"{'CPU ms/alert':>12} {'start-up s':>10} {'load':>5}")  # fmt: skip
     for r in results:
-        print(f"{r.label:<28} {r.parallelism:>11} {r.diagnoses:>9} {r.alerts_per_s:>9.1f} {r.startup_s:>10.1f} "
-              f"{r.load_avg:>5.1f}")  # fmt: skip
+        print(f"{r.label:<28} {r.parallelism:>11} {r.diagnoses:>9} {r.alerts_per_s:>9.1f} {r.cores_used:>6.2f} "
+              f"{r.cpu_ms_per_alert:>12.1f} {r.startup_s:>10.1f} {r.load_avg:>5.1f}")  # fmt: skip
     by = {(r.mode, r.taskmanagers, r.slots): r for r in results}
     for mode in ("thread", "process"):
         one, two = by.get((mode, 1, 1)), by.get((mode, 2, 1))
