@@ -2,7 +2,7 @@
 
 Workload: the PyFlink job (`vdoctor run --model openai`, parallelism 1, the
 local MiniCluster) diagnoses alerts through the real ``openai`` client against
-the local OpenAI-compatible server (vdoctor.devtools.model_server), which
+the local OpenAI-compatible server (devtools.model_server), which
 answers every call after a fixed latency. Every alert's run makes exactly 2
 model calls (look the code up, then answer), so at concurrency c and model
 latency L the ideal is c / (2 x L) runs/s. Each level names its own latency
@@ -43,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.procstat import tree_cpu_s  # noqa: E402
-from vdoctor.devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
+from devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 
 # Exactly 2 calls per run with the offline decision: U0140 is confirmed by
@@ -228,7 +228,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
     (out / "memory.db").unlink(missing_ok=True)
     events = write_alerts(out / "alerts.jsonl", vins)
     server = subprocess.Popen(
-        [sys.executable, "-m", "vdoctor.devtools.model_server", "--latency-ms", str(latency_ms)],
+        [sys.executable, "-m", "devtools.model_server", "--latency-ms", str(latency_ms)],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -39,6 +39,9 @@ class RecordingModel:
         self.prompts.append(list(messages))
         return self.inner.chat(messages, tools)
 
+    def close(self) -> None:
+        self.inner.close()
+
 
 @dataclass
 class Replay:

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
                         str(args.vins), "--seed", str(args.seed)], check=True, capture_output=True)  # fmt: skip
         base_url = None
         if args.model == "openai":
-            server = subprocess.Popen([sys.executable, "-m", "vdoctor.devtools.model_server", "--latency-ms", "0"],
+            server = subprocess.Popen([sys.executable, "-m", "devtools.model_server", "--latency-ms", "0"],
                                       cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
             base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
         try:

@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                     "bm25+context": [turns[i].dia_id for i in bm25_context.rank(q.text, max(KS))],
                 }
                 qv = embedder.embed([q.text])[0]
-                cands = store.similar(SimilarQuery(QUERY_VIN, sample, qv, max(args.candidates, max(KS))))
+                cands = store.similar(SimilarQuery(QUERY_VIN, sample, qv, max(args.candidates, max(KS)), at))
                 ranked["vector"] = [c.record.session_id for c in cands]
                 reranked = reranker.rerank(q.text, [], cands[: args.candidates], max(KS))
                 ranked["vector+rerank"] = [c.record.session_id for c in reranked]

@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     for level in args.levels:
         in_flight, latency = (float(x) for x in level.split(":"))
         server = subprocess.Popen(
-            [sys.executable, "-m", "vdoctor.devtools.model_server", "--latency-ms", str(latency)],
+            [sys.executable, "-m", "devtools.model_server", "--latency-ms", str(latency)],
             cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:

@@ -57,20 +57,9 @@ DEFAULT_CONFIGS = ["thread:1x1", "thread:2x1", "process:1x1", "process:2x1", "pr
 # Process mode: a bundle is sent to the Python worker at least this often
 # (the 1000 ms default halves throughput; NOTES.md).
 PROCESS_BUNDLE_MS = 10
-# The job, with the execution mode the configuration names: jobs/kafka_job.py
-# sets thread mode; this wrapper changes only that (and process mode's bundle time).
-DRIVER = """
-import sys
-sys.path.insert(0, {root!r})
-from jobs import kafka_job
-_configuration = kafka_job.flink_configuration
-def flink_configuration(job):
-    conf = _configuration(job)
-    conf.update({conf!r})
-    return conf
-kafka_job.flink_configuration = flink_configuration
-sys.exit(kafka_job.main(sys.argv[1:]))
-"""
+# The job is jobs/kafka_job.py as submitted; each shape sets its execution
+# mode (and process mode's bundle time) with --flink-conf.
+JOB = REPO_ROOT / "jobs" / "kafka_job.py"
 
 
 @dataclass
@@ -172,8 +161,6 @@ def run_config(
     conf = {"python.execution-mode": mode}
     if mode == "process":
         conf["python.fn-execution.bundle.time"] = str(PROCESS_BUNDLE_MS)
-    driver = work / f"driver-{tag}.py"
-    driver.write_text(DRIVER.format(root=str(REPO_ROOT), conf=conf))
     cluster = FlinkCluster(
         work / f"flink-{tag}", slots=slots, taskmanagers=tms,
         env={"VDOCTOR_CONCURRENCY": str(concurrency), "VDOCTOR_KNOWLEDGE_URL": "memory://"},
@@ -184,10 +171,11 @@ def run_config(
     try:
         launched = time.monotonic()
         submitted = cluster.flink(
-            "run", "-d", "-py", str(driver), "--kafka", broker.bootstrap, "--alerts-topic", topic,
+            "run", "-d", "-py", str(JOB), "--kafka", broker.bootstrap, "--alerts-topic", topic,
             "--diagnoses-topic", diag, "--dead-letters-topic", dead, "--group-id", f"scale-{tag}",
             "--parallelism", str(parallelism), "--memory", f"sqlite:///{work}/memory-{tag}.db",
             "--checkpoint-dir", str(work / f"chk-{tag}"), "--restart-attempts", "0",
+            *(f"--flink-conf={k}={v}" for k, v in conf.items()),
         )  # fmt: skip
         if submitted.returncode != 0:
             raise SystemExit(f"{tag}: flink run failed:\n{submitted.stderr[-3000:]}")

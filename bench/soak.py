@@ -51,9 +51,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.procstat import tree_rss_mb  # noqa: E402
-from jobs.flink_env import latest_checkpoint  # noqa: E402
+from devtools.model_server import ModelServer, ServerConfig  # noqa: E402
+from jobs.job_settings import latest_checkpoint  # noqa: E402
 from tests.services.kafka_flink import KafkaBroker, read_topic  # noqa: E402
-from vdoctor.devtools.model_server import ModelServer, ServerConfig  # noqa: E402
 from vdoctor.errors import EventError  # noqa: E402
 from vdoctor.events import AlertEvent, parse_event  # noqa: E402
 
@@ -71,7 +71,7 @@ def _start_job(bootstrap: str, ckpt: Path, db: Path, url: str, restore: Path | N
     cmd = [sys.executable, "-m", "jobs.cli", "run", "--kafka", bootstrap, "--alerts-topic", TOPIC,
            "--diagnoses-topic", DIAGNOSES, "--dead-letters-topic", DEAD, "--group-id", "soak",
            "--memory", f"sqlite:///{db}", "--knowledge", "memory://", "--model", "openai",
-           "--checkpoint-dir", str(ckpt), "--checkpoint-interval", "5"]  # fmt: skip
+           "--checkpoint-dir", str(ckpt), "--checkpoint-interval-ms", "5000"]  # fmt: skip
     if restore is not None:
         cmd += ["--from-savepoint", str(restore)]
     env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "soak-local", "VDOCTOR_MODEL_MAX_ATTEMPTS": "3"}

@@ -43,19 +43,6 @@ VIN_ALPHABET = "0123456789ABCDEFGHJKLMNPRSTUVWXYZ"
 CHECKPOINT_S = 10
 # Resident memory is the median of this many samples, one a second.
 SAMPLES = 10
-DRIVER = """
-import sys
-sys.path.insert(0, {root!r})
-from jobs import kafka_job
-_configuration = kafka_job.flink_configuration
-def flink_configuration(job):
-    conf = _configuration(job)
-    conf["state.backend.type"] = {backend!r}
-    conf["execution.checkpointing.incremental"] = {incremental!r}
-    return conf
-kafka_job.flink_configuration = flink_configuration
-sys.exit(kafka_job.main(sys.argv[1:]))
-"""
 
 
 @dataclass
@@ -147,15 +134,15 @@ def run_backend(backend: str, broker: KafkaBroker, fleet: Path, vehicles: int, w
     tag = f"{backend}-{vehicles}"
     topic, diag, dead = f"state-{tag}.alerts", f"state-{tag}.diagnoses", f"state-{tag}.dead"
     broker.create_topics([topic, diag, dead], partitions=4)
-    driver = work / f"driver-{backend}.py"
-    # Full checkpoints for the heap backend (it has no incremental ones), so the size is the whole state.
-    driver.write_text(DRIVER.format(root=str(REPO_ROOT), backend=backend, incremental="false"))
+    # The heap backend's checkpoints are full (the whole state); RocksDB's are incremental (the Kafka job's default).
     ckpt = work / f"chk-{tag}"
     env = {**os.environ, "VDOCTOR_KNOWLEDGE_URL": "memory://"}
     job = subprocess.Popen(
-        [sys.executable, str(driver), "--kafka", broker.bootstrap, "--alerts-topic", topic, "--diagnoses-topic", diag,
+        [sys.executable, "-m", "jobs.cli", "run", "--kafka", broker.bootstrap, "--alerts-topic", topic,
+         "--diagnoses-topic", diag,
          "--dead-letters-topic", dead, "--group-id", f"state-{tag}", "--memory", f"sqlite:///{work}/memory-{tag}.db",
-         "--checkpoint-dir", str(ckpt), "--checkpoint-interval", str(CHECKPOINT_S), "--restart-attempts", "0"],
+         "--checkpoint-dir", str(ckpt), "--checkpoint-interval", str(CHECKPOINT_S), "--restart-attempts", "0",
+         f"--flink-conf=state.backend.type={backend}"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:

@@ -1,4 +1,8 @@
-"""The Flink execution environment for vdoctor jobs: runtime mode, Python workers, temp dirs."""
+"""The Flink environment of both vdoctor jobs (file replay and Kafka), built from ``FlinkSettings``.
+
+``flink_configuration`` is plain Python (checked without a JVM); ``make_env``
+imports pyflink and starts the environment.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,18 @@ import os
 import site
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pyflink.common import Configuration
-from pyflink.datastream import StreamExecutionEnvironment
+from jobs.job_settings import FlinkSettings
+from vdoctor.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyflink.datastream import StreamExecutionEnvironment
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-
+# Between restarts of a failed job: long enough for a broker or a store to come back.
+RESTART_DELAY_S = 10
+PROMETHEUS_REPORTER = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
 # Managed memory of a local run's MiniCluster (RocksDB's block cache and
 # write buffers live in it). RocksDB fills its share lazily, so with Flink's
 # local default (128 MB) a Kafka job's resident memory climbed for the first
@@ -41,50 +51,97 @@ def python_path() -> str:
     return ":".join(dict.fromkeys(paths))
 
 
-def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
-    """The newest complete checkpoint (a ``chk-N`` folder with ``_metadata``) under ``checkpoint_dir``.
+def flink_configuration(flink: FlinkSettings) -> dict[str, str]:
+    """Every Flink option the job sets: thread-mode Python, state and checkpoints, restarts, jars, extras."""
+    conf = {
+        # Thread mode: state, TTL and timers work there, and it is ~10x faster than process mode (NOTES.md).
+        "python.execution-mode": "thread",
+        "state.backend.type": flink.state_backend,
+        "restart-strategy.type": "fixed-delay" if flink.restart_attempts else "none",
+    }
+    if flink.python_env == "this-process":
+        conf["python.executable"] = sys.executable
+        conf["python.client.executable"] = sys.executable
+        conf["python.pythonpath"] = python_path()
+        conf["taskmanager.memory.managed.size"] = LOCAL_MANAGED_MEMORY
+    if flink.metrics_port is not None:
+        # The reporter ships with Flink (plugins/metrics-prometheus); make_env() puts it where the MiniCluster looks.
+        conf["metrics.reporter.prom.factory.class"] = PROMETHEUS_REPORTER
+        conf["metrics.reporter.prom.port"] = str(flink.metrics_port)
+    if flink.restart_attempts:
+        conf["restart-strategy.fixed-delay.attempts"] = str(flink.restart_attempts)
+        conf["restart-strategy.fixed-delay.delay"] = f"{RESTART_DELAY_S}s"
+    if flink.jars:
+        conf["pipeline.jars"] = ";".join(Path(j).as_uri() for j in flink.jars)
+    if flink.checkpoint_dir is not None:
+        conf["execution.checkpointing.dir"] = flink.checkpoint_dir
+        conf["execution.checkpointing.interval"] = f"{flink.checkpoint_interval_ms}ms"
+        conf["execution.checkpointing.mode"] = "EXACTLY_ONCE"
+        conf["execution.checkpointing.savepoint-dir"] = flink.checkpoint_dir.rstrip("/") + "/savepoints"
+        if flink.state_backend == "rocksdb":
+            conf["execution.checkpointing.incremental"] = "true"
+        if flink.retain_checkpoints_on_cancel:
+            conf["execution.checkpointing.externalized-checkpoint-retention"] = "RETAIN_ON_CANCELLATION"
+    if flink.restore_from is not None:
+        conf["execution.state-recovery.path"] = flink.restore_from
+        if flink.allow_non_restored_state:
+            conf["execution.state-recovery.ignore-unclaimed-state"] = "true"
+    if flink.tmp_dir is not None:
+        conf["io.tmp.dirs"] = flink.tmp_dir
+    conf.update(flink.extra_conf)
+    return conf
 
-    The newest folder may be incomplete after a crash (NOTES.md), hence the check.
+
+def prometheus_reporter_jar() -> Path:
+    """Flink's Prometheus reporter: the one scripts/install/flink-metrics.sh fetched from Maven Central, else
+    the same artifact from the plugins/ folder of the Flink distribution inside the apache-flink wheel."""
+    import pyflink
+    from pyflink.version import __version__ as version
+
+    fetched = PROJECT_ROOT / ".services" / "flink" / "lib" / f"flink-metrics-prometheus-{version}.jar"
+    if fetched.is_file():
+        return fetched
+    bundled = Path(pyflink.__file__).resolve().parent / "plugins" / "metrics-prometheus"
+    found = sorted(bundled.glob(f"flink-metrics-prometheus-{version}.jar"))
+    if not found:
+        raise ConfigError(
+            f"Flink's Prometheus reporter is neither in {fetched.parent} nor in {bundled}: "
+            "run `bash scripts/install/flink-metrics.sh`"
+        )
+    return found[0]
+
+
+def _reporter_on_the_local_classpath() -> None:
+    """Put the Prometheus reporter on the classpath of the JVM that runs the local MiniCluster.
+
+    The MiniCluster loads reporters from its classpath only (Flink's LocalExecutor gives it no plugin
+    manager, so plugins/ is not read), and PyFlink starts that JVM with lib/*.jar plus HADOOP_CLASSPATH.
     """
-    found = [p.parent for p in checkpoint_dir.glob("*/chk-*/_metadata")]
-    return max(found, key=lambda p: (p.stat().st_mtime, int(p.name.split("-")[1]))) if found else None
+    import pyflink.java_gateway
+
+    jar = str(prometheus_reporter_jar())
+    extra = os.environ.get("HADOOP_CLASSPATH", "")
+    if jar in extra.split(os.pathsep):
+        return
+    if pyflink.java_gateway._gateway is not None:
+        raise ConfigError("the Flink gateway of this process started before --metrics-port could add its reporter")
+    os.environ["HADOOP_CLASSPATH"] = os.pathsep.join(p for p in (jar, extra) if p)
 
 
-def make_env(
-    parallelism: int,
-    tmp_dir: Path,
-    checkpoint_dir: Path | None = None,
-    checkpoint_interval_ms: int = 0,
-    restore_from: Path | None = None,
-    extra_conf: dict[str, str] | None = None,
-) -> StreamExecutionEnvironment:
-    """A local environment in thread mode (state, TTL and timers work there, and it is ~10x faster).
+def make_env(flink: FlinkSettings) -> StreamExecutionEnvironment:
+    """A fresh execution environment with ``flink_configuration(flink)`` and the parallelism."""
+    from pyflink.common import Configuration
+    from pyflink.datastream import StreamExecutionEnvironment
 
-    With ``checkpoint_dir`` and an interval the job checkpoints its state
-    (sessions, dedup ids and the events whose runs are in flight);
-    ``restore_from`` (a ``chk-N`` folder) starts it from one. ``extra_conf``
-    sets any other Flink option (e.g. ``rest.port`` to read the job's metrics).
-    """
-    local_jvm_environment()  # before the first Java object: that starts the JVM
+    if flink.python_env == "this-process":
+        local_jvm_environment()  # before the first Java object: that starts the JVM
+        if flink.metrics_port is not None:
+            _reporter_on_the_local_classpath()
+    if flink.tmp_dir is not None:
+        Path(flink.tmp_dir).mkdir(parents=True, exist_ok=True)
     conf = Configuration()
-    if checkpoint_dir is not None and checkpoint_interval_ms > 0:
-        conf.set_string("execution.checkpointing.dir", checkpoint_dir.resolve().as_uri())
-        conf.set_string("execution.checkpointing.interval", f"{checkpoint_interval_ms} ms")
-        conf.set_string("state.backend.type", "hashmap")
-    if restore_from is not None:
-        conf.set_string("execution.state-recovery.path", restore_from.resolve().as_uri())
-        conf.set_string("execution.state-recovery.ignore-unclaimed-state", "true")
-    conf.set_string("taskmanager.memory.managed.size", LOCAL_MANAGED_MEMORY)
-    conf.set_string("python.execution-mode", "thread")
-    conf.set_string("python.executable", sys.executable)
-    conf.set_string("python.client.executable", sys.executable)
-    conf.set_string("python.pythonpath", python_path())
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    conf.set_string("io.tmp.dirs", str(tmp_dir))
-    # A bounded replay that fails must fail, not restart forever (NOTES.md).
-    conf.set_string("restart-strategy.type", "none")
-    for key, value in (extra_conf or {}).items():
+    for key, value in flink_configuration(flink).items():
         conf.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(parallelism)
+    env.set_parallelism(flink.parallelism)
     return env

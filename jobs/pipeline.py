@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pyflink.common import Types
 from pyflink.datastream import DataStream
 
 from operators.diagnosis import DiagnosisFunction
-from operators.parse import DEAD_LETTER, EVENT, ParseEvents, Throttle
+from operators.parse import DEAD_LETTER, EVENT, DeadLetters, ParseEvents, Throttle
+from vdoctor.settings import Settings
 
 OUTPUT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING()])
 PARSED_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.STRING(), Types.STRING()])
 
 
-def build(raw_lines: DataStream, settings: dict[str, Any], rate: float | None = None) -> DataStream:
-    """Return a stream of ``(kind, json)``: kind "D" for diagnoses, "X" for dead letters."""
+def build(raw_lines: DataStream, settings: Settings, rate: float | None = None) -> DataStream:
+    """Return a stream of ``(kind, json)``: kind "D" for diagnoses, "X" for dead letters.
+
+    The one place the diagnosis settings are shipped to the workers (inside the operator).
+    """
     if rate:
         raw_lines = raw_lines.map(Throttle(rate), output_type=Types.STRING()).name("throttle")
     # Stable uids: a job restored from a checkpoint maps its state by them.
@@ -23,12 +25,12 @@ def build(raw_lines: DataStream, settings: dict[str, Any], rate: float | None = 
     events = parsed.filter(lambda t: t[0] == EVENT).name("valid events")
     bad = (
         parsed.filter(lambda t: t[0] == DEAD_LETTER)
-        .map(lambda t: (DEAD_LETTER, t[2]), output_type=OUTPUT_TYPE)
+        .map(DeadLetters(), output_type=OUTPUT_TYPE)
         .name("parse dead letters")
     )
     diagnosed = (
         events.key_by(lambda t: t[1], key_type=Types.STRING())
-        .process(DiagnosisFunction(settings), output_type=OUTPUT_TYPE)
+        .process(DiagnosisFunction(settings.for_workers()), output_type=OUTPUT_TYPE)
         .name("diagnosis")
         .uid("diagnosis")
     )

@@ -1,4 +1,4 @@
-"""Bounded replay: run the diagnosis job over a JSONL file on the local MiniCluster."""
+"""Bounded replay: run the diagnosis job over a JSONL file on the local MiniCluster (``vdoctor run --alerts``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
 from pyflink.common import WatermarkStrategy
@@ -15,6 +14,7 @@ from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 
 from jobs import pipeline
 from jobs.flink_env import make_env
+from jobs.job_settings import ReplaySettings
 from operators.parse import DIAGNOSIS
 from vdoctor.settings import Settings
 
@@ -68,30 +68,19 @@ class RunReport:
         )
 
 
-def run_file(
-    alerts: Path,
-    out_dir: Path,
-    settings: Settings,
-    parallelism: int = 1,
-    progress: TextIO | None = sys.stderr,
-    checkpoint_dir: Path | None = None,
-    checkpoint_interval_ms: int = 0,
-    restore_from: Path | None = None,
-    rate: float | None = None,
-    flink_conf: dict[str, str] | None = None,
-) -> RunReport:
+def run_file(replay: ReplaySettings, settings: Settings, progress: TextIO | None = sys.stderr) -> RunReport:
+    """Run the job over ``replay.alerts``; write diagnoses and dead letters under ``replay.out``."""
     started = time.monotonic()
     report = RunReport()
-    with alerts.open("rb") as fh:
+    with replay.alerts.open("rb") as fh:
         report.lines = sum(1 for line in fh if line.strip())
+    out_dir = replay.out
     out_dir.mkdir(parents=True, exist_ok=True)
-    env = make_env(
-        parallelism, out_dir / ".flink-tmp", checkpoint_dir, checkpoint_interval_ms, restore_from, flink_conf
-    )
-    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(alerts.resolve())).build()
+    env = make_env(replay.flink)
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(replay.alerts.resolve())).build()
     raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "alerts file").uid("alerts-file")
-    results = pipeline.build(raw, settings.for_workers(), rate=rate)
-    if restore_from is not None:
+    results = pipeline.build(raw, settings, rate=replay.rate)
+    if replay.flink.restore_from is not None:
         # The collect sink's state belongs to the client of the run that died
         # (restoring it fails with "userVisibleTail should not be larger than
         # offset"): a restored run gets a new sink, and its old state is dropped.

@@ -52,19 +52,20 @@ from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from operators import logs
 from operators.keys import KeySwitch
+from operators.metrics import DiagnosisMetrics
 from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
-from vdoctor.diagnosis import DiagnosisEngine
+from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
-from vdoctor.memory.session import SESSION_TTL, DedupState, SessionState
+from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.runs import KeyedRunPool
 from vdoctor.settings import Settings, with_secrets
 
 # Flink's TTL runs on processing time and only bounds the state's size; the
-# session's expiry proper is judged on event time inside SessionState.
-STATE_TTL_HOURS = int(SESSION_TTL.total_seconds() // 3600)
+# session's expiry proper is judged on event time inside SessionState. The
+# session state's TTL is a setting (``runtime.state_ttl_s``, 48 h by default).
 # Dedup ids must outlive a session so that a late replay is still caught.
-DEDUP_TTL_HOURS = 24 * 30
+DEDUP_TTL_S = 30 * 24 * 3600
 # The completion tick: finished runs wait at most this long to be stored and
 # emitted (small against 0.3-5 s model calls); one timer callback per tick
 # per subtask, however many runs are in flight.
@@ -98,11 +99,15 @@ class Applied:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     model_failures: int = 0
+    run_latency_ms: float | None = None
+    model_latency_ms: float | None = None
+    dead_letters: int = 0
+    stats: RunStats = field(default_factory=RunStats)
 
 
-def _ttl(hours: int) -> StateTtlConfig:
+def _ttl(seconds: float) -> StateTtlConfig:
     return (
-        StateTtlConfig.new_builder(Time.hours(hours))
+        StateTtlConfig.new_builder(Time.milliseconds(int(seconds * 1000)))
         .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
         .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
         # The default background cleanup includes a RocksDB compaction-filter
@@ -149,9 +154,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
             self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis")
         session = ValueStateDescriptor("session", Types.STRING())
-        session.enable_time_to_live(_ttl(STATE_TTL_HOURS))
+        session.enable_time_to_live(_ttl(settings.runtime.state_ttl_s))
         dedup = ValueStateDescriptor("dedup", Types.STRING())
-        dedup.enable_time_to_live(_ttl(DEDUP_TTL_HOURS))
+        dedup.enable_time_to_live(_ttl(DEDUP_TTL_S))
         # No TTL: events waiting for their run must never expire unseen.
         pending = ValueStateDescriptor("pending", Types.STRING())
         self.session_state = runtime_context.get_state(session)
@@ -162,22 +167,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._metrics(runtime_context)
 
     def _metrics(self, runtime_context: RuntimeContext) -> None:
-        group = runtime_context.get_metrics_group().add_group("vdoctor")
-        self.m_runs = group.counter("runs")
-        self.m_llm_calls = group.counter("llm_calls")
-        self.m_tool_calls = group.counter("tool_calls")
-        self.m_prompt_tokens = group.counter("prompt_tokens")
-        self.m_completion_tokens = group.counter("completion_tokens")
-        self.m_model_failures = group.counter("model_failures")
-        self.m_runs_per_s = group.meter("runs_per_second", time_span_in_seconds=60)
-        pool = self.pool
-        group.gauge("runs_in_flight", lambda: pool.in_flight if pool else 0)
-        # Every summary is checked (issue 4): checked, passed first time, repaired, retried, failed.
-        engine = self.engine
-        if engine is not None:
-            for name in engine.summary_metrics.as_dict():
-                group.gauge(name, lambda name=name: engine.summary_metrics.as_dict()[name])
-        group.gauge("runs_queued", lambda: pool.queued if pool else 0)
+        pool, engine = self.pool, self.engine
+        self.metrics = DiagnosisMetrics(
+            runtime_context.get_metrics_group(),
+            in_flight=lambda: pool.in_flight if pool else 0,
+            queued=lambda: pool.queued if pool else 0,
+            summary_counts=lambda: engine.summary_metrics.as_dict() if engine else {},
+        )
 
     def close(self) -> None:
         if self.pool is not None:
@@ -197,6 +193,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         applied = Applied(
             session_json=result.session.model_dump_json() if result.session is not None else None,
             dedup_json=result.dedup.model_dump_json(),
+            dead_letters=len(result.dead_letters),
+            stats=result.stats,
         )
         for d in result.diagnoses:
             applied.outputs.append((DIAGNOSIS, d.model_dump_json()))
@@ -205,6 +203,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             applied.prompt_tokens += d.prompt_tokens
             applied.completion_tokens += d.completion_tokens
             applied.model_failures += "model_failed" in d.flags
+            applied.run_latency_ms, applied.model_latency_ms = d.latency_ms, d.model_latency_ms
         applied.outputs += [(DEAD_LETTER, x.model_dump_json()) for x in result.dead_letters]
         return (result.session, result.dedup), applied
 
@@ -344,12 +343,6 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
                 self.pending_state.clear()
         out: list[tuple[str, str]] = []
         for applied in done:
-            self.m_runs.inc()
-            self.m_runs_per_s.mark_event()
-            self.m_llm_calls.inc(applied.llm_calls)
-            self.m_tool_calls.inc(applied.tool_calls)
-            self.m_prompt_tokens.inc(applied.prompt_tokens)
-            self.m_completion_tokens.inc(applied.completion_tokens)
-            self.m_model_failures.inc(applied.model_failures)
+            self.metrics.record(applied)
             out += applied.outputs
         return out

@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from pyflink.datastream.functions import MapFunction, ProcessFunction
+from pyflink.datastream.functions import MapFunction, ProcessFunction, RuntimeContext
 
+from operators.metrics import dead_letter_counter
 from vdoctor.errors import EventError
 from vdoctor.events import parse_event
 from vdoctor.records import DeadLetter
@@ -18,7 +19,7 @@ EVENT = "E"
 
 
 class ParseEvents(ProcessFunction):  # type: ignore[misc]
-    """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, "", dead letter json, "")."""
+    """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, "")."""
 
     def process_element(self, value: str, ctx: ProcessFunction.Context) -> Iterator[tuple[str, str, str, str]]:
         raw = value.rstrip("\r\n")
@@ -28,9 +29,31 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
             event = parse_event(raw)
         except EventError as e:
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
-            yield DEAD_LETTER, "", letter.model_dump_json(), ""
+            yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""
             return
         yield EVENT, event.vin, event.model_dump_json(), raw
+
+
+class DeadLetters(MapFunction):  # type: ignore[misc]
+    """(DEAD_LETTER, stage, dead letter json, "") -> (DEAD_LETTER, json), counted by stage.
+
+    Counted here, where the dead letters leave the parse stage. PyFlink fuses chained Python
+    functions into one operator and reports a function's metrics under that operator's name and
+    under its own, so one counter appears twice in a task: queries keep one series per task and
+    subtask (docker/grafana/dashboards/vdoctor.json).
+    """
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.metrics = runtime_context.get_metrics_group().add_group("vdoctor")
+        # Registered up front so that both series exist (at 0) before the first bad line.
+        self.counters = {stage: dead_letter_counter(self.metrics, stage) for stage in ("parse", "validate")}
+
+    def map(self, value: tuple[str, str, str, str]) -> tuple[str, str]:
+        _, stage, letter, _ = value
+        if stage not in self.counters:
+            self.counters[stage] = dead_letter_counter(self.metrics, stage)
+        self.counters[stage].inc()
+        return DEAD_LETTER, letter
 
 
 class Throttle(MapFunction):  # type: ignore[misc]

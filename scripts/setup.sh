@@ -45,4 +45,10 @@ bash scripts/install/mariadb.sh
 # Real services for the integration tests and `vdoctor run --kafka` (Maven Central jars into .services/).
 bash scripts/install/kafka.sh
 bash scripts/install/flink-kafka.sh
+bash scripts/install/flink-metrics.sh
+# A Python environment with only apache-flink, for the test that submits the job to a cluster
+# that has nothing of ours (tests/integration/test_clean_cluster.py); ~1 GB, a few minutes the first time.
+bash scripts/install/clean-flink.sh
+# Debian's Chromium for the memory inspector's browser tests (Playwright drives the system executable).
+bash scripts/install/chromium.sh
 log "ready: $(.venv/bin/python --version), $(java -version 2>&1 | head -1)"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python -m ruff check vdoctor operators jobs
+.venv/bin/python -m ruff check vdoctor operators jobs devtools inspector
 # Strict typing of the domain package (pyproject.toml [tool.mypy]).
 .venv/bin/python -m mypy
 .venv/bin/python -m pytest "$@"

@@ -48,12 +48,24 @@ TIMELINE_SIGNALS = 3
 
 
 @dataclass
+class RunStats:
+    """Plain numbers about one event's run, for whoever reports them (the operator's metrics)."""
+
+    recall_ms: float | None = None  # None: this run opened no session with recall
+    recalled_own: int = 0
+    recalled_similar: int = 0
+    write_ms: float | None = None  # None: this run wrote nothing to long-term memory
+    write_failed: bool = False
+
+
+@dataclass
 class StepResult:
     session: SessionState | None
     dedup: DedupState
     diagnoses: list[Diagnosis] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     duplicate: bool = False
+    stats: RunStats = field(default_factory=RunStats)
 
 
 def signal_uri(vin: str, name: str, alert: AlertEvent) -> str:
@@ -108,13 +120,14 @@ class DiagnosisEngine:
             return StepResult(session=session, dedup=dedup, duplicate=True)
         try:
             if isinstance(event, AlertEvent):
-                session, diagnosis = self._on_alert(session, event)
-                return StepResult(session=session, dedup=dedup, diagnoses=[diagnosis])
+                stats = RunStats()
+                session, diagnosis = self._on_alert(session, event, stats)
+                return StepResult(session=session, dedup=dedup, diagnoses=[diagnosis], stats=stats)
             if isinstance(event, RecheckEvent):
                 self._on_recheck(event)
                 return StepResult(session=session, dedup=dedup)
             if isinstance(event, LifecycleEvent):
-                self.store.soft_delete(event.vin)
+                self.store.soft_delete(event.vin, event.ts)
                 # The vehicle left the fleet's care: its open session ends too.
                 return StepResult(session=None, dedup=dedup)
         except EventError as e:
@@ -133,12 +146,12 @@ class DiagnosisEngine:
     def _on_recheck(self, event: RecheckEvent) -> None:
         if not event.session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {event.session_id!r} does not belong to vin {event.vin}")
-        if not set_recheck(self.store, event.vin, event.session_id, event.recheck_ok):
+        if not set_recheck(self.store, event.vin, event.session_id, event.recheck_ok, event.ts):
             raise EventError(
                 "process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory"
             )
 
-    def _open_session(self, alert: AlertEvent) -> SessionState:
+    def _open_session(self, alert: AlertEvent, stats: RunStats) -> SessionState:
         session = SessionState(
             vin=alert.vin,
             series=alert.series,
@@ -148,6 +161,7 @@ class DiagnosisEngine:
         )
         if not self.memory_enabled:
             return session
+        started = time.perf_counter()
         try:
             found = self.recall.for_alert(alert.vin, alert.series, alert.alert_text, alert.dtc_codes, alert.ts)
         except StoreError as e:
@@ -155,6 +169,8 @@ class DiagnosisEngine:
             log.warning("recall failed for %s: %s", alert.vin, e)
             session.memory = MemoryUse(degraded=True)
             return session
+        stats.recall_ms = (time.perf_counter() - started) * 1000.0
+        stats.recalled_own, stats.recalled_similar = len(found.own_refs), len(found.similar_refs)
         session.memory_text = found.text
         session.memory = MemoryUse(
             injected=bool(found.text), tokens=found.tokens, own=found.own_refs, similar=found.similar_refs
@@ -165,10 +181,12 @@ class DiagnosisEngine:
         entry = self.pack.get(code)
         return entry.definition_en if entry else ""
 
-    def _on_alert(self, session: SessionState | None, alert: AlertEvent) -> tuple[SessionState, Diagnosis]:
+    def _on_alert(
+        self, session: SessionState | None, alert: AlertEvent, stats: RunStats
+    ) -> tuple[SessionState, Diagnosis]:
         started = time.perf_counter()
         if session is None or not session.accepts_alert_at(alert.ts):
-            session = self._open_session(alert)
+            session = self._open_session(alert, stats)
         session.alerts += 1
         session.last_event_at = max(session.last_event_at, alert.ts)
         for code in alert.dtc_codes:
@@ -191,6 +209,7 @@ class DiagnosisEngine:
             log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
         answer = run.answer
         self._remember_round(working, alert, run)
+        session.note_answer(answer.priority, answer.root_cause, answer.codes, answer.confidence)
 
         flags = list(run.flags)
         concluded = answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority
@@ -209,9 +228,9 @@ class DiagnosisEngine:
             )
         self._add_timeline(session, alert, answer.phase, answer.priority, answer.confidence, answer.evidence)
         if session.phase is Phase.CONCLUDED:
-            flags += self._write_case(session, working)
+            flags += self._write_case(session, working, stats)
         else:
-            flags += self._write_milestone(session, alert)
+            flags += self._write_milestone(session, alert, stats)
         if session.working.fidelity_failures > failures_before and "summary_fidelity_failed" not in flags:
             flags.append("summary_fidelity_failed")
 
@@ -277,7 +296,7 @@ class DiagnosisEngine:
         uri = evidence[0] if evidence else (f"dtc://{alert.dtc_codes[0]}" if alert.dtc_codes else "-")
         session.add_timeline(TimelineEntry(ts=alert.ts, event=event, conclusion=conclusion, evidence=uri))
 
-    def _write_case(self, session: SessionState, working: WorkingMemory) -> list[str]:
+    def _write_case(self, session: SessionState, working: WorkingMemory, stats: RunStats) -> list[str]:
         """Summarise, check, embed and upsert a concluded case. Returns output flags."""
         if session.l3_written or session.conclusion is None:
             return []
@@ -295,6 +314,7 @@ class DiagnosisEngine:
             vin=session.vin,
             session_id=session.session_id,
             series=session.series,
+            opened_ts=session.opened_at,
             concluded_at=session.last_event_at,
             summary=case.text,
             summary_vec=[float(x) for x in vector],
@@ -304,15 +324,24 @@ class DiagnosisEngine:
             dtc_codes=c.codes,
             prompt_version=SUMMARY_PROMPT_VERSION,
             source=self._bounded_source(case),
+            omitted=case.omitted,
         )
+        started = time.perf_counter()
         try:
-            if write_final(self.store, record, had_milestones=session.milestones_written > 0) is WriteStatus.MERGED:
-                flags.append("l3_merged")
+            status = write_final(self.store, record, had_milestones=session.milestones_written > 0)
         except StoreError as e:
             # The diagnosis still goes out; the case is flagged, never silently dropped.
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)
+            stats.write_failed = True
             return [*flags, "l3_write_failed"]
+        finally:
+            stats.write_ms = (time.perf_counter() - started) * 1000.0
+        if status is WriteStatus.MERGED:
+            flags.append("l3_merged")
         session.l3_written = True
+        if case.omitted:
+            # The record says what its summary could not hold (record.omitted).
+            flags.append("summary_omitted")
         return flags
 
     @staticmethod
@@ -326,30 +355,40 @@ class DiagnosisEngine:
             return ""
         return text
 
-    def _write_milestone(self, session: SessionState, alert: AlertEvent) -> list[str]:
-        """A session open for more than 24 h leaves a milestone record per 24 h: facts, no guesses."""
+    def _write_milestone(self, session: SessionState, alert: AlertEvent, stats: RunStats) -> list[str]:
+        """A session open for more than 24 h leaves a milestone record per 24 h.
+
+        It carries what the session knew then: its current priority and leading
+        hypothesis (or that it had none yet), never a conclusion.
+        """
         due = milestones_due(session.opened_at, alert.ts, session.milestones_written)
         if due <= session.milestones_written:
             return []
-        summary = milestone_summary(session)
+        summary, omitted = milestone_summary(session, due, alert.ts)
         record = MemoryRecord(
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),
             series=session.series,
+            opened_ts=session.opened_at,
             concluded_at=alert.ts,
             summary=summary,
             summary_vec=[float(x) for x in self.embedder.embed([summary])[0]],
             root_cause="",
             fix_action="",
-            priority="P3",
+            priority=session.priority,
             dtc_codes=list(session.codes),
             prompt_version=SUMMARY_PROMPT_VERSION,
             kind=RecordKind.MILESTONE,
+            omitted=omitted,
         )
+        started = time.perf_counter()
         try:
             self.store.upsert(record)
         except StoreError as e:
             log.warning("could not write milestone of %s: %s", session.session_id, e)
+            stats.write_failed = True
             return ["l3_write_failed"]
+        finally:
+            stats.write_ms = (time.perf_counter() - started) * 1000.0
         session.milestones_written = due
         return ["l3_milestone"]

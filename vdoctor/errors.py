@@ -42,3 +42,7 @@ class ModelError(VDoctorError):
 
 class KnowledgeError(VDoctorError):
     """The DTC knowledge pack or an extra code table could not be loaded."""
+
+
+class NothingToCheck(VDoctorError):
+    """No long-term record holds the session, or it keeps no source to check a summary against."""

@@ -5,8 +5,11 @@ Each format has one ``render`` and one ``parse`` here, and nowhere else:
 - ``KeyFact``: a never-compressed fact of the working context
   (``code P0A7F: <definition>``, ``reading cell_voltage_diff_mv=187 @<ts>``,
   ``decision: ... @<ts>``, ``void: ... @<ts>``, ``excluded: ... @<ts>``,
-  ``id WO-20931``, ``evidence signal://...``);
+  ``id WO-20931``, ``id X12``, ``id cell 37``, ``count 96 sense lines``,
+  ``trend cell_voltage_diff_mv: 62 88 121 150 187``, ``evidence signal://...``);
 - ``SummaryLine``: one event of a summary, ``time | event | conclusion | evidence URI``;
+- ``ReadingSpan`` and ``ReadingsLine``: every signal's first, lowest, highest and
+  latest reading with its unit, compactly (``readings: cell_voltage_diff_mv=87→187mV``);
 - ``Confirmation``: the evidence a case was concluded on, as a summary states it
   (``confirmed cell_voltage_diff_mv=187>=100``, ``confirmed repeat 3``);
 - ``RecallEntry``: one long-term record as injected into the system context;
@@ -28,6 +31,8 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import PlainSerializer, PlainValidator
+
+from vdoctor.units import unit_of, unit_symbols
 
 # Time format of summary lines (case summaries, rolling folds, the timeline).
 SUMMARY_TIME = "%Y-%m-%d %H:%M"
@@ -66,6 +71,8 @@ class FactKind(StrEnum):
     EXCLUDED = "excluded"
     ID = "id"
     EVIDENCE = "evidence"
+    COUNT = "count"
+    TREND = "trend"
 
 
 # Kinds rendered as ``kind: text @time``: a clause of the session's reasoning.
@@ -115,12 +122,22 @@ class KeyFact:
 
     def reading(self) -> tuple[str, float] | None:
         """(group, value) of a reading: the signal name, or the unit of a reading from free text."""
+        found = self.reading_text()
+        return (found[0], float(found[1])) if found else None
+
+    def reading_text(self) -> tuple[str, str] | None:
+        """(group, value as written) of a reading."""
         if self.kind is not FactKind.READING:
             return None
         m = _READING_TEXT_RE.match(self.text)
         if m is None:
             return None
-        return m.group(1) or m.group(3), float(m.group(2))
+        return m.group(1) or m.group(3), m.group(2)
+
+    @classmethod
+    def trend(cls, group: str, values: list[str]) -> KeyFact:
+        """A signal's (or a unit's) readings in time order: ``trend cell_voltage_diff_mv: 62 88 121``."""
+        return cls(FactKind.TREND, f"{group}: {' '.join(values)}")
 
     @staticmethod
     def parse(line: str) -> KeyFact:
@@ -213,6 +230,122 @@ def conclusion_text(concluded: bool, priority: str | None, confidence: float, wi
     return f"investigating conf {confidence:.2f}" if with_confidence else "investigating"
 
 
+def milestone_conclusion(
+    priority: str | None, hypothesis: str | None, suspected: list[str], confidence: float | None
+) -> str:
+    """The conclusion part of a milestone's line: what the open session knew, never a placeholder.
+
+    ``not concluded; P2; leading: suspected P0A7F conf 0.30``, ``... leading: <a
+    root cause the answer named> conf 0.40`` or ``not concluded; no priority yet; no hypothesis yet``.
+    """
+    prio = priority or NO_PRIORITY
+    hypothesis = hypothesis or ("suspected " + " ".join(suspected) if suspected else None)
+    if not hypothesis:
+        return f"not concluded; {prio}; {NO_HYPOTHESIS}"
+    conf = f" conf {confidence:.2f}" if confidence is not None else ""
+    return f"not concluded; {prio}; leading: {hypothesis}{conf}"
+
+
+NO_PRIORITY = "no priority yet"
+NO_HYPOTHESIS = "no hypothesis yet"
+
+
+# -- a signal's key readings, compactly -----------------------------------------------------
+
+# A number as ``fmt_num`` writes it (exponents included: 1e-05).
+NUM = r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+TO_LATEST, LOWEST, HIGHEST = "→", "↓", "↑"
+_UNIT_ALT = "|".join(re.escape(u) for u in unit_symbols())
+# name=first[→latest][↓lowest][↑highest][unit], then no letter, digit or span mark.
+_SPAN_RE = re.compile(
+    rf"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=({NUM})(?:{TO_LATEST}({NUM}))?(?:{LOWEST}({NUM}))?(?:{HIGHEST}({NUM}))?"
+    rf"({_UNIT_ALT})?(?![A-Za-z0-9_.{TO_LATEST}{LOWEST}{HIGHEST}])"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadingSpan:
+    """One signal's key readings: first, lowest, highest and latest, verbatim, with the unit.
+
+    ``cell_voltage_diff_mv=87→187mV``: first 87, latest 187, and those are the
+    extremes. ``soc_pct=80→78↓76↑81%``: first 80, latest 78, lowest 76,
+    highest 81. ``pack_temp_c=41.5°C``: one value. ``rain_raw=3→5``: a name
+    whose suffix is no known unit shows none. A part left out is what it
+    defaults to: latest = first, lowest = min(first, latest), highest =
+    max(first, latest); so every one of the four readings is stated, verbatim.
+    """
+
+    name: str
+    first: str
+    latest: str
+    lowest: str
+    highest: str
+    unit: str = ""
+
+    @classmethod
+    def of(cls, name: str, values: list[float]) -> ReadingSpan:
+        """The span of a signal's readings in time order."""
+        if not values:
+            raise ValueError(f"a reading span needs at least one reading of {name}")
+        return cls(
+            name,
+            fmt_num(values[0]),
+            fmt_num(values[-1]),
+            fmt_num(min(values)),
+            fmt_num(max(values)),
+            unit_of(name) or "",
+        )
+
+    def values(self) -> list[str]:
+        """The distinct readings the span states (first, lowest, highest, latest), in that order."""
+        return list(dict.fromkeys([self.first, self.lowest, self.highest, self.latest]))
+
+    def render(self) -> str:
+        lo, hi = sorted((self.first, self.latest), key=float)
+        out = f"{self.name}={self.first}"
+        if self.latest != self.first:
+            out += TO_LATEST + self.latest
+        if self.lowest != lo:
+            out += LOWEST + self.lowest
+        if self.highest != hi:
+            out += HIGHEST + self.highest
+        return out + self.unit
+
+    def __str__(self) -> str:
+        return self.render()
+
+    @staticmethod
+    def find_all(text: str) -> list[ReadingSpan]:
+        """Every ``name=value...`` span written in ``text`` (a bare ``name=value`` is a one-value span)."""
+        out = []
+        for m in _SPAN_RE.finditer(text):
+            name, first, latest, low, high, unit = m.groups()
+            latest = latest or first
+            lo, hi = sorted((first, latest), key=float)
+            out.append(ReadingSpan(name, first, latest, low or lo, high or hi, unit or ""))
+        return out
+
+
+READINGS_PREFIX = "readings: "
+
+
+@dataclass(frozen=True, slots=True)
+class ReadingsLine:
+    """The line of a case summary that states every signal's key readings: ``readings: <span> <span> ...``."""
+
+    spans: tuple[ReadingSpan, ...]
+
+    def render(self) -> str:
+        return READINGS_PREFIX + " ".join(s.render() for s in self.spans)
+
+    @staticmethod
+    def parse(line: str) -> ReadingsLine | None:
+        """The spans of a readings line, or None for a line that is not one."""
+        if not line.startswith(READINGS_PREFIX):
+            return None
+        return ReadingsLine(tuple(ReadingSpan.find_all(line[len(READINGS_PREFIX) :])))
+
+
 # -- the evidence a conclusion rests on ----------------------------------------------------
 
 _CONFIRM_SIGNAL_RE = re.compile(r"confirmed ([a-z][a-z0-9_]*)=(-?[\d.]+)(>=|<=)(-?[\d.]+)")
@@ -256,37 +389,48 @@ class Confirmation:
 
 MEMORY_HEADER = "## Long-term memory (this vehicle's history first, then verified similar cases)"
 _RECHECK_WORDS: dict[bool | None, str] = {True: "ok", False: "failed", None: "pending"}
+# A milestone is a long session's progress, never a conclusion: its head says so.
+MILESTONE_STATE = "milestone (not concluded)"
 _RECALL_HEAD_RE = re.compile(
-    r"^- \[(own|similar)\] case://([^/\s]+)/(\S+) \| concluded (\S+) \| codes ([A-Z0-9,]*) \| (P[123]) "
-    r"\| recheck (\w+)$"
+    r"^- \[(own|similar)\] case://([^/\s]+)/(\S+) \| (concluded|milestone \(not concluded\)) (\S+) "
+    r"\| codes ([A-Z0-9,]*) \| (P[123]|no priority yet) \| recheck (\w+)$"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class RecallEntry:
-    """One long-term record as the model sees it in its system context."""
+    """One long-term record as the model sees it in its system context.
+
+    A final record shows its conclusion (``cause:``, ``fix:``); a milestone of a
+    long open session says ``milestone (not concluded)``, has no cause or fix
+    lines, and its priority may be ``no priority yet``.
+    """
 
     kind: Literal["own", "similar"]
     vin: str
     session_id: str
-    concluded: str  # YYYY-MM-DD
+    concluded: str  # YYYY-MM-DD: when it concluded, or when the milestone was written
     codes: tuple[str, ...]
-    priority: str
+    priority: str | None
     recheck_ok: bool | None
     cause: str
     fix: str
     summary: str  # summary lines joined with " / "
+    milestone: bool = False
 
     @property
     def case_uri(self) -> str:
         return f"case://{self.vin}/{self.session_id}"
 
     def render(self) -> str:
-        return (
-            f"- [{self.kind}] {self.case_uri} | concluded {self.concluded} | codes {','.join(self.codes)} | "
-            f"{self.priority} | recheck {_RECHECK_WORDS[self.recheck_ok]}\n"
-            f"  cause: {self.cause}\n  fix: {self.fix}\n  summary: {self.summary}"
+        state = MILESTONE_STATE if self.milestone else "concluded"
+        head = (
+            f"- [{self.kind}] {self.case_uri} | {state} {self.concluded} | codes {','.join(self.codes)} | "
+            f"{self.priority or NO_PRIORITY} | recheck {_RECHECK_WORDS[self.recheck_ok]}\n"
         )
+        if self.milestone:
+            return head + f"  summary: {self.summary}"
+        return head + f"  cause: {self.cause}\n  fix: {self.fix}\n  summary: {self.summary}"
 
     @staticmethod
     def parse_block(text: str) -> list[RecallEntry]:
@@ -296,25 +440,28 @@ class RecallEntry:
         words = {v: k for k, v in _RECHECK_WORDS.items()}
         for i, line in enumerate(lines):
             head = _RECALL_HEAD_RE.match(line)
-            if not head or head.group(7) not in words:
+            if not head or head.group(8) not in words:
                 continue
+            milestone = head.group(4) != "concluded"
             body: dict[str, str] = {}
-            for follow in lines[i + 1 : i + 4]:
+            for follow in lines[i + 1 : i + (2 if milestone else 4)]:
                 key, _, value = follow.strip().partition(": ")
                 body[key] = value
             kind: Literal["own", "similar"] = "own" if head.group(1) == "own" else "similar"
+            priority = head.group(7)
             entries.append(
                 RecallEntry(
                     kind=kind,
                     vin=head.group(2),
                     session_id=head.group(3),
-                    concluded=head.group(4),
-                    codes=tuple(filter(None, head.group(5).split(","))),
-                    priority=head.group(6),
-                    recheck_ok=words[head.group(7)],
+                    concluded=head.group(5),
+                    codes=tuple(filter(None, head.group(6).split(","))),
+                    priority=None if priority == NO_PRIORITY else priority,
+                    recheck_ok=words[head.group(8)],
                     cause=body.get("cause", ""),
                     fix=body.get("fix", ""),
                     summary=body.get("summary", ""),
+                    milestone=milestone,
                 )
             )
         return entries

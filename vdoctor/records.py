@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # A case summary is read by people and injected into prompts: short by rule.
 MAX_SUMMARY_CHARS = 300
@@ -89,17 +89,29 @@ def utc_now() -> datetime:
 
 
 class MemoryRecord(BaseModel):
-    """One concluded case in long-term memory, unique by (vin, session_id)."""
+    """One concluded case in long-term memory, unique by (vin, session_id).
+
+    Event times (from the events' ``ts``, never from the clock) say what was
+    true when: ``opened_ts`` (the session opened), ``concluded_at`` (the
+    conclusion, and the time from which a case exists), ``verified_ts`` (the
+    recheck that set ``recheck_ok``) and ``invalid_ts`` (the lifecycle event
+    that set ``valid`` to false). A change with event time t holds for a
+    session opening at T exactly when t <= T. ``updated_at`` is the clock
+    time of the last write, for audit only.
+    """
 
     vin: str
     session_id: str
     series: str
+    # The conclusion's event time (the concluding alert's ts). DESIGN.md calls
+    # it concluded_ts; the column keeps its first name (one column per fact).
     concluded_at: datetime
     summary: Annotated[str, Field(max_length=MAX_SUMMARY_CHARS)]
     summary_vec: list[float]
     root_cause: str
     fix_action: str
-    priority: Priority
+    # None: no priority yet (a milestone of a session that has not named one).
+    priority: Priority | None
     dtc_codes: list[str] = []
     recheck_ok: bool | None = None
     prompt_version: str
@@ -111,13 +123,42 @@ class MemoryRecord(BaseModel):
     # What the summary was written from (the summarizer's request, as JSON), kept
     # so that a new summary prompt can re-extract it; bounded.
     source: Annotated[str, Field(max_length=MAX_SOURCE_CHARS)] = ""
+    # The key facts (readings, codes, exclusions, voided conclusions) that did
+    # not fit in the 300-character summary, verbatim: a non-empty list flags the
+    # record as carrying less in its summary than its session knew.
+    omitted: list[str] = []
+    # When the session this version concludes opened (None: written before event times were kept).
+    opened_ts: datetime | None = None
+    # Event time of the recheck that set recheck_ok (None while recheck_ok is None).
+    verified_ts: datetime | None = None
+    # Event time of the lifecycle event (or superseding write) that set valid to false.
+    invalid_ts: datetime | None = None
 
-    @field_validator("concluded_at", "updated_at")
+    @field_validator("concluded_at", "updated_at", "opened_ts", "verified_ts", "invalid_ts")
     @classmethod
-    def _second_precision(cls, value: datetime) -> datetime:
+    def _second_precision(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value.astimezone(UTC).replace(microsecond=0)
+
+    @model_validator(mode="after")
+    def _event_times_agree(self) -> MemoryRecord:
+        # A verdict or an invalidation without its time counts from the
+        # conclusion (the earliest it can be): records built by hand and rows
+        # of older stores read the same on every backend.
+        if self.recheck_ok is None:
+            if self.verified_ts is not None:
+                raise ValueError("verified_ts is set but recheck_ok is None")
+        elif self.verified_ts is None:
+            self.verified_ts = self.concluded_at
+        if self.valid:
+            if self.invalid_ts is not None:
+                raise ValueError("invalid_ts is set on a valid record")
+        elif self.invalid_ts is None:
+            self.invalid_ts = self.concluded_at
+        return self
 
     @field_validator("summary_vec")
     @classmethod
@@ -128,8 +169,29 @@ class MemoryRecord(BaseModel):
             raise ValueError("summary_vec must be a non-empty list of finite floats")
         return vec
 
+    @model_validator(mode="after")
+    def _final_has_priority(self) -> MemoryRecord:
+        # A final record is a conclusion; only a milestone may not have a priority yet.
+        if self.kind is RecordKind.FINAL and self.priority is None:
+            raise ValueError("a final record needs a priority; only a milestone may have none yet")
+        return self
+
     def ref(self) -> MemoryRef:
         return MemoryRef(vin=self.vin, session_id=self.session_id)
+
+    def as_of(self, at: datetime) -> MemoryRecord:
+        """This version as a session opening at ``at`` knew it: a later recheck or invalidation is left out.
+
+        Stores return a record's version current at ``at``; this removes what
+        happened to that version after ``at`` (its verdict, its invalidation),
+        so that nothing from the future reaches a prompt.
+        """
+        update: dict[str, object] = {}
+        if self.verified_ts is not None and self.verified_ts > at:
+            update.update(recheck_ok=None, verified_ts=None)
+        if self.invalid_ts is not None and self.invalid_ts > at:
+            update.update(valid=True, invalid_ts=None)
+        return self.model_copy(update=update) if update else self
 
     def public_dict(self) -> dict[str, object]:
         """The record as users see it (``memory history --json``): vectors left out."""

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from vdoctor.embedders import EmbedderName
 from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
-from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
+from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
@@ -96,6 +96,11 @@ class RuntimeSettings(_Frozen):
     # Python log level inside the Flink operators (DEBUG also lets the HTTP
     # client libraries' per-request records through).
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # How long Flink keeps a vehicle's idle session state, in processing time
+    # (its state TTL: it bounds the state's size). Sessions expire after 48 h
+    # of event time whatever this says; a job down for longer than this comes
+    # back without the sessions that were open (their next alert opens a new one).
+    state_ttl_s: float = Field(default=SESSION_TTL.total_seconds(), ge=1)
 
 
 class Settings(_Frozen):
@@ -138,6 +143,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "openai_api_key_file": ("endpoint", "api_key_file", "VDOCTOR_OPENAI_API_KEY_FILE"),
     "concurrency": ("runtime", "concurrency", "VDOCTOR_CONCURRENCY"),
     "log_level": ("runtime", "log_level", "VDOCTOR_LOG_LEVEL"),
+    "state_ttl_s": ("runtime", "state_ttl_s", "VDOCTOR_STATE_TTL_S"),
 }
 # The environment variables, by flat name (for documentation and tests).
 ENV_VARS: dict[str, str] = {name: var for name, (_, _, var) in FIELDS.items()}

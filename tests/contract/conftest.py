@@ -55,7 +55,7 @@ class PaddedDoris:
     def similar(self, query: SimilarQuery) -> list[Scored]:
         vec = np.zeros(self.dim, dtype=np.float32)
         vec[: len(query.vector)] = query.vector
-        padded = SimilarQuery(exclude_vin=query.exclude_vin, series=query.series, vector=vec, k=query.k)
+        padded = SimilarQuery(query.exclude_vin, query.series, vec, query.k, query.as_of)
         return [Scored(self._cut(s.record), s.score) for s in self.inner.similar(padded)]  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> Any:

@@ -14,9 +14,9 @@ from typing import get_args
 import pytest
 from pydantic import SecretStr
 
+from devtools.model_server import ModelServer, ServerConfig
 from vdoctor.agent.react import MAX_ITERATIONS, run_react
 from vdoctor.agent.tools import SPECS, Toolbox
-from vdoctor.devtools.model_server import ModelServer, ServerConfig
 from vdoctor.errors import ConfigError
 from vdoctor.knowledge import load_pack
 from vdoctor.lines import render_alert_block

@@ -81,7 +81,7 @@ def test_no_vehicle_ever_sees_another_vehicles_history(store: MemoryStore) -> No
     store.upsert_many(records)
     scrapped = {vin_of(i) for i in range(0, N_VINS, SCRAPPED_EVERY)}
     for vin in sorted(scrapped):
-        store.soft_delete(vin)
+        store.soft_delete(vin, NOW)
     assert store.count() == len(records) == sum(1 + i % 3 for i in range(N_VINS))
 
     truth = {(r.vin, r.session_id): r for r in records}
@@ -104,7 +104,7 @@ def test_no_vehicle_ever_sees_another_vehicles_history(store: MemoryStore) -> No
             reverse=True,
         )[:OWN_HISTORY_LIMIT]
         if i not in similar_sample:
-            own = store.own_history(vin, NOW - timedelta(days=730), OWN_HISTORY_LIMIT)
+            own = store.own_history(vin, NOW - timedelta(days=730), OWN_HISTORY_LIMIT, as_of=NOW)
             assert [r.session_id for r in own] == [r.session_id for r in expected_own], vin
             assert {r.vin for r in own} <= {vin}
             continue

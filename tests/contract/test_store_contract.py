@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vdoctor.records import MemoryRecord
+from vdoctor.records import MemoryRecord, RecordKind
 from vdoctor.stores import MemoryStore, SimilarQuery
 
 pytestmark = pytest.mark.contract
@@ -22,6 +22,8 @@ VIN_A = "LSVAU2180N2183294"
 VIN_B = "LSVAU2180N2100001"
 VIN_C = "LSVAU2180N2100002"
 T0 = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+# After every event of these tests: reads "as of now" see the latest versions.
+LATE = T0 + timedelta(days=400)
 E1 = [1.0, 0.0, 0.0, 0.0]
 
 
@@ -58,8 +60,10 @@ def same(a: MemoryRecord | None, b: MemoryRecord) -> None:
     assert a.summary_vec == pytest.approx(b.summary_vec, rel=1e-6, abs=1e-7)
 
 
-def query(vector: list[float], k: int = 5, exclude_vin: str = VIN_A, series: str = "EV-A") -> SimilarQuery:
-    return SimilarQuery(exclude_vin=exclude_vin, series=series, vector=np.asarray(vector, dtype=np.float32), k=k)
+def query(
+    vector: list[float], k: int = 5, exclude_vin: str = VIN_A, series: str = "EV-A", as_of: datetime = LATE
+) -> SimilarQuery:
+    return SimilarQuery(exclude_vin, series, np.asarray(vector, dtype=np.float32), k, as_of)
 
 
 # -- get / upsert ---------------------------------------------------------------
@@ -69,7 +73,7 @@ def test_empty_store(store: MemoryStore) -> None:
     assert store.count() == 0
     assert store.get(VIN_A, f"{VIN_A}-20261101T081530") is None
     assert store.history(VIN_A) == []
-    assert store.own_history(VIN_A, T0 - timedelta(days=1), 10) == []
+    assert store.own_history(VIN_A, T0 - timedelta(days=1), 10, as_of=LATE) == []
     assert store.similar(query(E1)) == []
 
 
@@ -113,6 +117,24 @@ def test_same_session_id_text_under_two_vins_are_two_rows(store: MemoryStore) ->
     same(store.get(VIN_B, "shared-session-id-123"), b)
 
 
+def test_a_milestone_with_no_priority_yet_and_a_record_with_omitted_facts_round_trip(store: MemoryStore) -> None:
+    milestone = rec(
+        VIN_A,
+        session_id=f"{VIN_A}-20261101T081530-m1",
+        kind=RecordKind.MILESTONE,
+        priority=None,
+        root_cause="",
+        fix_action="",
+        summary="2026-11-02 08:20 | milestone 1 | not concluded; no priority yet; no hypothesis yet | -",
+    )
+    final = rec(VIN_A, hours=1, omitted=["pack_temp_c=41.5→44°C", "code P1A9A", "excluded: 怀疑线束松动，已排除 @T"])
+    store.upsert_many([milestone, final])
+    same(store.get(VIN_A, milestone.session_id), milestone)
+    same(store.get(VIN_A, final.session_id), final)
+    got = store.get(VIN_A, milestone.session_id)
+    assert got is not None and got.priority is None and got.kind is RecordKind.MILESTONE
+
+
 # -- own history -------------------------------------------------------------------
 
 
@@ -124,20 +146,22 @@ def test_own_history_filters_by_vin_valid_and_since_newest_first(store: MemorySt
     for r in (mid, other, old, new):
         store.upsert(r)
 
-    assert [r.session_id for r in store.own_history(VIN_A, T0, 10)] == [new.session_id, mid.session_id, old.session_id]
+    got = store.own_history(VIN_A, T0, 10, as_of=LATE)
+    assert [r.session_id for r in got] == [new.session_id, mid.session_id, old.session_id]
     # `since` is inclusive: a record concluded exactly then is kept.
-    since_mid = store.own_history(VIN_A, T0 + timedelta(hours=24), 10)
+    since_mid = store.own_history(VIN_A, T0 + timedelta(hours=24), 10, as_of=LATE)
     assert [r.session_id for r in since_mid] == [new.session_id, mid.session_id]
-    assert [r.session_id for r in store.own_history(VIN_A, T0 + timedelta(hours=24, seconds=1), 10)] == [new.session_id]
-    assert [r.session_id for r in store.own_history(VIN_A, T0, 2)] == [new.session_id, mid.session_id]
-    assert [r.session_id for r in store.own_history(VIN_B, T0, 10)] == [other.session_id]
-    assert store.own_history("LSVAU2180N2199999", T0, 10) == []
+    after_mid = store.own_history(VIN_A, T0 + timedelta(hours=24, seconds=1), 10, as_of=LATE)
+    assert [r.session_id for r in after_mid] == [new.session_id]
+    assert [r.session_id for r in store.own_history(VIN_A, T0, 2, as_of=LATE)] == [new.session_id, mid.session_id]
+    assert [r.session_id for r in store.own_history(VIN_B, T0, 10, as_of=LATE)] == [other.session_id]
+    assert store.own_history("LSVAU2180N2199999", T0, 10, as_of=LATE) == []
 
 
 def test_own_history_leaves_out_invalid_records(store: MemoryStore) -> None:
     store.upsert(rec(VIN_A, hours=0))
     store.upsert(rec(VIN_A, hours=1, valid=False))
-    got = store.own_history(VIN_A, T0, 10)
+    got = store.own_history(VIN_A, T0, 10, as_of=LATE)
     assert [r.concluded_at for r in got] == [T0]
     assert all(r.valid for r in got)
 
@@ -146,7 +170,7 @@ def test_own_history_includes_unverified_and_failed_cases(store: MemoryStore) ->
     # Own history is the vehicle's record as it is; only similar recall filters on recheck.
     for hours, ok in ((0, None), (1, False), (2, True)):
         store.upsert(rec(VIN_A, hours=hours, recheck_ok=ok))
-    assert [r.recheck_ok for r in store.own_history(VIN_A, T0, 10)] == [True, False, None]
+    assert [r.recheck_ok for r in store.own_history(VIN_A, T0, 10, as_of=LATE)] == [True, False, None]
 
 
 def test_own_history_ties_on_time_are_ordered_by_session_id_descending(store: MemoryStore) -> None:
@@ -154,7 +178,7 @@ def test_own_history_ties_on_time_are_ordered_by_session_id_descending(store: Me
     b = rec(VIN_A, session_id=f"{VIN_A}-b")
     store.upsert(a)
     store.upsert(b)
-    assert [r.session_id for r in store.own_history(VIN_A, T0, 10)] == [b.session_id, a.session_id]
+    assert [r.session_id for r in store.own_history(VIN_A, T0, 10, as_of=LATE)] == [b.session_id, a.session_id]
 
 
 # -- similar --------------------------------------------------------------------------
@@ -206,9 +230,9 @@ def test_similar_after_a_recheck_and_after_a_soft_delete(store: MemoryStore) -> 
     r = rec(VIN_B)
     store.upsert(r)
     assert store.similar(query(E1)) == []
-    assert store.set_recheck(VIN_B, r.session_id, True)
+    assert store.set_recheck(VIN_B, r.session_id, True, LATE)
     assert [h.record.session_id for h in store.similar(query(E1))] == [r.session_id]
-    assert store.soft_delete(VIN_B) == 1
+    assert store.soft_delete(VIN_B, LATE) == 1
     assert store.similar(query(E1)) == []
 
 
@@ -218,17 +242,17 @@ def test_similar_after_a_recheck_and_after_a_soft_delete(store: MemoryStore) -> 
 def test_set_recheck(store: MemoryStore) -> None:
     r = rec(VIN_A)
     store.upsert(r)
-    assert store.set_recheck(VIN_A, "LSVAU2180N2183294-20990101T000000", True) is False
-    assert store.set_recheck(VIN_B, r.session_id, True) is False  # right session, wrong VIN
+    assert store.set_recheck(VIN_A, "LSVAU2180N2183294-20990101T000000", True, LATE) is False
+    assert store.set_recheck(VIN_B, r.session_id, True, LATE) is False  # right session, wrong VIN
     assert store.count() == 1  # an unknown recheck creates nothing
 
-    assert store.set_recheck(VIN_A, r.session_id, True) is True
+    assert store.set_recheck(VIN_A, r.session_id, True, LATE) is True
     got = store.get(VIN_A, r.session_id)
     assert got is not None and got.recheck_ok is True
     assert got.updated_at >= r.updated_at
     assert got.summary == r.summary and got.root_cause == r.root_cause  # the rest is untouched
 
-    assert store.set_recheck(VIN_A, r.session_id, False) is True
+    assert store.set_recheck(VIN_A, r.session_id, False, LATE) is True
     got = store.get(VIN_A, r.session_id)
     assert got is not None and got.recheck_ok is False
 
@@ -239,15 +263,15 @@ def test_soft_delete_marks_invalid_keeps_for_audit_and_counts(store: MemoryStore
     for r in (a1, a2, b1):
         store.upsert(r)
 
-    assert store.soft_delete(VIN_A) == 2
-    assert store.soft_delete(VIN_A) == 0  # already invalid: nothing more to delete
-    assert store.soft_delete("LSVAU2180N2199999") == 0
+    assert store.soft_delete(VIN_A, LATE) == 2
+    assert store.soft_delete(VIN_A, LATE) == 0  # already invalid: nothing more to delete
+    assert store.soft_delete("LSVAU2180N2199999", LATE) == 0
     assert store.count() == 3  # soft: nothing is removed
 
     history = store.history(VIN_A)
     assert [r.session_id for r in history] == [a2.session_id, a1.session_id]
     assert [r.valid for r in history] == [False, False]
-    assert store.own_history(VIN_A, T0 - timedelta(days=1), 10) == []
+    assert store.own_history(VIN_A, T0 - timedelta(days=1), 10, as_of=LATE) == []
     assert [h.record.vin for h in store.similar(query(E1, exclude_vin=VIN_C))] == [VIN_B]
 
     # The other vehicle is untouched.
@@ -279,7 +303,7 @@ def test_per_vin_isolation_over_200_vehicles(store: MemoryStore) -> None:
     assert store.count() == 400
 
     for vin in vins:
-        own = store.own_history(vin, T0 - timedelta(days=1), 10)
+        own = store.own_history(vin, T0 - timedelta(days=1), 10, as_of=LATE)
         assert len(own) == 2
         assert {r.vin for r in own} == {vin}
         assert all(r.session_id.startswith(vin + "-") for r in own)
@@ -314,17 +338,17 @@ def test_hostile_strings_round_trip_intact(store: MemoryStore, text: str) -> Non
     same(got, r)
     assert got is not None and got.root_cause == text and got.summary == text[:300]
     assert store.count() == 2  # nothing was dropped or deleted by the text
-    assert [x.root_cause for x in store.own_history(VIN_A, T0, 10)] == [text]
+    assert [x.root_cause for x in store.own_history(VIN_A, T0, 10, as_of=LATE)] == [text]
 
 
 def test_hostile_vin_and_session_id_are_just_values(store: MemoryStore) -> None:
     store.upsert(rec(VIN_A))
     hostile = "' OR '1'='1"
     assert store.get(hostile, hostile) is None
-    assert store.own_history(hostile, T0 - timedelta(days=1), 10) == []
+    assert store.own_history(hostile, T0 - timedelta(days=1), 10, as_of=LATE) == []
     assert store.history(hostile) == []
-    assert store.set_recheck(hostile, hostile, True) is False
-    assert store.soft_delete(hostile) == 0
+    assert store.set_recheck(hostile, hostile, True, LATE) is False
+    assert store.soft_delete(hostile, LATE) == 0
     got = store.get(VIN_A, rec(VIN_A).session_id)
     assert got is not None and got.valid and got.recheck_ok is None
 

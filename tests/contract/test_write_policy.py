@@ -84,6 +84,33 @@ def test_long_session_writes_milestones_superseded_by_the_final_record(h: Harnes
     assert not by_id[f"{SID_1}-m1"].valid and not by_id[f"{SID_1}-m2"].valid  # superseded, kept for audit
 
 
+def test_a_milestone_carries_what_the_session_knew_then_and_is_never_recalled_as_concluded(
+    h: Harness, store: MemoryStore
+) -> None:
+    # P0A7F is known (P2): the open session suspects it. P1XXX alone is unknown: no priority, no hypothesis.
+    for i, hours in enumerate((0, 20, 40)):
+        h.diagnose(alert(f"e-{i}", T0 + timedelta(hours=hours), signals={"cell_voltage_diff_mv": 60}))
+    other = "LSVAU2180N2100009"
+    for i, hours in enumerate((0, 20, 40)):
+        h.diagnose(alert(f"o-{i}", T0 + timedelta(hours=hours), codes=["P1ABC"], signals={}, vin=other))
+    [known] = [r for r in store.history(VIN) if r.kind is RecordKind.MILESTONE]
+    [unknown] = [r for r in store.history(other) if r.kind is RecordKind.MILESTONE]
+    assert known.priority == "P2" and known.root_cause == "" and known.fix_action == ""
+    assert known.summary.splitlines()[-1] == (
+        "2026-11-02 24:15 | milestone 1 | not concluded; P2; leading: suspected P0A7F conf 0.30 | -".replace(
+            "2026-11-02 24:15", f"{T0 + timedelta(hours=40):%Y-%m-%d %H:%M}"
+        )
+    )
+    assert "readings: cell_voltage_diff_mv=60mV" in known.summary
+    assert unknown.priority is None
+    assert unknown.summary.endswith("| milestone 1 | not concluded; no priority yet; no hypothesis yet | -")
+    # A new session of the vehicle recalls the milestone as what it is, with no cause or fix.
+    recalled = h.engine.recall.for_alert(other, "EV-A", "again", ["P1ABC"], T0 + timedelta(days=5))
+    head = f"- [own] case://{other}/{unknown.session_id} | milestone (not concluded) "
+    assert head in recalled.text and "no priority yet | recheck pending" in recalled.text
+    assert "cause:" not in recalled.text and "concluded 20" not in recalled.text
+
+
 def test_a_session_that_never_concludes_writes_no_final_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 60}))
     h.diagnose(alert("e-2", T0 + timedelta(hours=5), signals={"cell_voltage_diff_mv": 70}))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from vdoctor.devtools.bad_corpus import Line, generate, write
+from devtools.bad_corpus import Line, generate, write
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from vdoctor.devtools.model_server import ModelServer, ServerConfig
+from devtools.model_server import ModelServer, ServerConfig
 
 pytestmark = pytest.mark.e2e
 
@@ -175,7 +175,7 @@ class CallLog:
         import re
         import threading
 
-        from vdoctor.devtools.model_server import offline_responder
+        from devtools.model_server import offline_responder
 
         self._inner = offline_responder()
         self._vin = re.compile(r"vin: ([0-9A-Z]{17});")

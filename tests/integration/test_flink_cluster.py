@@ -53,7 +53,7 @@ def test_cluster_job_survives_stop_with_savepoint_and_resume(
         "--diagnoses-topic", topics["diagnoses"], "--dead-letters-topic", topics["dead"],
         "--group-id", f"g-{topics['alerts']}", "--memory", memory, "--delivery", "exactly-once",
         "--transactional-id-prefix", f"tx-{topics['alerts']}", "--checkpoint-dir", str(tmp_path / "checkpoints"),
-        "--checkpoint-interval", "2", "--restart-attempts", "0",
+        "--checkpoint-interval-ms", "2000", "--restart-attempts", "0",
     ]
     _replay(kafka, topics["alerts"], write_events(tmp_path / "part1.jsonl", PART_1))
     submitted = flink_cluster.flink("run", "-d", *job_args)

@@ -96,7 +96,7 @@ def _start_job(kafka: KafkaBroker, topics: dict[str, str], work: Path, *extra: s
              "--alerts-topic", topics["alerts"], "--diagnoses-topic", topics["diagnoses"],
              "--dead-letters-topic", topics["dead"], "--group-id", f"g-{topics['alerts']}",
              "--memory", f"sqlite:///{work}/memory.db", "--checkpoint-dir", str(work / "checkpoints"),
-             "--checkpoint-interval", "2", "--restart-attempts", "0", "--concurrency", "1", *extra],
+             "--checkpoint-interval-ms", "2000", "--restart-attempts", "0", "--concurrency", "1", *extra],
             cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     finally:

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from vdoctor import assembly
 from vdoctor.agent.react import MODEL_FAILED, run_react
 from vdoctor.agent.tools import SPECS, Toolbox
-from vdoctor.devtools.model_server import ModelServer, ServerConfig
+from devtools.model_server import ModelServer, ServerConfig
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import SessionState
@@ -163,7 +163,7 @@ def test_server_runs_standalone_and_refuses_unknown_error_kinds() -> None:
 
     from tests.conftest import REPO_ROOT
 
-    cmd = [sys.executable, "-m", "vdoctor.devtools.model_server", "--port", "0", "--error-schedule", "429"]
+    cmd = [sys.executable, "-m", "devtools.model_server", "--port", "0", "--error-schedule", "429"]
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
     try:
         url = (proc.stdout.readline() if proc.stdout else "").split()[-1]
@@ -326,3 +326,21 @@ def test_worker_threads_share_http_clients_a_few_threads_each(server: ModelServe
         per_client[id(c)] = per_client.get(id(c), 0) + 1
     assert len(per_client) == 4 and max(per_client.values()) <= THREADS_PER_CLIENT
     model.close()
+
+
+def test_the_model_summarizer_over_http_writes_a_case_summary_the_check_accepts(
+    server: ModelServer, sleeps: list[float]
+) -> None:
+    """A pipeline check: the server's summary writer is no language model, but the request, the prompt,
+    the real client and the check are the ones a hosted model would meet."""
+    from tests.unit.test_case_fidelity import wide_session
+    from vdoctor.memory.summary import summarize_case
+
+    session = wide_session(2)
+    summarizer = ModelSummarizer(make_model(server.base_url, sleeps))
+    case = summarize_case(session, load_pack(), summarizer)
+    assert case.report.ok and case.attempts == 1, case.report.describe()
+    assert case.text != summarize_case(wide_session(2), load_pack()).text  # not the offline summarizer's layout
+    assert "readings: cell_voltage_diff_mv=87→187mV" in case.text
+    assert "excluded: 怀疑线束松动，已排除" in case.text and "void: 初判线束腐蚀的结论已作废" in case.text
+    assert server.stats["ok"] == 1

@@ -196,10 +196,25 @@ def read_topic(
     return out
 
 
-def flink_home() -> Path:
-    import pyflink
+def flink_home(python: Path | None = None) -> Path:
+    """The Flink distribution inside the apache-flink wheel of ``python`` (default: this interpreter's)."""
+    if python is None:
+        import pyflink
 
-    return Path(pyflink.__file__).resolve().parent
+        return Path(pyflink.__file__).resolve().parent
+    found = subprocess.run(
+        [str(python), "-c", "import os, pyflink; print(os.path.dirname(os.path.realpath(pyflink.__file__)))"],
+        capture_output=True, text=True, timeout=60, cwd="/",
+    )
+    if found.returncode != 0:
+        raise ServiceError(f"{python} has no apache-flink: {found.stderr[-1000:]}")
+    return Path(found.stdout.strip())
+
+
+def site_packages(python: Path) -> list[str]:
+    found = subprocess.run([str(python), "-c", "import site; print('\\n'.join(site.getsitepackages()))"],
+                           capture_output=True, text=True, timeout=60, check=True, cwd="/")
+    return found.stdout.split()
 
 
 class FlinkCluster:
@@ -214,11 +229,18 @@ class FlinkCluster:
         self,
         workdir: Path,
         slots: int = 2,
+        python: Path | None = None,
         taskmanagers: int = 1,
         conf: dict[str, str] | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
-        """``taskmanagers`` TaskManager processes of ``slots`` slots each; ``conf`` and ``env`` override defaults."""
+        """``python``: the interpreter whose apache-flink runs the cluster and its workers.
+
+        By default this test run's own, with the repository on the workers' path (a cluster that shares
+        this checkout). Any other is a cluster with nothing of ours: no repository on any path, no
+        environment of this run's virtual environment; jobs bring their code (``flink run -pyfs``).
+        ``taskmanagers`` TaskManager processes of ``slots`` slots each; ``conf`` and ``env`` override defaults.
+        """
         self.workdir = workdir
         self.slots = slots
         self.taskmanagers = taskmanagers
@@ -226,7 +248,9 @@ class FlinkCluster:
         self.extra_env = env or {}
         self.rest_port = free_port()
         self.rpc_port = free_port()
-        self.home = flink_home()
+        self.python = Path(sys.executable) if python is None else python
+        self.shares_checkout = python is None
+        self.home = flink_home(python)
         self.env: dict[str, str] = {}
 
     def _prepare(self) -> None:
@@ -260,26 +284,40 @@ class FlinkCluster:
             "rest.port": str(self.rest_port),
             "parallelism.default": "1",
             "io.tmp.dirs": str(self.workdir / "tmp"),
-            "python.client.executable": sys.executable,
-            "python.executable": sys.executable,
+            # What a cluster needs for thread-mode Python (README: "Submitting to a cluster"): its
+            # interpreter, and that interpreter's site-packages on the workers' path (pemja).
+            "python.client.executable": str(self.python),
+            "python.executable": str(self.python),
+            "python.pythonpath": ":".join(
+                ([str(REPO_ROOT)] if self.shares_checkout else []) + site_packages(self.python)
+            ),
             **self.extra_conf,
         }
         (conf_dir / "masters").write_text(f"localhost:{self.rest_port}\n")
         (conf_dir / "workers").write_text("localhost\n" * self.taskmanagers)
         (conf_dir / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in conf.items()))
+        base = dict(os.environ)
+        if not self.shares_checkout:
+            # Nothing of this run's environment: no virtual environment, no project on any path.
+            venv = str(REPO_ROOT / ".venv")
+            for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
+                base.pop(name, None)
+            base["PATH"] = ":".join(p for p in base.get("PATH", "").split(":") if not p.startswith(venv))
+            base = {k: v for k, v in base.items() if not k.startswith("VDOCTOR_")}
         self.env = {
-            **os.environ,
+            **base,
             "FLINK_HOME": str(self.home),
             "FLINK_CONF_DIR": str(conf_dir),
             "FLINK_LIB_DIR": str(lib_dir),
             "FLINK_LOG_DIR": str(self.workdir / "log"),
             "FLINK_PID_DIR": str(self.workdir / "pid"),
-            "PYTHONPATH": str(REPO_ROOT),
+        }
+        if self.shares_checkout:
+            self.env["PYTHONPATH"] = str(REPO_ROOT)
             # The tests' fleets rely on file order across vehicles (one vehicle's verified case
             # informs another's next session): one run at a time.
-            "VDOCTOR_CONCURRENCY": "1",
-            **self.extra_env,
-        }
+            self.env["VDOCTOR_CONCURRENCY"] = "1"
+        self.env.update(self.extra_env)
 
     def start(self) -> FlinkCluster:
         if shutil.which("java") is None:
@@ -287,7 +325,7 @@ class FlinkCluster:
         self._prepare()
         proc = subprocess.run(
             ["bash", str(self.home / "bin" / "start-cluster.sh")],
-            env=self.env, capture_output=True, text=True, timeout=120,
+            env=self.env, capture_output=True, text=True, timeout=120, cwd=self.workdir,
         )
         if proc.returncode != 0:
             raise ServiceError(f"start-cluster.sh failed: {proc.stderr[-2000:]}")
@@ -322,7 +360,7 @@ class FlinkCluster:
         """Run ``bin/flink`` against this cluster; on a time-out its whole process group (the client JVM) goes."""
         cmd = ["bash", str(self.home / "bin" / "flink"), *args]
         proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd=REPO_ROOT, start_new_session=True)
+                                cwd=REPO_ROOT if self.shares_checkout else self.workdir, start_new_session=True)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

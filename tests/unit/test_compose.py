@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -39,3 +40,51 @@ def test_job_is_submitted_with_the_kafka_entry_point_and_schema_applied_first() 
     assert job["depends_on"]["doris-schema"]["condition"] == "service_completed_successfully"
     schema = SERVICES["doris-schema"]
     assert "./sql:/sql:ro" in schema["volumes"] and "/sql/doris/*.sql" in " ".join(schema["command"])
+
+
+def _mounts(service: str) -> dict[str, str]:
+    """Container path -> repository path of a service's bind mounts."""
+    out = {}
+    for volume in SERVICES[service]["volumes"]:
+        source, target, *_ = volume.split(":")
+        if source.startswith("./"):
+            out[target] = source
+    return out
+
+
+def test_prometheus_scrapes_the_ports_the_flink_reporters_take() -> None:
+    flink_conf = yaml.safe_load((REPO_ROOT / "docker" / "flink" / "config.yaml").read_text())
+    assert flink_conf["metrics.reporter.prom.factory.class"].endswith("PrometheusReporterFactory")
+    low, high = (int(p) for p in str(flink_conf["metrics.reporter.prom.port"]).split("-"))
+    assert SERVICES["prometheus"]["image"].startswith("prom/prometheus:v3.")
+    config_path = _mounts("prometheus")["/etc/prometheus/prometheus.yml"]
+    config = yaml.safe_load((REPO_ROOT / config_path).read_text())
+    targets = [t for job in config["scrape_configs"] for c in job["static_configs"] for t in c["targets"]]
+    ports = sorted(int(t.rsplit(":", 1)[1]) for t in targets)
+    # The JobManager takes the first port of the range, the TaskManager the next (host network).
+    assert ports[:2] == [low, low + 1] and all(low <= p <= high for p in ports)
+
+
+def test_grafana_provisions_the_dashboard_with_prometheus_as_its_data_source() -> None:
+    assert SERVICES["grafana"]["image"].startswith("grafana/grafana:12.")
+    mounts = _mounts("grafana")
+    provisioning = REPO_ROOT / mounts["/etc/grafana/provisioning"]
+    source = yaml.safe_load((provisioning / "datasources" / "prometheus.yml").read_text())["datasources"][0]
+    assert source["type"] == "prometheus" and source["url"].endswith(":9090")
+    assert "127.0.0.1:9090" in " ".join(SERVICES["prometheus"]["command"])
+    provider = yaml.safe_load((provisioning / "dashboards" / "vdoctor.yml").read_text())["providers"][0]
+    dashboards = REPO_ROOT / mounts[provider["options"]["path"]]
+    dashboard = json.loads((dashboards / "vdoctor.json").read_text())
+    # Every panel and query reads from the provisioned data source.
+    uids = {p["datasource"]["uid"] for p in dashboard["panels"]}
+    uids |= {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    assert uids == {source["uid"]}
+    home = SERVICES["grafana"]["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert home == provider["options"]["path"] + "/vdoctor.json"
+
+
+def test_flink_services_start_through_the_image_entry_point() -> None:
+    entry = (REPO_ROOT / "docker" / "flink" / "docker-entrypoint.sh").read_text()
+    for service, word in (("jobmanager", "jobmanager"), ("taskmanager", "taskmanager")):
+        assert SERVICES[service]["command"] == [word]
+        assert f"{word}) shift; exec \"$FLINK_HOME/bin/{word}.sh\" start-foreground" in entry

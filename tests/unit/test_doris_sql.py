@@ -9,8 +9,9 @@ VDOCTOR_DORIS_URL is set.
 
 from __future__ import annotations
 
+import json
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,23 @@ AT = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
 NAIVE_AT = datetime(2026, 11, 1, 8, 15, 30)  # DATETIME columns hold UTC without a zone
 COLS = (
     "vin, session_id, series, concluded_at, summary, summary_vec, root_cause, fix_action, "
-    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source"
+    "priority, dtc_codes, recheck_ok, prompt_version, valid, updated_at, kind, merged_sessions, source, omitted, "
+    "opened_ts, verified_ts, invalid_ts"
+)
+# An upsert writes the record and where its current version starts.
+WCOLS = COLS + ", version_from"
+# Recall reads leave the summary source out; archived versions have none.
+RCOLS = COLS.replace(", source,", ", '' AS source,")
+ARCH = COLS.replace(" source,", "")
+LATER = datetime(2026, 11, 11, 8, 15, 30, tzinfo=UTC)
+NAIVE_LATER = LATER.replace(tzinfo=None)
+# The event-time filters of a read as of T (every %s is T): current versions, then archived ones.
+AS_OF = "version_from <= %s AND concluded_at <= %s AND (invalid_ts IS NULL OR invalid_ts > %s)"
+AS_OF_ARCHIVED = AS_OF + " AND version_to > %s"
+CURRENT = "SELECT vin, session_id, version_from, recheck_ok, verified_ts FROM case_memory WHERE "
+ARCHIVE = (
+    f"INSERT INTO case_history ({ARCH}, version_from, version_to) SELECT {ARCH}, version_from, %s FROM case_memory "
+    "WHERE vin = %s AND session_id = %s"
 )
 
 
@@ -95,8 +112,13 @@ def row_of(r: MemoryRecord) -> tuple[Any, ...]:
         r.vin, r.session_id, r.series, r.concluded_at.replace(tzinfo=None), r.summary,
         "[" + ", ".join(str(x) for x in r.summary_vec) + "]", r.root_cause, r.fix_action, r.priority,
         '["P0A7F"]', None if r.recheck_ok is None else int(r.recheck_ok), r.prompt_version, int(r.valid),
-        r.updated_at.replace(tzinfo=None), r.kind.value, "[]", r.source,
+        r.updated_at.replace(tzinfo=None), r.kind.value, "[]", r.source, json.dumps(r.omitted), naive(r.opened_ts),
+        naive(r.verified_ts), naive(r.invalid_ts),
     )  # fmt: skip
+
+
+def naive(value: datetime | None) -> datetime | None:
+    return None if value is None else value.replace(tzinfo=None)
 
 
 @pytest.fixture
@@ -115,80 +137,132 @@ def test_column_list_is_the_table_order() -> None:
     assert COLUMN_LIST == COLS
 
 
-def test_upsert_is_a_plain_insert_with_the_vector_as_a_literal(store: SqlStore, conn: Recorder) -> None:
-    store.upsert(record())
+def test_upsert_reads_the_current_version_then_inserts_with_the_vector_as_a_literal(
+    store: SqlStore, conn: Recorder
+) -> None:
+    store.upsert(record(opened_ts=AT))
     literal = "[1.0," + ",".join(["0.0"] * (VECTOR_DIM - 1)) + "]"
-    marks = "%s, %s, %s, %s, %s, " + literal + ", %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s"
+    marks = ", ".join(["%s"] * 5 + [literal] + ["%s"] * 16)
     assert conn.calls == [
+        (CURRENT + "(vin = %s AND session_id = %s)", [VIN, SID]),
         (
-            f"INSERT INTO case_memory ({COLS}) VALUES ({marks})",
+            f"INSERT INTO case_memory ({WCOLS}) VALUES ({marks})",
             [VIN, SID, "EV-A", NAIVE_AT, "2026-11-01 08:15 | P0A7F | cell_voltage_diff_mv=187",
-             "weak cell", "balance", "P2", '["P0A7F"]', None, "case-summary-v1", True, NAIVE_AT, "final", "[]", ""],
-        )
+             "weak cell", "balance", "P2", '["P0A7F"]', None, "case-summary-v1", True, NAIVE_AT, "final", "[]", "",
+             "[]", NAIVE_AT, None, None, NAIVE_AT],
+        ),
     ]  # fmt: skip
 
 
-def test_upsert_many_is_one_multi_row_insert(store: SqlStore, conn: Recorder) -> None:
+def test_upsert_many_is_one_read_and_one_multi_row_insert(store: SqlStore, conn: Recorder) -> None:
     store.upsert_many([record(), record(session_id=SID + "x", summary_vec=vec(-1.0))])
-    assert len(conn.calls) == 1
-    sql, params = conn.calls[0]
-    assert sql.startswith(f"INSERT INTO case_memory ({COLS}) VALUES (")
+    assert len(conn.calls) == 2
+    assert conn.calls[0] == (
+        CURRENT + "(vin = %s AND session_id = %s) OR (vin = %s AND session_id = %s)",
+        [VIN, SID, VIN, SID + "x"],
+    )
+    sql, params = conn.calls[1]
+    assert sql.startswith(f"INSERT INTO case_memory ({WCOLS}) VALUES (")
     assert sql.count("), (") == 1
     assert "[1.0,0.0," in sql and "[-1.0,0.0," in sql
-    assert params is not None and len(params) == 2 * 16  # 17 columns, the vector inline
+    assert params is not None and len(params) == 2 * 21  # 22 columns, the vector inline
 
 
-def test_similar_uses_the_ann_function_with_filters_before_top_k(store: SqlStore, conn: Recorder) -> None:
-    hit = record(vin="LSVAU2180N2100001", recheck_ok=True)
-    conn.results.append([(*row_of(hit), 0.75)])
+def test_a_merge_archives_the_version_it_replaces_first(store: SqlStore, conn: Recorder) -> None:
+    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT)])  # verified at its conclusion
+    store.upsert(record(concluded_at=LATER, merged_sessions=[SID + "b"]))
+    assert len(conn.calls) == 3 and conn.calls[0][0].startswith(CURRENT)
+    assert conn.calls[1] == (ARCHIVE, [NAIVE_LATER, VIN, SID])  # closed where the new version starts
+    assert conn.calls[2][0].startswith(f"INSERT INTO case_memory ({WCOLS}) VALUES (")
+    assert conn.calls[2][1] is not None and conn.calls[2][1][-1] == NAIVE_LATER  # version_from
+
+
+def test_a_rewrite_of_the_same_version_archives_nothing(store: SqlStore, conn: Recorder) -> None:
+    conn.results.append([(VIN, SID, NAIVE_LATER, 1, NAIVE_LATER)])  # a version that started later
+    store.upsert(record())  # concluded before it: a re-run, rewritten in place
+    assert [c[0][:22] for c in conn.calls] == [CURRENT[:22], "INSERT INTO case_memor"]
+    assert conn.calls[1][1] is not None and conn.calls[1][1][-1] == NAIVE_LATER  # the version keeps its start
+
+
+def test_similar_runs_the_ann_function_over_both_tables_with_the_filters_before_top_k(
+    store: SqlStore, conn: Recorder
+) -> None:
+    current = record(vin="LSVAU2180N2100001", recheck_ok=True)
+    archived = record(vin="LSVAU2180N2100002", recheck_ok=True, summary="an earlier version")
+    conn.results.extend([[(*row_of(current), 0.75)], [(*row_of(archived), 0.9)]])
     q = np.zeros(VECTOR_DIM, dtype=np.float32)
     q[1] = 1.0
-    found = store.similar(SimilarQuery(exclude_vin=VIN, series="EV-A", vector=q, k=20))
+    found = store.similar(SimilarQuery(exclude_vin=VIN, series="EV-A", vector=q, k=20, as_of=LATER))
     literal = "[0.0,1.0," + ",".join(["0.0"] * (VECTOR_DIM - 2)) + "]"
+    head = f"SELECT {RCOLS}, inner_product_approximate(summary_vec, {literal}) AS score FROM "
+    where = "WHERE series = %s AND vin <> %s AND recheck_ok = TRUE AND verified_ts <= %s AND "
     assert conn.calls == [
-        (
-            f"SELECT {COLS}, inner_product_approximate(summary_vec, {literal}) AS score FROM case_memory "
-            "WHERE series = %s AND recheck_ok = TRUE AND valid = TRUE AND vin <> %s ORDER BY score DESC LIMIT %s",
-            ["EV-A", VIN, 20],
-        )
+        (f"{head}case_memory {where}{AS_OF} ORDER BY score DESC LIMIT %s", ["EV-A", VIN, *[NAIVE_LATER] * 4, 20]),
+        (f"{head}case_history {where}{AS_OF_ARCHIVED} ORDER BY score DESC LIMIT %s",
+         ["EV-A", VIN, *[NAIVE_LATER] * 5, 20]),
+    ]  # fmt: skip
+    # Merged by score; each record as the session knew it.
+    assert [(s.record.vin, s.record.recheck_ok, s.score) for s in found] == [
+        ("LSVAU2180N2100002", True, 0.9),
+        ("LSVAU2180N2100001", True, 0.75),
     ]
-    assert [(s.record.vin, s.record.recheck_ok, s.score) for s in found] == [("LSVAU2180N2100001", True, 0.75)]
-    assert found[0].record.summary_vec == vec()
-    assert found[0].record.concluded_at == AT
+    assert found[1].record.summary_vec == vec() and found[1].record.concluded_at == AT
 
 
-def test_set_recheck_checks_the_key_then_partially_updates_and_resets(store: SqlStore, conn: Recorder) -> None:
-    conn.results.extend([[(1,)], [], [], []])
-    assert store.set_recheck(VIN, SID, True) is True
-    sqls = [c[0] for c in conn.calls]
-    assert sqls == [
-        "SELECT COUNT(*) FROM case_memory WHERE vin = %s AND session_id = %s",
+def test_similar_drops_what_a_faulty_server_returns_from_after_the_session(store: SqlStore, conn: Recorder) -> None:
+    future = record(vin="LSVAU2180N2100001", recheck_ok=True, verified_ts=LATER)
+    conn.results.extend([[(*row_of(future), 0.75)], []])
+    q = np.zeros(VECTOR_DIM, dtype=np.float32)
+    assert store.similar(SimilarQuery(VIN, "EV-A", q, 20, as_of=AT)) == []
+
+
+def test_a_first_recheck_reads_the_version_then_partially_updates_and_resets(store: SqlStore, conn: Recorder) -> None:
+    conn.results.extend([[(VIN, SID, NAIVE_AT, None, None)], [], [], []])
+    assert store.set_recheck(VIN, SID, True, LATER) is True
+    assert [c[0] for c in conn.calls] == [
+        CURRENT + "(vin = %s AND session_id = %s)",
         "SET enable_unique_key_partial_update = true",
-        "INSERT INTO case_memory (vin, session_id, recheck_ok, updated_at) VALUES (%s, %s, %s, %s)",
+        "INSERT INTO case_memory (vin, session_id, recheck_ok, verified_ts, version_from, updated_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s)",
         "SET enable_unique_key_partial_update = false",
     ]
-    assert conn.calls[0][1] == [VIN, SID]
     params = conn.calls[2][1]
-    assert params[:3] == [VIN, SID, True] and isinstance(params[3], datetime) and params[3].tzinfo is None
+    assert params[:5] == [VIN, SID, True, NAIVE_LATER, NAIVE_AT]  # verified at its event time; same version
+    assert isinstance(params[5], datetime) and params[5].tzinfo is None
+
+
+def test_an_overturned_verdict_archives_the_version_first(store: SqlStore, conn: Recorder) -> None:
+    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT)])
+    assert store.set_recheck(VIN, SID, False, LATER) is True
+    assert conn.calls[1] == (ARCHIVE, [NAIVE_LATER, VIN, SID])
+    assert conn.calls[3][1][:5] == [VIN, SID, False, NAIVE_LATER, NAIVE_LATER]  # a new version from then
+
+
+def test_the_same_verdict_again_writes_nothing(store: SqlStore, conn: Recorder) -> None:
+    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT)])
+    assert store.set_recheck(VIN, SID, True, LATER) is True
+    assert len(conn.calls) == 1
 
 
 def test_set_recheck_of_an_unknown_session_writes_nothing(store: SqlStore, conn: Recorder) -> None:
-    conn.results.append([(0,)])
-    assert store.set_recheck(VIN, SID, False) is False
-    assert [c[0] for c in conn.calls] == ["SELECT COUNT(*) FROM case_memory WHERE vin = %s AND session_id = %s"]
+    assert store.set_recheck(VIN, SID, False, LATER) is False
+    assert [c[0] for c in conn.calls] == [CURRENT + "(vin = %s AND session_id = %s)"]
 
 
-def test_soft_delete_partially_updates_valid_for_each_live_key(store: SqlStore, conn: Recorder) -> None:
-    conn.results.extend([[(SID,), (SID + "b",)], [], [], []])
-    assert store.soft_delete(VIN) == 2
+def test_soft_delete_partially_updates_each_live_key_from_its_event_time(store: SqlStore, conn: Recorder) -> None:
+    conn.results.extend([[(SID, NAIVE_AT), (SID + "b", NAIVE_LATER)], [], [], []])
+    assert store.soft_delete(VIN, AT + timedelta(days=1)) == 2
     assert [c[0] for c in conn.calls] == [
-        "SELECT session_id FROM case_memory WHERE vin = %s AND valid = TRUE",
+        "SELECT session_id, version_from FROM case_memory WHERE vin = %s AND valid = TRUE",
         "SET enable_unique_key_partial_update = true",
-        "INSERT INTO case_memory (vin, session_id, valid, updated_at) VALUES (%s, %s, %s, %s), (%s, %s, %s, %s)",
+        "INSERT INTO case_memory (vin, session_id, valid, invalid_ts, updated_at) "
+        "VALUES (%s, %s, %s, %s, %s), (%s, %s, %s, %s, %s)",
         "SET enable_unique_key_partial_update = false",
     ]
     params = conn.calls[2][1]
-    assert params[0:3] == [VIN, SID, False] and params[4:7] == [VIN, SID + "b", False]
+    # Never before the version it ends: the second record's version started later.
+    assert params[0:4] == [VIN, SID, False, NAIVE_AT + timedelta(days=1)]
+    assert params[5:9] == [VIN, SID + "b", False, NAIVE_LATER]
 
 
 def test_the_partial_update_setting_is_reset_even_when_the_insert_fails(conn: Recorder) -> None:
@@ -200,32 +274,32 @@ def test_the_partial_update_setting_is_reset_even_when_the_insert_fails(conn: Re
             return 0
 
     failing = Failing()
-    failing.results.append([(1,)])
+    failing.results.append([(VIN, SID, NAIVE_AT, None, None)])
     store = SqlStore(parse_url("doris://root@h:9030/fleet", 9030), DorisDialect(), lambda: failing, (FakeError,))
     with pytest.raises(StoreError, match="too many versions"):
-        store.set_recheck(VIN, SID, True)
+        store.set_recheck(VIN, SID, True, LATER)
     assert failing.calls[-1][0] == "SET enable_unique_key_partial_update = false"
 
 
 def test_reads_are_plain_selects_with_bound_values(store: SqlStore, conn: Recorder) -> None:
     since = datetime(2024, 11, 1, tzinfo=UTC)
-    conn.results.extend([[row_of(record())], [], [], [], [], [(7,)]])
+    conn.results.extend([[row_of(record())], [], [], [], [], [], [(7,)]])
     got = store.get(VIN, SID)
     assert got is not None and got.summary_vec == vec() and got.valid is True and got.recheck_ok is None
-    store.own_history(VIN, since, 10)
+    store.own_history(VIN, since, 10, as_of=LATER)
     store.history(VIN)
     store.by_prompt_version("case-summary-v1", 50)
     store.find_duplicate(VIN, "weak cell", since)
     assert store.count() == 7
     naive = since.replace(tzinfo=None)
+    own = "WHERE vin = %s AND concluded_at >= %s AND "
+    newest = " ORDER BY concluded_at DESC, session_id DESC"
     assert conn.calls == [
         (f"SELECT {COLS} FROM case_memory WHERE vin = %s AND session_id = %s", [VIN, SID]),
-        (
-            f"SELECT {COLS} FROM case_memory WHERE vin = %s AND valid = TRUE AND concluded_at >= %s "
-            "ORDER BY concluded_at DESC, session_id DESC LIMIT %s",
-            [VIN, naive, 10],
-        ),
-        (f"SELECT {COLS} FROM case_memory WHERE vin = %s ORDER BY concluded_at DESC, session_id DESC", [VIN]),
+        (f"SELECT {RCOLS} FROM case_memory {own}{AS_OF}{newest} LIMIT %s", [VIN, naive, *[NAIVE_LATER] * 3, 10]),
+        (f"SELECT {RCOLS} FROM case_history {own}{AS_OF_ARCHIVED}{newest} LIMIT %s",
+         [VIN, naive, *[NAIVE_LATER] * 4, 10]),
+        (f"SELECT {COLS} FROM case_memory WHERE vin = %s{newest}", [VIN]),
         (
             f"SELECT {COLS} FROM case_memory WHERE prompt_version = %s AND valid = TRUE ORDER BY vin, session_id "
             "LIMIT %s",
@@ -233,17 +307,27 @@ def test_reads_are_plain_selects_with_bound_values(store: SqlStore, conn: Record
         ),
         (
             f"SELECT {COLS} FROM case_memory WHERE vin = %s AND valid = TRUE AND root_cause = %s "
-            "AND concluded_at >= %s ORDER BY concluded_at DESC, session_id DESC LIMIT 1",
+            f"AND concluded_at >= %s{newest} LIMIT 1",
             [VIN, "weak cell", naive],
         ),
         ("SELECT COUNT(*) FROM case_memory", None),
-    ]
+    ]  # fmt: skip
 
 
-def test_init_applies_the_versioned_ddl(store: SqlStore, conn: Recorder) -> None:
-    assert store.init_schema() == ["001_case_memory.sql"]
-    assert len(conn.calls) == 1
-    ddl = conn.calls[0][0]
+HAS_COLUMN = (
+    "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s AND column_name = %s"
+)
+EVENT_COLUMNS = ("opened_ts", "verified_ts", "invalid_ts", "version_from")
+# 002 also adds omitted (a column 001 gained later) to tables made before it.
+ADDED_COLUMNS = ("omitted", *EVENT_COLUMNS)
+
+
+def test_init_applies_the_versioned_ddl_in_order(store: SqlStore, conn: Recorder) -> None:
+    # 001 (no rows), then per column: the lookup (not there yet) and the ALTER (no rows).
+    conn.results.extend([[]] + [[(0,)], []] * len(ADDED_COLUMNS))
+    assert store.init_schema() == ["001_case_memory.sql", "002_event_time.sql"]
+    sqls = [c[0] for c in conn.calls]
+    ddl = sqls[0]
     assert ddl.startswith("CREATE TABLE IF NOT EXISTS case_memory (")
     for clause in (
         "summary_vec ARRAY<FLOAT> NOT NULL",
@@ -257,14 +341,49 @@ def test_init_applies_the_versioned_ddl(store: SqlStore, conn: Recorder) -> None
         '"enable_unique_key_merge_on_write" = "true"',
     ):
         assert clause in ddl, clause
+    # Each new column: looked up, then added (one column per statement: Doris has no ADD COLUMN IF NOT EXISTS).
+    for i, column in enumerate(ADDED_COLUMNS):
+        assert conn.calls[1 + 2 * i] == (HAS_COLUMN, ["fleet", "case_memory", column])
+        assert sqls[2 + 2 * i].startswith(f"ALTER TABLE case_memory ADD COLUMN {column} ")
+    assert sqls[4] == "ALTER TABLE case_memory ADD COLUMN opened_ts DATETIME NULL"
+    rest = sqls[1 + 2 * len(ADDED_COLUMNS) :]
+    for column in ("concluded_at", "verified_ts", "invalid_ts", "version_from"):
+        assert f"CREATE INDEX IF NOT EXISTS idx_{column} ON case_memory ({column}) USING INVERTED" in rest
+    backfill = next(x for x in rest if x.startswith("UPDATE"))
+    assert backfill.endswith("WHERE version_from IS NULL")  # rows of older versions only: safe to run again
+    for assignment in ("version_from = concluded_at", "GREATEST(concluded_at, updated_at)", "ELSE concluded_at END"):
+        assert assignment in backfill
+    history = rest[-1]
+    assert history.startswith("CREATE TABLE IF NOT EXISTS case_history (")
+    for clause in (
+        "UNIQUE KEY (vin, session_id, version_from)",
+        "version_to DATETIME NOT NULL",
+        "USING ANN PROPERTIES",
+        f'"dim" = "{VECTOR_DIM}"',
+        "INDEX idx_version_to (version_to) USING INVERTED",
+        '"enable_unique_key_merge_on_write" = "true"',
+    ):
+        assert clause in history, clause
+    # The key columns come first, as Doris requires.
+    assert history.index("version_from DATETIME") < history.index("version_to") < history.index("series")
+
+
+def test_init_again_skips_the_columns_that_exist(store: SqlStore, conn: Recorder) -> None:
+    conn.results.extend([[]] + [[(1,)]] * len(ADDED_COLUMNS))
+    store.init_schema()
+    assert not [c for c in conn.calls if c[0].startswith("ALTER TABLE")]
+    assert sum(c[0] == HAS_COLUMN for c in conn.calls) == len(ADDED_COLUMNS)
 
 
 def test_ddl_files_split_into_statements() -> None:
     for dialect in ("doris", "mysql"):
         files = schema_files(dialect)
-        assert [f.name for f in files] == ["001_case_memory.sql"]
+        assert [f.name for f in files] == ["001_case_memory.sql", "002_event_time.sql"]
         statements = split_statements(files[0].read_text())
         assert len(statements) == 1 and not statements[0].endswith(";")
+        later = split_statements(files[1].read_text())
+        assert [x.split(" ADD COLUMN ")[1].split()[0] for x in later if x.startswith("ALTER")] == list(ADDED_COLUMNS)
+        assert all(not x.endswith(";") for x in later)
     assert split_statements("-- c\nCREATE A (x INT);\n\nCREATE B (y INT);\n") == [
         "CREATE A (x INT)",
         "CREATE B (y INT)",
@@ -280,10 +399,10 @@ def test_array_literals_are_built_only_from_finite_numbers(bad: Any) -> None:
     assert vector_literal([0.5, -1, np.float32(0.25)]) == "[0.5,-1.0,0.25]"
 
 
-def test_wrong_dimension_is_refused_before_any_sql(store: SqlStore, conn: Recorder) -> None:
+def test_wrong_dimension_is_refused_before_anything_is_written(store: SqlStore, conn: Recorder) -> None:
     with pytest.raises(StoreError, match="256"):
         store.upsert(record(summary_vec=[1.0, 0.0]))
-    assert conn.calls == []
+    assert [c[0][:6] for c in conn.calls] == ["SELECT"]  # the current version's lookup only
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 
 from vdoctor.diagnosis import DiagnosisEngine, StepResult
 from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.errors import StoreError
 from vdoctor.events import parse_event
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.memory.session import DedupState, SessionState
@@ -352,3 +353,39 @@ def test_restore_from_a_checkpoint_and_replay_neither_loses_nor_duplicates(
     again = store.get(VIN, SID_1)
     assert again is not None and written is not None
     assert again.model_dump(exclude={"updated_at"}) == written.model_dump(exclude={"updated_at"})
+
+
+# -- per-run numbers for the operator's metrics -----------------------------------------
+
+
+class RefusingStore(InMemoryStore):
+    """Long-term memory that takes reads but refuses every write."""
+
+    def upsert(self, record: Any) -> None:
+        raise StoreError("disk full")
+
+    def upsert_many(self, records: Any) -> None:
+        raise StoreError("disk full")
+
+
+def test_run_stats_report_recall_and_long_term_writes(harness: Harness) -> None:
+    opened = harness.send(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
+    # Opening a session recalls (nothing yet); an investigating alert writes nothing.
+    assert opened.stats.recall_ms is not None and opened.stats.recall_ms >= 0
+    assert (opened.stats.recalled_own, opened.stats.recalled_similar) == (0, 0)
+    assert opened.stats.write_ms is None and not opened.stats.write_failed
+    concluded = harness.send(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
+    # Same session: no recall; the conclusion is written once.
+    assert concluded.stats.recall_ms is None
+    assert concluded.stats.write_ms is not None and not concluded.stats.write_failed
+    again = harness.send(alert("e-3", T0 + timedelta(days=3), signals={"cell_voltage_diff_mv": 187}))
+    assert (again.stats.recalled_own, again.stats.recalled_similar) == (1, 0)  # the case of e-2
+    assert harness.send(recheck("r-1", T0 + timedelta(days=4), SID_1)).stats.recall_ms is None
+
+
+def test_run_stats_report_a_failed_write(pack: KnowledgePack) -> None:
+    h = Harness(DiagnosisEngine(store=RefusingStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
+    h.send(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
+    concluded = h.send(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
+    assert "l3_write_failed" in concluded.diagnoses[0].flags
+    assert concluded.stats.write_failed and concluded.stats.write_ms is not None

@@ -12,7 +12,7 @@ from vdoctor.lines import KeyFact
 from vdoctor.memory.fidelity import check_summary
 from vdoctor.memory.session import Conclusion, Reading, SessionState, TimelineEntry
 from vdoctor.memory.summary import summarize_case
-from vdoctor.records import MAX_SUMMARY_CHARS, Phase
+from vdoctor.records import Phase
 
 pytestmark = pytest.mark.unit
 
@@ -175,21 +175,28 @@ def test_summary_of_a_concluded_session() -> None:
     case = summarize_case(session, load_pack())
 
     opening = "2026-11-01 08:15 | alert P0A7F cell_voltage_diff_mv=87 | investigating | dtc://P0A7F"
+    readings = "readings: cell_voltage_diff_mv=87→187mV pack_temp_c=41.5°C"
     final = f"2026-11-01 10:15 | concluded P0A7F | P2 conf 0.80; confirmed cell_voltage_diff_mv=187>=100 | {URI_187}"
-    assert case.text == f"{opening}\n{final}"
-    assert len(case.text) <= MAX_SUMMARY_CHARS == 300
-    assert "cell_voltage_diff_mv=187" in case.text
-    assert case.required == ["P0A7F", "cell_voltage_diff_mv=187", "P2", "0.80", URI_187]
+    # 84 + 58 + 161 + 2 newlines = 305 > 300: the opening alert line gives way
+    # first (its code and reading are on the other two lines).
+    assert (len(opening), len(readings), len(final)) == (84, 58, 161)
+    assert case.text == f"{readings}\n{final}"
+    assert case.omitted == []  # the opening line held no fact of its own
+    assert case.required == ["P0A7F", "confirmed cell_voltage_diff_mv=187>=100", "P2", "0.80", URI_187]
+    assert (case.report.readings_checked, case.report.readings_stated, case.report.readings_omitted) == (3, 3, 0)
     assert case.report.ok, case.report
 
 
-def test_summary_lines_are_time_event_conclusion_uri() -> None:
+def test_summary_lines_are_time_event_conclusion_uri_and_one_readings_line() -> None:
     case = summarize_case(concluded_session(), load_pack())
     for line in case.text.splitlines():
+        if line.startswith("readings: "):
+            continue
         time, event, conclusion, uri = line.split(" | ")
         assert datetime.strptime(time, "%Y-%m-%d %H:%M")
         assert event and conclusion
         assert uri.startswith(("dtc://", "signal://", "case://"))
+    assert sum(line.startswith("readings: ") for line in case.text.splitlines()) == 1
 
 
 def test_summary_of_a_long_session_stays_within_300_chars() -> None:
@@ -260,10 +267,14 @@ def test_case_summary_keeps_exclusions_and_void_conclusions() -> None:
     excluded = "2026-11-01 09:00 | excluded | 怀疑线束松动，已排除 | -"
     void = "2026-11-01 09:30 | void | 初判线束腐蚀的结论已作废 | -"
     final = f"2026-11-01 10:15 | concluded P0A7F | P2 conf 0.80; confirmed cell_voltage_diff_mv=187>=100 | {URI_187}"
-    opening = "2026-11-01 08:15 | alert P0A7F cell_voltage_diff_mv=87 | investigating | dtc://P0A7F"
-    # final 161 + excluded 44 + void 42 + opening 84 + 3 newlines = 334 > 300: the
-    # opening alert (least important) gives way, the rest stay in time order.
-    assert len(final) + len(excluded) + len(void) + len(opening) + 3 > 300
-    assert case.text == f"{excluded}\n{void}\n{final}"
+    readings = "readings: cell_voltage_diff_mv=87→187mV"
+    # With the opening line gone: excluded 44 + void 42 + readings 58 + final
+    # 161 + 3 newlines = 308 > 300. Next to give way are the readings of a
+    # signal no code's rule names (pack_temp_c; P0A7F's rule names the
+    # confirming cell_voltage_diff_mv, which never gives way): 289 characters.
+    assert (len(excluded), len(void), len(final)) == (44, 42, 161)
+    assert case.text == f"{excluded}\n{void}\n{readings}\n{final}"
+    assert case.omitted == ["pack_temp_c=41.5°C"]
     assert "怀疑线束松动，已排除" in case.required and "初判线束腐蚀的结论已作废" in case.required
+    assert (case.report.readings_checked, case.report.readings_stated, case.report.readings_omitted) == (3, 2, 1)
     assert case.report.ok, case.report

@@ -27,7 +27,7 @@ def _restore_levels() -> Iterator[None]:
 
 def test_default_level_drops_debug_records_of_the_http_stack() -> None:
     logging.getLogger().setLevel(logging.DEBUG)  # what the embedded interpreter starts with
-    logs.configure(load_settings({}).log_level)
+    logs.configure(load_settings({}).runtime.log_level)
     assert logging.getLogger().getEffectiveLevel() == logging.INFO
     for name in ("httpx", "httpcore", "openai", "openai._base_client"):
         assert not logging.getLogger(name).isEnabledFor(logging.INFO)
@@ -36,7 +36,7 @@ def test_default_level_drops_debug_records_of_the_http_stack() -> None:
 
 
 def test_debug_lets_everything_through() -> None:
-    logs.configure(load_settings({"VDOCTOR_LOG_LEVEL": "DEBUG"}).log_level)
+    logs.configure(load_settings({"VDOCTOR_LOG_LEVEL": "DEBUG"}).runtime.log_level)
     assert logging.getLogger("httpcore").isEnabledFor(logging.DEBUG)
     assert logging.getLogger("vdoctor").isEnabledFor(logging.DEBUG)
 

@@ -152,7 +152,7 @@ def test_recall_keeps_other_vehicles_out_of_own_history_and_unverified_cases_out
     other_series = record("LSVAU2180N2100003", 5, recheck_ok=True, series="ICE-B")
     for r in (mine, verified, unverified, failed, other_series):
         store.upsert(r)
-    found = recall(store, EMB, VIN_A, "EV-A", "电池包单体压差过大", ["P0A7F"], now=BASE + timedelta(days=10))
+    found = recall(store, EMB, VIN_A, "EV-A", "电池包单体压差过大", ["P0A7F"], at=BASE + timedelta(days=10))
     assert found.own_refs == [mine.ref()]
     assert found.similar_refs == [verified.ref()]
     assert found.tokens <= INJECTION_BUDGET_TOKENS
@@ -165,7 +165,7 @@ def test_recall_own_history_is_limited_to_two_years_and_ten_records() -> None:
     old = record(VIN_A, -800)  # more than 730 days before "now"
     store.upsert(old)
     now = BASE + timedelta(days=20)
-    found = recall(store, EMB, VIN_A, "EV-A", "压差", ["P0A7F"], now=now, budget=100_000)
+    found = recall(store, EMB, VIN_A, "EV-A", "压差", ["P0A7F"], at=now, budget=100_000)
     # Newest first: days 11 down to 2.
     assert [r.concluded_at for r in found.own] == [BASE + timedelta(days=n) for n in range(11, 1, -1)]
     assert old.ref() not in found.own_refs
@@ -223,3 +223,30 @@ def test_reranker_blends_vector_codes_and_words() -> None:
     # With no words and no codes in common, the vector order stands.
     plain = OverlapReranker().rerank("zzz", [], [b, a, c], 3)
     assert [s.record.vin for s in plain] == ["A", "B", "C"]
+
+
+def test_a_milestone_is_rendered_as_not_concluded_and_the_offline_model_never_takes_it_for_a_fault() -> None:
+    from vdoctor.lines import RecallEntry
+    from vdoctor.memory.recall import recall_entry
+    from vdoctor.models.offline import _parse_memory
+    from vdoctor.records import RecordKind
+
+    vin = "LSVAU2180N2183294"
+    at = datetime(2026, 11, 2, 8, tzinfo=UTC)
+    summary = "2026-11-02 08:00 | milestone 1 | not concluded; no priority yet; no hypothesis yet | -"
+    milestone = MemoryRecord(
+        vin=vin, session_id=f"{vin}-20261101T080000-m1", series="EV-A", concluded_at=at, summary=summary,
+        summary_vec=[1.0], root_cause="", fix_action="", priority=None, dtc_codes=["P0A7F"], recheck_ok=True,
+        prompt_version="v", kind=RecordKind.MILESTONE,
+    )  # fmt: skip
+    text = recall_entry("own", milestone).render()
+    assert text == (
+        f"- [own] case://{vin}/{vin}-20261101T080000-m1 | milestone (not concluded) 2026-11-02 | codes P0A7F | "
+        f"no priority yet | recheck ok\n  summary: {summary}"
+    )
+    [entry] = RecallEntry.parse_block(text)
+    assert entry.milestone and entry.priority is None and entry.cause == "" and entry.summary == summary
+    # Even marked verified (a milestone never is), it names no fault the offline model could reuse.
+    assert _parse_memory(text) == {}
+    final = recall_entry("own", milestone.model_copy(update={"kind": RecordKind.FINAL, "priority": "P2"}))
+    assert RecallEntry.parse_block(final.render())[0].priority == "P2"

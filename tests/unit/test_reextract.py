@@ -69,3 +69,32 @@ def test_the_stored_source_round_trips(store: InMemoryStore) -> None:
     assert request.kind == "case" and "P0A7F" in request.required and request.events
     assert record.public_dict().get("source") is None  # not part of what users see
     assert record.concluded_at == T0
+
+
+def test_a_request_stored_before_readings_were_kept_gains_them_when_rewritten() -> None:
+    import json
+
+    store = InMemoryStore()
+    h = Harness(DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack()))
+    h.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 60, "pack_temp_c": 41.5}, text="怀疑线束松动，已排除"))
+    h.diagnose(alert("e-2", T0.replace(hour=10), signals={"cell_voltage_diff_mv": 187, "pack_temp_c": 44}))
+    record = store.get(VIN, SID_1)
+    assert record is not None
+    # The request as the previous prompt version stored it: no readings, omitted facts or decision, and a
+    # source without the readings and codes-seen lines.
+    old = json.loads(record.source)
+    for key in ("readings", "omitted", "decision"):
+        del old[key]
+    old["source"] = "\n".join(
+        line for line in old["source"].splitlines() if not line.startswith(("readings: ", "codes seen: "))
+    )
+    old["events"] = [e for e in old["events"] if e[1] != "readings"]
+    old_summary = "2026-11-01 10:15 | concluded P0A7F | P2 conf 0.80; confirmed cell_voltage_diff_mv=187>=100 | -"
+    store.upsert(record.model_copy(update={"prompt_version": OLD, "summary": old_summary, "source": json.dumps(old)}))
+    report = reextract(store, OfflineSummarizer(), HashingEmbedder(), SUMMARY_PROMPT_VERSION)
+    assert (report.rewritten, report.failed_check) == (1, 0)
+    rewritten = store.get(VIN, SID_1)
+    assert rewritten is not None and rewritten.prompt_version == SUMMARY_PROMPT_VERSION
+    assert "readings: cell_voltage_diff_mv=60→187mV pack_temp_c=41.5→44°C" in rewritten.summary
+    assert "excluded | 怀疑线束松动，已排除" in rewritten.summary
+    assert request_from_json(rewritten.source).decision is not None  # checkable from now on

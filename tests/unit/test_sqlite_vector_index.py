@@ -14,11 +14,13 @@ import pytest
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import SimilarQuery
 from vdoctor.stores.sqlite import SqliteStore
-from vdoctor.stores.vecindex import SeriesVectorIndex
+from vdoctor.stores.vecindex import OPEN_END, SeriesVectorIndex
 
 pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
+# Recall as of a time after every record of these tests.
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 def rec(i: int, vec: list[float], **overrides: Any) -> MemoryRecord:
@@ -41,7 +43,7 @@ def rec(i: int, vec: list[float], **overrides: Any) -> MemoryRecord:
 
 
 def q(vec: list[float], k: int = 10, exclude: str = "NOBODY", series: str = "EV-A") -> SimilarQuery:
-    return SimilarQuery(exclude_vin=exclude, series=series, vector=np.asarray(vec, dtype=np.float32), k=k)
+    return SimilarQuery(exclude, series, np.asarray(vec, dtype=np.float32), k, as_of=NOW)
 
 
 def hits(store: SqliteStore, vec: list[float], **kw: Any) -> list[tuple[str, float]]:
@@ -71,11 +73,11 @@ def test_a_second_writer_is_seen_by_the_first_store(tmp_path: Path) -> None:
     assert hits(reader, [1.0, 0.0]) == [("01", 1.0)]
     writer.upsert(rec(2, [0.8, 0.6]))  # another process/subtask writes
     assert hits(reader, [1.0, 0.0]) == [("01", 1.0), ("02", 0.8)]
-    writer.set_recheck(f"LSVAU2180N2{1:06d}", f"LSVAU2180N2{1:06d}-s", False)  # no longer verified
+    writer.set_recheck(f"LSVAU2180N2{1:06d}", f"LSVAU2180N2{1:06d}-s", False, T0)  # no longer verified
     assert hits(reader, [1.0, 0.0]) == [("02", 0.8)]
     writer.upsert(rec(2, [0.0, 1.0]))  # replaced with a new vector
     assert hits(reader, [1.0, 0.0]) == [("02", 0.0)]
-    writer.soft_delete(f"LSVAU2180N2{2:06d}")
+    writer.soft_delete(f"LSVAU2180N2{2:06d}", T0)
     assert hits(reader, [1.0, 0.0]) == []
     reader.close()
     writer.close()
@@ -136,12 +138,12 @@ def test_index_growth_and_removal_keep_every_row_findable() -> None:
     rng = np.random.default_rng(7)
     vectors = rng.normal(size=(300, 8)).astype(np.float32)
     for i, v in enumerate(vectors):
-        index.apply(i, "S", f"V{i % 30}", True, v)
+        index.apply(i, "S", f"V{i % 30}", (0, OPEN_END), v)
     for i in range(0, 300, 3):  # remove a third: slots are refilled from the end
-        index.apply(i, "S", f"V{i % 30}", False, None)
+        index.apply(i, "S", f"V{i % 30}", None, None)
     assert len(index) == 200
     for i in (1, 2, 298, 299):
-        top = index.search("S", "nobody", vectors[i], 200)
+        top = index.search("S", "nobody", vectors[i], 200, at=1)
         assert {r for r, _ in top} == {j for j in range(300) if j % 3}
         # Every score is the row's own inner product with the query (no slot mixed up)...
         for rowid, score in top:
@@ -149,7 +151,7 @@ def test_index_growth_and_removal_keep_every_row_findable() -> None:
         # ...and the top 5 are the brute-force top 5 of the remaining rows.
         alive = [j for j in range(300) if j % 3]
         brute = sorted(alive, key=lambda j: -float(vectors[j] @ vectors[i]))[:5]
-        assert [r for r, _ in index.search("S", "nobody", vectors[i], 5)] == brute
+        assert [r for r, _ in index.search("S", "nobody", vectors[i], 5, at=1)] == brute
 
 
 def _seqs(store: SqliteStore) -> tuple[int, dict[str, int]]:
@@ -165,7 +167,7 @@ def test_every_write_stamps_its_rows_with_the_next_change_seq(tmp_path: Path) ->
     store.upsert_many([rec(2, [0.0, 1.0]), rec(3, [1.0, 1.0])])
     meta, rows = _seqs(store)
     assert meta == max(rows.values()) and rows["1"] == 1 and min(rows["2"], rows["3"]) > 1
-    store.set_recheck(rec(1, [1.0]).vin, rec(1, [1.0]).session_id, True)
+    store.set_recheck(rec(1, [1.0]).vin, rec(1, [1.0]).session_id, True, T0)
     assert _seqs(store)[1]["1"] == meta + 1
     store.upsert(rec(1, [1.0, 0.0], summary="rewritten"))  # an upsert in place is a change too
     assert _seqs(store)[1]["1"] == meta + 2 == _seqs(store)[0]
@@ -184,3 +186,37 @@ def test_a_file_from_before_the_seq_triggers_gets_them_on_open(tmp_path: Path) -
     assert _seqs(reopened) == (2, {"1": 1, "2": 2})
     assert [vin for vin, _ in hits(reopened, [0.0, 1.0])] == ["02", "01"]  # the new row is in the index
     reopened.close()
+
+
+def test_a_file_from_before_omitted_and_nullable_priority_takes_both_on_open(tmp_path: Path) -> None:
+    """A file whose priority is NOT NULL and that has no omitted column: the column is added on open,
+    and a milestone with no priority yet is stored as '' there and read back as None."""
+    import sqlite3
+
+    from vdoctor.records import RecordKind
+
+    path = str(tmp_path / "old.db")
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE case_memory (vin TEXT NOT NULL, session_id TEXT NOT NULL, series TEXT NOT NULL, "
+        "concluded_at INTEGER NOT NULL, summary TEXT NOT NULL, summary_vec BLOB NOT NULL, root_cause TEXT NOT NULL, "
+        "fix_action TEXT NOT NULL, priority TEXT NOT NULL, dtc_codes TEXT NOT NULL, recheck_ok INTEGER, "
+        "prompt_version TEXT NOT NULL, valid INTEGER NOT NULL, updated_at INTEGER NOT NULL, "
+        "PRIMARY KEY (vin, session_id))"
+    )
+    old.commit()
+    old.close()
+    store = SqliteStore(path)
+    milestone = rec(1, [1.0, 0.0], kind=RecordKind.MILESTONE, priority=None, root_cause="", fix_action="")
+    store.upsert(milestone)
+    store.upsert(rec(2, [0.0, 1.0], omitted=["code P1A9A"]))
+    got = store.get(milestone.vin, milestone.session_id)
+    assert got is not None and got.priority is None
+    assert store._conn.execute("SELECT priority FROM case_memory WHERE vin = ?", (milestone.vin,)).fetchone() == ("",)
+    other = store.get(rec(2, [0.0]).vin, "LSVAU2180N2000002-s")
+    assert other is not None and other.omitted == ["code P1A9A"]
+    store.close()
+    fresh = SqliteStore(str(tmp_path / "new.db"))  # a new file stores NULL
+    fresh.upsert(milestone)
+    assert fresh._conn.execute("SELECT priority FROM case_memory").fetchone() == (None,)
+    fresh.close()

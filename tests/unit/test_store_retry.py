@@ -34,9 +34,9 @@ class Outage(InMemoryStore):
         self._check()
         super().upsert(record)
 
-    def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
+    def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
         self._check()
-        return super().own_history(vin, since, limit)
+        return super().own_history(vin, since, limit, as_of)
 
     def similar(self, query: SimilarQuery) -> list:  # type: ignore[type-arg]
         self._check()
@@ -94,5 +94,5 @@ def test_a_write_that_outlasts_the_deadline_raises_a_store_error() -> None:
 def test_recall_reads_fail_fast_during_an_outage() -> None:
     inner, store, clock, slept = make(up_at=60.0, deadline=300.0)
     with pytest.raises(StoreError):
-        store.own_history(VIN, datetime(2020, 1, 1, tzinfo=UTC), 10)
+        store.own_history(VIN, datetime(2020, 1, 1, tzinfo=UTC), 10, as_of=datetime(2026, 12, 1, tzinfo=UTC))
     assert slept == [] and inner.calls == 1

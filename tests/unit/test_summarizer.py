@@ -89,7 +89,7 @@ def test_answer_gives_decision_exclusions_voids_and_evidence() -> None:
     }
     assert lines(extract_answer_facts(answer, "T2")) == [
         "code P0A7F",
-        "decision: CONCLUDED cell imbalance (confidence 0.80) @T2",
+        "decision: CONCLUDED cell imbalance (confidence 0.8) @T2",  # as the answer wrote it
         f"evidence {URI}",
         "excluded: harness looseness @T2",
         "void: step-4 harness conclusion @T2",
@@ -286,7 +286,7 @@ def test_engine_stores_the_prompt_version_with_the_case() -> None:
     result = engine.on_event(None, DedupState(), _alert(), "{}")
     assert result.diagnoses[0].flags == []
     [record] = store.history(VIN)
-    assert record.prompt_version == SUMMARY_PROMPT_VERSION == "case-summary-v2"
+    assert record.prompt_version == SUMMARY_PROMPT_VERSION == "case-summary-v3"
     assert "P0A7F" in record.summary and "cell_voltage_diff_mv=187" in record.summary
     # The session's working memory was compressed into the case summary.
     assert result.session is not None
@@ -338,10 +338,11 @@ def test_working_memory_carries_over_between_alerts_of_a_session_through_the_sta
     entry = pack.get("P0A7F")
     assert entry is not None
     for fact in (
-        f"code P0A7F: {entry.definition_en}",
+        # The lookup's definition, with the rule that confirms the fault and its priority.
+        f"code P0A7F: {entry.definition_en}; confirm cell_voltage_diff_mv>=100; priority P2",
         "reading cell_voltage_diff_mv=60 @2026-11-01T08:00:00Z",
         "excluded: 维修站反馈：怀疑线束松动，已排除 @2026-11-01T08:00:00Z",
-        "decision: INVESTIGATING P0A7F (confidence 0.30) @2026-11-01T08:00:00Z",
+        "decision: INVESTIGATING P0A7F (confidence 0.3) @2026-11-01T08:00:00Z",
     ):
         assert fact in tail
     # The first alert's round is still verbatim (2 rounds < 6, far below 70% of 4000).

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from vdoctor.lines import KeyFact
@@ -260,3 +262,55 @@ def test_key_facts_are_not_repeated() -> None:
     wm.add_round(Round(ts=ts(1), user="P0A7F 压差187mV", assistant="P0A7F"))
     wm.add_round(Round(ts=ts(2), user="P0A7F", assistant="P0A7F again"))
     assert lines(wm.state.key_facts).count("code P0A7F") == 1
+
+
+# -- what a long task needs later (issue 14, item 6) -------------------------------------
+
+
+def test_part_ids_numbered_items_and_counts_are_key_facts() -> None:
+    found = key_fact_lines("接插件X12有绿锈；BMS从板CSC3；cell 37 and module 4; step-4; 0.2 Ω on all 96 sense lines")
+    for fact in ("id X12", "id CSC3", "id cell 37", "id module 4", "id step-4", "count 96 sense lines"):
+        assert fact in found
+    assert "count 96根采样线" in key_fact_lines("共96根采样线，导通正常")
+    # Not ids: a VIN, a trouble code, a priority, a time, a quantity after a function word, a decimal.
+    text = f"vin {VIN} code P0A7F priority P2 at 10:15, lost 3.2 s, confidence 0.85, reached 46.5 in all 3.5"
+    assert [f for f in key_fact_lines(text) if f.startswith(("id ", "count "))] == []
+
+
+def test_a_stated_change_gives_both_readings() -> None:
+    assert set(key_fact_lines("The spread grows from 62 to 187 mV.", "T")) == {"reading 187mV @T", "reading 62mV @T"}
+    assert "reading 62mV @T" in key_fact_lines("压差从62升至187mV", "T")
+
+
+def test_a_lookup_keeps_the_rule_that_confirms_the_fault_and_its_priority() -> None:
+    from vdoctor.memory.facts import dedupe, extract_tool_facts
+
+    result = json.dumps({"codes": [{"code": "P0A7F", "definition": "pack deterioration", "priority": "P2",
+                                    "confirm": "cell_voltage_diff_mv>=100"}], "unknown": []})  # fmt: skip
+    looked_up = extract_tool_facts(result)
+    assert lines(looked_up) == ["code P0A7F: pack deterioration; confirm cell_voltage_diff_mv>=100; priority P2"]
+    # The fact that says more replaces the alert's code with its bare definition.
+    assert lines(dedupe([KeyFact.code("P0A7F", "pack deterioration"), *looked_up])) == lines(looked_up)
+
+
+def test_a_signals_trend_keeps_every_reading_in_time_order_once() -> None:
+    wm = WorkingMemory(WorkingState())
+    history = [("T3", "121"), ("T1", "62"), ("T2", "88"), ("T5", "187"), ("T4", "150")]
+    wm.add_facts([KeyFact.signal("cell_voltage_diff_mv", v, at) for at, v in history])
+    wm.add_facts([KeyFact.signal("cell_voltage_diff_mv", v, at) for at, v in history])  # the same history again
+    assert lines(wm.trend_facts()) == ["trend cell_voltage_diff_mv: 62 88 121 150 187"]
+    # The key facts keep the first, lowest, highest and latest with their times; the trend the rest.
+    assert [f for f in lines(wm.state.key_facts) if "=88 " in f] == []  # neither first, lowest, highest nor latest
+    assert "trend cell_voltage_diff_mv: 62 88 121 150 187" in wm.render()
+    assert "trend" not in WorkingMemory(WorkingState(trends={"x": [("T1", "1"), ("T2", "2")]})).render()
+
+
+def test_a_trend_is_bounded_keeping_its_first_and_newest_readings() -> None:
+    from vdoctor.memory.working import MAX_TREND_POINTS
+
+    wm = WorkingMemory(WorkingState())
+    wm.add_facts([KeyFact.signal("pack_temp_c", i, f"T{i:04d}") for i in range(MAX_TREND_POINTS + 10)])
+    [trend] = wm.trend_facts()
+    values = trend.text.split(": ")[1].split()
+    assert len(values) == MAX_TREND_POINTS
+    assert values[:2] == ["0", "11"] and values[-1] == str(MAX_TREND_POINTS + 9)

@@ -11,7 +11,13 @@ pulls out what a later step must not lose, as one typed ``KeyFact`` per fact
     void: conclusion of step 4 voided @...              an overturned conclusion (kept!)
     excluded: suspected the harness, ruled out          an excluded hypothesis
     id WO-12345                                         ticket / work-order ids
+    id X12                                              part, connector and board ids
+    id cell 37                                          a numbered item (cell 37, module 4)
+    count 96 sense lines                                a count of things
     evidence signal://<vin>/<signal>@<ts>               evidence URIs
+
+A reading's trend (all its values in time order) is kept by working memory
+from the readings (``working.py``); "from 62 to 187 mV" gives both readings.
 
 Tool results and final answers are JSON, so they are read structurally (by
 key); free text (alert texts, notes, model prose) is read with patterns that
@@ -101,6 +107,28 @@ _VOID_RE = _ClausePattern(
 )
 _DECISION_RE = _ClausePattern(_DECISION_KEY, ("confidence",), 120)
 _ID_RE = re.compile(r"(?<![A-Za-z0-9_])(?:WO|TK|RO|TICK|ORD|工单)[-#: ]?\d{3,}(?:-\d+)*(?![A-Za-z0-9_])")
+# A part, connector, board or pin id: capitals and digits (X12, CSC3, K2-4); not
+# a trouble code, not a VIN (17 characters), not a priority (P2).
+_PART_RE = re.compile(r"(?<![A-Za-z0-9_\-./:@])[A-Z][A-Z0-9]*\d[A-Z0-9]*(?:-[A-Z0-9]+)*(?![A-Za-z0-9_])", re.ASCII)
+MIN_PART_ID = 3
+VIN_LENGTH = 17
+# A numbered item: a word and a number (cell 37, module 4, step-4, pin #3), the number whole.
+_ITEM_RE = re.compile(r"\b([A-Za-z]{3,})(?: #?|[#-])(\d{1,4})(?![\d.]?\d)(?![A-Za-z_])", re.ASCII)
+# Words before a number that name no item (the number is a quantity or a time).
+_NOT_ITEMS = frozenset(
+    "the and for from with about than into over under after before within around all per via are was were has had "
+    "have its our this that these those top last next first only each every lost reached took gave over at about "
+    "confidence conf".split()
+)
+# A count of things: a number and a plural noun phrase (96 sense lines, 3 cells), or 96根采样线.
+_COUNT_RE = re.compile(r"(?<![\w.])(\d{1,6}) ((?:[a-z]{2,} )?[a-z]{2,}s)\b", re.ASCII)
+_COUNT_ZH_RE = re.compile(r"(?<![A-Za-z0-9_.])(\d{1,6}) ?([个条根节次处颗路块片组][\u4e00-\u9fff]{0,4})")
+# A change stated in text: from 62 to 187 mV, 从62升至187mV (both values are readings).
+_UNIT = r"(?:mV|V|A|kPa|rpm|km|ms|s|%|℃|°C)"
+_FROM_TO_RE = re.compile(
+    rf"\bfrom (-?\d+(?:\.\d+)?) ?{_UNIT}? to (-?\d+(?:\.\d+)?) ?({_UNIT})"
+    rf"|从(-?\d+(?:\.\d+)?)\S{{0,3}}?(?:升至|降至|升到|降到|增至|减至|到|至)(-?\d+(?:\.\d+)?) ?({_UNIT})"
+)
 
 
 def _num(value: Any) -> str:
@@ -128,6 +156,28 @@ def extract_text_facts(text: str, when: str = "") -> list[KeyFact]:
         facts.append(KeyFact(FactKind.DECISION, match.strip(), at=when))
     for ident in _ID_RE.findall(text):
         facts.append(KeyFact(FactKind.ID, ident))
+    facts += _items_and_counts(text, when)
+    return facts
+
+
+def _items_and_counts(text: str, when: str) -> list[KeyFact]:
+    """Part ids, numbered items, counts, and the two readings of a stated change."""
+    facts: list[KeyFact] = []
+    plain = URI_RE.sub(" ", text)
+    for ident in _PART_RE.findall(plain):
+        if len(ident) >= MIN_PART_ID and len(ident) != VIN_LENGTH and not CODE_RE.fullmatch(ident):
+            facts.append(KeyFact(FactKind.ID, ident))
+    numbered: set[int] = set()  # where an item's number starts: "cell 37 keeps" is no count of keeps
+    for m in _ITEM_RE.finditer(plain):
+        if m.group(1).lower() not in _NOT_ITEMS:
+            facts.append(KeyFact(FactKind.ID, m.group(0).lower()))
+            numbered.add(m.start(2))
+    for m in [*_COUNT_RE.finditer(plain), *_COUNT_ZH_RE.finditer(plain)]:
+        if m.start(1) not in numbered:
+            facts.append(KeyFact(FactKind.COUNT, m.group(0)))
+    for m in _FROM_TO_RE.finditer(plain):
+        low, high, unit = (m.group(1), m.group(2), m.group(3)) if m.group(1) else (m.group(4), m.group(5), m.group(6))
+        facts += [KeyFact(FactKind.READING, f"{value}{unit}", at=when) for value in (low, high)]
     return facts
 
 
@@ -142,8 +192,10 @@ def extract_tool_facts(result: str, when: str = "") -> list[KeyFact]:
     facts: list[KeyFact] = []
     for item in data.get("codes", []) if isinstance(data.get("codes"), list) else []:
         if isinstance(item, dict) and item.get("code"):
-            definition = item.get("definition_en") or item.get("definition") or ""
-            facts.append(KeyFact.code(str(item["code"]), str(definition)))
+            definition = str(item.get("definition_en") or item.get("definition") or "")
+            # What confirms the fault, and its priority: a later step needs the threshold.
+            rule = "; ".join(f"{k} {item[k]}" for k in ("confirm", "priority") if item.get(k))
+            facts.append(KeyFact.code(str(item["code"]), f"{definition}; {rule}" if rule else definition))
     signal = data.get("signal")
     for reading in data.get("readings", []) if isinstance(data.get("readings"), list) else []:
         if isinstance(reading, dict) and "value" in reading:
@@ -165,10 +217,11 @@ def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[KeyFact
     facts += [KeyFact.code(c) for c in codes]
     conf = answer.get("confidence")
     phase = answer.get("phase")
+    # The confidence as the answer wrote it (0.8, not 0.80): numbers stay verbatim.
     if answer.get("root_cause") and isinstance(conf, int | float):
-        facts.append(KeyFact(FactKind.DECISION, f"{phase} {answer['root_cause']} (confidence {conf:.2f})", at=when))
+        facts.append(KeyFact(FactKind.DECISION, f"{phase} {answer['root_cause']} (confidence {_num(conf)})", at=when))
     elif phase == "INVESTIGATING" and codes and isinstance(conf, int | float):
-        facts.append(KeyFact(FactKind.DECISION, f"INVESTIGATING {' '.join(codes)} (confidence {conf:.2f})", at=when))
+        facts.append(KeyFact(FactKind.DECISION, f"INVESTIGATING {' '.join(codes)} (confidence {_num(conf)})", at=when))
     for uri in answer.get("evidence", []) if isinstance(answer.get("evidence"), list) else []:
         facts.append(KeyFact(FactKind.EVIDENCE, str(uri)))
     for hypothesis in answer.get("excluded", []) if isinstance(answer.get("excluded"), list) else []:
@@ -179,12 +232,16 @@ def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[KeyFact
 
 
 def dedupe(facts: list[KeyFact]) -> list[KeyFact]:
-    """Facts in first-seen order, each once; a bare ``code X`` gives way to ``code X: definition``."""
-    defined = {f.text for f in facts if f.kind is FactKind.CODE and f.note}
+    """Facts in first-seen order, each once; a code's fact gives way to one that says more of it
+    (``code X`` to ``code X: definition``, that to ``code X: definition; confirm ...; priority P2``)."""
+    richest: dict[str, str] = {}
+    for f in facts:
+        if f.kind is FactKind.CODE and len(f.note) > len(richest.get(f.text, "")):
+            richest[f.text] = f.note
     out: list[KeyFact] = []
     seen: set[KeyFact] = set()
     for fact in facts:
-        if fact.kind is FactKind.CODE and not fact.note and fact.text in defined:
+        if fact.kind is FactKind.CODE and fact.note != richest.get(fact.text, ""):
             continue
         if fact not in seen:
             seen.add(fact)

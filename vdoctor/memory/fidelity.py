@@ -1,9 +1,13 @@
-"""Summary fidelity: nothing key lost, nothing invented, and real compression.
+"""Summary fidelity: nothing key lost, nothing invented, nothing contradicted, and real compression.
 
 Run on every summary before it is kept (DESIGN.md §4): every required fact of
 the source (codes, key numbers, exclusions, URIs) appears verbatim; every
-number and code in the summary appears in the source; and a long source is
-compressed at least ``MIN_COMPRESSION``:1.
+number, code and URI in the summary appears in the source; and a long source
+is compressed at least ``MIN_COMPRESSION``:1. A case summary is also checked
+against its session's reading spans and decision records (``meaning.py``):
+every reading kept or declared omitted, times of the source only, and the
+conclusion, voided conclusions, exclusions, cause and fix as the session
+decided them. ``check_request`` runs whichever applies to a request.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 
 from vdoctor.memory.facts import URI_RE as _URI_RE
+from vdoctor.memory.meaning import check_case
+from vdoctor.memory.request import SummaryRequest
 
 # Sources shorter than this are not worth compressing 5:1 (DESIGN.md §4).
 COMPRESSION_MIN_SOURCE_CHARS = 1500
@@ -30,10 +36,22 @@ class FidelityReport:
     ratio: float = 0.0
     ratio_ok: bool = True
     too_long: bool = False
+    # Stated, but not as the session has it: a reading's values or unit, the
+    # priority, a voided conclusion as valid, a cause or fix of its own.
+    contradicted: list[str] = field(default_factory=list)
+    # Case summaries: every signal's first, lowest, highest and latest reading.
+    readings_checked: int = 0
+    readings_stated: int = 0
+    readings_omitted: int = 0
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.invented and self.ratio_ok and not self.too_long
+        return not self.missing and not self.invented and not self.contradicted and self.ratio_ok and not self.too_long
+
+    @property
+    def repairable(self) -> bool:
+        """Only facts are missing: appending them is a faithful repair."""
+        return bool(self.missing) and not self.invented and not self.contradicted
 
     def describe(self) -> str:
         """What is wrong, for logs and for the summarizer's retry (never source text beyond the facts)."""
@@ -42,6 +60,8 @@ class FidelityReport:
             problems.append("missing " + "; ".join(self.missing))
         if self.invented:
             problems.append("not in the source " + "; ".join(self.invented))
+        if self.contradicted:
+            problems.append("not as the session decided " + "; ".join(self.contradicted))
         if not self.ratio_ok:
             problems.append(f"compression {self.ratio:.1f}:1 < {MIN_COMPRESSION:.0f}:1")
         if self.too_long:
@@ -80,4 +100,20 @@ def check_summary(
     report.ratio = len(source) / max(1, len(summary))
     if len(source) > COMPRESSION_MIN_SOURCE_CHARS:
         report.ratio_ok = report.ratio >= MIN_COMPRESSION
+    return report
+
+
+def check_request(summary: str, request: SummaryRequest) -> FidelityReport:
+    """Every check that applies to ``request``: the verbatim and invention checks, and for a case its
+    readings, times and decision records (``meaning.check_case``)."""
+    report = check_summary(summary, request.required, request.source, request.max_chars, request.carried)
+    if request.kind != "case":
+        return report
+    case = check_case(summary, request)
+    report.missing += [m for m in case.missing if m not in report.missing]
+    report.invented += case.invented
+    report.contradicted += case.contradicted
+    report.readings_checked = case.readings_checked
+    report.readings_stated = case.readings_stated
+    report.readings_omitted = case.readings_omitted
     return report

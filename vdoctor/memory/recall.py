@@ -1,10 +1,14 @@
 """L3 recall when a session opens: own history, then verified similar cases.
 
-Own history: the vehicle's valid records of the last two years, newest first,
-at most ten. Similar cases: same series, recheck_ok = true, valid, other
-vehicles; top-20 by vector, reranked to top-5. Both are rendered into the
-system context within the injection budget, own history first, whole records
-only (a record that does not fit is left out, never cut).
+Judged in event time: a session opening at T (its first alert's ``ts``) sees
+each record in its version current at T, and only what was true at T
+(``stores.base``). Own history: the vehicle's records concluded in the two
+years up to T and not invalidated by T, newest first, at most ten. Similar
+cases: same series, other vehicles, concluded and verified (recheck_ok =
+true) by T, not invalidated by T; top-20 by vector, reranked to top-5. Both
+are rendered into the system context within the injection budget, own
+history first, whole records only (a record that does not fit is left out,
+never cut).
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
+import numpy as np
+import numpy.typing as npt
+
 from vdoctor.embedders import Embedder
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
 from vdoctor.lines import MEMORY_HEADER, RecallEntry
-from vdoctor.records import MemoryRecord, MemoryRef
+from vdoctor.records import MemoryRecord, MemoryRef, RecordKind
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -96,10 +103,30 @@ class OverlapReranker:
             rec_codes = set(cand.record.dtc_codes)
             union = query_codes | rec_codes
             code_overlap = len(query_codes & rec_codes) / len(union) if union else 0.0
-            score = W_VECTOR * cand.score + W_CODES * code_overlap + W_LEXICAL * lex / best
-            rescored.append(Scored(cand.record, score))
+            # The score's weighted terms, kept by name for explanations (memory.explain).
+            parts = {
+                "rerank.vector": W_VECTOR * cand.score,
+                "rerank.codes": W_CODES * code_overlap,
+                "rerank.lexical": W_LEXICAL * lex / best,
+            }
+            rescored.append(Scored(cand.record, sum(parts.values()), {**cand.parts, **parts}))
         rescored.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
         return rescored[:k]
+
+
+@dataclass
+class RecallTrace:
+    """What one recall did at each stage; ``recall`` fills it only when given one (``memory.explain`` reads it)."""
+
+    query: str = ""
+    codes: list[str] = field(default_factory=list)
+    vector: npt.NDArray[np.float32] | None = None
+    # Own history as the store returned it, newest first (before the budget).
+    own: list[MemoryRecord] = field(default_factory=list)
+    # Stage 1: the candidates of every retrieval channel, checked; stage 2: the reranker's top-k.
+    candidates: list[Scored] = field(default_factory=list)
+    reranked: list[Scored] = field(default_factory=list)
+    reranker: Reranker | None = None
 
 
 @dataclass
@@ -130,6 +157,7 @@ def recall_entry(kind: Literal["own", "similar"], record: MemoryRecord) -> Recal
         cause=record.root_cause,
         fix=record.fix_action,
         summary=" / ".join(record.summary.splitlines()),
+        milestone=record.kind is RecordKind.MILESTONE,
     )
 
 
@@ -166,6 +194,26 @@ def render_within_budget(
     return out
 
 
+def similar_candidates(store: MemoryStore, query: SimilarQuery) -> list[Scored]:
+    """Stage 1 of similar-case recall: the candidates of every retrieval channel, checked.
+
+    Today one channel (the store's vector search). A further channel (a
+    lexical one, say) adds its hits to the list here, fused with these, before
+    the check below, which every candidate passes whatever found it.
+    """
+    candidates = store.similar(query)
+    # The store filters already; checking again here means a faulty backend
+    # can never leak another vehicle's history, or a case from after the
+    # session opened, into this context.
+    return [c for c in candidates if query.admits(c.record)]
+
+
+def own_history(store: MemoryStore, vin: str, at: datetime) -> list[MemoryRecord]:
+    """The vehicle's own records as of ``at`` (its own only, checked again)."""
+    own = store.own_history(vin, at - OWN_HISTORY_WINDOW, OWN_HISTORY_LIMIT, as_of=at)
+    return [r for r in own if r.vin == vin and r.valid and r.concluded_at <= at]
+
+
 def recall(
     store: MemoryStore,
     embedder: Embedder,
@@ -173,25 +221,28 @@ def recall(
     series: str,
     symptom: str,
     codes: list[str],
-    now: datetime,
+    at: datetime,
     reranker: Reranker | None = None,
     budget: int = INJECTION_BUDGET_TOKENS,
     counter: TokenCounter = DEFAULT_COUNTER,
+    trace: RecallTrace | None = None,
 ) -> Recall:
-    own = store.own_history(vin, now - OWN_HISTORY_WINDOW, OWN_HISTORY_LIMIT)
+    """What a session of ``vin`` opening at event time ``at`` is given from long-term memory.
+
+    ``trace``: filled with what each stage found, for an explanation of this very recall.
+    """
+    own = own_history(store, vin, at)
     query = " ".join([symptom, *codes])
     vector = embedder.embed([query])[0]
-    candidates = store.similar(SimilarQuery(exclude_vin=vin, series=series, vector=vector, k=SIMILAR_CANDIDATES))
-    # The store filters already; checking again here means a faulty backend
-    # can never leak another vehicle's history into this context.
-    candidates = [
-        c
-        for c in candidates
-        if c.record.vin != vin and c.record.series == series and c.record.recheck_ok is True and c.record.valid
-    ]
-    own = [r for r in own if r.vin == vin and r.valid]
-    similar = [s.record for s in (reranker or OverlapReranker()).rerank(query, codes, candidates, SIMILAR_TOP)]
-    return render_within_budget(own, similar, budget, counter)
+    candidates = similar_candidates(
+        store, SimilarQuery(exclude_vin=vin, series=series, vector=vector, k=SIMILAR_CANDIDATES, as_of=at)
+    )
+    ranker = reranker or OverlapReranker()
+    reranked = ranker.rerank(query, codes, candidates, SIMILAR_TOP)
+    if trace is not None:
+        trace.query, trace.codes, trace.vector, trace.reranker = query, list(codes), vector, ranker
+        trace.own, trace.candidates, trace.reranked = list(own), list(candidates), list(reranked)
+    return render_within_budget(own, [s.record for s in reranked], budget, counter)
 
 
 def session_query(alert_text: str, codes: list[str], pack: KnowledgePack) -> str:
@@ -221,7 +272,13 @@ class SessionRecall:
         self.budget = budget
         self.counter = counter
 
-    def for_alert(self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime) -> Recall:
+    def for_alert(
+        self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime, trace: RecallTrace | None = None
+    ) -> Recall:
+        """Recall for a session opening with this alert at event time ``at`` (the alert's ``ts``).
+
+        ``trace``: filled with each stage's findings (``memory.explain`` explains the recall from it).
+        """
         return recall(
             self.store,
             self.embedder,
@@ -232,4 +289,5 @@ class SessionRecall:
             at,
             budget=self.budget,
             counter=self.counter,
+            trace=trace,
         )

@@ -17,7 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vdoctor.embedders import Embedder
-from vdoctor.memory.summarizer import FidelityMetrics, Summarizer, request_from_json, summarize_checked
+from vdoctor.memory.summarizer import (
+    FidelityMetrics,
+    Summarizer,
+    request_from_json,
+    request_to_json,
+    summarize_checked,
+)
+from vdoctor.memory.summary import upgrade_case_request
 from vdoctor.records import RecordKind
 from vdoctor.stores.base import MemoryStore
 
@@ -71,7 +78,8 @@ def reextract(
                     report.no_source += 1
                     left_alone.add(key)
                     continue
-                request = request_from_json(record.source)
+                # A request stored before readings and decisions were kept is rebuilt from its source.
+                request = upgrade_case_request(request_from_json(record.source))
                 checked = summarize_checked(summarizer, request, metrics)
                 if not checked.ok:
                     report.failed_check += 1
@@ -84,6 +92,8 @@ def reextract(
                             "summary": checked.text,
                             "summary_vec": [float(x) for x in vector],
                             "prompt_version": target_version,
+                            "source": request_to_json(request),
+                            "omitted": request.omitted,
                         }
                     )
                 )

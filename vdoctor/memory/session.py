@@ -12,18 +12,21 @@ which runs on processing time, only bounds the state's size on top of that.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from pydantic import BaseModel
 
-from vdoctor.lines import SummaryLine, summary_time
+from vdoctor.limits import SESSION_TTL
+from vdoctor.lines import ReadingSpan, SummaryLine, summary_time
 from vdoctor.memory.working import WorkingState
 from vdoctor.records import MemoryUse, Phase, Priority
 
-# A session with no alert for 48 h is over (seed 000, 8.1: L2 lifetime).
-SESSION_TTL = timedelta(hours=48)
 # Bounds on the per-session lists kept in state.
 MAX_READINGS = 256
+# Signals whose key readings (first, lowest, highest, latest) a session tracks
+# for its case summary, whatever MAX_READINGS let go of; the first this many
+# names seen (an alert carries at most 64). Further names are counted.
+MAX_SIGNAL_SPANS = 256
 MAX_TIMELINE = 64
 # Event ids remembered per vehicle, newest kept: a replay of a vehicle's last
 # 2048 events is caught whatever their timestamps. The dedup state's TTL in
@@ -38,6 +41,23 @@ class Reading(BaseModel):
     value: float
     ts: datetime
     uri: str
+
+
+class SignalSpan(BaseModel):
+    """A signal's first, lowest, highest and latest reading in the session (the key readings)."""
+
+    first: float
+    latest: float
+    lowest: float
+    highest: float
+
+    def add(self, value: float) -> None:
+        self.latest = value
+        self.lowest = min(self.lowest, value)
+        self.highest = max(self.highest, value)
+
+    def span(self, name: str) -> ReadingSpan:
+        return ReadingSpan.of(name, [self.first, self.lowest, self.highest, self.latest])
 
 
 class TimelineEntry(BaseModel):
@@ -80,6 +100,16 @@ class SessionState(BaseModel):
     conclusion: Conclusion | None = None
     l3_written: bool = False
     milestones_written: int = 0
+    # Key readings per signal, in order of first appearance (see SignalSpan).
+    signals: dict[str, SignalSpan] = {}
+    signals_untracked: int = 0
+    # What the session knows before it concludes: the latest answer's priority
+    # and its leading hypothesis (a root cause it names, or the codes it
+    # suspects) with its confidence; none until an answer gives one.
+    priority: Priority | None = None
+    hypothesis: str | None = None
+    suspected: list[str] = []
+    hypothesis_confidence: float | None = None
 
     def expired_at(self, now: datetime) -> bool:
         """True when an event at ``now`` can no longer join this session."""
@@ -91,12 +121,37 @@ class SessionState(BaseModel):
     def add_reading(self, reading: Reading) -> None:
         self.readings.append(reading)
         del self.readings[:-MAX_READINGS]
+        span = self.signals.get(reading.name)
+        if span is not None:
+            span.add(reading.value)
+        elif len(self.signals) < MAX_SIGNAL_SPANS:
+            v = reading.value
+            self.signals[reading.name] = SignalSpan(first=v, latest=v, lowest=v, highest=v)
+        else:
+            self.signals_untracked += 1
+
+    def spans(self) -> list[ReadingSpan]:
+        """Every tracked signal's key readings, in order of first appearance."""
+        return [s.span(name) for name, s in self.signals.items()]
 
     def add_timeline(self, entry: TimelineEntry) -> None:
         self.timeline.append(entry)
         if len(self.timeline) > MAX_TIMELINE:
             # Keep the opening entry: it names how the case started.
             self.timeline = self.timeline[:1] + self.timeline[-(MAX_TIMELINE - 1) :]
+
+    def note_answer(
+        self, priority: Priority | None, root_cause: str | None, codes: list[str], confidence: float
+    ) -> None:
+        """What the session now knows from an answer: its priority and leading hypothesis (or none).
+
+        The hypothesis is the answer's root cause, or the codes it suspects when
+        it names a priority for them; an answer with neither has none.
+        """
+        self.priority = priority
+        self.hypothesis = root_cause or None
+        self.suspected = list(codes) if priority and not root_cause else []
+        self.hypothesis_confidence = confidence if self.hypothesis or self.suspected else None
 
     def readings_of(self, name: str) -> list[Reading]:
         return [r for r in self.readings if r.name == name]

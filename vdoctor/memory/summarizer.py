@@ -20,21 +20,45 @@ returned flagged and counted in ``FidelityMetrics``, never kept silently.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Protocol
 
-from vdoctor.lines import SummaryLine
-from vdoctor.memory.fidelity import FidelityReport, check_summary
+from vdoctor.lines import ReadingsLine, ReadingSpan
+from vdoctor.memory.fidelity import FidelityReport, check_request
+from vdoctor.memory.request import (
+    CaseDecision,
+    SummaryKind,
+    SummaryRequest,
+    request_from_json,
+    request_to_json,
+)
 from vdoctor.models.base import ChatModel, Message
-from vdoctor.records import MAX_SUMMARY_CHARS
+
+__all__ = [
+    "SUMMARY_PROMPT",
+    "SUMMARY_PROMPT_VERSION",
+    "CaseDecision",
+    "CheckedSummary",
+    "FidelityMetrics",
+    "ModelSummarizer",
+    "OfflineSummarizer",
+    "Summarizer",
+    "SummaryKind",
+    "SummaryRequest",
+    "readings_line",
+    "repair",
+    "request_from_json",
+    "request_to_json",
+    "summarize_checked",
+]
 
 log = logging.getLogger(__name__)
 
 # Bumped whenever the summary format, its rules or this prompt change, so that
 # L3 records written by older versions can be found and re-extracted.
-SUMMARY_PROMPT_VERSION = "case-summary-v2"
+# v3: every signal's key readings on a ``readings:`` line; meaning-level rules.
+SUMMARY_PROMPT_VERSION = "case-summary-v3"
 
 # The fidelity rules of seed 000 §8.2.2, as the summary model reads them.
 SUMMARY_PROMPT = """You compress a vehicle diagnosis session into a faithful case record.
@@ -42,14 +66,18 @@ SUMMARY_PROMPT = """You compress a vehicle diagnosis session into a faithful cas
 Rules:
 1. Keep: trouble codes and their definitions, key numbers exactly as written
    (187mV stays 187mV, never "high"), times, decisions with their confidence,
-   open questions, and every excluded hypothesis ("suspected the harness,
-   ruled out").
+   open questions, and every excluded hypothesis, marked as excluded
+   ("suspected the harness, ruled out").
 2. Keep a conclusion that was later overturned, marked as void. Drop the
    reasoning that led to it, guesses that were overturned, chit-chat and
    repeated confirmations.
-3. Never write a number, code or URI that is not in the source.
+3. Never write a number, code, time, URI or word that is not in the source.
+   Do not state a cause or fix other than the session's own conclusion; never
+   present an excluded hypothesis or a voided conclusion as the cause.
 4. Format: one line per event, `time | event | conclusion | evidence URI`,
-   times and URIs copied from the source.
+   times and URIs copied from the source, plus the readings line below
+   copied as it is (each signal: first→latest, ↓lowest and ↑highest where they
+   differ, then the unit).
 5. At most {max_chars} characters in all.
 
 Facts that must appear verbatim:
@@ -57,52 +85,15 @@ Facts that must appear verbatim:
 
 Answer with the summary lines only."""
 
+READINGS_NOTE = "\n\nThe readings line to copy as it is:\n{line}"
 RETRY_NOTE = "\n\nYour previous summary was rejected by the fidelity check: {problems}. Write it again."
 
-SummaryKind = Literal["rolling", "case"]
 
-
-@dataclass(frozen=True)
-class SummaryRequest:
-    kind: SummaryKind
-    source: str
-    required: list[str]
-    events: list[SummaryLine]
-    max_chars: int = MAX_SUMMARY_CHARS
-    # Lines the offline summarizer keeps first when space runs out (indexes into events).
-    keep_first: tuple[int, ...] = ()
-    # Text kept verbatim beside the summary (the key-facts region of the
-    # working context): a required fact found there is not lost.
-    carried: str = ""
-
-
-def request_to_json(request: SummaryRequest) -> str:
-    """The request as JSON: stored with an L3 record so a new prompt version can re-extract it."""
-    return json.dumps(
-        {
-            "kind": request.kind,
-            "source": request.source,
-            "required": request.required,
-            "events": [[e.ts, e.event, e.conclusion, e.evidence] for e in request.events],
-            "max_chars": request.max_chars,
-            "keep_first": list(request.keep_first),
-            "carried": request.carried,
-        },
-        ensure_ascii=False,
-    )
-
-
-def request_from_json(text: str) -> SummaryRequest:
-    data = json.loads(text)
-    return SummaryRequest(
-        kind=data["kind"],
-        source=data["source"],
-        required=list(data["required"]),
-        events=[SummaryLine(*e) for e in data["events"]],
-        max_chars=int(data["max_chars"]),
-        keep_first=tuple(data["keep_first"]),
-        carried=data.get("carried", ""),
-    )
+def readings_line(request: SummaryRequest) -> str:
+    """The ``readings:`` line of a case request's spans; empty when it has none."""
+    if not request.readings:
+        return ""
+    return ReadingsLine(tuple(s for text in request.readings for s in ReadingSpan.find_all(text))).render()
 
 
 class Summarizer(Protocol):
@@ -114,23 +105,31 @@ class Summarizer(Protocol):
 
 
 class OfflineSummarizer:
-    """Deterministic: the request's event lines, most important first, within the limit."""
+    """Deterministic: the request's event lines, most important first, within the limit.
 
-    name = "offline-summary-v1"
+    A case request's readings line goes just before its last (concluding) line.
+    """
+
+    name = "offline-summary-v2"
 
     def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
         lines = [e.render() for e in request.events]
+        readings = readings_line(request)
         order = list(dict.fromkeys([*request.keep_first, *range(len(lines) - 1, -1, -1)]))
         chosen: set[int] = set()
-        used = 0
+        used = len(readings)
         for i in order:
             if i >= len(lines):
                 continue
-            cost = len(lines[i]) + (1 if chosen else 0)
+            cost = len(lines[i]) + (1 if chosen or readings else 0)
             if used + cost <= request.max_chars:
                 chosen.add(i)
                 used += cost
-        return "\n".join(lines[i] for i in sorted(chosen))
+        out = [lines[i] for i in sorted(chosen)]
+        if readings:
+            last = len(lines) - 1 in chosen
+            out.insert(len(out) - 1 if last else len(out), readings)
+        return "\n".join(out)
 
 
 class ModelSummarizer:
@@ -144,6 +143,8 @@ class ModelSummarizer:
         system = SUMMARY_PROMPT.format(
             max_chars=request.max_chars, required="\n".join(f"- {r}" for r in request.required) or "- (none)"
         )
+        if request.readings:
+            system += READINGS_NOTE.format(line=readings_line(request))
         if feedback:
             system += RETRY_NOTE.format(problems=feedback)
         messages = [Message(role="system", content=system), Message(role="user", content=request.source)]
@@ -193,7 +194,8 @@ def repair(text: str, report: FidelityReport, request: SummaryRequest) -> str:
     """
     facts = [f"fact | {m}" for m in report.missing]
     lines = text.splitlines() if text else []
-    droppable = [i for i, line in enumerate(lines) if not any(r in line for r in request.required)]
+    keep = [*request.required, *request.readings]
+    droppable = [i for i, line in enumerate(lines) if not any(r in line for r in keep)]
     dropped: set[int] = set()
     for i in droppable:
         if len("\n".join([*(x for j, x in enumerate(lines) if j not in dropped), *facts])) <= request.max_chars:
@@ -210,7 +212,7 @@ def summarize_checked(
     metrics.checked += 1
 
     def check(text: str) -> FidelityReport:
-        return check_summary(text, request.required, request.source, request.max_chars, request.carried)
+        return check_request(text, request)
 
     text = summarizer.summarize(request)
     report = check(text)
@@ -218,7 +220,7 @@ def summarize_checked(
         metrics.passed_first += 1
         return CheckedSummary(text=text, report=report)
 
-    if report.missing and not report.invented:
+    if report.repairable:
         fixed = repair(text, report, request)
         fixed_report = check(fixed)
         if fixed_report.ok:
@@ -230,7 +232,7 @@ def summarize_checked(
     retry = summarizer.summarize(request, feedback=report.describe())
     retry_report = check(retry)
     result = CheckedSummary(text=retry, report=retry_report, attempts=2, notes=[report.describe()])
-    if not retry_report.ok and retry_report.missing and not retry_report.invented:
+    if not retry_report.ok and retry_report.repairable:
         fixed = repair(retry, retry_report, request)
         fixed_report = check(fixed)
         if fixed_report.ok:

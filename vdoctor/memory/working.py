@@ -12,11 +12,14 @@ run moves from investigation to a conclusion) also folds the rounds, and the
 whole session is summarised when it concludes (see ``summary.py``). Every
 fold is written by the summarizer and checked for fidelity (``summarizer.py``).
 Key facts come from ``facts.py``; they stay bounded by keeping, per signal,
-the first, lowest, highest and latest reading.
+the first, lowest, highest and latest reading as facts with their times, and
+every reading's value in time order as the signal's trend (``trend
+cell_voltage_diff_mv: 62 88 121 150 187``, at most ``MAX_TREND_POINTS``).
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 
@@ -45,6 +48,14 @@ COMPRESS_AT = 0.70
 MAX_KEY_FACTS = 200
 # The rolling summary is itself bounded; its oldest lines give way first.
 MAX_SUMMARY_LINES = 40
+# A trend keeps every reading of a signal (or unit) in time order, up to this
+# many: then its first one and the newest ones. A long task needs a reading's
+# course later (seed 003); the first/lowest/highest/latest facts keep its times.
+MAX_TREND_POINTS = 64
+# Signals (or units) with a trend; beyond this many the oldest trend gives way.
+MAX_TRENDS = 32
+# A trend is shown once it holds more than the first and latest reading.
+MIN_TREND_POINTS = 3
 # One fold of rounds into the rolling summary follows the summary rules of
 # the case record: at most 300 characters (seed 000 §8.2.2).
 FOLD_MAX_CHARS = MAX_SUMMARY_CHARS
@@ -79,6 +90,8 @@ class WorkingState(BaseModel):
     summary_lines: list[str] = []
     rounds: list[Round] = []
     key_facts: list[KeyFactField] = []
+    # Every reading's (time, value as written), per signal or unit, in time order.
+    trends: dict[str, list[tuple[str, str]]] = {}
     compressions: int = 0
     # Trigger counts, for metrics and tests: threshold folds, stage ends, session ends.
     threshold_folds: int = 0
@@ -112,18 +125,24 @@ def _condense(facts: list[KeyFact]) -> list[KeyFact]:
     """Keep the key facts bounded without losing a key number or a changed decision.
 
     - Readings: per signal (or per unit for readings from free text) the first,
-      the lowest, the highest and the latest are key facts; the rest stay in the
-      session's readings (the ``signal_history`` tool returns them).
+      the lowest, the highest and the latest (by their time) are key facts with
+      their times; every value stays in the signal's trend, and every reading in
+      the session's readings (the ``signal_history`` tool returns them).
     - A decision, exclusion or void repeated at a later time is a repeated
       confirmation: only its first occurrence is kept.
     """
     groups: dict[str, list[tuple[int, float]]] = {}
     drop: set[int] = set()
     first_clause: set[tuple[FactKind, str]] = set()
-    for i, fact in enumerate(facts):
+    # First and latest by the reading's time (a tool may return an old reading late), then by arrival.
+    order = sorted(range(len(facts)), key=lambda i: (facts[i].at, i))
+    for i in order:
+        fact = facts[i]
         reading = fact.reading()
         if reading is not None:
             groups.setdefault(reading[0], []).append((i, reading[1]))
+    for i, fact in enumerate(facts):
+        if fact.reading() is not None:
             continue
         if fact.kind in CLAUSE_KINDS:
             identity = (fact.kind, fact.text)
@@ -176,6 +195,7 @@ class WorkingMemory:
         self.keep_rounds = keep_rounds
 
     def add_facts(self, facts: list[KeyFact]) -> None:
+        self._add_trends(facts)
         merged = _condense(dedupe([*self.state.key_facts, *facts]))
         if len(merged) > MAX_KEY_FACTS:
             # Stable: keep every non-reading fact, then the newest readings.
@@ -183,6 +203,31 @@ class WorkingMemory:
             keep = {i for i, _ in ranked[:MAX_KEY_FACTS]}
             merged = [f for i, f in enumerate(merged) if i in keep]
         self.state.key_facts = merged
+
+    def _add_trends(self, facts: list[KeyFact]) -> None:
+        trends = self.state.trends
+        for fact in facts:
+            found = fact.reading_text()
+            if found is None:
+                continue
+            points = trends.setdefault(found[0], [])
+            point = (fact.at, found[1])
+            if point in points:
+                continue  # the same reading again (a tool returns the whole history each time)
+            at = bisect.bisect_right([p[0] for p in points], fact.at)
+            points.insert(at, point)
+            if len(points) > MAX_TREND_POINTS:
+                del points[1 : len(points) - MAX_TREND_POINTS + 1]
+        for group in list(trends)[: max(0, len(trends) - MAX_TRENDS)]:
+            del trends[group]
+
+    def trend_facts(self) -> list[KeyFact]:
+        """Each signal's (or unit's) readings in time order, where there are more than two."""
+        return [
+            KeyFact.trend(group, [value for _, value in points])
+            for group, points in self.state.trends.items()
+            if len(points) >= MIN_TREND_POINTS
+        ]
 
     def add_round(self, round_: Round, facts: list[KeyFact] | None = None) -> None:
         """Add a round and its key facts (``facts``: extracted structurally by the caller).
@@ -263,7 +308,7 @@ class WorkingMemory:
             events=events,
             max_chars=FOLD_MAX_CHARS,
             keep_first=(0,),
-            carried="\n".join(f.render() for f in self.state.key_facts),
+            carried="\n".join(f.render() for f in [*self.state.key_facts, *self.trend_facts()]),
         )
         checked = summarize_checked(self.summarizer, request, self.metrics)
         if not checked.ok:
@@ -281,8 +326,9 @@ class WorkingMemory:
             parts.append(f"## Alert at {r.ts}\n{r.user}\n## Agent\n{r.assistant}")
         if current:
             parts.append(current)
-        if self.state.key_facts:
-            parts.append("## Key facts (never compressed)\n" + "\n".join(f.render() for f in self.state.key_facts))
+        facts = [*self.state.key_facts, *self.trend_facts()]
+        if facts:
+            parts.append("## Key facts (never compressed)\n" + "\n".join(f.render() for f in facts))
         return "\n\n".join(parts)
 
     def tokens(self) -> int:

@@ -12,6 +12,10 @@ Gates (DESIGN.md §4, seed 000 §8.4):
   kept for audit) when the session's final record is written;
 - a recheck names a session; when that session was merged into an earlier
   record, the recheck lands on that record.
+
+Every write carries its event time: a case its conclusion's (``concluded_at``),
+a recheck its own ``ts``, a superseded milestone the final record's
+conclusion. The store keeps the version a merge replaces (``stores.base``).
 """
 
 from __future__ import annotations
@@ -44,13 +48,13 @@ def milestones_due(opened_at: datetime, now: datetime, written: int) -> int:
     return max(written, int((now - opened_at) / MILESTONE_INTERVAL))
 
 
-def _supersede_milestones(store: MemoryStore, vin: str, session_id: str) -> int:
+def _supersede_milestones(store: MemoryStore, vin: str, session_id: str, at: datetime) -> int:
     prefix = session_id + MILESTONE_SEPARATOR
     stale = [
         r for r in store.history(vin) if r.kind is RecordKind.MILESTONE and r.session_id.startswith(prefix) and r.valid
     ]
     if stale:
-        store.upsert_many([r.model_copy(update={"valid": False}) for r in stale])
+        store.upsert_many([r.model_copy(update={"valid": False, "invalid_ts": at}) for r in stale])
     return len(stale)
 
 
@@ -66,8 +70,14 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     status = WriteStatus.WRITTEN
     if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
+        # The fault came back: the new version is not verified (its own recheck will say).
         record = record.model_copy(
-            update={"session_id": duplicate.session_id, "merged_sessions": merged, "recheck_ok": None}
+            update={
+                "session_id": duplicate.session_id,
+                "merged_sessions": merged,
+                "recheck_ok": None,
+                "verified_ts": None,
+            }
         )
         status = WriteStatus.MERGED
     elif duplicate is not None and duplicate.session_id == record.session_id:
@@ -76,7 +86,10 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     store.upsert(record)
     if had_milestones:
         _supersede_milestones(
-            store, record.vin, record.merged_sessions[-1] if status is WriteStatus.MERGED else record.session_id
+            store,
+            record.vin,
+            record.merged_sessions[-1] if status is WriteStatus.MERGED else record.session_id,
+            record.concluded_at,
         )
     return status
 
@@ -91,9 +104,9 @@ def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str
     return None
 
 
-def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool) -> bool:
-    """Store a recheck for a session, following merges. False when no record holds the session."""
+def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
+    """Store a recheck (event time ``at``) for a session, following merges. False when no record holds it."""
     key = record_key_for_session(store, vin, session_id)
     if key is None:
         return False
-    return store.set_recheck(vin, key, ok)
+    return store.set_recheck(vin, key, ok, at)

@@ -52,7 +52,8 @@ def _parse_memory(system: str) -> dict[str, _Fault]:
     """Verified faults named by the memory block, by code (own history before similar)."""
     faults: dict[str, _Fault] = {}
     for entry in RecallEntry.parse_block(system):
-        if entry.recheck_ok is not True:
+        # Only verified conclusions; a milestone (never verified) concluded nothing.
+        if entry.recheck_ok is not True or entry.milestone or entry.priority is None:
             continue
         confirmed = Confirmation.find(entry.summary)
         if confirmed is None or not entry.cause or not entry.fix:

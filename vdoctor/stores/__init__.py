@@ -2,40 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 from vdoctor.errors import UnknownStoreScheme
 from vdoctor.registry import Registry
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 
 
-def _open_sqlite(url: str) -> MemoryStore:
+class StoreOpener(Protocol):
+    """Opens one backend from its URL; ``read_only`` opens it for reads only, as far as the backend allows."""
+
+    def __call__(self, url: str, read_only: bool = False) -> MemoryStore: ...
+
+
+def _open_sqlite(url: str, read_only: bool = False) -> MemoryStore:
     from vdoctor.stores.sqlite import SqliteStore
 
     # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy reads them.
     path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-    return SqliteStore(path or ":memory:")
+    return SqliteStore(path or ":memory:", read_only=read_only)
 
 
-def _open_memory(url: str) -> MemoryStore:
+def _open_memory(url: str, read_only: bool = False) -> MemoryStore:
     from vdoctor.stores.memory import InMemoryStore
 
+    # A new, empty store each time: there is nothing a reader could change.
     return InMemoryStore()
 
 
-def _open_mysql(url: str) -> MemoryStore:
+def _open_mysql(url: str, read_only: bool = False) -> MemoryStore:
     from vdoctor.stores.mysql import open_mysql
 
-    return open_mysql(url)
+    return open_mysql(url, read_only=read_only)
 
 
-def _open_doris(url: str) -> MemoryStore:
+def _open_doris(url: str, read_only: bool = False) -> MemoryStore:
     from vdoctor.stores.doris import open_doris
 
-    return open_doris(url)
+    return open_doris(url, read_only=read_only)
 
 
-STORES: Registry[Callable[[str], MemoryStore]] = Registry(
+STORES: Registry[StoreOpener] = Registry(
     "memory URL scheme",
     {"sqlite": _open_sqlite, "memory": _open_memory, "mysql": _open_mysql, "doris": _open_doris},
     error=UnknownStoreScheme,
@@ -44,9 +51,15 @@ STORES: Registry[Callable[[str], MemoryStore]] = Registry(
 )
 
 
-def open_store(url: str) -> MemoryStore:
-    """Open the backend that the URL's scheme names; unknown schemes list the valid ones."""
-    return STORES.for_url(url)(url)
+def open_store(url: str, read_only: bool = False) -> MemoryStore:
+    """Open the backend that the URL's scheme names; unknown schemes list the valid ones.
+
+    ``read_only``: for readers (the memory inspector). SQLite opens the file
+    read-only, MySQL/MariaDB sessions are READ ONLY, and the MySQL-protocol
+    stores refuse any statement but SELECT before it is sent.
+    """
+    opener = STORES.for_url(url)
+    return opener(url, read_only=True) if read_only else opener(url)
 
 
 __all__ = ["STORES", "MemoryStore", "Scored", "SimilarQuery", "open_store"]

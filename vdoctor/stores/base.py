@@ -4,11 +4,29 @@ Per-VIN isolation is enforced here, in the API, not left to callers: own
 history takes a VIN and returns that VIN's records only; similar-case search
 takes the asking VIN and never returns it, and only returns verified
 (recheck_ok = true), valid records of the same series.
+
+Recall is judged in event time (DESIGN.md §4). Every write carries the event
+time of what it records (a conclusion, a recheck, a lifecycle event), and a
+record keeps its earlier versions: a write that replaces what a record said
+(a merge's new conclusion, a recheck that overturns an earlier verdict)
+archives the version it replaces, closed at the new version's time. A change
+with event time t holds for a session opening at T exactly when t <= T; the
+recall reads (``own_history``, ``similar``) take that T (``as_of``) and return
+each record in its version current at T, as of T (``MemoryRecord.as_of``),
+without its summary source (that is for re-extraction, never for a prompt).
+
+Event times of one record only move forward: a write whose time is older than
+the record's current version takes effect at that version's time instead
+(events of one vehicle are applied in arrival order). So a read as of T gives
+the same answer whether or not writes with later event times have been
+applied yet: what makes replays deterministic is then only that every write
+with event time <= T is applied before a session opening at T reads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -22,23 +40,51 @@ from vdoctor.records import MemoryRecord
 class Scored:
     record: MemoryRecord
     score: float
+    # The named parts of ``score`` (a channel's score or rank, a reranker's weighted terms), for
+    # explaining a recall; backends leave it empty, their ``score`` is the vector score.
+    parts: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
 class SimilarQuery:
-    """Similar verified cases of other vehicles of one series."""
+    """Similar verified cases of other vehicles of one series, as a session opening at ``as_of`` sees them."""
 
     exclude_vin: str
     series: str
     vector: npt.NDArray[np.float32]
     k: int
+    # The event time of the session that asks: only what was true then is returned.
+    as_of: datetime
+
+    def admits(self, record: MemoryRecord) -> bool:
+        """The filters every backend applies, on a record already taken as of ``as_of``.
+
+        Recall checks every candidate again with this, whatever channel found
+        it, so that a faulty backend can never leak another vehicle's
+        unverified case or a case from the future into a context.
+        """
+        return (
+            record.vin != self.exclude_vin
+            and record.series == self.series
+            and record.recheck_ok is True
+            and record.valid
+            and record.concluded_at <= self.as_of
+            and record.verified_ts is not None
+            and record.verified_ts <= self.as_of
+        )
 
 
 class MemoryStore(Protocol):
     """Every backend implements this; one contract test suite runs over all of them."""
 
     def upsert(self, record: MemoryRecord) -> None:
-        """Insert, or replace the whole row with the same (vin, session_id)."""
+        """Insert, or replace the current version of the row with the same (vin, session_id).
+
+        When the record concludes later than the stored version began (a
+        merge), the stored version is archived, closed at the new
+        ``concluded_at``; otherwise (a re-run, a re-extraction, a superseded
+        milestone) the current version is rewritten in place.
+        """
         ...
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
@@ -47,20 +93,33 @@ class MemoryStore(Protocol):
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None: ...
 
-    def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
-        """Valid records of this VIN concluded at or after ``since``, newest first."""
+    def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
+        """This VIN's records as of ``as_of``, newest conclusion first, at most ``limit``.
+
+        Each record in its version current at ``as_of`` (taken ``as_of`` it),
+        concluded in [since, as_of], not invalidated at or before ``as_of``.
+        """
         ...
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
-        """Top-k by inner product among valid, recheck_ok = true records of the series, other VINs."""
+        """Top-k by inner product among other VINs' records of the series, as of ``query.as_of``.
+
+        Each record in its version current at ``as_of``, taken as of it, and
+        admitted by ``query.admits``: concluded and verified (recheck_ok =
+        true) at or before ``as_of``, not invalidated at or before it.
+        """
         ...
 
-    def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
-        """Store a recheck result; False when no such record exists."""
+    def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
+        """Store a recheck result with its event time; False when no such record exists.
+
+        A first verdict sets recheck_ok and verified_ts; the same verdict again
+        changes nothing; an overturned verdict archives the version it replaces.
+        """
         ...
 
-    def soft_delete(self, vin: str) -> int:
-        """Mark every record of the VIN invalid (kept for audit, never recalled). Returns rows."""
+    def soft_delete(self, vin: str, at: datetime) -> int:
+        """Mark every valid record of the VIN invalid from event time ``at`` (kept for audit). Returns rows."""
         ...
 
     def history(self, vin: str) -> list[MemoryRecord]:
@@ -86,6 +145,45 @@ class MemoryStore(Protocol):
     def count(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RecheckWrite:
+    """What a recheck does to a record's current version (the rule every backend follows)."""
+
+    verified_ts: datetime | None
+    version_from: datetime
+    # The current version is archived, closed at ``version_from`` (an overturned verdict).
+    archive: bool
+    # The same verdict again: nothing changes.
+    noop: bool
+
+
+def effective_at(at: datetime, version_from: datetime) -> datetime:
+    """A change takes effect at its event time, but never before the version it changes."""
+    return max(at, version_from)
+
+
+def upsert_version_from(current_from: datetime | None, concluded_at: datetime) -> datetime:
+    """Where the current version starts after an upsert; later than ``current_from`` means archive it."""
+    return concluded_at if current_from is None else max(current_from, concluded_at)
+
+
+def recheck_write(
+    current_ok: bool | None, current_verified: datetime | None, current_from: datetime, ok: bool, at: datetime
+) -> RecheckWrite:
+    at = effective_at(at, current_from)
+    if current_ok is None:
+        return RecheckWrite(at, current_from, archive=False, noop=False)
+    if current_ok == ok:
+        return RecheckWrite(current_verified, current_from, archive=False, noop=True)
+    return RecheckWrite(at, at, archive=at > current_from, noop=False)
+
+
+def newest_first(records: list[MemoryRecord], limit: int) -> list[MemoryRecord]:
+    """Own-history order: newest conclusion first, ties by session id descending."""
+    records.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
+    return records[:limit]
 
 
 def top_k(

@@ -6,10 +6,15 @@ schema in ``sql/doris/``):
 - upsert: a plain multi-row INSERT; the UNIQUE KEY (vin, session_id)
   merge-on-write table replaces the whole row for a key;
 - similar cases: ``inner_product_approximate`` on the HNSW index over
-  normalised vectors, with the filters applied before the top-k;
+  normalised vectors, with the filters (series, other vehicles, and the
+  event-time filters of the asking session's time, each column with an
+  inverted index so that Doris filters before the top-k) in the WHERE clause;
+  once over current versions (``case_memory``) and once over archived ones
+  (``case_history``, its own ANN index), merged by score;
 - recheck and soft delete: partial-update INSERTs of the key columns plus the
   changed columns (``enable_unique_key_partial_update``), reset afterwards so a
-  reused connection never carries the setting into a full-row write.
+  reused connection never carries the setting into a full-row write; a
+  version a write replaces is archived first by an INSERT ... SELECT.
 
 pymysql refuses list parameters and Doris has no server-side prepared
 statements: vectors go into SQL as array literals built by ``vector_literal``
@@ -25,7 +30,18 @@ from vdoctor.errors import ConfigError, StoreError
 from vdoctor.records import MemoryRecord
 from vdoctor.stores.base import Scored, SimilarQuery
 from vdoctor.stores.mysql import connect
-from vdoctor.stores.sqlbase import COLUMN_LIST, COLUMNS, SqlStore, naive_utc, parse_url, vector_literal
+from vdoctor.stores.sqlbase import (
+    AS_OF,
+    AS_OF_ARCHIVED,
+    COLUMNS,
+    RECALL_COLUMN_LIST,
+    VERIFIED,
+    WRITE_COLUMN_LIST,
+    WRITE_COLUMNS,
+    RowUpdate,
+    SqlStore,
+)
+from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url, vector_literal
 
 try:
     import pymysql  # type: ignore[import-untyped]
@@ -49,6 +65,8 @@ class _Literal:
 
 class DorisDialect:
     name = "doris"
+    # An INSERT into a UNIQUE KEY merge-on-write table replaces the row with the same key.
+    replace_verb = "INSERT"
 
     def encode_vec(self, vector: list[float]) -> object:
         if len(vector) != VECTOR_DIM:
@@ -61,29 +79,41 @@ class DorisDialect:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         return [float(x) for x in json.loads(text)]
 
-    def upsert(self, store: SqlStore, records: list[MemoryRecord]) -> None:
-        for start in range(0, len(records), BATCH_ROWS):
-            rows, params = [], []
-            for record in records[start : start + BATCH_ROWS]:
-                values = store.to_params(record)
-                literal = values.pop(_VEC)
+    def upsert(self, store: SqlStore, rows: list[tuple[MemoryRecord, datetime]]) -> None:
+        for start in range(0, len(rows), BATCH_ROWS):
+            values, params = [], []
+            for record, version_from in rows[start : start + BATCH_ROWS]:
+                row = store.to_params(record, version_from)
+                literal = row.pop(_VEC)
                 if not isinstance(literal, _Literal):
                     raise StoreError("doris store: summary_vec was not encoded as a literal")
-                marks = ["%s"] * (len(COLUMNS) - 1)
+                marks = ["%s"] * (len(WRITE_COLUMNS) - 1)
                 marks.insert(_VEC, literal.text)
-                rows.append("(" + ", ".join(marks) + ")")
-                params.extend(values)
-            store.run(f"INSERT INTO {store.table} ({COLUMN_LIST}) VALUES " + ", ".join(rows), params)
+                values.append("(" + ", ".join(marks) + ")")
+                params.extend(row)
+            store.run(f"INSERT INTO {store.table} ({WRITE_COLUMN_LIST}) VALUES " + ", ".join(values), params)
 
     def similar(self, store: SqlStore, query: SimilarQuery) -> list[Scored]:
+        """ANN top-k over current and over archived versions, each filtered before its top-k; merged by score."""
         literal = vector_literal(query.vector.tolist())
-        rows = store.query(
-            f"SELECT {COLUMN_LIST}, inner_product_approximate(summary_vec, {literal}) AS score "
-            f"FROM {store.table} WHERE series = %s AND recheck_ok = TRUE AND valid = TRUE AND vin <> %s "
-            "ORDER BY score DESC LIMIT %s",
-            (query.series, query.exclude_vin, int(query.k)),
-        )
-        return [Scored(store.from_row(r), float(r[len(COLUMNS)])) for r in rows]
+        found: list[Scored] = []
+        for table, archived in ((store.table, False), (store.history_table, True)):
+            rows = store.query(
+                f"SELECT {RECALL_COLUMN_LIST}, inner_product_approximate(summary_vec, {literal}) AS score "
+                f"FROM {table} WHERE series = %s AND vin <> %s AND {VERIFIED} AND "
+                f"{AS_OF_ARCHIVED if archived else AS_OF} ORDER BY score DESC LIMIT %s",
+                [
+                    query.series,
+                    query.exclude_vin,
+                    naive_utc(query.as_of),
+                    *as_of_params(query.as_of, archived),
+                    int(query.k),
+                ],
+            )
+            found += [Scored(store.from_row(r), float(r[len(COLUMNS)])) for r in rows]
+        # At most one version of a record holds at a time, so the two lists never name a record twice.
+        found.sort(key=lambda s: -s.score)
+        return found[: query.k]
 
     def _partial_update(self, store: SqlStore, columns: list[str], rows: list[list[object]]) -> None:
         """INSERT only the key plus ``columns``; the other columns keep their stored values."""
@@ -98,25 +128,18 @@ class DorisDialect:
             finally:
                 store.run("SET enable_unique_key_partial_update = false")
 
-    def set_recheck(self, store: SqlStore, vin: str, session_id: str, ok: bool, now: datetime) -> bool:
-        # A partial update of an absent key would insert a half-empty row: check first.
-        found = store.query(f"SELECT COUNT(*) FROM {store.table} WHERE vin = %s AND session_id = %s", (vin, session_id))
-        if int(found[0][0]) == 0:
-            return False
-        self._partial_update(store, ["recheck_ok", "updated_at"], [[vin, session_id, ok, naive_utc(now)]])
-        return True
-
-    def soft_delete(self, store: SqlStore, vin: str, now: datetime) -> int:
-        keys = store.query(f"SELECT session_id FROM {store.table} WHERE vin = %s AND valid = TRUE", (vin,))
-        if not keys:
-            return 0
-        stamp = naive_utc(now)
-        self._partial_update(store, ["valid", "updated_at"], [[vin, k[0], False, stamp] for k in keys])
-        return len(keys)
+    def update(self, store: SqlStore, rows: list[RowUpdate]) -> None:
+        # The store read every key first (a partial update of an absent key would insert a half-empty row).
+        columns = list(rows[0][2])
+        self._partial_update(store, columns, [[vin, sid, *(values[c] for c in columns)] for vin, sid, values in rows])
 
 
-def open_doris(url: str) -> SqlStore:
+def open_doris(url: str, read_only: bool = False) -> SqlStore:
+    """``read_only``: SELECTs only, refused in the client (Doris has no read-only sessions; for a
+    reader that cannot write at all, give it a user with SELECT_PRIV alone)."""
     info = parse_url(url, DEFAULT_PORT)
     # Doris has no MySQL-protocol prepared statements; pymysql interpolates
     # client-side, and autocommit makes every INSERT its own load.
-    return SqlStore(info, DorisDialect(), lambda: connect(info, found_rows=False), (pymysql.MySQLError,))
+    return SqlStore(
+        info, DorisDialect(), lambda: connect(info, found_rows=False), (pymysql.MySQLError,), read_only=read_only
+    )

@@ -1,33 +1,78 @@
-"""The in-memory twin of the store: the reference semantics, and a fast test tier."""
+"""The in-memory twin of the store: the reference semantics, and a fast test tier.
+
+Each record is its current version (with the event time it started,
+``version_from``) plus the versions it replaced (``[version_from,
+version_to)``). A read as of T takes, per record, the one version whose span
+holds T, then applies the event-time filters to it (``base`` module doc).
+"""
 
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
 
 from vdoctor.records import MemoryRecord, utc_now
-from vdoctor.stores.base import Scored, SimilarQuery, top_k
+from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_versions
+from vdoctor.stores.base import (
+    Scored,
+    SimilarQuery,
+    effective_at,
+    newest_first,
+    recheck_write,
+    top_k,
+    upsert_version_from,
+)
+
+
+@dataclass
+class _Versions:
+    current: MemoryRecord
+    current_from: datetime
+    # (version_from, version_to, record) of the versions this record replaced, oldest first.
+    archived: list[tuple[datetime, datetime, MemoryRecord]] = field(default_factory=list)
+
+    def archive(self, until: datetime) -> None:
+        if until > self.current_from:
+            self.archived = [a for a in self.archived if a[0] != self.current_from]
+            self.archived.append((self.current_from, until, self.current))
+
+    def at(self, t: datetime) -> MemoryRecord | None:
+        """The version current at ``t``, taken as of ``t``; None before the record existed."""
+        if self.current_from <= t:
+            return self.current.as_of(t)
+        for start, end, record in self.archived:
+            if start <= t < end:
+                return record.as_of(t)
+        return None
 
 
 class InMemoryStore:
     """Dict-backed store; thread-safe so that concurrent agent runs can share it."""
 
     def __init__(self) -> None:
-        self._rows: dict[tuple[str, str], MemoryRecord] = {}
+        self._rows: dict[tuple[str, str], _Versions] = {}
         # Per-VIN keys, so per-vehicle reads do not scan the fleet.
         self._by_vin: dict[str, set[tuple[str, str]]] = {}
         self._lock = threading.Lock()
 
-    def _of(self, vin: str) -> list[MemoryRecord]:
+    def _of(self, vin: str) -> list[_Versions]:
         return [self._rows[key] for key in self._by_vin.get(vin, ())]
 
     def upsert(self, record: MemoryRecord) -> None:
         with self._lock:
             key = (record.vin, record.session_id)
-            self._rows[key] = record.model_copy(deep=True)
-            self._by_vin.setdefault(record.vin, set()).add(key)
+            copy = record.model_copy(deep=True)
+            row = self._rows.get(key)
+            if row is None:
+                self._rows[key] = _Versions(copy, copy.concluded_at)
+                self._by_vin.setdefault(record.vin, set()).add(key)
+                return
+            start = upsert_version_from(row.current_from, record.concluded_at)
+            row.archive(start)
+            row.current, row.current_from = copy, start
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         for record in records:
@@ -36,60 +81,73 @@ class InMemoryStore:
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         with self._lock:
             row = self._rows.get((vin, session_id))
-            return row.model_copy(deep=True) if row else None
+            return row.current.model_copy(deep=True) if row else None
 
-    def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
+    def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
         with self._lock:
-            rows = [r for r in self._of(vin) if r.valid and r.concluded_at >= since]
-        rows.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
-        return [r.model_copy(deep=True) for r in rows[:limit]]
+            seen = [r for row in self._of(vin) if (r := row.at(as_of)) is not None]
+        rows = [r for r in seen if r.valid and since <= r.concluded_at <= as_of]
+        return [r.model_copy(deep=True, update={"source": ""}) for r in newest_first(rows, limit)]
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         with self._lock:
-            rows = [
-                r
-                for r in self._rows.values()
-                if r.series == query.series and r.vin != query.exclude_vin and r.recheck_ok is True and r.valid
-            ]
+            seen = [r for row in self._rows.values() if (r := row.at(query.as_of)) is not None]
+        rows = [r.model_copy(update={"source": ""}) for r in seen if query.admits(r)]
         if not rows:
             return []
         matrix = np.asarray([r.summary_vec for r in rows], dtype=np.float32)
         return top_k(rows, matrix, query.vector, query.k)
 
-    def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
+    def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
         with self._lock:
             row = self._rows.get((vin, session_id))
             if row is None:
                 return False
-            self._rows[(vin, session_id)] = row.model_copy(update={"recheck_ok": ok, "updated_at": utc_now()})
+            cur = row.current
+            change = recheck_write(cur.recheck_ok, cur.verified_ts, row.current_from, ok, at)
+            if change.noop:
+                return True
+            if change.archive:
+                row.archive(change.version_from)
+            row.current = cur.model_copy(
+                update={"recheck_ok": ok, "verified_ts": change.verified_ts, "updated_at": utc_now()}
+            )
+            row.current_from = change.version_from
             return True
 
-    def soft_delete(self, vin: str) -> int:
+    def soft_delete(self, vin: str, at: datetime) -> int:
         with self._lock:
-            hits = [(r.vin, r.session_id) for r in self._of(vin) if r.valid]
-            for key in hits:
-                self._rows[key] = self._rows[key].model_copy(update={"valid": False, "updated_at": utc_now()})
+            hits = [row for row in self._of(vin) if row.current.valid]
+            for row in hits:
+                invalid = effective_at(at, row.current_from)
+                row.current = row.current.model_copy(
+                    update={"valid": False, "invalid_ts": invalid, "updated_at": utc_now()}
+                )
             return len(hits)
 
     def history(self, vin: str) -> list[MemoryRecord]:
         with self._lock:
-            rows = [r.model_copy(deep=True) for r in self._of(vin)]
-        rows.sort(key=lambda r: (r.concluded_at, r.session_id), reverse=True)
-        return rows
+            rows = [row.current.model_copy(deep=True) for row in self._of(vin)]
+        return newest_first(rows, len(rows))
 
     def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
         with self._lock:
-            rows = [r for r in self._rows.values() if r.prompt_version == prompt_version and r.valid]
+            rows = [r.current for r in self._rows.values() if r.current.prompt_version == prompt_version]
+        rows = [r for r in rows if r.valid]
         rows.sort(key=lambda r: (r.vin, r.session_id))
         return [r.model_copy(deep=True) for r in rows[:limit]]
 
     def prompt_versions(self) -> list[str]:
         with self._lock:
-            return sorted({r.prompt_version for r in self._rows.values() if r.valid})
+            return sorted({r.current.prompt_version for r in self._rows.values() if r.current.valid})
 
     def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
         with self._lock:
-            rows = [r for r in self._of(vin) if r.valid and r.root_cause == root_cause and r.concluded_at >= since]
+            rows = [
+                r.current
+                for r in self._of(vin)
+                if r.current.valid and r.current.root_cause == root_cause and r.current.concluded_at >= since
+            ]
         if not rows:
             return None
         return max(rows, key=lambda r: (r.concluded_at, r.session_id)).model_copy(deep=True)
@@ -97,6 +155,43 @@ class InMemoryStore:
     def count(self) -> int:
         with self._lock:
             return len(self._rows)
+
+    # -- read-only views (stores.audit) -------------------------------------------------
+
+    def _versions(self, rows: list[_Versions]) -> list[RecordVersion]:
+        out = [RecordVersion(r.current.model_copy(update={"source": ""}), r.current_from, None) for r in rows]
+        for r in rows:
+            out += [RecordVersion(rec.model_copy(update={"source": ""}), a, b) for a, b, rec in r.archived]
+        return out
+
+    def versions(self, vin: str) -> list[RecordVersion]:
+        with self._lock:
+            return sort_versions(self._versions(self._of(vin)))
+
+    def series_versions(self, series: str, limit: int) -> list[RecordVersion]:
+        with self._lock:
+            found = self._versions([r for r in self._rows.values() if r.current.series == series])
+        found.sort(key=lambda v: (v.record.concluded_at, v.record.session_id, v.version_from), reverse=True)
+        return found[:limit]
+
+    def fleet_counts(self) -> FleetCounts:
+        with self._lock:
+            rows = [r.current for r in self._rows.values()]
+            archived = sum(len(r.archived) for r in self._rows.values())
+        groups: dict[tuple[object, object, object, object], int] = {}
+        for r in rows:
+            key = (r.series, r.kind.value, r.valid, r.recheck_ok)
+            groups[key] = groups.get(key, 0) + 1
+        return FleetCounts(
+            count_groups([(*key, n) for key, n in sorted(groups.items(), key=str)]),
+            vehicles=len({r.vin for r in rows}),
+            archived_versions=archived,
+        )
+
+    def recent(self, limit: int) -> list[MemoryRecord]:
+        with self._lock:
+            rows = [r.current.model_copy(update={"source": ""}) for r in self._rows.values()]
+        return newest_first(rows, limit)
 
     def close(self) -> None:
         pass

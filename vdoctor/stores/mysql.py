@@ -2,7 +2,8 @@
 
 The shared SQL code path (``sqlbase``) with the MySQL dialect: vectors are
 float32 blobs (MariaDB 10.11 has no vector type), and similar-case search
-filters in SQL (series, verified, valid, other vehicles) and scores the
+filters in SQL (series, other vehicles, verified and valid as of the asking
+session's event time, over current and archived versions) and scores the
 candidates' vectors in the client, exactly. The schema is ``sql/mysql/``,
 applied by ``vdoctor memory init``.
 """
@@ -16,7 +17,18 @@ import numpy as np
 from vdoctor.errors import ConfigError
 from vdoctor.records import MemoryRecord
 from vdoctor.stores.base import Scored, SimilarQuery, top_k
-from vdoctor.stores.sqlbase import COLUMN_LIST, COLUMNS, ConnInfo, SqlStore, naive_utc, parse_url
+from vdoctor.stores.sqlbase import (
+    AS_OF,
+    AS_OF_ARCHIVED,
+    RECALL_COLUMN_LIST,
+    VERIFIED,
+    WRITE_COLUMN_LIST,
+    WRITE_COLUMNS,
+    ConnInfo,
+    RowUpdate,
+    SqlStore,
+)
+from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url
 
 try:
     import pymysql  # type: ignore[import-untyped]
@@ -32,6 +44,7 @@ BATCH_ROWS = 500
 
 class MySqlDialect:
     name = "mysql"
+    replace_verb = "REPLACE"
 
     def encode_vec(self, vector: list[float]) -> object:
         return np.asarray(vector, dtype=np.float32).tobytes()
@@ -40,70 +53,88 @@ class MySqlDialect:
         data = raw if isinstance(raw, bytes | bytearray | memoryview) else str(raw).encode("latin-1")
         return [float(x) for x in np.frombuffer(bytes(data), dtype=np.float32)]
 
-    def upsert(self, store: SqlStore, records: list[MemoryRecord]) -> None:
-        row = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
-        for start in range(0, len(records), BATCH_ROWS):
-            batch = records[start : start + BATCH_ROWS]
-            params = [p for r in batch for p in store.to_params(r)]
+    def upsert(self, store: SqlStore, rows: list[tuple[MemoryRecord, datetime]]) -> None:
+        marks = "(" + ", ".join(["%s"] * len(WRITE_COLUMNS)) + ")"
+        for start in range(0, len(rows), BATCH_ROWS):
+            batch = rows[start : start + BATCH_ROWS]
+            params = [p for r, version_from in batch for p in store.to_params(r, version_from)]
             # REPLACE: a row with the same (vin, session_id) is replaced whole.
-            store.run(f"REPLACE INTO {store.table} ({COLUMN_LIST}) VALUES " + ", ".join([row] * len(batch)), params)
+            store.run(
+                f"REPLACE INTO {store.table} ({WRITE_COLUMN_LIST}) VALUES " + ", ".join([marks] * len(batch)), params
+            )
 
     def similar(self, store: SqlStore, query: SimilarQuery) -> list[Scored]:
-        rows = store.query(
-            f"SELECT vin, session_id, summary_vec FROM {store.table} "
-            "WHERE series = %s AND recheck_ok = TRUE AND valid = TRUE AND vin <> %s",
-            (query.series, query.exclude_vin),
-        )
-        if not rows:
-            return []
-        keys = [(str(r[0]), str(r[1])) for r in rows]
-        matrix = np.frombuffer(b"".join(bytes(r[2]) for r in rows), dtype=np.float32).reshape(len(rows), -1)
+        """Filter in SQL (both tables, as of the query's time), score in the client, then fetch the top k."""
         vector = query.vector.astype(np.float32)
+        keys: list[tuple[str, str, object, bool]] = []  # (vin, session_id, version_from, archived)
+        blobs: list[bytes] = []
+        for table, archived in ((store.table, False), (store.history_table, True)):
+            rows = store.query(
+                f"SELECT vin, session_id, version_from, summary_vec FROM {table} "
+                f"WHERE series = %s AND vin <> %s AND {VERIFIED} AND {AS_OF_ARCHIVED if archived else AS_OF}",
+                [query.series, query.exclude_vin, naive_utc(query.as_of), *as_of_params(query.as_of, archived)],
+            )
+            keys += [(str(r[0]), str(r[1]), r[2], archived) for r in rows]
+            blobs += [bytes(r[3]) for r in rows]
+        if not keys:
+            return []
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(keys), -1)
         if matrix.shape[1] != vector.shape[0]:
             return []
         scores = matrix @ vector
         k = min(query.k, len(keys))
         best = np.argpartition(-scores, k - 1)[:k] if len(keys) > k else np.arange(len(keys))
-        wanted = {keys[i]: float(scores[i]) for i in best}
-        pairs = ", ".join(["(%s, %s)"] * len(wanted))
-        found = store.query(
-            f"SELECT {COLUMN_LIST} FROM {store.table} WHERE (vin, session_id) IN ({pairs}) "
-            "AND series = %s AND recheck_ok = TRUE AND valid = TRUE AND vin <> %s",
-            [*[x for key in wanted for x in key], query.series, query.exclude_vin],
-        )
-        records = [store.from_row(r) for r in found]
+        records = []
+        for archived in (False, True):
+            wanted = [keys[i] for i in best if keys[i][3] is archived]
+            if not wanted:
+                continue
+            table = store.history_table if archived else store.table
+            one = "(vin = %s AND session_id = %s AND version_from = %s)"
+            records += [
+                store.from_row(r)
+                for r in store.query(
+                    f"SELECT {RECALL_COLUMN_LIST} FROM {table} WHERE ({' OR '.join([one] * len(wanted))}) "
+                    f"AND series = %s AND vin <> %s AND {VERIFIED} AND {AS_OF_ARCHIVED if archived else AS_OF}",
+                    [
+                        *[x for key in wanted for x in key[:3]],
+                        query.series,
+                        query.exclude_vin,
+                        naive_utc(query.as_of),
+                        *as_of_params(query.as_of, archived),
+                    ],
+                )
+            ]
         if not records:
             return []
         return top_k(records, np.asarray([r.summary_vec for r in records], dtype=np.float32), vector, query.k)
 
-    def set_recheck(self, store: SqlStore, vin: str, session_id: str, ok: bool, now: datetime) -> bool:
-        # rowcount counts rows found, not only changed ones (CLIENT.FOUND_ROWS).
-        _, n = store.run(
-            f"UPDATE {store.table} SET recheck_ok = %s, updated_at = %s WHERE vin = %s AND session_id = %s",
-            (ok, naive_utc(now), vin, session_id),
-        )
-        return n > 0
-
-    def soft_delete(self, store: SqlStore, vin: str, now: datetime) -> int:
-        _, n = store.run(
-            f"UPDATE {store.table} SET valid = FALSE, updated_at = %s WHERE vin = %s AND valid = TRUE",
-            (naive_utc(now), vin),
-        )
-        return n
+    def update(self, store: SqlStore, rows: list[RowUpdate]) -> None:
+        for vin, session_id, values in rows:
+            sets = ", ".join(f"{column} = %s" for column in values)
+            store.run(
+                f"UPDATE {store.table} SET {sets} WHERE vin = %s AND session_id = %s",
+                [*values.values(), vin, session_id],
+            )
 
 
-def open_mysql(url: str) -> SqlStore:
+def open_mysql(url: str, read_only: bool = False) -> SqlStore:
+    """``read_only``: every connection's session is READ ONLY as well, so the server refuses writes too."""
     info = parse_url(url, DEFAULT_PORT)
-    return SqlStore(info, MySqlDialect(), lambda: connect(info), (pymysql.MySQLError,))
+    return SqlStore(
+        info, MySqlDialect(), lambda: connect(info, read_only=read_only), (pymysql.MySQLError,), read_only=read_only
+    )
 
 
-def connect(info: ConnInfo, found_rows: bool = True) -> pymysql.connections.Connection:
+def connect(info: ConnInfo, found_rows: bool = True, read_only: bool = False) -> pymysql.connections.Connection:
     """A pymysql connection for a MySQL-protocol store (autocommit, utf8mb4, a connect timeout).
 
     ``found_rows``: UPDATE reports matched rows, not changed ones (MySQL/MariaDB;
-    the Doris backend does not use it).
+    the Doris backend does not use it). ``read_only``: the session's
+    transactions are READ ONLY (MySQL/MariaDB; Doris has no such mode).
     """
     return pymysql.connect(
+        init_command="SET SESSION TRANSACTION READ ONLY" if read_only else None,
         host=info.host,
         port=info.port,
         user=info.user,

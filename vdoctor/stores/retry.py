@@ -81,11 +81,11 @@ class RetryingStore:
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         self._write(f"upsert of {len(records)} records", lambda: self.inner.upsert_many(records))
 
-    def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
-        return self._write(f"recheck {session_id}", lambda: self.inner.set_recheck(vin, session_id, ok))
+    def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
+        return self._write(f"recheck {session_id}", lambda: self.inner.set_recheck(vin, session_id, ok, at))
 
-    def soft_delete(self, vin: str) -> int:
-        return self._write(f"soft delete {vin}", lambda: self.inner.soft_delete(vin))
+    def soft_delete(self, vin: str, at: datetime) -> int:
+        return self._write(f"soft delete {vin}", lambda: self.inner.soft_delete(vin, at))
 
     # -- reads a write depends on (merge lookup, recheck target): retried with it -------
 
@@ -100,8 +100,8 @@ class RetryingStore:
 
     # -- recall reads: straight through (a failed recall is degraded, not waited for) ---
 
-    def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
-        return self.inner.own_history(vin, since, limit)
+    def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
+        return self.inner.own_history(vin, since, limit, as_of)
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         return self.inner.similar(query)

@@ -3,9 +3,16 @@
 Both speak the MySQL protocol through one DB-API driver (pymysql, imported
 only in each backend's module). Everything but a handful of dialect
 statements is the same SQL: reads, filters, ordering, dedup and
-prompt-version lookups. A ``Dialect`` supplies the rest: how a vector is
-written and read, the upsert statement, the similar-case search, and the
-recheck / soft-delete updates.
+prompt-version lookups, and the event-time rules of every write (``base``:
+read the record's current version, archive it into ``case_history`` when the
+write replaces it, then write). A ``Dialect`` supplies the rest: how a vector
+is written and read, the upsert statement, the similar-case search, and how
+some columns of existing rows are updated.
+
+A record's version current at event time T is its row in ``case_memory``
+when ``version_from <= T``, else its row in ``case_history`` whose span
+``[version_from, version_to)`` holds T; the as-of filters are in every recall
+query's WHERE clause.
 
 All values are bound as driver parameters. The only text spliced into SQL is
 the table name, taken from an allow-list, and (Doris) array literals built by
@@ -16,22 +23,36 @@ from __future__ import annotations
 
 import json
 import logging
-import math
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
 
-import numpy as np
-
-from vdoctor.errors import ConfigError, StoreError
+from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import Scored, SimilarQuery
+from vdoctor.stores.base import (
+    Scored,
+    SimilarQuery,
+    effective_at,
+    newest_first,
+    recheck_write,
+    upsert_version_from,
+)
+from vdoctor.stores.sqlaudit import SqlAudit
+from vdoctor.stores.sqlschema import apply_schema, schema_files, split_statements
+from vdoctor.stores.sqltypes import (
+    ConnInfo,
+    as_of_params,
+    maybe_naive,
+    maybe_utc,
+    naive_utc,
+    parse_url,
+    to_bool,
+    to_utc,
+    vector_literal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +60,10 @@ log = logging.getLogger(__name__)
 # vehicles at once per subtask; with one connection their recalls and writes
 # queued behind each other's network round trips.
 POOL_SIZE = 8
-# Identifiers are never taken from input as-is: the table comes from this list.
-ALLOWED_TABLES = ("case_memory",)
-DEFAULT_TABLE = "case_memory"
-_DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-# Where versioned DDL lives: sql/<dialect>/NNN_name.sql at the repository root.
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+# Keys per read of current versions (an OR of key pairs: both dialects take it).
+_KEYS_PER_READ = 500
+# Each table's archive of replaced versions (sql/<dialect>/002_event_time.sql).
+HISTORY_TABLES = {"case_memory": "case_history"}
 
 COLUMNS = (
     "vin",
@@ -64,90 +83,23 @@ COLUMNS = (
     "kind",
     "merged_sessions",
     "source",
+    "omitted",
+    "opened_ts",
+    "verified_ts",
+    "invalid_ts",
 )
 COLUMN_LIST = ", ".join(COLUMNS)
-
-
-@dataclass(frozen=True)
-class ConnInfo:
-    """A parsed ``scheme://user:password@host:port/db`` URL; ``redacted`` is safe to print."""
-
-    scheme: str
-    host: str
-    port: int
-    user: str
-    password: str
-    database: str
-    table: str
-
-    @property
-    def redacted(self) -> str:
-        who = f"{self.user}:***@" if self.password else f"{self.user}@"
-        return f"{self.scheme}://{who}{self.host}:{self.port}/{self.database}"
-
-    def __repr__(self) -> str:  # never show the password, even in tracebacks
-        return f"ConnInfo({self.redacted!r}, table={self.table!r})"
-
-
-def parse_url(url: str, default_port: int) -> ConnInfo:
-    """Parse and validate a MySQL-protocol store URL; errors never echo the password."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port or default_port
-    except ValueError as e:
-        raise ConfigError(f"invalid memory URL (expected scheme://user:password@host:port/db): {e}") from None
-    database = parts.path.lstrip("/")
-    safe = f"{parts.scheme}://{parts.hostname or ''}:{port}/{database}"
-    if not parts.hostname:
-        raise ConfigError(f"memory URL {safe} has no host")
-    if not _DB_NAME_RE.match(database):
-        raise ConfigError(f"memory URL {safe}: the database name must match {_DB_NAME_RE.pattern}")
-    table = parse_qs(parts.query).get("table", [DEFAULT_TABLE])[0]
-    if table not in ALLOWED_TABLES:
-        raise ConfigError(f"memory URL {safe}: table {table!r} is not one of {', '.join(ALLOWED_TABLES)}")
-    return ConnInfo(
-        scheme=parts.scheme,
-        host=parts.hostname,
-        port=port,
-        user=unquote(parts.username or "root"),
-        password=unquote(parts.password or ""),
-        database=database,
-        table=table,
-    )
-
-
-def vector_literal(vector: Sequence[float]) -> str:
-    """An SQL array literal ``[0.1,-0.2,...]`` from finite floats only (anything else raises)."""
-    parts = []
-    for x in vector:
-        if isinstance(x, bool) or not isinstance(x, int | float | np.floating | np.integer):
-            raise StoreError(f"a vector holds a {type(x).__name__}, not a number; refusing to build an SQL literal")
-        value = float(x)
-        if not math.isfinite(value):
-            raise StoreError("a vector holds a non-finite value; refusing to build an SQL literal from it")
-        parts.append(repr(value))
-    if not parts:
-        raise StoreError("refusing to build an SQL literal from an empty vector")
-    return "[" + ",".join(parts) + "]"
-
-
-def to_utc(value: object) -> datetime:
-    if not isinstance(value, datetime):
-        raise StoreError(f"expected a DATETIME from the store, got {type(value).__name__}")
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def naive_utc(value: datetime) -> datetime:
-    """DATETIME columns hold UTC without a zone."""
-    return value.astimezone(UTC).replace(tzinfo=None)
-
-
-def to_bool(value: object) -> bool | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true")
-    return bool(value)
+# An upsert also writes where the record's current version starts.
+WRITE_COLUMNS = (*COLUMNS, "version_from")
+WRITE_COLUMN_LIST = ", ".join(WRITE_COLUMNS)
+# What an archived version keeps (no summary source: only current versions are re-extracted).
+ARCHIVED_COLUMNS = tuple(c for c in COLUMNS if c != "source")
+# Recall reads, and reads of archived versions, leave the source out (in record column order).
+RECALL_COLUMN_LIST = COLUMN_LIST.replace(", source,", ", '' AS source,")
+# A version current at T (one bound parameter per %s, all T), not invalidated at or before T.
+AS_OF = "version_from <= %s AND concluded_at <= %s AND (invalid_ts IS NULL OR invalid_ts > %s)"
+AS_OF_ARCHIVED = AS_OF + " AND version_to > %s"
+VERIFIED = "recheck_ok = TRUE AND verified_ts <= %s"
 
 
 class Cursor(Protocol):
@@ -166,26 +118,46 @@ class Connection(Protocol):
     def close(self) -> Any: ...
 
 
+@dataclass(frozen=True)
+class Current:
+    """What a write needs to know of a record's current version."""
+
+    version_from: datetime
+    recheck_ok: bool | None
+    verified_ts: datetime | None
+
+
+# (vin, session_id, {column: value}): some columns of one existing row.
+RowUpdate = tuple[str, str, dict[str, object]]
+
+
 class Dialect(Protocol):
     """The statements that differ between MySQL/MariaDB and Doris."""
 
     name: str
+    # How a row replaces the one with the same key: REPLACE (MySQL) or INSERT (a Doris UNIQUE KEY table).
+    replace_verb: str
 
     def encode_vec(self, vector: list[float]) -> object: ...
 
     def decode_vec(self, raw: object) -> list[float]: ...
 
-    def upsert(self, store: SqlStore, records: list[MemoryRecord]) -> None: ...
+    def upsert(self, store: SqlStore, rows: list[tuple[MemoryRecord, datetime]]) -> None:
+        """Write whole rows: each record with where its current version starts."""
+        ...
 
     def similar(self, store: SqlStore, query: SimilarQuery) -> list[Scored]: ...
 
-    def set_recheck(self, store: SqlStore, vin: str, session_id: str, ok: bool, now: datetime) -> bool: ...
+    def update(self, store: SqlStore, rows: list[RowUpdate]) -> None:
+        """Set the same columns of existing rows (every update names the same columns)."""
+        ...
 
-    def soft_delete(self, store: SqlStore, vin: str, now: datetime) -> int: ...
 
+class SqlStore(SqlAudit):
+    """One MemoryStore over a MySQL-protocol connection; the dialect supplies what differs.
 
-class SqlStore:
-    """One MemoryStore over a MySQL-protocol connection; the dialect supplies what differs."""
+    ``read_only``: SELECTs only, anything else refused before it is sent (the memory inspector).
+    """
 
     def __init__(
         self,
@@ -193,8 +165,10 @@ class SqlStore:
         dialect: Dialect,
         connect: Callable[[], Connection],
         driver_errors: tuple[type[BaseException], ...],
+        read_only: bool = False,
     ) -> None:
         self.info = info
+        self.read_only = read_only
         self.dialect = dialect
         self.table = info.table
         self._connect = connect
@@ -254,7 +228,10 @@ class SqlStore:
 
     def run(self, sql: str, params: Sequence[object] | None = None) -> tuple[list[tuple[Any, ...]], int]:
         """Run one statement; returns (rows, rowcount). Reconnects once on a dropped connection."""
-        with self._lease() as lease, self._guard(sql.split(None, 1)[0].lower()):
+        verb = sql.split(None, 1)[0].lower()
+        if self.read_only and verb != "select":
+            raise StoreError(f"{self.dialect.name} store {self.info.redacted} is open read-only: refusing {verb}")
+        with self._lease() as lease, self._guard(verb):
             for attempt in (1, 2):
                 try:
                     if lease.conn is None:
@@ -288,9 +265,9 @@ class SqlStore:
         return self.run(sql, params)[0]
 
     def from_row(self, row: Sequence[Any]) -> MemoryRecord:
-        (vin, sid, series, concluded, summary, vec, cause, fix, prio, codes, ok, pv, valid, upd, kind, merged, src) = (
-            row[:17]
-        )
+        vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
+        ok, pv, valid, upd, kind, merged, src, om = row[10:18]
+        opened, verified, invalid = row[18:21]
         return MemoryRecord(
             vin=vin,
             session_id=sid,
@@ -309,9 +286,14 @@ class SqlStore:
             kind=kind,
             merged_sessions=json.loads(merged),
             source=src or "",
+            omitted=json.loads(om or "[]"),
+            opened_ts=maybe_utc(opened),
+            verified_ts=maybe_utc(verified),
+            invalid_ts=maybe_utc(invalid),
         )
 
-    def to_params(self, r: MemoryRecord) -> list[object]:
+    def to_params(self, r: MemoryRecord, version_from: datetime) -> list[object]:
+        """A row's values in ``WRITE_COLUMNS`` order."""
         return [
             r.vin,
             r.session_id,
@@ -330,42 +312,116 @@ class SqlStore:
             r.kind.value,
             json.dumps(r.merged_sessions),
             r.source,
+            json.dumps(r.omitted),
+            maybe_naive(r.opened_ts),
+            maybe_naive(r.verified_ts),
+            maybe_naive(r.invalid_ts),
+            naive_utc(version_from),
         ]
 
     def _select(self, where: str, params: Sequence[object], tail: str = "") -> list[MemoryRecord]:
         rows = self.query(f"SELECT {COLUMN_LIST} FROM {self.table} WHERE {where}{tail}", params)
         return [self.from_row(r) for r in rows]
 
+    @property
+    def history_table(self) -> str:
+        return HISTORY_TABLES[self.table]
+
+    # -- versions: what every write reads first, and the archive ------------------------
+
+    def current(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], Current]:
+        """The current version of each of these records that exists."""
+        found: dict[tuple[str, str], Current] = {}
+        for start in range(0, len(keys), _KEYS_PER_READ):
+            chunk = keys[start : start + _KEYS_PER_READ]
+            where = " OR ".join(["(vin = %s AND session_id = %s)"] * len(chunk))
+            rows = self.query(
+                f"SELECT vin, session_id, version_from, recheck_ok, verified_ts FROM {self.table} WHERE {where}",
+                [x for key in chunk for x in key],
+            )
+            for vin, sid, version_from, ok, verified in rows:
+                found[(vin, sid)] = Current(to_utc(version_from), to_bool(ok), maybe_utc(verified))
+        return found
+
+    def archive(self, vin: str, session_id: str, until: datetime) -> None:
+        """Keep the record's current version in the archive, closed at ``until`` (idempotent by its start)."""
+        columns = ", ".join(ARCHIVED_COLUMNS)
+        self.run(
+            f"{self.dialect.replace_verb} INTO {self.history_table} ({columns}, version_from, version_to) "
+            f"SELECT {columns}, version_from, %s FROM {self.table} WHERE vin = %s AND session_id = %s",
+            (naive_utc(until), vin, session_id),
+        )
+
     # -- the MemoryStore interface -----------------------------------------------------
 
     def upsert(self, record: MemoryRecord) -> None:
-        self.dialect.upsert(self, [record])
+        self.upsert_many([record])
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
-        if records:
-            self.dialect.upsert(self, records)
+        if not records:
+            return
+        current = self.current([(r.vin, r.session_id) for r in records])
+        rows = []
+        for r in records:
+            cur = current.get((r.vin, r.session_id))
+            start = upsert_version_from(cur.version_from if cur else None, r.concluded_at)
+            if cur is not None and start > cur.version_from:
+                self.archive(r.vin, r.session_id, start)  # a merge: the version it replaces is kept
+            rows.append((r, start))
+        self.dialect.upsert(self, rows)
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         found = self._select("vin = %s AND session_id = %s", (vin, session_id))
         return found[0] if found else None
 
-    def own_history(self, vin: str, since: datetime, limit: int) -> list[MemoryRecord]:
-        return self._select(
-            "vin = %s AND valid = TRUE AND concluded_at >= %s",
-            (vin, naive_utc(since), int(limit)),
-            " ORDER BY concluded_at DESC, session_id DESC LIMIT %s",
-        )
+    def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
+        found = []
+        # At most one version of a record holds at a time: the current ones and the
+        # archived ones are disjoint, and the newest ``limit`` of both are enough.
+        for table, archived in ((self.table, False), (self.history_table, True)):
+            rows = self.query(
+                f"SELECT {RECALL_COLUMN_LIST} FROM {table} WHERE vin = %s AND concluded_at >= %s AND "
+                f"{AS_OF_ARCHIVED if archived else AS_OF} ORDER BY concluded_at DESC, session_id DESC LIMIT %s",
+                [vin, naive_utc(since), *as_of_params(as_of, archived), int(limit)],
+            )
+            found += [self.from_row(r).as_of(as_of) for r in rows]
+        return newest_first([r for r in found if r.vin == vin and r.valid], limit)
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         if query.k <= 0:
             return []
-        return self.dialect.similar(self, query)
+        found = [Scored(s.record.as_of(query.as_of), s.score) for s in self.dialect.similar(self, query)]
+        return [s for s in found if query.admits(s.record)]
 
-    def set_recheck(self, vin: str, session_id: str, ok: bool) -> bool:
-        return self.dialect.set_recheck(self, vin, session_id, ok, _now())
+    def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
+        cur = self.current([(vin, session_id)]).get((vin, session_id))
+        if cur is None:
+            return False
+        change = recheck_write(cur.recheck_ok, cur.verified_ts, cur.version_from, ok, at)
+        if change.noop:
+            return True
+        if change.archive:
+            self.archive(vin, session_id, change.version_from)  # an overturned verdict: keep the old one
+        values: dict[str, object] = {
+            "recheck_ok": ok,
+            "verified_ts": maybe_naive(change.verified_ts),
+            "version_from": naive_utc(change.version_from),
+            "updated_at": naive_utc(_now()),
+        }
+        self.dialect.update(self, [(vin, session_id, values)])
+        return True
 
-    def soft_delete(self, vin: str) -> int:
-        return self.dialect.soft_delete(self, vin, _now())
+    def soft_delete(self, vin: str, at: datetime) -> int:
+        live = self.query(f"SELECT session_id, version_from FROM {self.table} WHERE vin = %s AND valid = TRUE", (vin,))
+        if not live:
+            return 0
+        now = naive_utc(_now())
+        updates: list[RowUpdate] = [
+            (vin, sid, {"valid": False, "invalid_ts": naive_utc(effective_at(at, to_utc(start))), "updated_at": now})
+            for sid, start in live
+        ]
+        self.dialect.update(self, updates)
+        return len(live)
 
     def history(self, vin: str) -> list[MemoryRecord]:
         return self._select("vin = %s", (vin,), " ORDER BY concluded_at DESC, session_id DESC")
@@ -401,32 +457,8 @@ class SqlStore:
     # -- schema ------------------------------------------------------------------------------
 
     def init_schema(self) -> list[str]:
-        """Apply sql/<dialect>/*.sql in order (idempotent DDL); returns the files applied."""
-        applied = []
-        for path in schema_files(self.dialect.name):
-            for statement in split_statements(path.read_text(encoding="utf-8")):
-                self.run(statement)
-            applied.append(path.name)
-        return applied
-
-
-def schema_files(dialect: str) -> list[Path]:
-    folder = SQL_DIR / dialect
-    files = sorted(folder.glob("[0-9][0-9][0-9]_*.sql"))
-    if not files:
-        raise StoreError(f"no DDL files in {folder} (expected NNN_name.sql)")
-    return files
-
-
-def split_statements(text: str) -> list[str]:
-    """Split a DDL file on ';' at line ends; ``--`` comment lines are dropped."""
-    lines = [line for line in text.splitlines() if not line.lstrip().startswith("--")]
-    out = []
-    for chunk in "\n".join(lines).split(";\n"):
-        statement = chunk.strip().rstrip(";").strip()
-        if statement:
-            out.append(statement)
-    return out
+        """Apply sql/<dialect>/*.sql in order (idempotent); returns the files applied."""
+        return apply_schema(self.dialect.name, self.run, self.info.database)
 
 
 @dataclass
@@ -434,6 +466,19 @@ class _Lease:
     """A pooled connection lent to one thread; None until connected, or after it was dropped."""
 
     conn: Connection | None
+
+
+__all__ = [
+    "COLUMNS",
+    "COLUMN_LIST",
+    "ConnInfo",
+    "SqlStore",
+    "naive_utc",
+    "parse_url",
+    "schema_files",
+    "split_statements",
+    "vector_literal",
+]
 
 
 def _close_quietly(conn: Connection | None) -> None:

@@ -1,12 +1,16 @@
 """An exact, per-series vector index for the embedded store, persisted beside the database.
 
 Similar-case recall only ever searches verified (recheck_ok = true), valid
-records of one series, so the index holds exactly those, one float32 matrix
-per series. A query is one matrix-vector product over that series (an exact
-scan: no recall loss), with the asking vehicle masked out by a 64-bit VIN hash;
-the store re-checks every filter when it fetches the winning rows.
+versions of records of one series, so the index holds exactly those, one
+float32 matrix per series, each with the span of event time in which it is
+verified and valid: ``[start, end)`` in epoch seconds. A query is one
+matrix-vector product over that series (an exact scan: no recall loss), with
+the asking vehicle masked out by a 64-bit VIN hash and every version whose
+span does not hold the query's time (``as_of``) masked out as well; the store
+re-checks every filter when it fetches the winning rows.
 
-Rows are named by the SQLite rowid (stable: the store upserts in place). The
+Rows are named by the SQLite rowid (stable: the store upserts in place);
+archived versions (the ``case_history`` table) by their negated rowid. The
 index follows the database through a change sequence: every write stamps its
 row with the next ``seq``; the index remembers the highest ``seq`` it has
 applied and catches up on rows with a higher one. On disk it is a folder of
@@ -43,7 +47,9 @@ def _blas_controller() -> ThreadpoolController:
     return _controller
 
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
+# The end of a span that is still open.
+OPEN_END = int(np.iinfo(np.int64).max)
 # Growth factor of a series matrix: amortised O(1) appends without holding
 # twice the memory for long.
 _GROWTH = 1.5
@@ -63,30 +69,34 @@ class _Series:
     vectors: npt.NDArray[np.float32] = field(init=False)
     rowids: npt.NDArray[np.int64] = field(init=False)
     vins: npt.NDArray[np.int64] = field(init=False)
+    # The event-time span [start, end) (epoch seconds) in which the version is verified and valid.
+    starts: npt.NDArray[np.int64] = field(init=False)
+    ends: npt.NDArray[np.int64] = field(init=False)
     size: int = 0
 
     def __post_init__(self) -> None:
         self.vectors = np.zeros((_MIN_CAPACITY, self.dim), dtype=np.float32)
-        self.rowids = np.zeros(_MIN_CAPACITY, dtype=np.int64)
-        self.vins = np.zeros(_MIN_CAPACITY, dtype=np.int64)
+        for name in _ROW_ARRAYS:
+            setattr(self, name, np.zeros(_MIN_CAPACITY, dtype=np.int64))
 
     def _grow(self, need: int) -> None:
         cap = len(self.rowids)
         if need <= cap:
             return
         new_cap = max(need, int(cap * _GROWTH) + 1)
-        for name in ("vectors", "rowids", "vins"):
+        for name in ("vectors", *_ROW_ARRAYS):
             old = getattr(self, name)
             new = np.zeros((new_cap, *old.shape[1:]), dtype=old.dtype)
             new[: self.size] = old[: self.size]
             setattr(self, name, new)
 
-    def append(self, rowid: int, vin_h: int, vector: npt.NDArray[np.float32]) -> int:
+    def append(self, rowid: int, vin_h: int, span: tuple[int, int], vector: npt.NDArray[np.float32]) -> int:
         self._grow(self.size + 1)
         slot = self.size
         self.vectors[slot] = vector
         self.rowids[slot] = rowid
         self.vins[slot] = vin_h
+        self.starts[slot], self.ends[slot] = span
         self.size += 1
         return slot
 
@@ -96,15 +106,19 @@ class _Series:
         moved = None
         if slot != last:
             self.vectors[slot] = self.vectors[last]
-            self.rowids[slot] = self.rowids[last]
-            self.vins[slot] = self.vins[last]
+            for name in _ROW_ARRAYS:
+                array = getattr(self, name)
+                array[slot] = array[last]
             moved = int(self.rowids[slot])
         self.size -= 1
         return moved
 
 
+_ROW_ARRAYS = ("rowids", "vins", "starts", "ends")
+
+
 class SeriesVectorIndex:
-    """Exact per-series inner-product index over verified, valid records."""
+    """Exact per-series inner-product index over verified, valid record versions, by event-time span."""
 
     def __init__(self, dim: int | None = None) -> None:
         self.dim = dim
@@ -115,10 +129,16 @@ class SeriesVectorIndex:
     def __len__(self) -> int:
         return len(self._where)
 
-    def apply(self, rowid: int, series: str, vin: str, eligible: bool, vector: npt.NDArray[np.float32] | None) -> None:
-        """Bring one row up to date: present (with this vector) iff eligible for similar recall."""
+    def apply(
+        self, rowid: int, series: str, vin: str, span: tuple[int, int] | None, vector: npt.NDArray[np.float32] | None
+    ) -> None:
+        """Bring one row up to date: present (with this vector and span) iff it is ever eligible for similar recall.
+
+        ``span`` is the event time [start, end) in which the row is verified
+        and valid; None (or an empty span) when it never is.
+        """
         self._discard(rowid)
-        if not eligible or vector is None:
+        if span is None or span[0] >= span[1] or vector is None:
             return
         if self.dim is None:
             self.dim = int(vector.shape[0])
@@ -130,7 +150,7 @@ class SeriesVectorIndex:
         part = self._series.get(series)
         if part is None:
             part = self._series[series] = _Series(self.dim)
-        self._where[rowid] = (series, part.append(rowid, vin_hash(vin), vector))
+        self._where[rowid] = (series, part.append(rowid, vin_hash(vin), span, vector))
 
     def _discard(self, rowid: int) -> None:
         hit = self._where.pop(rowid, None)
@@ -141,15 +161,20 @@ class SeriesVectorIndex:
         if moved is not None:
             self._where[moved] = (series, slot)
 
-    def search(self, series: str, exclude_vin: str, vector: npt.NDArray[np.float32], k: int) -> list[tuple[int, float]]:
-        """Top-k (rowid, inner product) of the series, the excluded VIN's rows masked out."""
+    def search(
+        self, series: str, exclude_vin: str, vector: npt.NDArray[np.float32], k: int, at: int
+    ) -> list[tuple[int, float]]:
+        """Top-k (rowid, inner product) of the series at event time ``at``; the excluded VIN's rows masked out."""
         part = self._series.get(series)
         if part is None or part.size == 0 or k <= 0 or vector.shape[0] != self.dim:
             return []
         n = part.size
         with _blas_controller().limit(limits=_BLAS_THREADS, user_api="blas"):
             scores = part.vectors[:n] @ vector.astype(np.float32, copy=False)
-        scores[part.vins[:n] == vin_hash(exclude_vin)] = -np.inf
+        hidden = part.vins[:n] == vin_hash(exclude_vin)
+        hidden |= part.starts[:n] > at
+        hidden |= part.ends[:n] <= at
+        scores[hidden] = -np.inf
         if n > k:
             idx = np.argpartition(-scores, k - 1)[:k]
         else:
@@ -169,8 +194,8 @@ class SeriesVectorIndex:
         for i, name in enumerate(names):
             part = self._series[name]
             np.save(tmp / f"s{i}.vectors.npy", part.vectors[: part.size])
-            np.save(tmp / f"s{i}.rowids.npy", part.rowids[: part.size])
-            np.save(tmp / f"s{i}.vins.npy", part.vins[: part.size])
+            for name in _ROW_ARRAYS:
+                np.save(tmp / f"s{i}.{name}.npy", getattr(part, name)[: part.size])
         meta = {"format": INDEX_FORMAT, "epoch": epoch, "seq": self.seq, "dim": self.dim, "series": names}
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
         old = folder.with_name(f"{folder.name}.old{os.getpid()}")
@@ -193,14 +218,15 @@ class SeriesVectorIndex:
             index.seq = int(meta["seq"])
             for i, name in enumerate(meta["series"]):
                 vectors = np.load(folder / f"s{i}.vectors.npy")
-                rowids = np.load(folder / f"s{i}.rowids.npy")
-                vins = np.load(folder / f"s{i}.vins.npy")
-                if not (len(vectors) == len(rowids) == len(vins)) or vectors.shape[1:] != (index.dim,):
+                rows = {a: np.load(folder / f"s{i}.{a}.npy") for a in _ROW_ARRAYS}
+                if any(len(a) != len(vectors) for a in rows.values()) or vectors.shape[1:] != (index.dim,):
                     return None
                 part = _Series(int(meta["dim"]))
-                part.vectors, part.rowids, part.vins, part.size = vectors, rowids, vins, len(rowids)
+                part.vectors, part.size = vectors, len(vectors)
+                for a, array in rows.items():
+                    setattr(part, a, array)
                 index._series[name] = part
-                index._where.update((int(r), (name, slot)) for slot, r in enumerate(rowids.tolist()))
+                index._where.update((int(r), (name, slot)) for slot, r in enumerate(part.rowids.tolist()))
             return index
         except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
             log.warning("vector index at %s unreadable (%s); rebuilding", folder, e)

@@ -9,7 +9,7 @@ Prompt-injection alerts come from their own vehicles, which never receive a
 recheck: their cases are never verified, so no other vehicle may ever see
 them, and the other vehicles' outputs must be the same with or without them.
 
-Usage: ``python -m vdoctor.devtools.bad_corpus --out corpus.jsonl [--events 10000] [--seed 7]``
+Usage: ``python -m devtools.bad_corpus --out corpus.jsonl [--events 10000] [--seed 7]``
 writes the corpus and ``corpus.expect.jsonl`` (one expectation per line).
 """
 

@@ -3,7 +3,9 @@
 ``POST /v1/chat/completions`` answers in OpenAI's wire format, tool calls
 included. By default the decision is the offline model's (vdoctor.models.offline)
 over the received messages, so a run through the real ``openai`` client reaches
-the same diagnosis as the offline model; tests may pass any other responder.
+the same diagnosis as the offline model, and a summary request (the summary
+prompt, no tools) is answered by a deterministic summary writer of its own
+(``summary_writer``); tests may pass any other responder.
 
 Knobs: a fixed latency (plus jitter) per call; error injection by schedule
 (the first requests fail in the given order) or by rate (seeded), with kinds
@@ -15,7 +17,7 @@ servers do, so tests can check that the client never repeats it).
 
 Run it standalone::
 
-    python -m vdoctor.devtools.model_server --port 0 --latency-ms 200
+    python -m devtools.model_server --port 0 --latency-ms 200
     # prints: model server listening on http://127.0.0.1:PORT/v1
 """
 
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from devtools.summary_writer import is_summary_request, summary_reply
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.models.offline import OfflineModel
 
@@ -64,8 +67,15 @@ class ServerConfig:
 
 
 def offline_responder() -> Responder:
+    """The offline model's decisions; a summary request gets the summary writer's answer instead."""
     model = OfflineModel()
-    return model.chat
+
+    def respond(messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        if not tools and is_summary_request(messages):
+            return summary_reply(messages)
+        return model.chat(messages, tools)
+
+    return respond
 
 
 def from_wire(messages: list[dict[str, Any]]) -> list[Message]:
@@ -269,7 +279,7 @@ def _rates(text: str) -> dict[str, float]:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m vdoctor.devtools.model_server", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devtools.model_server", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="time each reply takes")

@@ -1,0 +1,197 @@
+"""The inspector's routes: each page as HTML, and its data as JSON under ``/api/`` at the same path.
+
+| page | what |
+|---|---|
+| ``/`` | the fleet: records, verified share, recent conclusions, the job's diagnoses and dead letters |
+| ``/vehicles/{vin}`` | the vehicle's medical record: a timeline, and every record with its versions |
+| ``/vehicles/{vin}/cases/{session_id}`` | one case: summary, omitted facts, stored source, fidelity findings |
+| ``/vehicles/{vin}/recall?symptom=&codes=&at=&series=`` | what a session opening at ``at`` would be given, and why |
+
+The routes only read. Around them (outermost first): security headers; GET
+and HEAD only; an access log of method, path and status (never a query
+string, which may carry the token); loopback hosts only when bound to
+loopback; the token when there is one (``security``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jinja2
+from pydantic import SecretStr
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from inspector import views
+from inspector.security import (
+    ASGIApp,
+    LocalHostOnly,
+    Message,
+    ReadOnlyMethods,
+    Receive,
+    Scope,
+    Scrubber,
+    SecurityHeaders,
+    Send,
+    TokenGuard,
+)
+from vdoctor.errors import StoreError, VDoctorError
+
+log = logging.getLogger("inspector")
+access_log = logging.getLogger("inspector.access")
+
+
+def _when(value: str | None) -> str:
+    """An ISO time as the pages show it: 2026-11-01 08:15."""
+    return "-" if not value else value[:16].replace("T", " ")
+
+
+def _templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("inspector", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["when"] = _when
+    env.filters["score"] = lambda v: "-" if v is None else f"{v:.3f}"
+    env.filters["pct"] = lambda v: f"{100 * v:.1f}%"
+    return Jinja2Templates(env=env)
+
+
+Build = Callable[[views.Inspector, Request], dict[str, Any]]
+
+
+class _Pages:
+    def __init__(self, ins: views.Inspector, scrub: Scrubber) -> None:
+        self.ins = ins
+        self.scrub = scrub
+        self.templates = _templates()
+
+    def error(self, request: Request, status: int, message: str) -> Response:
+        message = self.scrub(message)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": message}, status_code=status)
+        context = {"status": status, "message": message, "memory": self.ins.memory}
+        return self.templates.TemplateResponse(request, "error.html", context, status_code=status)
+
+    def routes(self) -> list[BaseRoute]:
+        pages: list[tuple[str, str, Build, Build]] = [
+            ("/", "fleet.html", lambda i, r: views.fleet(i), lambda i, r: views.fleet(i)),
+            ("/vehicles/{vin}", "vehicle.html", _vehicle, _vehicle),
+            ("/vehicles/{vin}/cases/{session_id}", "case.html", _case, _case),
+            ("/vehicles/{vin}/recall", "recall.html", _recall_page, _recall_api),
+        ]
+        routes: list[BaseRoute] = [Route("/vehicles", self._find, methods=["GET"])]
+        for path, template, page, api in pages:
+            routes.append(Route(path, self._html(template, page), methods=["GET"]))
+            routes.append(Route("/api" + path, self._json(api), methods=["GET"]))
+        routes.append(Mount("/static", StaticFiles(packages=[("inspector", "static")]), name="static"))
+        return routes
+
+    def _guarded(self, request: Request, build: Build) -> dict[str, Any] | Response:
+        try:
+            return build(self.ins, request)
+        except views.Moved as moved:
+            target = request.url.path.rsplit("/", 1)[0] + "/" + moved.session_id
+            return RedirectResponse(target, status_code=307)
+        except views.NotFound as e:
+            return self.error(request, 404, str(e))
+        except views.BadInput as e:
+            return self.error(request, 400, str(e))
+        except StoreError as e:
+            log.warning("long-term memory could not be read: %s", self.scrub(str(e)))
+            return self.error(request, 503, f"long-term memory could not be read: {e}")
+        except VDoctorError as e:
+            return self.error(request, 400, str(e))
+
+    def _html(self, template: str, build: Build) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:
+            data = self._guarded(request, build)
+            if isinstance(data, Response):
+                return data
+            return self.templates.TemplateResponse(request, template, {"data": data, "memory": self.ins.memory})
+
+        return endpoint
+
+    def _json(self, build: Build) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:
+            data = self._guarded(request, build)
+            return data if isinstance(data, Response) else JSONResponse(data)
+
+        return endpoint
+
+    def _find(self, request: Request) -> Response:
+        """The fleet page's VIN box: on to the vehicle's page."""
+        vin = request.query_params.get("vin", "").strip().upper()
+        try:
+            views.check_vin(vin)
+        except views.NotFound as e:
+            return self.error(request, 404, str(e))
+        return RedirectResponse(f"/vehicles/{vin}", status_code=303)
+
+
+def _vehicle(ins: views.Inspector, r: Request) -> dict[str, Any]:
+    return views.vehicle(ins, r.path_params["vin"])
+
+
+def _case(ins: views.Inspector, r: Request) -> dict[str, Any]:
+    return views.case(ins, r.path_params["vin"], r.path_params["session_id"])
+
+
+def _recall_page(ins: views.Inspector, r: Request) -> dict[str, Any]:
+    return views.recall(ins, r.path_params["vin"], dict(r.query_params), require_symptom=False)
+
+
+def _recall_api(ins: views.Inspector, r: Request) -> dict[str, Any]:
+    explained = views.recall(ins, r.path_params["vin"], dict(r.query_params), require_symptom=True)["explanation"]
+    if not isinstance(explained, dict):
+        raise views.BadInput("give symptom=<the alert text>")
+    return explained
+
+
+class AccessLog:
+    """One line per request: method, path and status (the query string is left out: it may hold the token)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [0]
+
+        async def recording(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording)
+        finally:
+            elapsed = (time.perf_counter() - started) * 1000
+            access_log.info("%s %s %d %.0f ms", scope["method"], scope["path"], status[0], elapsed)
+
+
+def create_app(ins: views.Inspector, token: SecretStr | None, local: bool, scrub: Scrubber) -> ASGIApp:
+    """The inspector as an ASGI app, behind its read-only and token guards."""
+    pages = _Pages(ins, scrub)
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.error("error answering %s %s: %s", request.method, request.url.path, scrub(repr(exc)))
+        return pages.error(request, 500, "internal error (the inspector's log has it)")
+
+    app: ASGIApp = Starlette(routes=pages.routes(), exception_handlers={Exception: unexpected})
+    if token is not None:
+        app = TokenGuard(app, token)
+    if local:
+        app = LocalHostOnly(app)
+    return SecurityHeaders(ReadOnlyMethods(AccessLog(app)))

@@ -1,0 +1,210 @@
+"""What stands between the fleet's memory and the network, and what keeps secrets out of sight.
+
+- ``ReadOnlyMethods``: only GET and HEAD are answered (405 for any other
+  method, on every path): the inspector never writes, and offers nothing a
+  request could change.
+- ``TokenGuard``: when the server has a token (required on any address but
+  loopback), every request must carry it: the ``Authorization: Bearer <token>``
+  header (scripts), or the ``vdoctor_token`` cookie (browsers). A browser
+  gets the cookie by opening any page once with ``?token=<token>``: the
+  answer is a redirect to the same page without it, setting the cookie
+  (HttpOnly, SameSite=Strict), so the token does not stay in the address
+  bar, the history, or a Referer. Anything else is a 401.
+- ``LocalHostOnly``: bound to loopback, requests must name a loopback host
+  (a web page elsewhere cannot reach the inspector through DNS rebinding).
+- ``SecurityHeaders``: no scripts, no framing, no referrer, no caching.
+- ``Scrubber``: the token and the database password are replaced by ``***``
+  in anything logged or shown (errors included); ``redact_url`` shows a
+  memory URL without its password.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+TOKEN_COOKIE = "vdoctor_token"
+TOKEN_PARAM = "token"
+READ_METHODS = frozenset({"GET", "HEAD"})
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+_HEADERS = [
+    (b"content-security-policy", b"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
+     b"frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]  # fmt: skip
+
+
+async def _answer(send: Send, status: int, body: str, headers: list[tuple[bytes, bytes]], json_body: bool) -> None:
+    data = json.dumps({"error": body}).encode() if json_body else body.encode()
+    kind = b"application/json" if json_body else b"text/plain; charset=utf-8"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", kind), (b"content-length", str(len(data)).encode()), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": data})
+
+
+def _is_api(scope: Scope) -> bool:
+    return str(scope.get("path", "")).startswith("/api/")
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
+class ReadOnlyMethods:
+    """405 for every method but GET and HEAD, before anything else sees the request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in READ_METHODS:
+            allow = [(b"allow", b"GET, HEAD")]
+            await _answer(send, 405, "the memory inspector is read-only: GET and HEAD only", allow, _is_api(scope))
+            return
+        await self.app(scope, receive, send)
+
+
+class LocalHostOnly:
+    """Bound to loopback: the Host header must name a loopback host too (no DNS rebinding)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = urlsplit("//" + _headers(scope).get("host", "")).hostname or ""
+            if host not in LOOPBACK_NAMES and not host.startswith("127."):
+                await _answer(send, 421, "this inspector answers to localhost only", [], _is_api(scope))
+                return
+        await self.app(scope, receive, send)
+
+
+class TokenGuard:
+    """Every request carries the token (header or cookie), or gets a 401; ``?token=`` sets the cookie."""
+
+    def __init__(self, app: ASGIApp, token: SecretStr) -> None:
+        self.app = app
+        self._token = token.get_secret_value().encode()
+
+    def _valid(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(), self._token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        auth = headers.get("authorization", "")
+        bearer = auth[len("bearer ") :].strip() if auth.lower().startswith("bearer ") else None
+        cookie = _cookie(headers.get("cookie", ""), TOKEN_COOKIE)
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        param = next((v for k, v in query if k == TOKEN_PARAM), None)
+        if self._valid(param):
+            # The same page without the token in its URL, and the cookie that stands for it.
+            rest = urlencode([(k, v) for k, v in query if k != TOKEN_PARAM])
+            location = urlunsplit(("", "", scope.get("root_path", "") + scope["path"], rest, ""))
+            cookie_header = f"{TOKEN_COOKIE}={self._token.decode()}; HttpOnly; SameSite=Strict; Path=/"
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 303,
+                    "headers": [
+                        (b"location", location.encode()),
+                        (b"set-cookie", cookie_header.encode()),
+                        (b"content-length", b"0"),
+                        *_HEADERS,
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": b""})
+            return
+        if self._valid(bearer) or self._valid(cookie):
+            await self.app(scope, receive, send)
+            return
+        why = (
+            "401: this inspector needs its token: an 'Authorization: Bearer <token>' header, "
+            "or open any page once with ?token=<token> (a browser then keeps it in a cookie)"
+        )
+        challenge = [(b"www-authenticate", b'Bearer realm="vdoctor inspector"'), *_HEADERS]
+        await _answer(send, 401, why, challenge, _is_api(scope))
+
+
+def _cookie(header: str, name: str) -> str | None:
+    for part in header.split(";"):
+        key, sep, value = part.strip().partition("=")
+        if sep and key == name:
+            return value
+    return None
+
+
+class SecurityHeaders:
+    """No scripts, no framing, no referrer, no caching, on every answer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = [*message.get("headers", []), *(h for h in _HEADERS if h[0] not in names)]
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def redact_url(url: str) -> str:
+    """A memory URL fit to show: the password (if any) replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return f"{url.split(':', 1)[0]}://(unparsable URL)"
+    if not password:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}{port}", parts.path, parts.query, parts.fragment))
+
+
+def url_password(url: str) -> str | None:
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        return None
+    return unquote(password) if password else None
+
+
+class Scrubber:
+    """Replaces each secret (as given and URL-quoted) by ``***`` in any text."""
+
+    def __init__(self, secrets: list[str | None]) -> None:
+        found = {s for s in secrets if s}
+        found |= {quoted for s in list(found) if (quoted := urlencode({"": s})[1:]) != s}
+        # Longest first, so a secret that contains another is replaced whole.
+        self.secrets = sorted(found, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text

@@ -1,0 +1,163 @@
+"""``vdoctor run``, ``vdoctor replay`` and ``vdoctor eval``: the commands that run the job or feed it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from jobs.job_settings import (
+    CONNECTOR_JAR_ENV,
+    DEFAULT_CONNECTOR_JAR,
+    add_diagnosis_arguments,
+    add_flink_arguments,
+    add_kafka_arguments,
+    domain_settings,
+    kafka_settings,
+    replay_settings,
+)
+
+
+def _cmd_run_kafka(args: argparse.Namespace) -> int:
+    from jobs import kafka_job  # imports pyflink: only for `run --kafka`
+
+    if args.alerts or args.out:
+        print("vdoctor run: --kafka reads topics; --alerts/--out are for file replays", file=sys.stderr)
+        return 2
+    job = kafka_settings(args)
+    settings = domain_settings(args)
+    scheme = urlsplit(settings.memory.url).scheme
+    print(
+        f"vdoctor run: kafka {job.bootstrap} {','.join(job.input_topics())} -> {job.diagnoses_topic}, "
+        f"{job.dead_letters_topic} (memory: {scheme}, model: {settings.model.chat}, "
+        f"parallelism {job.flink.parallelism}, {job.delivery}, checkpoints every {job.flink.checkpoint_interval_ms} ms "
+        f"in {job.flink.checkpoint_dir}); Ctrl-C stops",
+        file=sys.stderr,
+    )
+    try:
+        kafka_job.run(job, settings, local=True)
+    except KeyboardInterrupt:
+        # Offsets and state are as of the last checkpoint; resume with --restore latest.
+        print(f"vdoctor run: stopped; checkpoints are kept in {job.flink.checkpoint_dir}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if args.kafka:
+        return _cmd_run_kafka(args)
+    from jobs.replay import run_file  # imports pyflink: only for `run`
+
+    replay = replay_settings(args)
+    settings = domain_settings(args)
+    if settings.needs_api_key() and settings.endpoint.api_key is None and not settings.endpoint.api_key_file:
+        print(
+            "vdoctor run: an openai model or embedder needs OPENAI_API_KEY or VDOCTOR_OPENAI_API_KEY_FILE "
+            "(and OPENAI_BASE_URL for other endpoints)",
+            file=sys.stderr,
+        )
+        return 2
+    if replay.flink.restore_from is not None:
+        print(f"vdoctor run: restoring from {replay.flink.restore_from}", file=sys.stderr)
+    scheme = urlsplit(settings.memory.url).scheme
+    print(
+        f"vdoctor run: {replay.alerts} -> {replay.out} (memory: {scheme}, model: {settings.model.chat}, "
+        f"parallelism {replay.flink.parallelism}, concurrency {settings.runtime.concurrency})",
+        file=sys.stderr,
+    )
+    report = run_file(replay, settings)
+    print(report.render())
+    print(f"  outputs            {replay.out / 'diagnoses.jsonl'}, {replay.out / 'dead_letters.jsonl'}")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from jobs.kafka_replay import replay_file
+
+    alerts = Path(args.alerts)
+    if not alerts.is_file():
+        print(f"vdoctor replay: no such alerts file: {alerts}", file=sys.stderr)
+        return 2
+    progress = None if args.quiet else sys.stderr
+    report = replay_file(alerts, args.bootstrap, args.topic, rate=args.rate, progress=progress)
+    print(report.render())
+    return 0
+
+
+def _cmd_package(args: argparse.Namespace) -> int:
+    from jobs.package import package, python_tag
+
+    jar = args.connector_jar or os.environ.get(CONNECTOR_JAR_ENV) or str(DEFAULT_CONNECTOR_JAR)
+    bundle = package(Path(args.out), Path(jar))
+    size_mb = bundle.archive.stat().st_size / 1e6
+    print(f"wrote {bundle.archive} ({size_mb:.1f} MB): vdoctor, operators, jobs and what they need beyond")
+    print(f"      apache-flink, for Python {python_tag()}: {', '.join(bundle.dependencies)}")
+    print(f"wrote {bundle.connector_jar}")
+    print("submit it (README, 'Submitting to a cluster'):")
+    print(bundle.submit_command())
+    return 0
+
+
+def _cmd_eval_ab(args: argparse.Namespace) -> int:
+    from jobs.eval_ab import run_ab  # imports pyflink: only for `eval`
+
+    out = Path(args.out)
+    run_ab(args)
+    print((out / "ab_report.md").read_text(encoding="utf-8"))
+    print(f"report: {out / 'ab_report.md'}, chart: {out / 'ab_report.png'}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``run``, ``replay`` and ``eval`` to the ``vdoctor`` parser's sub-commands."""
+    run = sub.add_parser(
+        "run", help="run the PyFlink job on the local MiniCluster: over a JSONL file, or on Kafka topics (--kafka)"
+    )
+    run.add_argument("--alerts", help="JSONL file of alert/recheck/lifecycle events")
+    run.add_argument("--out", help="folder for diagnoses.jsonl and dead_letters.jsonl")
+    run.add_argument("--kafka", metavar="HOST:PORT", help="run unbounded on Kafka topics instead of a file")
+    run.add_argument("--rate", type=float, help="replay at most this many lines per second (like a live stream)")
+    run.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve the job's Flink metrics for Prometheus at http://localhost:PORT/metrics",
+    )
+    add_diagnosis_arguments(run)
+    add_flink_arguments(run)
+    add_kafka_arguments(run)
+    run.set_defaults(func=_cmd_run)
+
+    replay = sub.add_parser("replay", help="produce a JSONL file of events to a Kafka topic, keyed by VIN")
+    replay.add_argument("--alerts", required=True, help="JSONL file of alert/recheck/lifecycle events")
+    replay.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka bootstrap servers")
+    replay.add_argument("--topic", default="vdoctor.alerts", help="topic to produce to (default vdoctor.alerts)")
+    replay.add_argument("--rate", type=float, help="events per second (default: as fast as the broker takes them)")
+    replay.add_argument("--quiet", action="store_true", help="no progress bar")
+    replay.set_defaults(func=_cmd_replay)
+
+    pack = sub.add_parser(
+        "package", help="build what `flink run` needs to run the Kafka job on a cluster that has nothing of ours"
+    )
+    pack.add_argument("--out", default="dist/flink-job", help="folder to write to (default dist/flink-job)")
+    pack.add_argument("--connector-jar", help=f"the Flink Kafka connector jar to ship (default ${CONNECTOR_JAR_ENV})")
+    pack.set_defaults(func=_cmd_package)
+
+    evaluation = sub.add_parser("eval", help="experiments over a replay file").add_subparsers(
+        dest="eval_command", required=True
+    )
+    ab = evaluation.add_parser("ab", help="memory off vs memory on, as a markdown report and a PNG chart")
+    ab.add_argument("--alerts", required=True)
+    ab.add_argument("--out", required=True)
+    ab.add_argument("--knowledge")
+    ab.add_argument("--parallelism", type=int, default=1)
+    ab.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="vehicles in flight per subtask (default 1: file order across vehicles, so both arms see the same order)",
+    )
+    ab.set_defaults(func=_cmd_eval_ab)

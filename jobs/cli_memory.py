@@ -1,0 +1,299 @@
+"""``vdoctor memory`` and ``vdoctor knowledge``: inspect and manage long-term memory and the knowledge base."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from jobs.job_settings import domain_settings
+from vdoctor import assembly
+from vdoctor.errors import ConfigError
+from vdoctor.memory.explain import recall_json, vehicle_series
+from vdoctor.stores import open_store
+
+
+def _event_time(text: str | None) -> datetime:
+    """An ``--as-of`` / ``--at`` value: ISO-8601 with a timezone (second precision, UTC); default now."""
+    if text is None:
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"not an ISO-8601 time: {text!r} (e.g. 2026-11-05T10:00:00Z)") from None
+    if value.tzinfo is None:
+        raise ConfigError(f"{text!r} has no timezone (e.g. 2026-11-05T10:00:00Z)")
+    return value.astimezone(UTC).replace(microsecond=0)
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"
+
+
+def _cmd_history(args: argparse.Namespace) -> int:
+    store = open_store(domain_settings(args).memory.url)
+    try:
+        records = store.history(args.vin)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([r.public_dict() for r in records], ensure_ascii=False, indent=2))
+        return 0
+    if not records:
+        print(f"no long-term memory for {args.vin}")
+    for r in records:
+        recheck = {True: "ok", False: "failed", None: "pending"}[r.recheck_ok]
+        if r.recheck_ok is not None:
+            recheck += f" {_when(r.verified_ts)}"
+        state = "valid" if r.valid else f"deleted {_when(r.invalid_ts)}"
+        omitted = f"\n  omitted from the summary: {'; '.join(r.omitted)}" if r.omitted else ""
+        print(
+            f"{r.session_id}  {r.concluded_at:%Y-%m-%d %H:%M}  {r.priority or 'no priority yet'}  recheck {recheck}  "
+            f"{state}  {r.kind.value}  {','.join(r.dtc_codes)}\n  opened {_when(r.opened_ts)}, concluded "
+            f"{_when(r.concluded_at)}\n  cause: {r.root_cause}\n  fix:   {r.fix_action}\n  "
+            + r.summary.replace("\n", "\n  ")
+            + omitted
+        )
+    return 0
+
+
+def _cmd_recall(args: argparse.Namespace) -> int:
+    settings = domain_settings(args)
+    at = _event_time(args.as_of)
+    store = open_store(settings.memory.url)
+    try:
+        series = vehicle_series(store, args.vin, args.series)
+        # The job's own recall: the alert text with its codes' definitions, the configured budget,
+        # as a session opening at event time --as-of would get it.
+        recall = assembly.session_recall(settings, store)
+        found = recall.for_alert(args.vin, series, args.symptom, args.codes or [], at)
+    finally:
+        store.close()
+    out = recall_json(args.vin, at, found)
+    print(json.dumps(out, ensure_ascii=False, indent=2) if args.json else (found.text or "nothing recalled"))
+    return 0
+
+
+def _cmd_check_summary(args: argparse.Namespace) -> int:
+    """Exit 0: faithful; 1: findings; 2 (from main): no such record, or no source to check against."""
+    from vdoctor.memory.check import check_stored, report_dict
+
+    summary = sys.stdin.read() if args.summary == "-" else args.summary
+    store = open_store(domain_settings(args).memory.url)
+    try:
+        record, report = check_stored(store, args.vin, args.session_id, summary)
+    finally:
+        store.close()
+    out = report_dict(record, report)
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        print(f"{record.session_id}: {'faithful' if report.ok else 'NOT faithful'} ({report.describe()})")
+    return 0 if report.ok else 1
+
+
+def _cmd_forget(args: argparse.Namespace) -> int:
+    at = _event_time(args.at)
+    store = open_store(domain_settings(args).memory.url)
+    try:
+        n = store.soft_delete(args.vin, at)
+    finally:
+        store.close()
+    print(
+        f"{args.vin}: {n} records marked invalid ({args.change}) from {at:%Y-%m-%dT%H:%M:%SZ}; "
+        "kept for audit, never recalled by a session opening from then on"
+    )
+    return 0
+
+
+def _cmd_knowledge_load(args: argparse.Namespace) -> int:
+    from vdoctor.knowledge.chunks import rows_from_csv
+
+    base = assembly.knowledge_base(domain_settings(args))
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r  embedded {done}/{total} chunks", end="", file=sys.stderr, flush=True)
+
+    try:
+        written = base.load(rows_from_csv(Path(args.csv), scope=args.scope), args.version, progress)
+        total = base.store.count()
+    finally:
+        base.close()
+    print(file=sys.stderr)
+    print(
+        f"loaded {args.csv}: {written} chunks (version {args.version}) in {time.monotonic() - started:.1f} s; "
+        f"{total} chunks in the knowledge base"
+    )
+    return 0
+
+
+def _cmd_knowledge_search(args: argparse.Namespace) -> int:
+    base = assembly.knowledge_base(domain_settings(args))
+    try:
+        hits = base.search(args.query, scope=args.scope, version=args.version)
+    finally:
+        base.close()
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "chunk_id": h.chunk.chunk_id,
+                        "scope": h.chunk.scope,
+                        "version": h.chunk.version,
+                        "score": round(h.score, 4),
+                        "codes": h.chunk.codes,
+                        "text": h.chunk.text,
+                    }
+                    for h in hits
+                ],
+                ensure_ascii=False,
+                indent=2,
+            )
+        )
+    else:
+        for h in hits:
+            print(f"{h.score:.3f}  {h.chunk.chunk_id}\n  " + h.chunk.text[:300].replace("\n", "\n  "))
+    return 0
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from vdoctor.evaluation.health import assess, plot
+
+    store = open_store(domain_settings(args).memory.url)
+    try:
+        report = assess(Path(args.diagnoses), store, sample=args.sample)
+    finally:
+        store.close()
+    print(report.render())
+    out = Path(args.plot)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(report, out)
+    print(f"  plot                             {out}")
+    return 0
+
+
+def _cmd_reextract(args: argparse.Namespace) -> int:
+    from vdoctor.memory.reextract import ReextractReport, reextract
+    from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION
+
+    if args.prompt_version != SUMMARY_PROMPT_VERSION:
+        print(
+            f"vdoctor memory reextract: this build writes summaries with prompt version {SUMMARY_PROMPT_VERSION}; "
+            f"--prompt-version {args.prompt_version} would label them wrongly",
+            file=sys.stderr,
+        )
+        return 2
+    settings = domain_settings(args)
+    store = assembly.long_term_store(settings)
+
+    def progress(report: ReextractReport) -> None:
+        print(f"\r  {report.seen} seen, {report.rewritten} rewritten", end="", file=sys.stderr, flush=True)
+
+    try:
+        report = reextract(
+            store, assembly.summarizer(settings), assembly.embedder(settings), args.prompt_version, progress
+        )
+    finally:
+        store.close()
+    print(file=sys.stderr)
+    print(report.render())
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    url = domain_settings(args).memory.url
+    store = open_store(url)
+    try:
+        init = getattr(store, "init_schema", None)
+        if init is None:
+            print(f"{urlsplit(url).scheme} memory creates its schema when opened; nothing to apply")
+            return 0
+        applied = init()
+        where = getattr(getattr(store, "info", None), "redacted", urlsplit(url).scheme)
+    finally:
+        store.close()
+    print(f"applied {', '.join(applied)} to {where}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``memory`` and ``knowledge`` to the ``vdoctor`` parser's sub-commands."""
+    memory = sub.add_parser("memory", help="inspect and manage long-term memory").add_subparsers(
+        dest="memory_command", required=True
+    )
+    hist = memory.add_parser("history", help="a vehicle's long-term records, newest first")
+    hist.add_argument("--vin", required=True)
+    hist.add_argument("--json", action="store_true")
+    hist.add_argument("--memory")
+    hist.set_defaults(func=_cmd_history)
+
+    rec = memory.add_parser("recall", help="what a new session of this vehicle would recall")
+    rec.add_argument("--vin", required=True)
+    rec.add_argument("--symptom", required=True)
+    rec.add_argument("--series", help="vehicle series (default: from the vehicle's history)")
+    rec.add_argument("--codes", nargs="*", help="trouble codes of the alert")
+    rec.add_argument(
+        "--as-of",
+        help="event time the session opens at, ISO-8601 with a timezone (default now): only what was "
+        "true then is recalled",
+    )
+    rec.add_argument("--json", action="store_true")
+    rec.add_argument("--memory")
+    rec.set_defaults(func=_cmd_recall)
+
+    check = memory.add_parser(
+        "check-summary", help="check a summary text against a record's stored source (exit 0 faithful, 1 findings)"
+    )
+    check.add_argument("--vin", required=True)
+    check.add_argument("--session-id", required=True, help="the session (or a session merged into the record)")
+    check.add_argument("--summary", required=True, help="the summary text to check; - reads it from stdin")
+    check.add_argument("--json", action="store_true")
+    check.add_argument("--memory")
+    check.set_defaults(func=_cmd_check_summary)
+
+    forget = memory.add_parser("forget", help="soft-delete a vehicle's records (scrapped or transferred)")
+    forget.add_argument("--vin", required=True)
+    forget.add_argument("--change", required=True, choices=["scrapped", "transferred"])
+    forget.add_argument("--at", help="event time of the change, ISO-8601 with a timezone (default now)")
+    forget.add_argument("--memory")
+    forget.set_defaults(func=_cmd_forget)
+
+    knowledge = sub.add_parser("knowledge", help="the knowledge base the agent's search_knowledge tool reads")
+    ksub = knowledge.add_subparsers(dest="knowledge_command", required=True)
+    load = ksub.add_parser("load", help="load a code table (CSV: code, description[, manufacturer]) as chunks")
+    load.add_argument("--csv", required=True)
+    load.add_argument("--scope", help="scope of every row (default dtc:generic or dtc:<MANUFACTURER>)")
+    load.add_argument("--version", default="1", help="version label stored with the chunks")
+    load.add_argument("--knowledge", help="knowledge URL (default sqlite:///.vdoctor/knowledge.db)")
+    load.set_defaults(func=_cmd_knowledge_load)
+    search = ksub.add_parser("search", help="two-stage search: top-20 by vector, reranked to top-5")
+    search.add_argument("--query", required=True)
+    search.add_argument("--scope")
+    search.add_argument("--version")
+    search.add_argument("--json", action="store_true")
+    search.add_argument("--knowledge")
+    search.set_defaults(func=_cmd_knowledge_search)
+
+    rex = memory.add_parser("reextract", help="re-summarize records written with older summary-prompt versions")
+    rex.add_argument("--prompt-version", required=True, help="the version this build writes (resumable)")
+    rex.add_argument("--summarizer", choices=["offline", "openai"])
+    rex.add_argument("--memory")
+    rex.set_defaults(func=_cmd_reextract)
+
+    health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
+    health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")
+    health.add_argument("--sample", type=int, default=500, help="concluded sessions with memory to sample")
+    health.add_argument("--plot", default="memory_health.png", help="where to write the PNG plot")
+    health.add_argument("--memory")
+    health.set_defaults(func=_cmd_health)
+
+    init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
+    init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")
+    init.set_defaults(func=_cmd_init)

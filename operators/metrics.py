@@ -1,0 +1,132 @@
+"""The diagnosis job's Flink metrics: plain numbers from the engine, turned into counters, gauges and histograms.
+
+Every metric lives in the operator's ``vdoctor`` group; Flink's Prometheus
+reporter names it ``flink_taskmanager_job_task_operator_vdoctor_<name>``
+(docker/grafana/dashboards/vdoctor.json charts them; README, "Metrics").
+
+Histograms: PyFlink 2.3's MetricGroup offers counter, gauge, meter and
+distribution, no histogram (pyflink/metrics/metricbase.py), and in thread mode a
+distribution is a gauge of the last value only (flink-python's
+MetricDistribution). So histograms are Flink's own
+``DescriptiveStatisticsHistogram``, registered on the Java metric group that
+thread mode's MetricGroupImpl wraps; Flink 2.3's Prometheus reporter exports each
+as a summary: quantiles 0.5, 0.75, 0.95, 0.98, 0.99, 0.999 and ``_count``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from vdoctor.diagnosis import RunStats
+
+# Quantiles over the last 1,000 values (Flink's own histograms keep such a window).
+HISTOGRAM_WINDOW = 1000
+HISTOGRAM_CLASS = "org.apache.flink.runtime.metrics.DescriptiveStatisticsHistogram"
+# Dead letters carry their stage as a label: {stage="parse" | "validate" | "process"}.
+STAGE_KEY = "stage"
+DEAD_LETTERS = "dead_letters"
+
+
+class Histogram(Protocol):
+    def update(self, value: int) -> None: ...
+
+
+class _LastValue:
+    """Where no Java metric group is at hand (process mode): a distribution, which keeps the last value."""
+
+    def __init__(self, distribution: Any) -> None:
+        self._distribution = distribution
+
+    def update(self, value: int) -> None:
+        self._distribution.update(value)
+
+
+def histogram(group: Any, name: str) -> Histogram:
+    """A Flink histogram in ``group`` (thread mode), else the closest PyFlink offers."""
+    java_group = getattr(group, "_metrics", None)  # pyflink.fn_execution.metrics.embedded.MetricGroupImpl
+    if java_group is None:
+        return _LastValue(group.distribution(name))
+    from pemja import findClass  # the embedded interpreter's bridge to the JVM (thread mode only)
+
+    found: Histogram = java_group.histogram(name, findClass(HISTOGRAM_CLASS)(HISTOGRAM_WINDOW))
+    return found
+
+
+def dead_letter_counter(group: Any, stage: str) -> Any:
+    """The dead-letter counter of one stage, in the ``vdoctor`` group of an operator's metrics."""
+    return group.add_group(STAGE_KEY, stage).counter(DEAD_LETTERS)
+
+
+class RunFigures(Protocol):
+    """What one finished run reports (operators.diagnosis.Applied)."""
+
+    llm_calls: int
+    tool_calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    model_failures: int
+    run_latency_ms: float | None
+    model_latency_ms: float | None
+    dead_letters: int
+    stats: RunStats
+
+
+class DiagnosisMetrics:
+    """The diagnosis operator's metrics, registered in open() and fed on the operator thread."""
+
+    def __init__(
+        self,
+        operator_group: Any,
+        in_flight: Callable[[], int],
+        queued: Callable[[], int],
+        summary_counts: Callable[[], dict[str, int]],
+    ) -> None:
+        group = operator_group.add_group("vdoctor")
+        counter = group.counter
+        self.runs = counter("runs")
+        self.runs_per_second = group.meter("runs_per_second", time_span_in_seconds=60)
+        self.llm_calls = counter("llm_calls")
+        self.tool_calls = counter("tool_calls")
+        self.prompt_tokens = counter("prompt_tokens")
+        self.completion_tokens = counter("completion_tokens")
+        self.model_failures = counter("model_failures")
+        self.recalled_own = counter("recalled_own")
+        self.recalled_similar = counter("recalled_similar")
+        self.l3_writes = counter("l3_writes")
+        self.l3_write_failures = counter("l3_write_failures")
+        self.process_dead_letters = dead_letter_counter(group, "process")
+        self.run_latency = histogram(group, "run_latency_ms")
+        self.model_latency = histogram(group, "model_latency_ms")
+        # Recall and writes take about a millisecond on the embedded store: microseconds keep their spread.
+        self.recall_latency = histogram(group, "recall_latency_us")
+        self.l3_write_latency = histogram(group, "l3_write_latency_us")
+        group.gauge("runs_in_flight", in_flight)
+        group.gauge("runs_queued", queued)
+        # Every summary is checked (issue 4): checked, passed first time, repaired, retried, failed.
+        for name in summary_counts():
+            group.gauge(name, lambda name=name: summary_counts()[name])
+
+    def record(self, run: RunFigures) -> None:
+        self.runs.inc()
+        self.runs_per_second.mark_event()
+        self.llm_calls.inc(run.llm_calls)
+        self.tool_calls.inc(run.tool_calls)
+        self.prompt_tokens.inc(run.prompt_tokens)
+        self.completion_tokens.inc(run.completion_tokens)
+        self.model_failures.inc(run.model_failures)
+        self.process_dead_letters.inc(run.dead_letters)
+        if run.run_latency_ms is not None:
+            self.run_latency.update(round(run.run_latency_ms))
+        if run.model_latency_ms is not None:
+            self.model_latency.update(round(run.model_latency_ms))
+        stats = run.stats
+        if stats.recall_ms is not None:
+            self.recall_latency.update(round(stats.recall_ms * 1000))
+            self.recalled_own.inc(stats.recalled_own)
+            self.recalled_similar.inc(stats.recalled_similar)
+        if stats.write_ms is not None:
+            self.l3_writes.inc()
+            self.l3_write_latency.update(round(stats.write_ms * 1000))
+        if stats.write_failed:
+            self.l3_write_failures.inc()

@@ -1,0 +1,166 @@
+"""The job's metrics as Prometheus scrapes them, from a real running job; and the dashboard's queries against them.
+
+``vdoctor run --metrics-port`` turns on Flink's Prometheus reporter on the
+MiniCluster. The test reads ``/metrics`` over HTTP while a replay runs and
+keeps the last scrape: every metric issue 17 lists must be there (with the
+numbers the input implies where they are certain), and every metric a query
+of docker/grafana/dashboards/vdoctor.json names must be one the job exports.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.services.kafka_flink import free_port
+from vdoctor.errors import EventError
+from vdoctor.events import parse_event
+
+pytestmark = pytest.mark.e2e
+
+DEMO = REPO_ROOT / "data" / "demo" / "alerts.jsonl"
+DASHBOARD = REPO_ROOT / "docker" / "grafana" / "dashboards" / "vdoctor.json"
+OP = "flink_taskmanager_job_task_operator_vdoctor_"
+# Issue 17's list, by exported name: runs, runs in flight and queued, model calls, failures and latency
+# (histogram), tokens, recall latency (histogram) and recalled counts, L3 write latency and failures,
+# summary-fidelity counters, dead letters by stage.
+COUNTERS = ["runs", "llm_calls", "tool_calls", "model_failures", "prompt_tokens", "completion_tokens",
+            "recalled_own", "recalled_similar", "l3_writes", "l3_write_failures"]  # fmt: skip
+GAUGES = ["runs_in_flight", "runs_queued", "runs_per_second", "summaries_checked", "summaries_passed_first_time",
+          "summaries_repaired", "summaries_retried", "summary_fidelity_failed"]  # fmt: skip
+HISTOGRAMS = ["model_latency_ms", "run_latency_ms", "recall_latency_us", "l3_write_latency_us"]
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of the endpoint, by metric name: [(labels, value)]."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for line in text.splitlines():
+        found = SAMPLE.match(line)
+        if found:
+            labels = dict(LABEL.findall(found.group(2) or ""))
+            samples.setdefault(found.group(1), []).append((labels, float(found.group(3))))
+    return samples
+
+
+def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
+    """The sum over subtasks. PyFlink reports a Python function fused into another operator's chain under
+    both operators' names (the same value twice in one task), so each task and subtask counts once."""
+    per_task: dict[tuple[str, str], float] = {}
+    for lab, v in samples.get(name, []):
+        if all(lab.get(k) == x for k, x in labels.items()):
+            key = (lab.get("task_name", ""), lab.get("subtask_index", ""))
+            per_task[key] = max(per_task.get(key, v), v)
+    return sum(per_task.values())
+
+
+def valid_demo_lines(n: int) -> list[str]:
+    """The first n lines of the demo fleet the parser accepts (the test's own bad lines are then the only ones)."""
+    out = []
+    for line in DEMO.read_text(encoding="utf-8").splitlines():
+        try:
+            parse_event(line)
+        except EventError:
+            continue
+        out.append(line)
+    return out[:n]
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """The last scrape of a replay's endpoint before the job ends."""
+    work = tmp_path_factory.mktemp("metrics")
+    lines = [
+        "{not json",  # parse
+        json.dumps({"type": "alert", "vin": "TOO-SHORT"}),  # validate
+        json.dumps({"type": "recheck", "event_id": "r-x", "vin": "LSVAU2180N2183294",  # process: unknown session
+                    "session_id": "LSVAU2180N2183294-20200101T000000", "ts": "2026-09-01T00:00:00Z",
+                    "recheck_ok": True}),
+        *valid_demo_lines(400),
+    ]
+    alerts = work / "alerts.jsonl"
+    alerts.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    port = free_port()
+    job = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(work / "out"),
+         "--memory", f"sqlite:///{work}/memory.db", "--knowledge", "memory://", "--concurrency", "8",
+         "--rate", "40", "--metrics-port", str(port)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    last: dict[str, list[tuple[dict[str, str], float]]] = {}
+    deadline = time.monotonic() + 300
+    try:
+        while job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                now = scrape(port)
+            except OSError:
+                continue  # not up yet, or gone at the end
+            if total(now, OP + "runs") >= total(last, OP + "runs"):
+                last = now
+    finally:
+        if job.poll() is None:
+            job.kill()
+        output = job.communicate(timeout=60)[0]
+    assert job.returncode == 0, output[-3000:]
+    assert last, f"the job never served metrics on port {port}:\n{output[-3000:]}"
+    return last
+
+
+def test_every_listed_metric_is_exported_by_the_running_job(
+    scraped: dict[str, list[tuple[dict[str, str], float]]],
+) -> None:
+    missing = [n for n in COUNTERS + GAUGES if OP + n not in scraped]
+    missing += [n for n in HISTOGRAMS if OP + n not in scraped or OP + n + "_count" not in scraped]
+    assert total(scraped, OP + "stage_dead_letters", stage="parse") >= 0  # present at 0 before the first bad line
+    assert missing == [], f"not exported: {missing}; vdoctor metrics seen: {sorted(k for k in scraped if OP in k)}"
+
+
+def test_the_numbers_follow_the_input(scraped: dict[str, list[tuple[dict[str, str], float]]]) -> None:
+    runs = total(scraped, OP + "runs")
+    assert runs >= 50
+    # The offline model makes at least one call per alert; every run of an alert has a latency sample.
+    assert total(scraped, OP + "llm_calls") >= total(scraped, OP + "run_latency_ms_count") > 0
+    assert total(scraped, OP + "prompt_tokens") > 0 and total(scraped, OP + "model_failures") == 0
+    # Histograms come as summaries (the reporter of Flink 2.3: quantiles 0.5 to 0.999), in order.
+    quantiles = {lab["quantile"]: v for lab, v in scraped[OP + "run_latency_ms"]}
+    assert set(quantiles) == {"0.5", "0.75", "0.95", "0.98", "0.99", "0.999"}
+    assert 0 < quantiles["0.5"] <= quantiles["0.95"] <= quantiles["0.999"]
+    # Sessions open with a recall, conclusions are written, every summary is checked.
+    assert total(scraped, OP + "recall_latency_us_count") > 0
+    assert total(scraped, OP + "l3_writes") > 0 and total(scraped, OP + "l3_write_failures") == 0
+    assert total(scraped, OP + "summaries_checked") > 0
+    # One bad line of each stage went in first.
+    for stage in ("parse", "validate", "process"):
+        assert total(scraped, OP + "stage_dead_letters", stage=stage) == 1, stage
+
+
+def dashboard_metrics() -> dict[str, set[str]]:
+    """Every query of the dashboard, with the metric names it reads."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    return {q: set(re.findall(r"\bflink_[a-zA-Z0-9_:]+", q)) for q in queries}
+
+
+def test_every_dashboard_query_names_a_metric_the_job_exports(
+    scraped: dict[str, list[tuple[dict[str, str], float]]],
+) -> None:
+    queries = dashboard_metrics()
+    assert len(queries) >= 12 and all(queries.values()), "every query reads at least one flink_ metric"
+    unknown = {q: sorted(names - set(scraped)) for q, names in queries.items() if names - set(scraped)}
+    assert unknown == {}
+    # Label filters and groupings name labels the samples carry.
+    for query in queries:
+        for label in re.findall(r"by \((\w+)\)", query) + re.findall(r"\{(\w+)=~?", query):
+            name = next(iter(queries[query]))
+            assert all(label in lab for lab, _ in scraped[name]), (query, label)

@@ -1,0 +1,230 @@
+"""Case-summary fidelity beyond verbatim facts: readings, times, and meaning.
+
+``check_case`` compares a case summary with its request: the session's
+reading spans and its ``CaseDecision`` (DESIGN.md §4: "root cause, fix and
+conclusion state agree with the session's own decision records"). A summary
+may be written by a model in its own words, so "agrees" is defined here, for
+text, as follows:
+
+- Readings: every required span (``name=first→latest↓lowest↑highest unit``)
+  is stated exactly; any span the summary writes (arrows or a unit) equals
+  the session's span of that signal, unit included; a bare ``name=value``
+  names a reading the session had. A span that gave way (``omitted``) may be
+  absent; a missing one that did not is missing.
+- Times: every ``YYYY-MM-DD HH:MM`` (or ISO) time in the summary is a time of
+  the source.
+- Conclusion state: a line says ``concluded`` (or 结论/确诊) and names every
+  concluded code; every priority (P1-P3) and confidence on such a line is the
+  decision's; every ``confirmed ...`` phrase is the decision's confirmation.
+- Voided conclusions: every line that carries a voided conclusion's text also
+  marks it void (its event is ``void``, or the line says void / overturned /
+  作废 / 推翻 / 撤销 ...). Presented without such a mark it is a finding.
+- Excluded hypotheses: every line that carries one marks it excluded (event
+  ``excluded``, or ruled out / excluded / 排除 ...).
+- Cause and fix: a clause (a part of a line between ``|``, ``;`` or ``。``)
+  that states a cause (cause / caused by / due to / because / 原因 / 根因 /
+  导致 / 由于) or a fix (fix / repair / remedy / 修复 / 维修 / 处置) and is not
+  marked void or excluded must use only words of the decision's root cause
+  and fix (function and format words aside): it may shorten them, never
+  replace them. An excluded hypothesis or a voided conclusion stated as the
+  cause fails this; a summary need not state the cause at all (the record
+  keeps root cause and fix in their own fields, shown beside the summary).
+- Words: every word of the summary occurs in the source, or is a word of the
+  summary format or an English function word; every run of Chinese
+  characters is made of character pairs of the source. A summary is an
+  extract of its session; an invented cause, part or event fails here even
+  without a cue word. (A model that paraphrases freely gets its findings and
+  one retry; see ``summarizer.summarize_checked``.)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from vdoctor.lines import NUM, ReadingSpan, SummaryLine
+from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, URI_RE
+from vdoctor.memory.request import CaseDecision, SummaryRequest
+from vdoctor.units import unit_symbols
+
+_TIME_RE = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}Z?)?(?!\d)")
+_CONFIRM_RE = re.compile(rf"confirmed (?:[a-z][a-z0-9_]*={NUM}(?:>=|<=){NUM}|repeat \d+)")
+_ASSIGN_RE = re.compile(rf"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=({NUM})")
+_SNAKE_RE = re.compile(r"(?<![A-Za-z0-9_])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![A-Za-z0-9_])")
+_WORD_RE = re.compile(r"[A-Za-z]+")
+_CJK_RE = re.compile(r"[\u3400-\u9fff]+")
+_VOID_MARK = re.compile(_VOID_KEY, re.I)
+_EXCLUDED_MARK = re.compile(_EXCLUDED_KEY, re.I)
+_CONCLUDED_MARK = re.compile(r"\bconcluded\b|结论|确诊", re.I)
+_PRIORITY_RE = re.compile(r"\bP[123]\b")
+_CONF_RE = re.compile(r"\bconf(?:idence)?\s*[=:]?\s*(\d(?:\.\d+)?)\b", re.I)
+_CAUSE_MARK = re.compile(r"\b(?:root cause|causes?|caused by|due to|because)\b|原因|根因|导致|由于", re.I)
+_FIX_MARK = re.compile(r"\b(?:fix(?:ed)?|repair(?:ed)?|remedy)\b|修复|维修|处置", re.I)
+_CLAUSE_SPLIT = re.compile(r" \| |[;；。]\s*")
+
+# Words the summary format itself uses (typed lines, the prompt's vocabulary).
+FORMAT_WORDS = frozenset(
+    "alert alerts investigating concluded conclusion conf confidence confirmed repeat readings reading void voided "
+    "overturned revoked withdrawn excluded ruled out not the cause root caused due because fix fixed repair "
+    "repaired remedy fact also seen hypothesis leading milestone priority none yet evidence signal dtc case "
+    "omitted code codes rule first latest lowest highest".split()
+)
+# English function words: carry no claim of their own.
+FUNCTION_WORDS = frozenset(
+    "a an the and or but if of to in on at by for with from as is are was were be been being am do does did "
+    "have has had it its this that these those which who when where while so no nor than then there here into "
+    "over after before up down out off again once all any both each few more most other some such only same "
+    "very can will just about".split()
+)
+_UNIT_WORDS = frozenset(w.lower() for u in unit_symbols() for w in _WORD_RE.findall(u))
+FORMAT_CJK = "原因根因导致由于修复维修处置结论确诊作废推翻撤销排除已排除不是原因"
+
+
+@dataclass
+class CaseFindings:
+    missing: list[str] = field(default_factory=list)
+    invented: list[str] = field(default_factory=list)
+    contradicted: list[str] = field(default_factory=list)
+    readings_checked: int = 0
+    readings_stated: int = 0
+    readings_omitted: int = 0
+
+
+def _words(text: str) -> set[str]:
+    """Words of two letters or more, lower-cased (a lone letter is a unit or part of a code)."""
+    return {w.lower() for w in _WORD_RE.findall(text) if len(w) > 1}
+
+
+def _cjk_pairs(text: str) -> set[str]:
+    pairs: set[str] = set()
+    for run in _CJK_RE.findall(text):
+        pairs.update(run[i : i + 2] for i in range(max(1, len(run) - 1)))
+    return pairs
+
+
+def _times(text: str) -> set[str]:
+    return {f"{d} {hm}" for d, hm in _TIME_RE.findall(text)}
+
+
+def _strip(text: str) -> str:
+    """``text`` without URIs and confirmation phrases, which are checked whole."""
+    return _CONFIRM_RE.sub(" ", URI_RE.sub(" ", text))
+
+
+def _check_readings(summary: str, request: SummaryRequest, decision: CaseDecision, out: CaseFindings) -> None:
+    expected = {s.name: s for span in decision.spans for s in ReadingSpan.find_all(span)}
+    required = {s.name for span in request.readings for s in ReadingSpan.find_all(span)}
+    omitted = {s.name for fact in request.omitted for s in ReadingSpan.find_all(fact)}
+    written = ReadingSpan.find_all(_strip(summary))
+    stated = set(written)
+    for name, span in expected.items():
+        n = len(span.values())
+        out.readings_checked += n
+        if span in stated:
+            out.readings_stated += n
+        elif name in omitted and name not in required:
+            out.readings_omitted += n
+        else:
+            out.missing.append(span.render())
+    source_values: dict[str, set[str]] = {}
+    for name, value in _ASSIGN_RE.findall(request.source):
+        source_values.setdefault(name, set()).add(value)
+    for span in written:
+        known = expected.get(span.name)
+        if known is None and span.name not in source_values:
+            out.invented.append(f"reading of {span.name}, a signal the session never had")
+        elif span.render() != f"{span.name}={span.first}" and known is not None:
+            # Arrows or a unit: a claim about the signal's key readings and unit.
+            if span != known:
+                out.contradicted.append(f"{span.render()} is not the session's {known.render()}")
+        elif span.first not in source_values.get(span.name, set()) | set(known.values() if known else []):
+            out.invented.append(f"{span.name}={span.first}")
+
+
+def _check_conclusion(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+    lines = [line for line in summary.splitlines() if _CONCLUDED_MARK.search(line)]
+    if not lines:
+        out.missing.append(f"concluded {' '.join(decision.codes)} {decision.priority} conf {decision.confidence}")
+        return
+    joined = "\n".join(lines)
+    for code in decision.codes:
+        if not re.search(rf"\b{re.escape(code)}\b", joined):
+            out.missing.append(f"concluded {code}")
+    for prio in _PRIORITY_RE.findall(joined):
+        if prio != decision.priority:
+            out.contradicted.append(f"priority {prio} on the conclusion; the session's is {decision.priority}")
+    for conf in _CONF_RE.findall(joined):
+        if float(conf) != float(decision.confidence):
+            out.contradicted.append(f"confidence {conf}; the session's is {decision.confidence}")
+    for phrase in _CONFIRM_RE.findall(summary):
+        if phrase != decision.confirmation:
+            out.contradicted.append(f"'{phrase}' is not the session's confirmation '{decision.confirmation}'")
+
+
+def _marked(line: str, event: str, mark: re.Pattern[str]) -> bool:
+    parsed = SummaryLine.parse(line)
+    return (parsed is not None and parsed.event.strip().lower() == event) or bool(mark.search(line))
+
+
+def _check_states(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+    for line in summary.splitlines():
+        for text in decision.void:
+            if text in line and not _marked(line, "void", _VOID_MARK):
+                out.contradicted.append(f"voided conclusion stated as valid: {text}")
+        for text in decision.excluded:
+            if text in line and not _marked(line, "excluded", _EXCLUDED_MARK):
+                out.contradicted.append(f"excluded hypothesis stated without its exclusion: {text}")
+
+
+def _content(text: str) -> set[str]:
+    words = _words(CODE_RE.sub(" ", text)) - FUNCTION_WORDS - FORMAT_WORDS
+    return words | set("".join(_CJK_RE.findall(text))) - set(FORMAT_CJK)
+
+
+def _check_claims(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+    cause, fix = _content(decision.root_cause), _content(decision.fix_action)
+    for line in summary.splitlines():
+        for clause in _CLAUSE_SPLIT.split(line):
+            if _VOID_MARK.search(clause) or _EXCLUDED_MARK.search(clause):
+                continue
+            states_cause, states_fix = bool(_CAUSE_MARK.search(clause)), bool(_FIX_MARK.search(clause))
+            if not (states_cause or states_fix):
+                continue
+            # Cause and fix words both: a clause of a long cause may read like a fix, and
+            # the other way round; a cause or fix from elsewhere has words of its own.
+            allowed = cause | fix
+            stray = _content(_CAUSE_MARK.sub(" ", _FIX_MARK.sub(" ", clause))) - allowed
+            if stray:
+                out.contradicted.append(f"cause or fix that is not the session's: '{clause.strip()[:80]}'")
+
+
+def _check_words(summary: str, source: str, out: CaseFindings) -> None:
+    plain = _TIME_RE.sub(" ", _strip(summary))
+    plain = _SPAN_OR_ASSIGN.sub(" ", plain)
+    allowed = _words(source) | FORMAT_WORDS | FUNCTION_WORDS | _UNIT_WORDS
+    stray = sorted(_words(CODE_RE.sub(" ", _SNAKE_RE.sub(" ", plain))) - allowed)
+    if stray:
+        out.invented.append("words not in the source: " + ", ".join(stray[:8]))
+    snakes = set(_SNAKE_RE.findall(source))
+    out.invented += [f"name {s}" for s in sorted(set(_SNAKE_RE.findall(plain)) - snakes)]
+    pairs = _cjk_pairs(summary) - _cjk_pairs(source) - _cjk_pairs(FORMAT_CJK)
+    if pairs:
+        out.invented.append("Chinese not in the source: " + ", ".join(sorted(pairs)[:8]))
+
+
+_SPAN_OR_ASSIGN = re.compile(rf"(?<![A-Za-z0-9_])[a-z][a-z0-9_]*={NUM}\S*")
+
+
+def check_case(summary: str, request: SummaryRequest) -> CaseFindings:
+    """Readings, times and meaning of a case summary against its request (see the module docstring)."""
+    out = CaseFindings()
+    out.invented += [f"time {t}" for t in sorted(_times(URI_RE.sub(" ", summary)) - _times(request.source))]
+    decision = request.decision
+    if decision is None:
+        return out
+    _check_readings(summary, request, decision, out)
+    _check_conclusion(summary, decision, out)
+    _check_states(summary, decision, out)
+    _check_claims(summary, decision, out)
+    _check_words(summary, request.source, out)
+    return out

@@ -1,0 +1,117 @@
+"""Values that cross the MySQL protocol: store URLs, vector literals, datetimes, booleans.
+
+Shared by the ``mysql`` and ``doris`` backends (``sqlbase``); no driver here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import numpy as np
+
+from vdoctor.errors import ConfigError, StoreError
+
+# Identifiers are never taken from input as-is: the table comes from this list.
+ALLOWED_TABLES = ("case_memory",)
+DEFAULT_TABLE = "case_memory"
+_DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+@dataclass(frozen=True)
+class ConnInfo:
+    """A parsed ``scheme://user:password@host:port/db`` URL; ``redacted`` is safe to print."""
+
+    scheme: str
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    table: str
+
+    @property
+    def redacted(self) -> str:
+        who = f"{self.user}:***@" if self.password else f"{self.user}@"
+        return f"{self.scheme}://{who}{self.host}:{self.port}/{self.database}"
+
+    def __repr__(self) -> str:  # never show the password, even in tracebacks
+        return f"ConnInfo({self.redacted!r}, table={self.table!r})"
+
+
+def parse_url(url: str, default_port: int) -> ConnInfo:
+    """Parse and validate a MySQL-protocol store URL; errors never echo the password."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or default_port
+    except ValueError as e:
+        raise ConfigError(f"invalid memory URL (expected scheme://user:password@host:port/db): {e}") from None
+    database = parts.path.lstrip("/")
+    safe = f"{parts.scheme}://{parts.hostname or ''}:{port}/{database}"
+    if not parts.hostname:
+        raise ConfigError(f"memory URL {safe} has no host")
+    if not _DB_NAME_RE.match(database):
+        raise ConfigError(f"memory URL {safe}: the database name must match {_DB_NAME_RE.pattern}")
+    table = parse_qs(parts.query).get("table", [DEFAULT_TABLE])[0]
+    if table not in ALLOWED_TABLES:
+        raise ConfigError(f"memory URL {safe}: table {table!r} is not one of {', '.join(ALLOWED_TABLES)}")
+    return ConnInfo(
+        scheme=parts.scheme,
+        host=parts.hostname,
+        port=port,
+        user=unquote(parts.username or "root"),
+        password=unquote(parts.password or ""),
+        database=database,
+        table=table,
+    )
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    """An SQL array literal ``[0.1,-0.2,...]`` from finite floats only (anything else raises)."""
+    parts = []
+    for x in vector:
+        if isinstance(x, bool) or not isinstance(x, int | float | np.floating | np.integer):
+            raise StoreError(f"a vector holds a {type(x).__name__}, not a number; refusing to build an SQL literal")
+        value = float(x)
+        if not math.isfinite(value):
+            raise StoreError("a vector holds a non-finite value; refusing to build an SQL literal from it")
+        parts.append(repr(value))
+    if not parts:
+        raise StoreError("refusing to build an SQL literal from an empty vector")
+    return "[" + ",".join(parts) + "]"
+
+
+def to_utc(value: object) -> datetime:
+    if not isinstance(value, datetime):
+        raise StoreError(f"expected a DATETIME from the store, got {type(value).__name__}")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def maybe_utc(value: object) -> datetime | None:
+    return None if value is None else to_utc(value)
+
+
+def maybe_naive(value: datetime | None) -> datetime | None:
+    return None if value is None else naive_utc(value)
+
+
+def naive_utc(value: datetime) -> datetime:
+    """DATETIME columns hold UTC without a zone."""
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def to_bool(value: object) -> bool | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true")
+    return bool(value)
+
+
+def as_of_params(at: datetime, archived: bool) -> list[object]:
+    """The parameters of ``sqlbase.AS_OF`` (or ``AS_OF_ARCHIVED``) for event time ``at``."""
+    return [naive_utc(at)] * (4 if archived else 3)
