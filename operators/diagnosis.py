@@ -58,6 +58,7 @@ from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
 from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool
 from vdoctor.settings import Settings, with_secrets
 
@@ -152,7 +153,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             gc.freeze()
             _, gen1, gen2 = gc.get_threshold()
             gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
-            self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis")
+            admission = None
+            if settings.runtime.deterministic:
+                admission = replay_admission(store_was_empty=self.engine.store.count() == 0)
+            self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis", admission=admission)
         session = ValueStateDescriptor("session", Types.STRING())
         session.enable_time_to_live(_ttl(settings.runtime.state_ttl_s))
         dedup = ValueStateDescriptor("dedup", Types.STRING())

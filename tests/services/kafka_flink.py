@@ -96,8 +96,9 @@ class KafkaBroker:
         cp = f"{KAFKA_LIB}/*"
         if not (self.workdir / "data" / "meta.properties").exists():  # a restart keeps its storage
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            # Joined to its flag: an id may start with "-", which the tool's parser would read as a flag.
             fmt = subprocess.run(
-                [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id,
+                [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={cluster_id}",
                  "-c", str(config)],
                 capture_output=True, text=True, timeout=120,
             )

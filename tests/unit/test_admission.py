@@ -132,3 +132,60 @@ def test_tickets_number_items_in_arrival_order_across_keys() -> None:
     finally:
         pool.close()
     assert [(t.key, t.item, t.seq) for t in seen] == [("a", "a1", 0), ("a", "a2", 1), ("b", "b1", 2), ("a", "a3", 3)]
+
+
+def policy_both_ways() -> EarlierFirst[Item]:
+    """Items that may wait are known at arrival ("w" and "m"); "m" turns out not to wait when it starts."""
+    return EarlierFirst(waits=lambda carry, it: it[0] == "w", blocks=lambda carry, it: it[0] == "b",
+                        event_time=lambda it: it[1], may_wait=lambda it: it[0] in "wm")  # fmt: skip
+
+
+def test_a_later_blocker_waits_for_an_earlier_waiting_item_not_earlier_in_event_time() -> None:
+    # A waiting item at T sees writes at or before T: a later blocker at or before T would show.
+    log = Log(hold_s={"opens": 0.2})
+    pool: KeyedRunPool[Item, Item] = KeyedRunPool(4, log, admission=policy_both_ways())
+    try:
+        pool.start("opens", None, [("w", 20, 0)])  # waits (recalls), takes a while
+        time.sleep(0.02)
+        pool.start("same", None, [("b", 20, 0)])  # a later blocker at the same event time: must wait
+        pool.start("before", None, [("b", 10, 0)])  # earlier in event time: its writes would be seen, must wait
+        pool.start("maybe", None, [("m", 30, 0)])  # may wait, turns out not to: holds nobody
+        pool.start("after", None, [("b", 40, 0)])  # later in event time than every waiting item: runs
+        for k in ("opens", "same", "before", "maybe", "after"):
+            assert pool.wait(k, timeout_s=5)
+    finally:
+        pool.close()
+    assert log.started["same", ("b", 20, 0)] > log.ended["opens", ("w", 20, 0)]
+    assert log.started["before", ("b", 10, 0)] > log.ended["opens", ("w", 20, 0)]
+    assert log.started["after", ("b", 40, 0)] < log.ended["opens", ("w", 20, 0)]
+
+
+def test_random_workloads_keep_both_orders_and_always_finish() -> None:
+    rng = random.Random(11)
+    for _ in range(5):
+        log = Log()
+        admission = policy_both_ways()
+        pool: KeyedRunPool[Item, Item] = KeyedRunPool(8, log, admission=admission)
+        arrivals: list[tuple[int, str, Item]] = []
+        try:
+            for seq in range(200):
+                key = f"k{rng.randrange(30)}"
+                item = (rng.choice("wbnm"), rng.randrange(50), seq)
+                arrivals.append((seq, key, item))
+                if pool.knows(key):
+                    pool.add(key, item)
+                else:
+                    pool.start(key, None, [item])
+            for key in {k for _, k, _ in arrivals}:
+                assert pool.wait(key, timeout_s=10)
+        finally:
+            pool.close()
+        assert admission.unfinished_blockers == 0 and admission.unfinished_waiters == 0
+        for seq, key, item in arrivals:
+            for seq2, key2, item2 in arrivals[:seq]:
+                if key2 == key:
+                    continue
+                if item[0] == "w" and item2[0] == "b" and item2[1] <= item[1]:
+                    assert log.started[key, item] > log.ended[key2, item2], (seq, seq2)
+                if item[0] == "b" and item2[0] == "w" and item2[1] >= item[1]:
+                    assert log.started[key, item] > log.ended[key2, item2], (seq, seq2)
