@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             instrument_parts(clock, engine, model_stage)
             lines = fleet.read_text(encoding="utf-8").splitlines()
             carries: dict[str, tuple[Any, Any]] = {}
-            pending: dict[str, str] = {}
+            pending: dict[str, list[str]] = {}
             alerts = events = 0
             cpu0, wall0 = time.process_time(), time.perf_counter()
             for line in lines:
@@ -220,9 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                 alerts += isinstance(event, AlertEvent)
                 event_json = event.model_dump_json()
                 clock.enter(PENDING)  # the operator appends the event to the vehicle's pending list...
-                queue = json.loads(pending.get(event.vin, "[]"))
-                queue.append([event_json, line])
-                pending[event.vin] = json.dumps(queue, ensure_ascii=False)
+                entries = [*pending.get(event.vin, []), json.dumps([event_json, line], ensure_ascii=False)]
+                pending[event.vin] = entries
+                _ = "[" + ",".join(entries) + "]"  # the state's value (operators/diagnosis.py)
                 clock.leave()
                 clock.enter(OTHER)
                 clock.enter(SERDE)
@@ -238,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
                 clock.leave()
                 carries[event.vin] = (result.session, result.dedup)
                 clock.enter(PENDING)  # ... and drops it when the result is applied
-                rest = json.loads(pending[event.vin])[1:]
-                pending[event.vin] = json.dumps(rest, ensure_ascii=False)
+                rest = pending[event.vin][1:]
+                pending[event.vin] = rest
+                _ = "[" + ",".join(rest) + "]" if rest else None
                 clock.leave()
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             engine.close()

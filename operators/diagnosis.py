@@ -143,6 +143,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._handles: dict[str, Any] = {}
         self._tick_at: int | None = None
         self._resumed = False
+        # The pending list of each vehicle in the pool, as the JSON texts of its entries: the
+        # state's value is their join, so an event is encoded once, not the whole list per change.
+        self._pending_json: dict[str, list[str]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         settings = with_secrets(Settings.model_validate(self._settings), os.environ)
@@ -222,6 +225,22 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         stored = self.pending_state.value()
         return json.loads(stored) if stored else []
 
+    def _pending_entries(self, vin: str) -> list[str]:
+        """The current key's pending entries as JSON texts (kept while the vehicle is in the pool)."""
+        entries = self._pending_json.get(vin)
+        if entries is None:
+            entries = [json.dumps(p, ensure_ascii=False) for p in self._pending()]
+            self._pending_json[vin] = entries
+        return entries
+
+    def _store_pending(self, vin: str, entries: list[str]) -> None:
+        if entries:
+            self._pending_json[vin] = entries
+            self.pending_state.update("[" + ",".join(entries) + "]")
+        else:
+            self._pending_json.pop(vin, None)
+            self.pending_state.clear()
+
     def _carry_from_state(self) -> Carry:
         stored = self.session_state.value()
         session = SessionState.model_validate_json(stored) if stored else None
@@ -273,19 +292,20 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         _, vin, event_json, raw = value
         if self.inline:
             _, applied = self._step(vin, self._carry_from_state(), (event_json, raw))
-            yield from self._apply([applied], from_pending=False)
+            yield from self._apply([applied])
             return
         self._resume(ctx)
         pool = self._pool()
-        pending = self._pending()
-        pending.append([event_json, raw])
-        self.pending_state.update(json.dumps(pending, ensure_ascii=False))
+        entry = json.dumps([event_json, raw], ensure_ascii=False)
         if pool.knows(vin):
+            self._store_pending(vin, [*self._pending_entries(vin), entry])
             pool.add(vin, (event_json, raw))
         else:
             # New work, or a vehicle restored with runs still to do: all of pending, in order.
+            pending = self._pending()
+            self._store_pending(vin, [*(json.dumps(p, ensure_ascii=False) for p in pending), entry])
             self._handles[vin] = self._switch().current()
-            self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
+            self._start_from_state(vin, [(e, r) for e, r in pending] + [(event_json, raw)], ctx)
         self._ensure_tick(ctx)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
@@ -321,7 +341,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             for vin, done in finished:
                 handle = self._handles.get(vin)
                 keys.switch(handle if handle is not None else keys.handle(vin))
-                out += self._apply(done)
+                out += self._apply(done, vin)
                 if not self._pool().knows(vin):
                     self._handles.pop(vin, None)
                     ctx.timer_service().delete_event_time_timer(END_OF_INPUT)
@@ -329,7 +349,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             keys.switch(home)
         return out
 
-    def _apply(self, done: list[Applied], from_pending: bool = True) -> list[tuple[str, str]]:
+    def _apply(self, done: list[Applied], vin: str | None = None) -> list[tuple[str, str]]:
         """Store the newest snapshots of the current key, drop its finished events from pending; the outputs."""
         if not done:
             return []
@@ -339,12 +359,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         else:
             self.session_state.update(last.session_json)
         self.dedup_state.update(last.dedup_json)
-        if from_pending:
-            rest = self._pending()[len(done) :]
-            if rest:
-                self.pending_state.update(json.dumps(rest, ensure_ascii=False))
-            else:
-                self.pending_state.clear()
+        if vin is not None:  # from the pool: the finished events leave pending
+            self._store_pending(vin, self._pending_entries(vin)[len(done) :])
         out: list[tuple[str, str]] = []
         for applied in done:
             self.metrics.record(applied)
