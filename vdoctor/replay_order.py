@@ -21,7 +21,10 @@ makes every concurrency give that answer, with ``EarlierFirst``:
   cases that nobody else recalls until a recheck verifies them, so they run
   freely; that keeps most of the concurrency (the replay bench measures it).
 - a blocker does not start while an earlier-arrived item that waits (or may:
-  an alert not yet started) and is not earlier in event time is unfinished.
+  an alert not yet started) and is not earlier in event time is unfinished;
+- both only within a vehicle series: a session recalls its own series' cases,
+  and an event changes only its vehicle's cases, of the series its alerts
+  named.
 
 Every write a run makes carries an event time at or after its event's
 (conclusion, verification, invalidation: ``MAX(ts, version_from)``), which
@@ -49,6 +52,7 @@ UNKNOWN_TIME = float("-inf")
 class Facts(NamedTuple):
     kind: str
     vin: str
+    series: str
     ts: float  # epoch seconds
     at: datetime | None
 
@@ -59,9 +63,10 @@ def facts(event_json: str) -> Facts:
     try:
         data = json.loads(event_json)
         at = datetime.fromisoformat(data["ts"])
-        return Facts(str(data.get("type", "")), str(data.get("vin", "")), at.timestamp(), at)
+        kind, vin, series = (str(data.get(k, "")) for k in ("type", "vin", "series"))
+        return Facts(kind, vin, series, at.timestamp(), at)
     except (ValueError, KeyError, TypeError):
-        return Facts("", "", UNKNOWN_TIME, None)
+        return Facts("", "", "", UNKNOWN_TIME, None)
 
 
 class ReplayOrder:
@@ -71,6 +76,8 @@ class ReplayOrder:
         self._store_was_empty = store_was_empty
         # Vehicles with a recheck among the items so far: their cases may be verified from then on.
         self._rechecked: set[str] = set()
+        # The series each vehicle's alerts named so far: its cases are of those series.
+        self._series: dict[str, set[str]] = {}
 
     def event_time(self, item: Item) -> float:
         return facts(item[0]).ts
@@ -91,6 +98,8 @@ class ReplayOrder:
         f = facts(item[0])
         if f.at is None:
             return False
+        if f.kind == "alert":
+            self._series.setdefault(f.vin, set()).add(f.series)
         if f.kind == "recheck":
             self._rechecked.add(f.vin)
             return True
@@ -99,7 +108,20 @@ class ReplayOrder:
         return f.kind == "alert" and (not self._store_was_empty or f.vin in self._rechecked)
 
 
+    def scopes(self, item: Item) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+        """(The series a session opened by this alert recalls, the series whose cases this event may change).
+
+        Asked after ``blocks``. Similar-case recall reads one series; an event changes the cases of its
+        vehicle, which are of the series its alerts named (any series when none did yet, or when the store
+        held cases before the replay)."""
+        f = facts(item[0])
+        reads = frozenset((f.series,)) if f.kind == "alert" and f.series else None
+        named = self._series.get(f.vin)
+        changes = frozenset(named) if named and self._store_was_empty else None
+        return reads, changes
+
+
 def replay_admission(store_was_empty: bool) -> EarlierFirst[Item]:
     """The admission policy that makes a replay's results independent of concurrency (parallelism 1)."""
     order = ReplayOrder(store_was_empty)
-    return EarlierFirst(order.waits, order.blocks, order.event_time, may_wait=order.may_wait)
+    return EarlierFirst(order.waits, order.blocks, order.event_time, may_wait=order.may_wait, scopes=order.scopes)

@@ -189,3 +189,31 @@ def test_random_workloads_keep_both_orders_and_always_finish() -> None:
                     assert log.started[key, item] > log.ended[key2, item2], (seq, seq2)
                 if item[0] == "b" and item2[0] == "w" and item2[1] >= item[1]:
                     assert log.started[key, item] > log.ended[key2, item2], (seq, seq2)
+
+
+def test_items_wait_only_within_their_scopes() -> None:
+    # Items are (kind, event time, id); the id names the scope here: 0 -> "A", 1 -> "B", 2 -> every scope.
+    def scopes(it: Item) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+        scope = None if it[2] == 2 else frozenset("A" if it[2] == 0 else "B")
+        return scope, scope
+
+    admission: EarlierFirst[Item] = EarlierFirst(
+        waits=lambda carry, it: it[0] == "w", blocks=lambda carry, it: it[0] == "b", event_time=lambda it: it[1],
+        may_wait=lambda it: it[0] == "w", scopes=scopes,
+    )  # fmt: skip
+    log = Log(hold_s={"slow-a": 0.2})
+    pool: KeyedRunPool[Item, Item] = KeyedRunPool(4, log, admission=admission)
+    try:
+        pool.start("slow-a", None, [("b", 10, 0)])  # a blocker in scope A that takes a while
+        time.sleep(0.02)
+        pool.start("opens-b", None, [("w", 20, 1)])  # opens in scope B: does not wait for A
+        pool.start("opens-a", None, [("w", 20, 0)])  # opens in scope A: waits
+        pool.start("opens-any", None, [("w", 20, 2)])  # reads every scope: waits
+        for k in ("slow-a", "opens-b", "opens-a", "opens-any"):
+            assert pool.wait(k, timeout_s=5)
+    finally:
+        pool.close()
+    assert log.started["opens-b", ("w", 20, 1)] < log.ended["slow-a", ("b", 10, 0)]
+    assert log.started["opens-a", ("w", 20, 0)] > log.ended["slow-a", ("b", 10, 0)]
+    assert log.started["opens-any", ("w", 20, 2)] > log.ended["slow-a", ("b", 10, 0)]
+    assert admission.unfinished_blockers == 0 and admission.unfinished_waiters == 0

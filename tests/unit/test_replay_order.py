@@ -52,3 +52,26 @@ def test_event_time_is_read_from_the_validated_json() -> None:
     got = order.event_time(event("alert", "V1", "2026-11-01T10:00:00Z"))
     assert got == datetime(2026, 11, 1, 10, tzinfo=UTC).timestamp()
     assert facts("not json").at is None
+
+
+def test_scopes_are_the_series_a_session_reads_and_the_series_an_event_can_change() -> None:
+    order = ReplayOrder(store_was_empty=True)
+    carry = (None, DedupState())
+    alert_a = event("alert", "V1", "2026-11-01T10:00:00+00:00", series="EV-A")
+    recheck = event("recheck", "V1", "2026-11-01T11:00:00+00:00", session_id="V1-s", recheck_ok=True)
+    unknown = event("recheck", "V9", "2026-11-01T11:00:00+00:00", session_id="V9-s", recheck_ok=True)
+    alert_b = event("alert", "V1", "2026-11-02T10:00:00+00:00", series="EV-B")
+    got = []
+    for item in (alert_a, recheck, unknown, alert_b):
+        order.blocks(carry, item)  # in arrival order, as the pool asks
+        got.append(order.scopes(item))
+    assert got == [
+        (frozenset({"EV-A"}), frozenset({"EV-A"})),
+        (None, frozenset({"EV-A"})),
+        (None, None),  # a vehicle without an alert yet: its cases may be of any series
+        (frozenset({"EV-B"}), frozenset({"EV-A", "EV-B"})),
+    ]
+    # A store that held cases before: any vehicle's may be of any series.
+    before = ReplayOrder(store_was_empty=False)
+    before.blocks(carry, alert_a)
+    assert before.scopes(alert_a) == (frozenset({"EV-A"}), None)
