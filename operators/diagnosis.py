@@ -28,6 +28,8 @@ in arrival order. The operator thread owns all Flink state:
 - ``concurrency`` 1 runs each event inline in ``process_element`` instead:
   one at a time in arrival order across all vehicles, so a replay where one
   vehicle's verified case should inform another's follows the file's order.
+  With ``runtime.deterministic`` the pool gives the same results with runs in
+  flight: it admits runs in the order ``vdoctor.replay_order`` sets.
 - Bounded input: processing-time timers still pending at the end of input
   never fire (NOTES.md), so every vehicle with work also has an event-time
   timer at Long.MAX_VALUE (deleted when its work is done); the final
