@@ -282,10 +282,12 @@ def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
 # -- settings ---------------------------------------------------------------------
 
 
-def _absolute_sqlite_url(url: str) -> str:
-    """Flink workers may run in another directory: pin a relative sqlite path to this one."""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
-        return "sqlite:///" + str(Path(url[len("sqlite:///") :]).resolve())
+def _absolute_local_url(url: str) -> str:
+    """Flink workers may run in another directory: pin a relative sqlite file or mem0 folder to this one."""
+    for scheme in ("sqlite", "mem0"):
+        prefix = f"{scheme}:///"
+        if url.startswith(prefix) and not url.startswith(prefix + "/") and url != prefix:
+            return prefix + str(Path(url[len(prefix) :]).resolve())
     return url
 
 
@@ -299,8 +301,8 @@ def domain_settings(
     settings = load_settings(env, **flags)
     return with_overrides(
         settings,
-        memory_url=_absolute_sqlite_url(settings.memory.url),
-        knowledge_url=_absolute_sqlite_url(settings.memory.knowledge_url),
+        memory_url=_absolute_local_url(settings.memory.url),
+        knowledge_url=_absolute_local_url(settings.memory.knowledge_url),
     )
 
 

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.contract.conftest import STORE_FACTORIES, skip_on_mem0
 from vdoctor.records import MemoryRecord, RecordKind
-from vdoctor.stores import MemoryStore, SimilarQuery
+from vdoctor.stores import STORES, MemoryStore, SimilarQuery
 
 pytestmark = pytest.mark.contract
 
@@ -64,6 +65,11 @@ def query(
     vector: list[float], k: int = 5, exclude_vin: str = VIN_A, series: str = "EV-A", as_of: datetime = LATE
 ) -> SimilarQuery:
     return SimilarQuery(exclude_vin, series, np.asarray(vector, dtype=np.float32), k, as_of)
+
+
+def test_every_registered_store_is_covered() -> None:
+    # A backend in the URL registry without a factory in conftest would skip the whole suite.
+    assert set(STORE_FACTORIES) == set(STORES.names)
 
 
 # -- get / upsert ---------------------------------------------------------------
@@ -202,11 +208,11 @@ def test_similar_returns_only_verified_valid_same_series_other_vehicles(store: M
 
 def test_similar_is_ranked_by_inner_product_and_cut_at_k(store: MemoryStore) -> None:
     vins = [f"LSVAU2180N21{i:05d}" for i in range(4)]
-    # Inner products with e1: 1.0, 0.6, 0.0, -1.0 (inserted out of order).
+    # Inner products with e1: 1.0, 0.6, 0.28, 0.0 (inserted out of order).
     vectors = {
-        vins[2]: unit(0, 1, 0, 0),
+        vins[2]: unit(0.28, 0, 0.96, 0),
         vins[0]: unit(1, 0, 0, 0),
-        vins[3]: unit(-1, 0, 0, 0),
+        vins[3]: unit(0, 1, 0, 0),
         vins[1]: unit(0.6, 0.8, 0, 0),
     }
     for vin, vec in vectors.items():
@@ -214,16 +220,30 @@ def test_similar_is_ranked_by_inner_product_and_cut_at_k(store: MemoryStore) -> 
 
     hits = store.similar(query(E1, k=10))
     assert [h.record.vin for h in hits] == vins
-    assert [h.score for h in hits] == pytest.approx([1.0, 0.6, 0.0, -1.0], abs=1e-6)
+    assert [h.score for h in hits] == pytest.approx([1.0, 0.6, 0.28, 0.0], abs=1e-6)
 
     top2 = store.similar(query(E1, k=2))
     assert [h.record.vin for h in top2] == vins[:2]
     assert store.similar(query(E1, k=0)) == []
 
-    # Another direction ranks them differently: e2 favours vins[2], then vins[1].
+    # Another direction ranks them differently: e2 favours vins[3], then vins[1].
     by_e2 = store.similar(query(unit(0, 1, 0, 0), k=2))
-    assert [h.record.vin for h in by_e2] == [vins[2], vins[1]]
+    assert [h.record.vin for h in by_e2] == [vins[3], vins[1]]
     assert [h.score for h in by_e2] == pytest.approx([1.0, 0.8], abs=1e-6)
+
+
+def test_similar_also_returns_cases_pointing_away_from_the_query(store: MemoryStore) -> None:
+    skip_on_mem0(
+        store,
+        "Memory.search drops candidates whose similarity is below `threshold`, which it accepts only in [0, 1]: "
+        "a case with a negative inner product is never returned",
+    )
+    away, along = rec(VIN_B, recheck_ok=True, summary_vec=unit(-1, 0, 0, 0)), rec(VIN_C, recheck_ok=True)
+    store.upsert(away)
+    store.upsert(along)
+    hits = store.similar(query(E1, k=10))
+    assert [h.record.vin for h in hits] == [VIN_C, VIN_B]
+    assert [h.score for h in hits] == pytest.approx([1.0, -1.0], abs=1e-6)
 
 
 def test_similar_after_a_recheck_and_after_a_soft_delete(store: MemoryStore) -> None:

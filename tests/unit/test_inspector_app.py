@@ -21,6 +21,7 @@ from vdoctor.knowledge import load_pack
 from vdoctor.memory.explain import recall_json
 from vdoctor.memory.recall import SessionRecall
 from vdoctor.records import RecordKind
+from vdoctor.stores import MemoryStore
 from vdoctor.stores.memory import InMemoryStore
 
 pytestmark = pytest.mark.unit
@@ -31,8 +32,9 @@ URL = f"mysql://vdoctor:{PASSWORD}@db.example:3306/fleet"
 OTHER = vin(1)
 
 
-def fleet() -> InMemoryStore:
-    store = InMemoryStore()
+def fleet(into: MemoryStore | None = None) -> InMemoryStore:
+    """The fleet's writes, into a new in-memory store (or ``into``: tests/unit/test_mem0_inspector.py)."""
+    store: Any = InMemoryStore() if into is None else into
     first = rec(ASKER, -20, recheck_ok=None)
     store.upsert(first)
     again = rec(ASKER, -10, recheck_ok=None)  # the same fault again: merged into the first record

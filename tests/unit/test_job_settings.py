@@ -162,6 +162,20 @@ def test_domain_settings_pin_relative_sqlite_paths_and_take_overrides(tmp_path: 
     assert off.memory.enabled is False and off.memory.url == settings.memory.url
 
 
+@pytest.mark.parametrize(
+    ("url", "pinned"),
+    [
+        ("mem0:///rel/mem0", "mem0:///" + str(Path("rel/mem0").resolve())),
+        ("mem0:////abs/mem0", "mem0:////abs/mem0"),  # absolute already
+        ("mysql://u:p@host:3306/db", "mysql://u:p@host:3306/db"),  # a server: nothing to pin
+    ],
+)
+def test_domain_settings_pin_relative_mem0_folders_too(tmp_path: Path, url: str, pinned: str) -> None:
+    # Flink workers may run in another directory: a relative folder would be a different store there.
+    settings = js.domain_settings(_replay_args(tmp_path, "--memory", url), env={})
+    assert settings.memory.url == pinned
+
+
 def test_several_input_topics_are_read_once_each(tmp_path: Path) -> None:
     job = js.kafka_settings(
         _kafka_args(tmp_path, "--alerts-topic", "a", "--rechecks-topic", "r", "--lifecycle-topic", "a"), env={}

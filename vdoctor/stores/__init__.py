@@ -42,9 +42,15 @@ def _open_doris(url: str, read_only: bool = False) -> MemoryStore:
     return open_doris(url, read_only=read_only)
 
 
+def _open_mem0(url: str, read_only: bool = False) -> MemoryStore:
+    from vdoctor.stores.mem0 import open_mem0
+
+    return open_mem0(url, read_only=read_only)
+
+
 STORES: Registry[StoreOpener] = Registry(
     "memory URL scheme",
-    {"sqlite": _open_sqlite, "memory": _open_memory, "mysql": _open_mysql, "doris": _open_doris},
+    {"sqlite": _open_sqlite, "memory": _open_memory, "mysql": _open_mysql, "doris": _open_doris, "mem0": _open_mem0},
     error=UnknownStoreScheme,
     valid_label="valid schemes",
     sort_names=True,
