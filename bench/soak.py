@@ -79,6 +79,16 @@ def _start_job(bootstrap: str, ckpt: Path, db: Path, url: str, restore: Path | N
                             start_new_session=True)  # fmt: skip
 
 
+def _growth_after(samples: list[tuple[float, float, float, int]], start_s: float) -> dict[str, float]:
+    """Resident memory from ``start_s`` (warm-up over) to the last sample, and its growth in per cent."""
+    later = [s for s in samples if s[0] >= start_s]
+    if not later:
+        return {}
+    first, last = later[0][1], later[-1][1]
+    return {"rss_mb_after_warmup": first, "rss_mb_last": last,
+            "rss_growth_after_warmup_pct": round((last - first) / first * 100, 2) if first else 0.0}  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--minutes", type=float, default=30.0)
@@ -184,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "kills": kills,
         "model_calls": model_stats,
         "rss_mb_max": max((s[1] for s in samples), default=0.0),
+        **_growth_after(samples, 300.0),
         "state_mb_max": max((s[2] for s in samples), default=0.0),
     }
     print(json.dumps(report, indent=2))
