@@ -4,20 +4,25 @@ Workload: the PyFlink job (`vdoctor run --model openai`, parallelism 1, the
 local MiniCluster) diagnoses alerts through the real ``openai`` client against
 the local OpenAI-compatible server (devtools.model_server), which
 answers every call after a fixed latency. Every alert's run makes exactly 2
-model calls (look the code up, then answer), so at concurrency c the ideal is
-c / (2 x latency) runs/s.
+model calls (look the code up, then answer), so at concurrency c and model
+latency L the ideal is c / (2 x L) runs/s. Each level names its own latency
+(``C@MS``): real models answer in 1-5 s, so hundreds of runs in flight are
+what keeps a subtask busy.
 
 The rate is measured at the model server, from the first request to the last
 reply (one latency after the last request): Flink's start-up is left out, the operator's own overhead (state,
-timers, polling, the engine's memory work) is in. All levels run in the same
-invocation, so the ratios compare like with like.
+timers, completion, the engine's memory work) is in. All levels run in the same
+invocation, so the ratios compare like with like. Beside the rate, the job's
+CPU per run (every thread of the job's process tree, JVM included, between
+10% and 90% of the model calls) is printed: on a shared machine the rate
+suffers from other work, the CPU per run much less.
 
-    .venv/bin/python bench/concurrency.py                 # 1, 8, 64 at 200 ms, 3 trials each (~5 min)
-    .venv/bin/python bench/concurrency.py --levels 1 8 64 256 --seconds 30 --repeat 1
+    .venv/bin/python bench/concurrency.py        # 64@200, 256@1000, 512@2000, 3 trials each (~15 min)
+    .venv/bin/python bench/concurrency.py --levels 1@200 8@200 64@200 --repeat 1
 
 Each level runs ``--repeat`` times (a fresh job each time) and the median
 trial is reported with the lowest and highest: on a shared 2-core machine one
-trial of the 64 level varies by a few hundredths of the ratio.
+trial varies by a few hundredths of the ratio.
 
 Prints a table and writes bench/out/concurrency.png (and .json).
 """
@@ -37,6 +42,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.procstat import tree_cpu_s  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 
@@ -51,17 +57,25 @@ VIN_ALPHABET = "0123456789ABCDEFGHJKLMNPRSTUVWXYZ"
 @dataclass
 class Level:
     concurrency: int
+    latency_ms: float
     events: int
     runs_per_s: float
     bound: float
     calls_per_run: float
     wall_s: float
+    # CPU of the job's whole process tree per run, in ms (0 where not measured).
+    cpu_ms_per_run: float = 0.0
+    load_avg: float = 0.0
     # Ratios of all trials of this level (the reported one is their median).
     trials: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
         return self.runs_per_s / self.bound
+
+    @property
+    def label(self) -> str:
+        return f"{self.concurrency} @ {self.latency_ms:g} ms"
 
     @property
     def spread(self) -> str:
@@ -132,13 +146,29 @@ def write_alerts(path: Path, vins: int) -> int:
     return len(lines)
 
 
-def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path) -> Level:
+def cpu_ms_per_run(samples: list[tuple[int, float]], total_calls: int) -> float:
+    """From (model calls so far, job CPU s) samples: CPU per run between 10% and 90% of the calls."""
+    inside = [(c, cpu) for c, cpu in samples if 0.1 * total_calls <= c <= 0.9 * total_calls]
+    if len(inside) < 2 or inside[-1][0] == inside[0][0]:
+        return 0.0
+    runs = (inside[-1][0] - inside[0][0]) / CALLS_PER_RUN
+    return (inside[-1][1] - inside[0][1]) / runs * 1000.0
+
+
+def parse_level(text: str, default_latency_ms: float) -> tuple[int, float]:
+    """``C@MS`` (or a bare ``C`` at the default latency) -> (concurrency, latency in ms)."""
+    c, _, ms = text.partition("@")
+    return int(c), float(ms) if ms else default_latency_ms
+
+
+def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, rate_factor: float = 0.0) -> Level:
     bound = concurrency / (CALLS_PER_RUN * latency_ms / 1000.0)
     # Enough alerts to keep the level busy for ~`seconds` at the bound; at
     # least 4 per in-flight slot so that start and drain are a small share.
     vins = max(concurrency * 2, int(bound * seconds / ALERTS_PER_VIN))
-    out = work / f"c{concurrency}"
+    out = work / f"c{concurrency}-{latency_ms:g}ms"
     out.mkdir(parents=True, exist_ok=True)
+    (out / "memory.db").unlink(missing_ok=True)
     alerts = out / "alerts.jsonl"
     events = write_alerts(alerts, vins)
     responder = TimedResponder()
@@ -148,12 +178,18 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path) -
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(out),
              "--memory", f"sqlite:///{out}/memory.db", "--model", "openai",
-             "--concurrency", str(concurrency)],
+             "--concurrency", str(concurrency),
+             *(["--rate", f"{rate_factor * bound:.1f}"] if rate_factor else [])],
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        samples: list[tuple[int, float]] = []
+        last_print = time.perf_counter()
         while proc.poll() is None:
-            time.sleep(2.0)
-            print(f"  c={concurrency}: {responder.calls}/{events * CALLS_PER_RUN} model calls", flush=True)
+            time.sleep(0.5)
+            samples.append((responder.calls, tree_cpu_s(proc.pid)))
+            if time.perf_counter() - last_print > 2.0:
+                last_print = time.perf_counter()
+                print(f"  c={concurrency}: {responder.calls}/{events * CALLS_PER_RUN} model calls", flush=True)
         stdout, stderr = proc.communicate()
         wall = time.perf_counter() - started
     if proc.returncode != 0:
@@ -163,7 +199,8 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path) -
         raise SystemExit(f"expected {events} diagnoses at concurrency {concurrency}, got {len(diagnoses)}")
     calls = sum(d["llm_calls"] for d in diagnoses) / len(diagnoses)
     span = responder.last - (responder.first or responder.last) + latency_ms / 1000.0
-    return Level(concurrency, events, len(diagnoses) / span, bound, calls, wall)
+    return Level(concurrency, latency_ms, events, len(diagnoses) / span, bound, calls, wall,
+                 cpu_ms_per_run(samples, events * CALLS_PER_RUN), os.getloadavg()[0])  # fmt: skip
 
 
 def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Path) -> Level:
@@ -186,7 +223,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
 
     bound = concurrency / (CALLS_PER_RUN * latency_ms / 1000.0)
     vins = max(concurrency * 2, int(bound * seconds / ALERTS_PER_VIN))
-    out = work / f"pool-c{concurrency}"
+    out = work / f"pool-c{concurrency}-{latency_ms:g}ms"
     out.mkdir(parents=True, exist_ok=True)
     (out / "memory.db").unlink(missing_ok=True)
     events = write_alerts(out / "alerts.jsonl", vins)
@@ -205,7 +242,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
 
         pool: KeyedRunPool[tuple[object, str], int] = KeyedRunPool(concurrency, step, name="bench")
         lines = (out / "alerts.jsonl").read_text().splitlines()
-        started = time.perf_counter()
+        started, cpu0 = time.perf_counter(), time.process_time()
         for line in lines:
             event = parse_event(line)
             if pool.knows(event.vin):
@@ -216,86 +253,99 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
         for key in {parse_event(line).vin for line in lines}:
             pool.wait(key)
             calls += pool.take(key)
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
         pool.close()
         engine.close()
     finally:
         server.terminate()
         server.communicate()
-    return Level(concurrency, events, len(calls) / wall, bound, sum(calls) / len(calls), wall)
+    return Level(concurrency, latency_ms, events, len(calls) / wall, bound, sum(calls) / len(calls), wall,
+                 cpu / len(calls) * 1000.0, os.getloadavg()[0])  # fmt: skip
 
 
-def plot(levels: list[Level], latency_ms: float, path: Path, pool_only: Level | None = None) -> None:
+def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    xs = [lv.concurrency for lv in levels]
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ax.plot(xs, [lv.bound for lv in levels], "k--", label=f"ideal: c / (2 x {latency_ms:g} ms)")
-    ax.plot(xs, [lv.runs_per_s for lv in levels], "o-", label="measured (PyFlink, thread mode, 1 subtask)")
-    if pool_only is not None:
-        ax.plot([pool_only.concurrency], [pool_only.runs_per_s], "s", label="engine + run pool, no Flink")
-    for lv in levels:
-        ax.annotate(f"{lv.ratio:.2f}", (lv.concurrency, lv.runs_per_s), textcoords="offset points", xytext=(6, -12))
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("runs in flight per subtask (concurrency)")
-    ax.set_ylabel("runs / s per subtask")
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    xs = list(range(len(levels)))
+    ax.bar([x - 0.2 for x in xs], [lv.bound for lv in levels], 0.4, color="#bbbbbb", label="ideal c / (2 x latency)")
+    bars = ax.bar([x + 0.2 for x in xs], [lv.runs_per_s for lv in levels], 0.4, color="#4477aa",
+                  label="measured (PyFlink, thread mode, 1 subtask)")  # fmt: skip
+    ax.bar_label(bars, labels=[f"{lv.ratio:.2f}" for lv in levels])
+    ax.set_xticks(xs, [lv.label for lv in levels])
+    ax.set_xlabel("runs in flight @ model latency")
+    ax.set_ylabel("runs / s per subtask (median trial)")
     ax.set_title("Diagnosis runs per second vs. the ideal bound")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(fontsize=8)
+    ax2.bar(xs, [lv.cpu_ms_per_run for lv in levels], color="#cc6677")
+    ax2.set_xticks(xs, [lv.label for lv in levels])
+    ax2.set_ylabel("job CPU per run, ms (all threads, JVM included)")
+    ax2.set_title("CPU per run")
+    if pool_only is not None:
+        ax.annotate(f"engine + pool alone, {pool_only.label}: {pool_only.ratio:.2f} of the bound",
+                    (0.01, 0.97), xycoords="axes fraction", fontsize=8, va="top")  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
+def _row(lv: Level, name: str = "") -> str:
+    return (
+        f"{name or lv.label:>16} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} {lv.bound:>8.1f} "
+        f"{lv.ratio:>6.2f} {lv.spread:>10} {lv.cpu_ms_per_run:>11.1f} {lv.load_avg:>5.1f}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--latency-ms", type=float, default=200.0)
+    parser.add_argument("--levels", nargs="+", default=["64@200", "256@1000", "512@2000"],
+                        help="concurrency@latency-ms per level (a bare concurrency uses --latency-ms)")  # fmt: skip
+    parser.add_argument("--latency-ms", type=float, default=200.0, help="latency of levels given without one")
     parser.add_argument("--seconds", type=float, default=12.0, help="target busy time per level")
     parser.add_argument("--no-pool-only", action="store_true", help="skip the Flink-free reference row")
     parser.add_argument("--repeat", type=int, default=3, help="trials per level; the median is reported")
+    parser.add_argument("--rate-factor", type=float, default=0.0,
+                        help="stream the file at this multiple of the bound (events/s) instead of all at once: "
+                        "events arrive while runs finish, as from Kafka")  # fmt: skip
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()[0]
     levels = []
-    for c in args.levels:
+    for c, latency in (parse_level(t, args.latency_ms) for t in args.levels):
         trials = []
         for trial in range(1, args.repeat + 1):
-            print(f"concurrency {c}, trial {trial}/{args.repeat}: starting the job", flush=True)
-            trials.append(run_level(c, args.latency_ms, args.seconds, out / "work"))
-            print(f"  ratio {trials[-1].ratio:.3f}", flush=True)
+            print(f"concurrency {c} @ {latency:g} ms, trial {trial}/{args.repeat}: starting the job", flush=True)
+            trials.append(run_level(c, latency, args.seconds, out / "work", args.rate_factor))
+            print(f"  ratio {trials[-1].ratio:.3f}, {trials[-1].cpu_ms_per_run:.1f} ms CPU per run", flush=True)
         levels.append(median_trial(trials))
     pool_only = None
     if not args.no_pool_only:
-        c = max(args.levels)
+        c, latency = levels[-1].concurrency, levels[-1].latency_ms
         trials = []
         for trial in range(1, args.repeat + 1):
-            print(f"concurrency {c}: the run pool alone (no Flink), trial {trial}/{args.repeat}", flush=True)
-            trials.append(run_pool_only(c, args.latency_ms, args.seconds, out / "work"))
+            print(f"concurrency {c} @ {latency:g} ms: the run pool alone (no Flink), trial {trial}/{args.repeat}")
+            trials.append(run_pool_only(c, latency, args.seconds, out / "work"))
         pool_only = median_trial(trials)
-    print(f"\nmodel latency {args.latency_ms:g} ms, {CALLS_PER_RUN} calls per run, parallelism 1")
-    print(f"median trial of {args.repeat}; 'trials' gives the lowest and highest ratio")
-    print(f"{'concurrency':>11} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'trials':>10}")
+    print(f"\n{CALLS_PER_RUN} model calls per run, parallelism 1, thread mode, {os.cpu_count()} cores; "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")  # fmt: skip
+    print(f"median trial of {args.repeat}; 'trials' gives the lowest and highest ratio; 'load' at the trial's end")
+    if args.rate_factor:
+        print(f"input streamed at {args.rate_factor:g} x the bound (events/s), not read all at once")
+    print(f"{'level':>16} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'trials':>10} "
+          f"{'CPU ms/run':>11} {'load':>5}")  # fmt: skip
     for lv in levels:
-        print(
-            f"{lv.concurrency:>11} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} "
-            f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.spread:>10}"
-        )
+        print(_row(lv))
     if pool_only is not None:
-        lv = pool_only
-        print(
-            f"{'pool only':>11} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} "
-            f"{lv.bound:>8.1f} {lv.ratio:>6.2f} {lv.spread:>10}   (c={lv.concurrency}, engine + pool, no Flink)"
-        )
+        print(_row(pool_only, f"pool {pool_only.label}") + "   (engine + pool in one process, no Flink)")
     rows = [lv.__dict__ | {"ratio": lv.ratio, "trials": list(lv.trials), "flink": True} for lv in levels]
     if pool_only is not None:
         rows.append(pool_only.__dict__ | {"ratio": pool_only.ratio, "trials": list(pool_only.trials), "flink": False})
     (out / "concurrency.json").write_text(json.dumps(rows, indent=2))
-    plot(levels, args.latency_ms, out / "concurrency.png", pool_only)
+    plot(levels, out / "concurrency.png", pool_only)
     print(f"plot: {out / 'concurrency.png'}")
     return 0
 

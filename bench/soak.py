@@ -50,6 +50,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.procstat import tree_rss_mb  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig  # noqa: E402
 from jobs.job_settings import latest_checkpoint  # noqa: E402
 from tests.services.kafka_flink import KafkaBroker, read_topic  # noqa: E402
@@ -60,30 +61,6 @@ STORM_RATES = {"500": 0.3, "429": 0.1}
 TOPIC, DIAGNOSES, DEAD = "soak-alerts", "soak-diagnoses", "soak-dead-letters"
 # After the last line is produced, the job gets this long to drain before it is stopped.
 DRAIN_S = 90.0
-
-
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants, in MB (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        todo += children.get(p, [])
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
 
 
 def _dir_mb(path: Path) -> float:
@@ -100,6 +77,16 @@ def _start_job(bootstrap: str, ckpt: Path, db: Path, url: str, restore: Path | N
     env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "soak-local", "VDOCTOR_MODEL_MAX_ATTEMPTS": "3"}
     return subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
+
+
+def _growth_after(samples: list[tuple[float, float, float, int]], start_s: float) -> dict[str, float]:
+    """Resident memory from ``start_s`` (warm-up over) to the last sample, and its growth in per cent."""
+    later = [s for s in samples if s[0] >= start_s]
+    if not later:
+        return {}
+    first, last = later[0][1], later[-1][1]
+    return {"rss_mb_after_warmup": first, "rss_mb_last": last,
+            "rss_growth_after_warmup_pct": round((last - first) / first * 100, 2) if first else 0.0}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 if now >= next_storm and replay.poll() is None:
                     server.config.error_rates.update(STORM_RATES)
                     storm_end, next_storm, storms = now + args.storm_s, next_storm + args.storm_every_s, storms + 1
-                samples.append((now, _tree_rss_mb(job.pid), _dir_mb(ckpt), server.stats["ok"]))
+                samples.append((now, tree_rss_mb(job.pid), _dir_mb(ckpt), server.stats["ok"]))
                 print(f"[soak] t={now:6.0f}s rss={samples[-1][1]:6.0f} MB state={samples[-1][2]:6.1f} MB "
                       f"model calls ok={server.stats['ok']} storms={storms} kills={kills}",
                       file=sys.stderr, flush=True)  # fmt: skip
@@ -207,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         "kills": kills,
         "model_calls": model_stats,
         "rss_mb_max": max((s[1] for s in samples), default=0.0),
+        **_growth_after(samples, 300.0),
         "state_mb_max": max((s[2] for s in samples), default=0.0),
     }
     print(json.dumps(report, indent=2))

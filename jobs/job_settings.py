@@ -81,6 +81,7 @@ _DOMAIN_FLAGS = {
     "summarizer": "summarizer",
     "concurrency": "concurrency",
     "embedder": "embedder",
+    "deterministic": "deterministic",
 }
 
 
@@ -212,6 +213,12 @@ def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
         help="who writes summaries (default offline); openai uses VDOCTOR_SUMMARY_MODEL at OPENAI_BASE_URL",
     )
     parser.add_argument("--concurrency", type=int, help="vehicles diagnosed at once per subtask (default 64)")
+    parser.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        help="order the runs in flight so that results do not depend on --concurrency (parallelism 1; "
+        "README: Deterministic replays)",
+    )
 
 
 def add_flink_arguments(parser: argparse.ArgumentParser) -> None:

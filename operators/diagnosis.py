@@ -11,22 +11,30 @@ in arrival order. The operator thread owns all Flink state:
   (snapshots, event) plus model/store calls, and chain a vehicle's next event
   onto the previous result themselves. They never touch Flink state and never
   read the current key.
-- Processing-time timers poll each vehicle with work near its run's
-  expected finish, then every ~20 ms (on a shared grid so that vehicles
-  share timers; at most every second while it waits for a free worker): a
-  poll with nothing finished reads no state; otherwise the operator stores the newest snapshots, drops
-  the finished events from ``pending`` and emits their results, in order.
+- One processing-time timer per subtask ticks every ``TICK_MS`` while the
+  pool has work. A tick drains what finished since the last one (the pool
+  queues finished vehicles; nothing is polled per vehicle), and for each
+  finished vehicle sets the keyed state backend's current key to it
+  (``operators.keys``), stores the newest snapshots, drops the finished events
+  from ``pending`` and emits their results in order; then it switches back.
+  So the operator thread wakes ~50 times a second however many runs are in
+  flight, and each wake applies everything that is ready in one go.
 - ``pending`` holds every event whose result is not applied yet, so a
   checkpoint taken with runs in flight re-runs them after a restore (L3
-  upserts are idempotent by (vin, session_id)). The first timer or event of a
-  restored vehicle restarts its chain from state.
+  upserts are idempotent by (vin, session_id)). After a restore the first
+  callback lists the vehicles with ``pending`` state and restarts their
+  chains (thread mode); process mode cannot list keys, so there a restored
+  vehicle restarts at its next event or at the end of a bounded input.
 - ``concurrency`` 1 runs each event inline in ``process_element`` instead:
   one at a time in arrival order across all vehicles, so a replay where one
   vehicle's verified case should inform another's follows the file's order.
+  With ``runtime.deterministic`` the pool gives the same results with runs in
+  flight: it admits runs in the order ``vdoctor.replay_order`` sets.
 - Bounded input: processing-time timers still pending at the end of input
   never fire (NOTES.md), so every vehicle with work also has an event-time
-  timer at Long.MAX_VALUE; the final watermark fires it and the operator
-  waits there for the vehicle's remaining runs.
+  timer at Long.MAX_VALUE (deleted when its work is done); the final
+  watermark fires the first of them, and the operator applies every
+  vehicle's remaining runs there as they finish.
 """
 
 from __future__ import annotations
@@ -45,12 +53,14 @@ from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from operators import logs
+from operators.keys import KeySwitch
 from operators.metrics import DiagnosisMetrics
 from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
 from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool
 from vdoctor.settings import Settings, with_secrets
 
@@ -59,9 +69,13 @@ from vdoctor.settings import Settings, with_secrets
 # session state's TTL is a setting (``runtime.state_ttl_s``, 48 h by default).
 # Dedup ids must outlive a session so that a late replay is still caught.
 DEDUP_TTL_S = 30 * 24 * 3600
-# Poll grid for finished runs: ~20 ms keeps the added latency small against
-# 0.3-5 s model calls; rounding to the grid lets vehicles share timers.
-POLL_MS = 20
+# The completion tick: finished runs wait at most this long to be stored and
+# emitted (small against 0.3-5 s model calls); one timer callback per tick
+# per subtask, however many runs are in flight.
+TICK_MS = 20
+# At the end of a bounded input the operator waits for finished runs in
+# slices of this length (it wakes at once when one finishes).
+END_WAIT_S = 1.0
 # Cyclic GC in thread mode stops every worker while it runs. What open()
 # loads (the knowledge pack, the vector index, modules) lives as long as the
 # operator, so it is frozen out of collections; and a young generation of
@@ -69,8 +83,6 @@ POLL_MS = 20
 # run-pool benchmark's process this cut GC pauses from ~310 ms to ~50 ms per
 # 1,920 runs, the longest from 72 ms to 25 ms.
 GC_GEN0_THRESHOLD = 20_000
-# Vehicles still waiting for a free worker are polled at least this often.
-MAX_POLL_MS = 1000
 # The final watermark of a bounded input; an event-time timer here fires only at end of input.
 END_OF_INPUT = 2**63 - 1
 
@@ -112,9 +124,9 @@ def _ttl(seconds: float) -> StateTtlConfig:
     )
 
 
-def next_poll_ms(now_ms: int, wait_ms: float) -> int:
-    """The first grid point at least ``wait_ms`` after ``now_ms``."""
-    return int(math.ceil((now_ms + max(wait_ms, POLL_MS)) / POLL_MS) * POLL_MS)
+def next_tick_ms(now_ms: int) -> int:
+    """The first point of the ``TICK_MS`` grid at least one tick after ``now_ms``."""
+    return int(math.ceil((now_ms + TICK_MS) / TICK_MS) * TICK_MS)
 
 
 class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
@@ -127,6 +139,15 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.engine: DiagnosisEngine | None = None
         self.pool: KeyedRunPool[Item, Applied] | None = None
         self.inline = False
+        self.keys: KeySwitch | None = None
+        # Key handles of the vehicles with work in the pool (thread mode: the
+        # backend's own key objects, so no key is built per apply).
+        self._handles: dict[str, Any] = {}
+        self._tick_at: int | None = None
+        self._resumed = False
+        # The pending list of each vehicle in the pool, as the JSON texts of its entries: the
+        # state's value is their join, so an event is encoded once, not the whole list per change.
+        self._pending_json: dict[str, list[str]] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
         settings = with_secrets(Settings.model_validate(self._settings), os.environ)
@@ -137,7 +158,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             gc.freeze()
             _, gen1, gen2 = gc.get_threshold()
             gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
-            self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis")
+            admission = None
+            if settings.runtime.deterministic:
+                admission = replay_admission(store_was_empty=self.engine.store.count() == 0)
+            self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis", admission=admission)
         session = ValueStateDescriptor("session", Types.STRING())
         session.enable_time_to_live(_ttl(settings.runtime.state_ttl_s))
         dedup = ValueStateDescriptor("dedup", Types.STRING())
@@ -147,6 +171,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.session_state = runtime_context.get_state(session)
         self.dedup_state = runtime_context.get_state(dedup)
         self.pending_state = runtime_context.get_state(pending)
+        if not self.inline:
+            self.keys = KeySwitch(runtime_context)
         self._metrics(runtime_context)
 
     def _metrics(self, runtime_context: RuntimeContext) -> None:
@@ -201,6 +227,22 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         stored = self.pending_state.value()
         return json.loads(stored) if stored else []
 
+    def _pending_entries(self, vin: str) -> list[str]:
+        """The current key's pending entries as JSON texts (kept while the vehicle is in the pool)."""
+        entries = self._pending_json.get(vin)
+        if entries is None:
+            entries = [json.dumps(p, ensure_ascii=False) for p in self._pending()]
+            self._pending_json[vin] = entries
+        return entries
+
+    def _store_pending(self, vin: str, entries: list[str]) -> None:
+        if entries:
+            self._pending_json[vin] = entries
+            self.pending_state.update("[" + ",".join(entries) + "]")
+        else:
+            self._pending_json.pop(vin, None)
+            self.pending_state.clear()
+
     def _carry_from_state(self) -> Carry:
         stored = self.session_state.value()
         session = SessionState.model_validate_json(stored) if stored else None
@@ -208,14 +250,43 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         dedup = DedupState.model_validate_json(dedup_raw) if dedup_raw else DedupState()
         return session, dedup
 
-    def _start_from_state(self, vin: str, items: list[Item]) -> None:
+    def _start_from_state(self, vin: str, items: list[Item], ctx: KeyedProcessFunction.Context) -> None:
+        """Start the current vehicle's chain from its stored state, with its end-of-input timer."""
         self._pool().start(vin, self._carry_from_state(), items)
+        ctx.timer_service().register_event_time_timer(END_OF_INPUT)
 
-    def _schedule_poll(self, ctx: KeyedProcessFunction.Context, vin: str) -> None:
-        """Poll near the expected finish of the vehicle's run, then every POLL_MS."""
+    def _switch(self) -> KeySwitch:
+        if self.keys is None:
+            raise RuntimeError("DiagnosisFunction.open() was not called before use")
+        return self.keys
+
+    def _resume(self, ctx: KeyedProcessFunction.Context) -> None:
+        """Once per start: restart the chains of vehicles restored with events still pending (thread mode)."""
+        if self._resumed:
+            return
+        self._resumed = True
+        keys = self._switch()
+        if not keys.can_list_keys:
+            return
+        home = keys.current()
+        try:
+            for vin, handle in keys.keys_with("pending"):
+                keys.switch(handle)
+                pending = self._pending()
+                if pending and not self._pool().knows(vin):
+                    self._handles[vin] = handle
+                    self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
+        finally:
+            keys.switch(home)
+        self._ensure_tick(ctx)
+
+    def _ensure_tick(self, ctx: KeyedProcessFunction.Context) -> None:
+        """One tick timer pending while the pool has work (registered under whichever key is current)."""
+        if self._tick_at is not None or self._pool().idle:
+            return
         timers = ctx.timer_service()
-        wait_ms = min(MAX_POLL_MS, self._pool().eta_s(vin) * 1000.0)
-        timers.register_processing_time_timer(next_poll_ms(timers.current_processing_time(), wait_ms))
+        self._tick_at = next_tick_ms(timers.current_processing_time())
+        timers.register_processing_time_timer(self._tick_at)
 
     def process_element(
         self, value: tuple[str, str, str, str], ctx: KeyedProcessFunction.Context
@@ -223,60 +294,77 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         _, vin, event_json, raw = value
         if self.inline:
             _, applied = self._step(vin, self._carry_from_state(), (event_json, raw))
-            yield from self._apply(vin, [applied], from_pending=False)
+            yield from self._apply([applied])
             return
+        self._resume(ctx)
         pool = self._pool()
-        pending = self._pending()
-        pending.append([event_json, raw])
-        self.pending_state.update(json.dumps(pending, ensure_ascii=False))
+        entry = json.dumps([event_json, raw], ensure_ascii=False)
         if pool.knows(vin):
+            self._store_pending(vin, [*self._pending_entries(vin), entry])
             pool.add(vin, (event_json, raw))
         else:
             # New work, or a vehicle restored with runs still to do: all of pending, in order.
-            self._start_from_state(vin, [(e, r) for e, r in pending])
-            ctx.timer_service().register_event_time_timer(END_OF_INPUT)
-            self._schedule_poll(ctx, vin)
+            pending = self._pending()
+            self._store_pending(vin, [*(json.dumps(p, ensure_ascii=False) for p in pending), entry])
+            self._handles[vin] = self._switch().current()
+            self._start_from_state(vin, [(e, r) for e, r in pending] + [(event_json, raw)], ctx)
+        self._ensure_tick(ctx)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
         pool = self._pool()
-        vin = ctx.get_current_key()
-        end_of_input = ctx.time_domain() == TimeDomain.EVENT_TIME
-        if not pool.knows(vin):
-            # After a restore, or a leftover timer of a vehicle whose work is all applied.
-            pending = self._pending()
-            if not pending:
-                return
-            self._start_from_state(vin, [(e, r) for e, r in pending])
-            if not end_of_input:
-                self._schedule_poll(ctx, vin)
-                return
-        if end_of_input:
-            # The final watermark: nothing more will arrive, finish this vehicle's runs here.
-            pool.wait(vin)
-        elif not pool.has_finished(vin):
-            self._schedule_poll(ctx, vin)  # an empty poll reads no state
+        self._resume(ctx)
+        if ctx.time_domain() == TimeDomain.EVENT_TIME:
+            # The final watermark: nothing more will arrive. A vehicle restored
+            # in process mode (which cannot list keys) starts here.
+            vin = ctx.get_current_key()
+            if not pool.knows(vin):
+                pending = self._pending()
+                if pending:
+                    self._handles[vin] = self._switch().current()
+                    pool.start(vin, self._carry_from_state(), [(e, r) for e, r in pending])
+            while not pool.idle:
+                pool.wait_finished(END_WAIT_S)
+                yield from self._drain(ctx)
             return
-        yield from self._apply(vin, pool.take(vin))
-        if pool.knows(vin):
-            self._schedule_poll(ctx, vin)
-        elif not end_of_input:
-            ctx.timer_service().delete_event_time_timer(END_OF_INPUT)
+        if timestamp == self._tick_at:
+            self._tick_at = None
+        yield from self._drain(ctx)
+        self._ensure_tick(ctx)
 
-    def _apply(self, vin: str, done: list[Applied], from_pending: bool = True) -> Iterator[tuple[str, str]]:
+    def _drain(self, ctx: KeyedProcessFunction.Context) -> list[tuple[str, str]]:
+        """Store and emit every vehicle's finished runs, each under its own key; back to the timer's key after."""
+        finished = self._pool().drain()
+        if not finished:
+            return []
+        keys = self._switch()
+        home = keys.current()
+        out: list[tuple[str, str]] = []
+        try:
+            for vin, done in finished:
+                handle = self._handles.get(vin)
+                keys.switch(handle if handle is not None else keys.handle(vin))
+                out += self._apply(done, vin)
+                if not self._pool().knows(vin):
+                    self._handles.pop(vin, None)
+                    ctx.timer_service().delete_event_time_timer(END_OF_INPUT)
+        finally:
+            keys.switch(home)
+        return out
+
+    def _apply(self, done: list[Applied], vin: str | None = None) -> list[tuple[str, str]]:
+        """Store the newest snapshots of the current key, drop its finished events from pending; the outputs."""
         if not done:
-            return
+            return []
         last = done[-1]
         if last.session_json is None:
             self.session_state.clear()
         else:
             self.session_state.update(last.session_json)
         self.dedup_state.update(last.dedup_json)
-        if from_pending:
-            rest = self._pending()[len(done) :]
-            if rest:
-                self.pending_state.update(json.dumps(rest, ensure_ascii=False))
-            else:
-                self.pending_state.clear()
+        if vin is not None:  # from the pool: the finished events leave pending
+            self._store_pending(vin, self._pending_entries(vin)[len(done) :])
+        out: list[tuple[str, str]] = []
         for applied in done:
             self.metrics.record(applied)
-            yield from applied.outputs
+            out += applied.outputs
+        return out

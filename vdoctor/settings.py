@@ -102,6 +102,9 @@ class RuntimeSettings(_Frozen):
     # of event time whatever this says; a job down for longer than this comes
     # back without the sessions that were open (their next alert opens a new one).
     state_ttl_s: float = Field(default=SESSION_TTL.total_seconds(), ge=1)
+    # Runs in flight follow the order that makes results independent of the
+    # concurrency (vdoctor.replay_order; at parallelism 1, README "Deterministic replays").
+    deterministic: bool = False
 
 
 class Settings(_Frozen):
@@ -145,6 +148,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "concurrency": ("runtime", "concurrency", "VDOCTOR_CONCURRENCY"),
     "log_level": ("runtime", "log_level", "VDOCTOR_LOG_LEVEL"),
     "state_ttl_s": ("runtime", "state_ttl_s", "VDOCTOR_STATE_TTL_S"),
+    "deterministic": ("runtime", "deterministic", "VDOCTOR_DETERMINISTIC"),
 }
 # The environment variables, by flat name (for documentation and tests).
 ENV_VARS: dict[str, str] = {name: var for name, (_, _, var) in FIELDS.items()}

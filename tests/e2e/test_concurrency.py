@@ -168,6 +168,70 @@ def test_killed_with_runs_in_flight_and_restored_yields_every_l3_record_once(tmp
         assert all(d["phase"] == phases[k] for d, k in zip(mine, ks, strict=True))
 
 
+class CallLog:
+    """The offline responder, recording when the first call of each vehicle's run arrived (by its prompt's vin)."""
+
+    def __init__(self) -> None:
+        import re
+        import threading
+
+        from devtools.model_server import offline_responder
+
+        self._inner = offline_responder()
+        self._vin = re.compile(r"vin: ([0-9A-Z]{17});")
+        self._lock = threading.Lock()
+        self.calls: list[tuple[float, str]] = []
+
+    def __call__(self, messages, tools):  # type: ignore[no-untyped-def]
+        found = self._vin.search(" ".join(m.content for m in messages if m.role == "user"))
+        with self._lock:
+            self.calls.append((time.monotonic(), found.group(1) if found else ""))
+        return self._inner(messages, tools)
+
+
+def test_runs_in_flight_at_a_checkpoint_restart_at_once_after_a_restore(tmp_path: Path) -> None:
+    """Vehicles restored with runs to do get no more events: their runs restart when the job does, not at its end.
+
+    8 vehicles send one alert each, then 40 other vehicles one each, at 4 lines/s. The job is killed while
+    the 8 runs are in flight (a model call takes 3 s) after a checkpoint holds them; the restored job reads
+    the other vehicles' alerts for another ~8 s. The 8 runs must start again long before that input ends.
+    """
+    first = [{"type": "alert", "event_id": f"r-a{v}", "vin": vin(v), "series": "EV-A", "ts": "2026-11-01T08:00:00Z",
+              "alert_text": "CAN communication lost", "dtc_codes": ["U0140"], "signals": {"can_timeout_s": 0.5}}
+             for v in range(8)]  # fmt: skip
+    later = [{**e, "event_id": f"r-b{v}", "vin": vin(100 + v)} for v, e in enumerate(first * 5)]
+    (tmp_path / "alerts.jsonl").write_text("\n".join(json.dumps(e) for e in first + later) + "\n")
+    group_a = {e["vin"] for e in first}
+    checkpoints = tmp_path / "checkpoints"
+    log = CallLog()
+    with ModelServer(ServerConfig(latency_ms=3000), log) as server:
+        job = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 16, "--checkpoint-dir",
+                      str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "4")  # fmt: skip
+        deadline = time.monotonic() + 240
+        all_a_at = None
+        while time.monotonic() < deadline and job.poll() is None:
+            if all_a_at is None and group_a <= {v for _, v in log.calls}:
+                all_a_at = time.time()
+            done = [p for p in checkpoints.glob("*/chk-*/_metadata") if all_a_at and p.stat().st_mtime > all_a_at]
+            if done:
+                break
+            time.sleep(0.05)
+        assert job.poll() is None and all_a_at is not None, "the job ended before it could be killed"
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate(timeout=30)
+        killed_at = time.monotonic()
+        assert server.stats["ok"] < len(first)  # none of the 8 runs had its second call answered
+        finish(run_job(tmp_path / "out2", tmp_path / "alerts.jsonl", server.base_url, 16,
+                       "--checkpoint-dir", str(checkpoints), "--restore", "latest", "--rate", "4"))  # fmt: skip
+    restored = [(t, v) for t, v in log.calls if t > killed_at]
+    a_restart = max(min(t for t, v in restored if v == a) for a in group_a)
+    b_last = max(t for t, v in restored if v not in group_a)
+    assert a_restart < b_last - 4.0  # the 8 restarted with the job, seconds before its input ended
+    second = diagnoses(tmp_path / "out2")
+    assert {d["vin"] for d in second} >= group_a
+    assert len({d["event_id"] for d in second}) == len(second)
+
+
 def free_port() -> int:
     import socket
 

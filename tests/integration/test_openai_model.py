@@ -300,25 +300,31 @@ def test_a_reply_that_never_has_the_right_shape_is_a_clear_error(sleeps: list[fl
         endpoint.close()
 
 
-def test_worker_threads_share_a_few_http_clients(server: ModelServer, sleeps: list[float]) -> None:
+def test_worker_threads_share_http_clients_a_few_threads_each(server: ModelServer, sleeps: list[float]) -> None:
     import threading
 
-    from vdoctor.openai_clients import CLIENTS
+    from vdoctor.openai_clients import THREADS_PER_CLIENT
 
-    model = make_model(server.base_url, sleeps)
+    model = make_model(server.base_url, sleeps)  # its constructor's thread takes the first client's first place
     used: dict[int, object] = {}
+    workers = 3 * THREADS_PER_CLIENT
 
     def work(i: int) -> None:
         model.chat(MESSAGES, SPECS)
         used[i] = model._client()
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3 * CLIENTS)]
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(used) == 3 * CLIENTS and server.stats["ok"] == 3 * CLIENTS
-    assert len({id(c) for c in used.values()}) == CLIENTS  # bounded, and every client in use
+    assert len(used) == workers and server.stats["ok"] == workers
+    # 1 + 24 threads at 8 per client: 4 clients, every one in use, none serving more than 8 threads.
+    assert model._clients.size == 4
+    per_client: dict[int, int] = {}
+    for c in used.values():
+        per_client[id(c)] = per_client.get(id(c), 0) + 1
+    assert len(per_client) == 4 and max(per_client.values()) <= THREADS_PER_CLIENT
     model.close()
 
 

@@ -96,8 +96,9 @@ class KafkaBroker:
         cp = f"{KAFKA_LIB}/*"
         if not (self.workdir / "data" / "meta.properties").exists():  # a restart keeps its storage
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            # Joined to its flag: an id may start with "-", which the tool's parser would read as a flag.
             fmt = subprocess.run(
-                [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", "-t", cluster_id,
+                [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={cluster_id}",
                  "-c", str(config)],
                 capture_output=True, text=True, timeout=120,
             )
@@ -225,15 +226,27 @@ class FlinkCluster:
     Python needs on the cluster classpath.
     """
 
-    def __init__(self, workdir: Path, slots: int = 2, python: Path | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        slots: int = 2,
+        python: Path | None = None,
+        taskmanagers: int = 1,
+        conf: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         """``python``: the interpreter whose apache-flink runs the cluster and its workers.
 
         By default this test run's own, with the repository on the workers' path (a cluster that shares
         this checkout). Any other is a cluster with nothing of ours: no repository on any path, no
         environment of this run's virtual environment; jobs bring their code (``flink run -pyfs``).
+        ``taskmanagers`` TaskManager processes of ``slots`` slots each; ``conf`` and ``env`` override defaults.
         """
         self.workdir = workdir
         self.slots = slots
+        self.taskmanagers = taskmanagers
+        self.extra_conf = conf or {}
+        self.extra_env = env or {}
         self.rest_port = free_port()
         self.rpc_port = free_port()
         self.python = Path(sys.executable) if python is None else python
@@ -279,9 +292,10 @@ class FlinkCluster:
             "python.pythonpath": ":".join(
                 ([str(REPO_ROOT)] if self.shares_checkout else []) + site_packages(self.python)
             ),
+            **self.extra_conf,
         }
         (conf_dir / "masters").write_text(f"localhost:{self.rest_port}\n")
-        (conf_dir / "workers").write_text("localhost\n")
+        (conf_dir / "workers").write_text("localhost\n" * self.taskmanagers)
         (conf_dir / "config.yaml").write_text("".join(f"{k}: {v}\n" for k, v in conf.items()))
         base = dict(os.environ)
         if not self.shares_checkout:
@@ -304,6 +318,7 @@ class FlinkCluster:
             # The tests' fleets rely on file order across vehicles (one vehicle's verified case
             # informs another's next session): one run at a time.
             self.env["VDOCTOR_CONCURRENCY"] = "1"
+        self.env.update(self.extra_env)
 
     def start(self) -> FlinkCluster:
         if shutil.which("java") is None:
@@ -317,7 +332,7 @@ class FlinkCluster:
             raise ServiceError(f"start-cluster.sh failed: {proc.stderr[-2000:]}")
         deadline = time.monotonic() + FLINK_START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self._taskmanagers() >= 1:
+            if self._taskmanagers() >= self.taskmanagers:
                 return self
             time.sleep(1)
         logs = "\n".join(_tail(p, 1500) for p in (self.workdir / "log").glob("*.log"))

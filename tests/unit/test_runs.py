@@ -88,7 +88,7 @@ def test_take_forgets_a_key_only_when_nothing_is_left() -> None:
     pool: KeyedRunPool[int, int] = KeyedRunPool(2, step)
     try:
         pool.start("a", 0, [1, 2])
-        assert pool.knows("a") and not pool.has_finished("a")
+        assert pool.knows("a") and pool.drain() == []
         assert pool.take("a") == []  # running: nothing yet, key still known
         assert pool.knows("a")
         with pytest.raises(ValueError, match="use add"):
@@ -154,28 +154,68 @@ def test_concurrency_must_be_positive() -> None:
         KeyedRunPool(0, lambda k, c, i: (c, i))
 
 
-def test_eta_tells_when_to_poll() -> None:
-    gate = threading.Event()
+def test_drain_hands_over_exactly_the_finished_keys_once_each() -> None:
+    gates = {k: threading.Event() for k in ("a", "b", "c")}
 
+    def step(key: str, carry: int, item: int) -> tuple[int, str]:
+        gates[key].wait(5)
+        return carry + 1, f"{key}{carry + 1}"
+
+    pool: KeyedRunPool[int, str] = KeyedRunPool(3, step)
+    try:
+        pool.start("a", 0, [1, 2])
+        pool.start("b", 0, [1])
+        pool.start("c", 0, [1])
+        assert pool.drain() == []  # all three running: nothing to hand over, nothing polled per key
+        gates["b"].set()
+        assert pool.wait("b", timeout_s=5)
+        assert pool.wait_finished(timeout_s=5)
+        assert pool.drain() == [("b", ["b1"])]
+        assert not pool.knows("b")  # nothing left: forgotten on the drain that emptied it
+        assert pool.drain() == []  # handed over once
+        gates["a"].set()
+        assert pool.wait("a", timeout_s=5)
+        # a's two runs finished one after the other: one entry, both results in order.
+        assert pool.drain() == [("a", ["a1", "a2"])]
+        assert pool.knows("c") and not pool.idle
+        gates["c"].set()
+        assert pool.wait("c", timeout_s=5)
+        assert pool.drain() == [("c", ["c1"])]
+        assert pool.idle
+        assert pool.wait_finished(timeout_s=0.01)  # idle: nothing to wait for
+    finally:
+        for g in gates.values():
+            g.set()
+        pool.close()
+
+
+def test_a_key_added_to_after_its_results_were_drained_chains_on_its_latest_carry() -> None:
+    pool: KeyedRunPool[str, str] = KeyedRunPool(2, lambda k, c, i: ((*c, i), "+".join((*c, i))))
+    try:
+        pool.start("a", (), ["x"])
+        assert pool.wait("a", timeout_s=5)
+        assert pool.drain() == [("a", ["x"])]
+        # Forgotten: the operator restarts the chain from what it stored.
+        pool.start("a", ("x",), ["y"])
+        pool.add("a", "z")
+        assert pool.wait("a", timeout_s=5)
+        assert pool.drain() == [("a", ["x+y", "x+y+z"])]
+    finally:
+        pool.close()
+
+
+def test_a_failing_step_fails_the_drain() -> None:
     def step(key: str, carry: None, item: str) -> tuple[None, str]:
-        if item == "wait":
-            gate.wait(5)
-        else:
-            time.sleep(0.05)
+        if item == "boom":
+            raise KeyError("bug")
         return None, item
 
-    pool: KeyedRunPool[str, str] = KeyedRunPool(1, step)
+    pool: KeyedRunPool[str, str] = KeyedRunPool(2, step)
     try:
-        assert pool.eta_s("nobody") == 0.0
-        pool.start("warm", None, ["x"])  # sets the mean run time to ~50 ms
-        assert pool.wait("warm", timeout_s=5) and pool.eta_s("warm") == 0.0  # finished: poll now
-        pool.take("warm")
-        pool.start("busy", None, ["wait"])
-        time.sleep(0.02)
-        pool.start("queued", None, ["x"])
-        # Running: at most the mean run time left; queued behind a busy worker: a mean run or more.
-        assert 0.0 <= pool.eta_s("busy") <= pool.mean_run_s
-        assert pool.eta_s("queued") >= pool.mean_run_s > 0.0
+        pool.start("bad", None, ["boom", "never"])
+        assert pool.wait("bad", timeout_s=5)
+        with pytest.raises(RunFailed, match="bad"):
+            pool.drain()
+        assert pool.queued == 0
     finally:
-        gate.set()
         pool.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vdoctor.limits import SESSION_TTL
 from vdoctor.lines import ReadingSpan, SummaryLine, summary_time
@@ -94,24 +94,25 @@ class SessionState(BaseModel):
     # session's long-term records are found by it (``retrieval.text``).
     alert_text: str = ""
     alerts: int = 0
-    codes: dict[str, int] = {}
-    readings: list[Reading] = []
-    timeline: list[TimelineEntry] = []
-    working: WorkingState = WorkingState()
+    # Mutable defaults by factory: a literal [], {} or model is deep-copied on every validation.
+    codes: dict[str, int] = Field(default_factory=dict)
+    readings: list[Reading] = Field(default_factory=list)
+    timeline: list[TimelineEntry] = Field(default_factory=list)
+    working: WorkingState = Field(default_factory=WorkingState)
     memory_text: str = ""
-    memory: MemoryUse = MemoryUse()
+    memory: MemoryUse = Field(default_factory=MemoryUse)
     conclusion: Conclusion | None = None
     l3_written: bool = False
     milestones_written: int = 0
     # Key readings per signal, in order of first appearance (see SignalSpan).
-    signals: dict[str, SignalSpan] = {}
+    signals: dict[str, SignalSpan] = Field(default_factory=dict)
     signals_untracked: int = 0
     # What the session knows before it concludes: the latest answer's priority
     # and its leading hypothesis (a root cause it names, or the codes it
     # suspects) with its confidence; none until an answer gives one.
     priority: Priority | None = None
     hypothesis: str | None = None
-    suspected: list[str] = []
+    suspected: list[str] = Field(default_factory=list)
     hypothesis_confidence: float | None = None
 
     def expired_at(self, now: datetime) -> bool:
@@ -174,7 +175,7 @@ def opening_text(alert_text: str) -> str:
 class DedupState(BaseModel):
     """Event ids already processed for one vehicle, with their event time (epoch seconds)."""
 
-    seen: dict[str, int] = {}
+    seen: dict[str, int] = Field(default_factory=dict)
 
     def check_and_add(self, event_id: str, ts: datetime) -> bool:
         """True if the id is new (and records it); False for a replayed duplicate."""

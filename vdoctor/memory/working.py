@@ -23,7 +23,7 @@ import bisect
 import functools
 import re
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from vdoctor.limits import WORKING_BUDGET_TOKENS
 from vdoctor.lines import CLAUSE_KINDS, FactKind, KeyFact, KeyFactField, SummaryLine
@@ -87,11 +87,12 @@ class Round(BaseModel):
 class WorkingState(BaseModel):
     """The JSON-able snapshot of working memory kept in the L2 session state."""
 
-    summary_lines: list[str] = []
-    rounds: list[Round] = []
-    key_facts: list[KeyFactField] = []
+    # Mutable defaults by factory: a literal [] or {} is deep-copied on every validation.
+    summary_lines: list[str] = Field(default_factory=list)
+    rounds: list[Round] = Field(default_factory=list)
+    key_facts: list[KeyFactField] = Field(default_factory=list)
     # Every reading's (time, value as written), per signal or unit, in time order.
-    trends: dict[str, list[tuple[str, str]]] = {}
+    trends: dict[str, list[tuple[str, str]]] = Field(default_factory=dict)
     compressions: int = 0
     # Trigger counts, for metrics and tests: threshold folds, stage ends, session ends.
     threshold_folds: int = 0
@@ -319,6 +320,9 @@ class WorkingMemory:
 
     def render(self, current: str = "") -> str:
         """The working context as text: summary, recent rounds, ``current``, key facts last."""
+        return "\n\n".join(self._parts(current))
+
+    def _parts(self, current: str = "") -> list[str]:
         parts = []
         if self.state.summary_lines:
             parts.append("## Earlier in this session (summary)\n" + "\n".join(self.state.summary_lines))
@@ -329,7 +333,12 @@ class WorkingMemory:
         facts = [*self.state.key_facts, *self.trend_facts()]
         if facts:
             parts.append("## Key facts (never compressed)\n" + "\n".join(f.render() for f in facts))
-        return "\n\n".join(parts)
+        return parts
 
     def tokens(self) -> int:
+        """Tokens of ``render()``. With an additive counter (``EstimatingCounter``: parts joined by blank
+        lines count as the sum of their counts) each part is counted on its own, so the parts that did not
+        change since the last count (earlier rounds, the summary) come from the counter's cache."""
+        if getattr(self.counter, "additive", False):
+            return sum(self.counter.count(part) for part in self._parts())
         return self.counter.count(self.render())

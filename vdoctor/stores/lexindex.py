@@ -152,7 +152,10 @@ class _Part:
         scores[hidden] = 0.0
         hits = np.flatnonzero(scores > 0)
         if len(hits) > k:
-            hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+            # Every row tied with the k-th score comes along (as in the vector index): which of equal scores
+            # make the cut must not depend on insertion order; the store breaks ties by vin and session.
+            kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
+            hits = hits[scores[hits] >= kth]
         order = np.lexsort((self.rowids[hits], -scores[hits]))
         return [(int(self.rowids[hits[i]]), float(scores[hits[i]])) for i in order]
 

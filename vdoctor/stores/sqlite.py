@@ -318,8 +318,9 @@ class SqliteStore:
                 ]
         found = [Scored(from_row(row).as_of(query.as_of), scores[rowid]) for rowid, row in rows]
         found = [s for s in found if query.admits(s.record)]
-        found.sort(key=lambda s: -s.score)
-        return found
+        # Ties broken by the record, never by insertion order (deterministic replays).
+        found.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
+        return found[: query.k]
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         # The change seq is read before the guard: when the index is current

@@ -199,7 +199,8 @@ class SeriesVectorIndex:
     def search(
         self, series: str, exclude_vin: str, vector: npt.NDArray[np.float32], k: int, at: int
     ) -> list[tuple[int, float]]:
-        """Top-k (rowid, inner product) of the series at event time ``at``; the excluded VIN's rows masked out."""
+        """Top-k (rowid, inner product) of the series at event time ``at`` (more when tied at the k-th); the excluded
+        VIN's rows masked out."""
         part = self._parts.get((series, int(vector.shape[0])))
         if part is None or part.size == 0 or k <= 0:
             return []
@@ -211,7 +212,9 @@ class SeriesVectorIndex:
         hidden |= part.ends[:n] <= at
         scores[hidden] = -np.inf
         if n > k:
-            idx = np.argpartition(-scores, k - 1)[:k]
+            # Every row tied with the k-th score comes along: which of equal scores make the cut must not
+            # depend on the order rows were inserted in (the store breaks ties by vin and session).
+            idx = np.flatnonzero(scores >= np.partition(scores, n - k)[n - k])
         else:
             idx = np.arange(n)
         idx = idx[np.argsort(-scores[idx], kind="stable")]

@@ -1,0 +1,289 @@
+"""Engine CPU per alert, by stage: where a diagnosis run's Python time goes, model time shown apart.
+
+The engine runs in this process over a generated fleet (`scripts/gen_demo.py
+--vins N`, seeded), one event at a time in file order, each vehicle chained on
+its own memory as the operator's run pool does: the event parsed from JSON,
+``DiagnosisEngine.on_event``, the new session, dedup and diagnoses written as
+JSON, and the operator's pending list read and written. The long-term store is
+a fresh SQLite file, the knowledge store in memory.
+
+Every stage's functions are wrapped with a clock (thread CPU time, each
+stage's own time: a nested stage's time is its own, not its caller's):
+
+- model: the chat model's ``chat`` (opaque: what it calls inside is the
+  model's). ``--model offline`` (default): the offline model's decision,
+  shown apart. ``--model openai``: the ``openai`` client over HTTP against the
+  local model server answering at once in its own process, so its time here is
+  the HTTP client and the reply's parsing.
+- prompt assembly (build_messages, WorkingMemory.render), token counting
+  (the counter's ``count``), fact extraction (the key-fact readers), working
+  memory upkeep (adding and folding rounds), recall (query, ranking,
+  rendering), embedding, store I/O (every public method of the store), case
+  summary and fidelity check, tools, knowledge search, state
+  (de)serialisation, pending-list bookkeeping, and the rest of the engine.
+
+A target that no longer exists (renamed in a refactor) is reported and
+skipped; its time then shows under "engine, other".
+
+    .venv/bin/python bench/engine_cpu.py                     # 600 vehicles, offline model (~1 minute)
+    .venv/bin/python bench/engine_cpu.py --model openai --vins 300
+
+Prints the table and writes out/bench/engine_cpu.json. Not a model of
+throughput under Flink: the operator's own per-run cost (timer callbacks,
+state access) is measured by bench/concurrency.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+MODEL = "model"
+OTHER = "engine, other"
+SERDE = "state (de)serialisation"
+PENDING = "pending-list bookkeeping"
+STORE = "store I/O"
+
+
+class StageClock:
+    """Thread CPU time per stage, each stage counting only its own time (not its nested stages')."""
+
+    def __init__(self) -> None:
+        self.own: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+        self._stack: list[list[Any]] = []  # [stage, started, time of nested stages, opaque]
+
+    def enter(self, stage: str, opaque: bool = False) -> None:
+        self._stack.append([stage, time.thread_time(), 0.0, opaque])
+
+    def leave(self) -> None:
+        stage, started, nested, _ = self._stack.pop()
+        elapsed = time.thread_time() - started
+        self.own[stage] += elapsed - nested
+        self.calls[stage] += 1
+        if self._stack:
+            self._stack[-1][2] += elapsed
+
+    def inside_opaque(self) -> bool:
+        return bool(self._stack) and self._stack[-1][3]
+
+    def wrap(self, fn: Callable[..., Any], stage: str, opaque: bool = False) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if self.inside_opaque():
+                return fn(*args, **kwargs)
+            self.enter(stage, opaque)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.leave()
+
+        timed.__wrapped_by_stage__ = stage  # type: ignore[attr-defined]
+        return timed
+
+
+def _resolve(path: str) -> tuple[Any, str, Any] | None:
+    """``pkg.module:Class.attr`` or ``pkg.module:func`` -> (owner, attribute name, value), or None."""
+    module_name, _, qual = path.partition(":")
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    *parents, name = qual.split(".")
+    for part in parents:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return None
+    value = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+    return None if value is None else (owner, name, value)
+
+
+def instrument(clock: StageClock, targets: dict[str, list[str]]) -> list[str]:
+    """Wrap every target where it is defined and wherever a vdoctor module imported it by name."""
+    missing = []
+    for stage, paths in targets.items():
+        for path in paths:
+            found = _resolve(path)
+            if found is None:
+                missing.append(f"{stage}: {path}")
+                continue
+            owner, name, value = found
+            timed = clock.wrap(value, stage)
+            setattr(owner, name, timed)
+            if not isinstance(owner, type):
+                for module in list(sys.modules.values()):
+                    if getattr(module, "__name__", "").startswith("vdoctor") and module.__dict__.get(name) is value:
+                        setattr(module, name, timed)
+    return missing
+
+
+# Stage -> functions, by where they are defined (module:qualified name).
+TARGETS: dict[str, list[str]] = {
+    "prompt assembly": ["vdoctor.agent.prompt:build_messages", "vdoctor.memory.working:WorkingMemory.render"],
+    "fact extraction": [
+        "vdoctor.memory.facts:extract_text_facts", "vdoctor.memory.facts:extract_tool_facts",
+        "vdoctor.memory.facts:extract_answer_facts", "vdoctor.memory.facts:dedupe",
+        "vdoctor.memory.working:extract_key_facts", "vdoctor.memory.working:_text_facts",
+    ],
+    "working memory upkeep": [
+        "vdoctor.memory.working:WorkingMemory.add_round", "vdoctor.memory.working:WorkingMemory.add_facts",
+        "vdoctor.memory.working:WorkingMemory.compress_oldest_half", "vdoctor.memory.working:WorkingMemory.end_stage",
+        "vdoctor.memory.working:WorkingMemory.close_session", "vdoctor.memory.working:WorkingMemory._fold",
+    ],
+    "recall (query, ranking, rendering)": ["vdoctor.memory.recall:SessionRecall.for_alert"],
+    "case summary + fidelity check": [
+        "vdoctor.memory.summary:summarize_case", "vdoctor.memory.summary:milestone_summary",
+        "vdoctor.memory.fidelity:check_summary",
+    ],
+    "tools": ["vdoctor.agent.tools:Toolbox.call"],
+    "knowledge search": ["vdoctor.knowledge.search:KnowledgeBase.search"],
+}  # fmt: skip
+
+
+def instrument_parts(clock: StageClock, engine: Any, model_stage: str) -> None:
+    """The engine's own parts: its model (opaque), counter, embedder and store, by their classes or instance."""
+    engine.model.chat = clock.wrap(engine.model.chat, model_stage, opaque=True)
+    counter_cls = type(engine.counter)
+    counter_cls.count = clock.wrap(counter_cls.count, "token counting")
+    embedder_cls = type(engine.embedder)
+    embedder_cls.embed = clock.wrap(embedder_cls.embed, "embedding")
+    store = engine.store  # the outermost store: what the engine calls (a retrying wrapper calls its inner one)
+    for name in dir(type(store)):
+        if not name.startswith("_") and callable(getattr(type(store), name, None)):
+            setattr(store, name, clock.wrap(getattr(store, name), f"{STORE}: {name}"))
+
+
+def build(model: str, db: Path, base_url: str | None) -> Any:
+    from vdoctor.assembly import build_engine
+    from vdoctor.settings import load_settings
+
+    env = {"VDOCTOR_MEMORY_URL": f"sqlite:///{db}", "VDOCTOR_KNOWLEDGE_URL": "memory://", "VDOCTOR_MODEL": model}
+    if base_url:
+        env |= {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "bench-key-not-secret"}
+    return build_engine(load_settings(env))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--vins", type=int, default=600, help="fleet size for scripts/gen_demo.py")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--model", choices=["offline", "openai"], default="offline")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
+    args = parser.parse_args(argv)
+
+    from vdoctor.errors import EventError
+    from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
+    from vdoctor.memory.session import DedupState
+
+    clock = StageClock()
+    model_stage = "HTTP client + reply parsing" if args.model == "openai" else f"{MODEL} (offline decision)"
+    server = None
+    with tempfile.TemporaryDirectory(prefix="vdoctor-engine-cpu-") as tmp:
+        work = Path(tmp)
+        fleet = work / "fleet.jsonl"
+        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gen_demo.py"), "--out", str(fleet), "--vins",
+                        str(args.vins), "--seed", str(args.seed)], check=True, capture_output=True)  # fmt: skip
+        base_url = None
+        if args.model == "openai":
+            server = subprocess.Popen([sys.executable, "-m", "devtools.model_server", "--latency-ms", "0"],
+                                      cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
+            base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
+        try:
+            engine = build(args.model, work / "memory.db", base_url)
+            missing = instrument(clock, TARGETS)
+            instrument_parts(clock, engine, model_stage)
+            lines = fleet.read_text(encoding="utf-8").splitlines()
+            carries: dict[str, tuple[Any, Any]] = {}
+            pending: dict[str, list[str]] = {}
+            alerts = events = 0
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            for line in lines:
+                try:
+                    event = parse_event(line)
+                except EventError:
+                    continue  # a dead letter of the parse stage: not the engine's work
+                events += 1
+                alerts += isinstance(event, AlertEvent)
+                event_json = event.model_dump_json()
+                clock.enter(PENDING)  # the operator appends the event to the vehicle's pending list...
+                entries = [*pending.get(event.vin, []), json.dumps([event_json, line], ensure_ascii=False)]
+                pending[event.vin] = entries
+                _ = "[" + ",".join(entries) + "]"  # the state's value (operators/diagnosis.py)
+                clock.leave()
+                clock.enter(OTHER)
+                clock.enter(SERDE)
+                parsed = EVENT_ADAPTER.validate_json(event_json)
+                clock.leave()
+                session, dedup = carries.get(event.vin, (None, DedupState()))
+                result = engine.on_event(session, dedup, parsed, line)
+                clock.enter(SERDE)
+                _ = result.session.model_dump_json() if result.session is not None else None
+                _ = result.dedup.model_dump_json()
+                _ = [d.model_dump_json() for d in result.diagnoses] + [x.model_dump_json() for x in result.dead_letters]
+                clock.leave()
+                clock.leave()
+                carries[event.vin] = (result.session, result.dedup)
+                clock.enter(PENDING)  # ... and drops it when the result is applied
+                rest = pending[event.vin][1:]
+                pending[event.vin] = rest
+                _ = "[" + ",".join(rest) + "]" if rest else None
+                clock.leave()
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            engine.close()
+        finally:
+            if server is not None:
+                server.terminate()
+                server.communicate()
+
+    model_s = sum(v for k, v in clock.own.items() if k == model_stage)
+    engine_s = sum(v for k, v in clock.own.items() if k != model_stage)
+    own: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
+    for k, v in clock.own.items():
+        if k != model_stage:
+            own[k.split(":")[0]] += v
+            calls[k.split(":")[0]] += clock.calls[k]
+    store_rows = sorted(((k, v) for k, v in clock.own.items() if k.startswith(f"{STORE}:")), key=lambda kv: -kv[1])
+    print(f"\nengine CPU per alert by stage: {args.vins} vehicles, {events} events ({alerts} alerts), model "
+          f"{args.model}, one thread; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(f"{'stage':<36} {'ms/alert':>9} {'share':>6} {'calls/alert':>11}")
+    for stage, seconds in own.most_common():
+        print(f"{stage:<36} {seconds / alerts * 1000:>9.3f} {seconds / engine_s:>6.1%} {calls[stage] / alerts:>11.1f}")
+        if stage == STORE:
+            for name, sub in store_rows[:6]:
+                print(f"{'  ' + name.split(': ')[1]:<36} {sub / alerts * 1000:>9.3f} {sub / engine_s:>6.1%} "
+                      f"{clock.calls[name] / alerts:>11.1f}")  # fmt: skip
+    print(f"{'engine total (model excluded)':<36} {engine_s / alerts * 1000:>9.3f}")
+    print(f"{model_stage:<36} {model_s / alerts * 1000:>9.3f}   (shown apart)")
+    print(f"process CPU {cpu / alerts * 1000:.3f} ms/alert (clock overhead included), wall {wall:.1f} s")
+    print(f"alerts/s per core: {alerts / engine_s:.0f} engine only, {alerts / (engine_s + model_s):.0f} with the model")
+    for m in missing:
+        print(f"note: not found (renamed?), its time is in '{OTHER}': {m}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "engine_cpu.json").write_text(json.dumps({
+        "vins": args.vins, "events": events, "alerts": alerts, "model": args.model,
+        "ms_per_alert": {k: v / alerts * 1000 for k, v in own.items()},
+        "store_ms_per_alert": {k: v / alerts * 1000 for k, v in store_rows},
+        "calls_per_alert": {k: v / alerts for k, v in clock.calls.items()},
+        "engine_ms_per_alert": engine_s / alerts * 1000, "model_ms_per_alert": model_s / alerts * 1000,
+        "alerts_per_s_per_core": alerts / engine_s, "missing": missing,
+    }, indent=2))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
