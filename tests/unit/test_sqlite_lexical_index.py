@@ -156,3 +156,29 @@ def test_scores_are_bm25_over_the_live_documents_and_survive_compaction(tmp_path
         index.apply(i, "S", f"V{i}", (0, OPEN_END), " ".join(docs[i]))
     check(exact=False)
     check(exact=True)
+
+
+def test_scores_count_only_the_versions_a_session_may_be_given_at_its_time() -> None:
+    """N, the average length and document frequencies are taken over what holds at ``at`` (the asking vehicle
+    left out), so a version written for a later time never changes a score: replays in another order agree."""
+    rng = np.random.default_rng(5)
+    vocab = [f"w{i}" for i in range(30)]
+    docs = {i: [str(w) for w in rng.choice(vocab, size=int(rng.integers(3, 10)))] for i in range(400)}
+    spans = {i: (0, OPEN_END) if i % 4 else (500, OPEN_END) for i in docs}  # every 4th holds only from 500
+    terms = ["w2", "w9", "w21"]
+
+    def scores(order: list[int]) -> dict[int, float]:
+        index = SeriesLexicalIndex()
+        for i in order:
+            index.apply(i, "S", f"V{i}", spans[i], " ".join(docs[i]))
+        return dict(index.search("S", "V1", terms, len(docs), at=100))
+
+    visible = [i for i in sorted(docs) if spans[i][0] <= 100 and i != 1]
+    expected = Bm25Corpus([docs[i] for i in visible]).scores(terms)
+    got = scores(sorted(docs))
+    assert set(got) == {visible[j] for j in np.flatnonzero(expected > 0)}
+    for j, i in enumerate(visible):
+        if expected[j] > 0:
+            assert got[i] == pytest.approx(expected[j], rel=1e-9)
+    # The later versions alone, in any order, change nothing at 100.
+    assert scores(sorted(docs, key=lambda i: (spans[i][0], -i))) == pytest.approx(got)

@@ -16,9 +16,11 @@ Each series is an inverted index of the versions' tokens (``search_tokens``:
 ``retrieval.tokens`` of ``retrieval.text.record_text``). Documents are
 numbered as they are added; a version that changes or leaves is marked dead
 (its postings stay until the series is compacted, when the dead outnumber the
-live, and when it is saved). BM25 (``retrieval.bm25``) is exact over the live
-documents of the series: N, the average length and each term's document
-frequency count live documents only.
+live, and when it is saved). BM25 (``retrieval.bm25``) is exact over the
+versions a session may be given: N, the average length and each term's
+document frequency count the series' versions that hold at the session's
+time, its own vehicle's left out (what the in-memory twin scores over), so a
+score never depends on what was written later.
 """
 
 from __future__ import annotations
@@ -128,28 +130,39 @@ class _Part:
         return out, {int(self.rowids[d]): int(renumber[d]) for d in keep}
 
     def search(self, terms: list[str], exclude: int, at: int, k: int) -> list[tuple[int, float]]:
+        """BM25 top-k (more when tied at the k-th) over the versions a session of another vehicle may get at ``at``.
+
+        N, the average length and each term's document frequency are taken over
+        those versions alone (as the in-memory twin does), never over versions
+        that hold at another time: a score must not depend on what was written
+        after ``at`` (nor on the order in which the job applied it).
+        """
         n = self.size
         if not self.live or k <= 0:
             return []
-        avg = self.live_length / self.live or 1.0
+        visible = self.alive[:n].copy()
+        visible &= self.vins[:n] != exclude
+        visible &= self.starts[:n] <= at
+        visible &= self.ends[:n] > at
+        count = int(np.count_nonzero(visible))
+        if not count:
+            return []
+        avg = float(self.lengths[:n][visible].mean()) or 1.0
         norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths[:n] / avg)
         scores = np.zeros(n, dtype=np.float64)
         for term in dict.fromkeys(terms):
             term_id = self.terms.get(term)
             if term_id is None:
                 continue
-            docs = np.frombuffer(self.docs[term_id], dtype=np.int32)
-            tf = np.frombuffer(self.tfs[term_id], dtype=np.uint16).astype(np.float64)
-            df = int(np.count_nonzero(self.alive[docs]))
+            posted = np.frombuffer(self.docs[term_id], dtype=np.int32)
+            keep = visible[posted]
+            docs = posted[keep]
+            df = len(docs)
             if not df:
                 continue
-            idf = math.log1p((self.live - df + 0.5) / (df + 0.5))
+            tf = np.frombuffer(self.tfs[term_id], dtype=np.uint16)[keep].astype(np.float64)
+            idf = math.log1p((count - df + 0.5) / (df + 0.5))
             scores[docs] += idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
-        hidden = ~self.alive[:n]
-        hidden |= self.vins[:n] == exclude
-        hidden |= self.starts[:n] > at
-        hidden |= self.ends[:n] <= at
-        scores[hidden] = 0.0
         hits = np.flatnonzero(scores > 0)
         if len(hits) > k:
             # Every row tied with the k-th score comes along (as in the vector index): which of equal scores
