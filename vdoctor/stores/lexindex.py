@@ -154,15 +154,15 @@ class _Part:
             term_id = self.terms.get(term)
             if term_id is None:
                 continue
-            posted = np.frombuffer(self.docs[term_id], dtype=np.int32)
-            keep = visible[posted]
-            docs = posted[keep]
-            df = len(docs)
+            docs = np.frombuffer(self.docs[term_id], dtype=np.int32)
+            df = int(np.count_nonzero(visible[docs]))
             if not df:
                 continue
-            tf = np.frombuffer(self.tfs[term_id], dtype=np.uint16)[keep].astype(np.float64)
+            # Scored over the whole posting list (no copy of the visible part); the others are zeroed below.
+            tf = np.frombuffer(self.tfs[term_id], dtype=np.uint16).astype(np.float64)
             idf = math.log1p((count - df + 0.5) / (df + 0.5))
             scores[docs] += idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
+        scores[~visible] = 0.0
         hits = np.flatnonzero(scores > 0)
         if len(hits) > k:
             # Every row tied with the k-th score comes along (as in the vector index): which of equal scores
