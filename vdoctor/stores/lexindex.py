@@ -164,12 +164,15 @@ class _Part:
             scores[docs] += idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
         scores[~visible] = 0.0
         hits = np.flatnonzero(scores > 0)
-        if len(hits) > k:
-            # Every row tied with the k-th score comes along (as in the vector index): which of equal scores
-            # make the cut must not depend on insertion order; the store breaks ties by vin and session.
-            kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
-            hits = hits[scores[hits] >= kth]
-        order = np.lexsort((self.rowids[hits], -scores[hits]))
+        # Equal scores are common here (cases of one fault told alike): the cut at k breaks ties by the
+        # vehicle (its VIN's hash), never by insertion order, and keeps every row tied with the k-th on
+        # both, so which rows make it does not depend on the order the job wrote them in. (Keeping every
+        # row tied on the score alone, as the vector index does, fetched thousands of rows at 1M records.)
+        order = np.lexsort((self.rowids[hits], self.vins[hits], -scores[hits]))
+        if len(order) > k:
+            last = hits[order[k - 1]]
+            tied = (scores[hits[order[k:]]] == scores[last]) & (self.vins[hits[order[k:]]] == self.vins[last])
+            order = np.concatenate([order[:k], order[k:][tied]])
         return [(int(self.rowids[hits[i]]), float(scores[hits[i]])) for i in order]
 
 
