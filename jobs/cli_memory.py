@@ -75,6 +75,8 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     finally:
         store.close()
     out = recall_json(args.vin, at, found)
+    if found.similar_skipped:
+        print(f"vdoctor: similar cases left out: {found.similar_skipped}", file=sys.stderr)
     print(json.dumps(out, ensure_ascii=False, indent=2) if args.json else (found.text or "nothing recalled"))
     return 0
 

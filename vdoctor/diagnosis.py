@@ -102,6 +102,7 @@ class DiagnosisEngine:
         self.summarizer: Summarizer = summarizer or OfflineSummarizer()
         # Every summary's fidelity outcome, for the operator to expose.
         self.summary_metrics = FidelityMetrics()
+        self._told_skipped = False
         self.working_keep_rounds = working_keep_rounds
         self.knowledge = knowledge
         self.memory_enabled = memory_enabled
@@ -174,8 +175,16 @@ class DiagnosisEngine:
         stats.recall_ms = (time.perf_counter() - started) * 1000.0
         stats.recalled_own, stats.recalled_similar = len(found.own_refs), len(found.similar_refs)
         session.memory_text = found.text
+        if found.similar_skipped and not self._told_skipped:
+            # Once per engine: every session of such a store would say the same.
+            self._told_skipped = True
+            log.warning("similar cases left out (said once; memory.degraded marks each): %s", found.similar_skipped)
         session.memory = MemoryUse(
-            injected=bool(found.text), tokens=found.tokens, own=found.own_refs, similar=found.similar_refs
+            injected=bool(found.text),
+            tokens=found.tokens,
+            own=found.own_refs,
+            similar=found.similar_refs,
+            degraded=bool(found.similar_skipped),
         )
         return session
 

@@ -160,6 +160,20 @@ def test_recall_keeps_other_vehicles_out_of_own_history_and_unverified_cases_out
     assert found.tokens <= INJECTION_BUDGET_TOKENS
 
 
+def test_a_store_embedded_by_another_model_still_gives_own_history_and_says_why_similar_cases_are_left_out() -> None:
+    store = InMemoryStore()
+    mine, verified = record(VIN_A, 1), record(VIN_B, 2, recheck_ok=True)
+    for r in (mine, verified):
+        store.upsert(r)
+    other_model = HashingEmbedder(dim=128)  # the store's records were embedded at 256 dimensions
+    found = recall(store, other_model, VIN_A, "EV-A", "电池包单体压差过大", ["P0A7F"], at=BASE + timedelta(days=10))
+    assert found.own_refs == [mine.ref()]
+    assert found.similar_refs == []
+    assert "memory reembed" in found.similar_skipped
+    same_model = recall(store, EMB, VIN_A, "EV-A", "电池包单体压差过大", ["P0A7F"], at=BASE + timedelta(days=10))
+    assert same_model.similar_refs == [verified.ref()] and same_model.similar_skipped == ""
+
+
 def test_recall_own_history_is_limited_to_two_years_and_ten_records() -> None:
     store = InMemoryStore()
     for n in range(12):

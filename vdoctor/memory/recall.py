@@ -29,7 +29,7 @@ from vdoctor.lines import MEMORY_HEADER, RecallEntry
 from vdoctor.records import MemoryRecord, MemoryRef, RecordKind
 from vdoctor.retrieval.cases import case_candidates
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES
-from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
+from vdoctor.stores.base import EmbedderMismatch, MemoryStore, Scored, SimilarQuery
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 OWN_HISTORY_WINDOW = timedelta(days=730)  # two years (DESIGN.md §4)
@@ -87,6 +87,8 @@ class Recall:
     similar: list[MemoryRecord] = field(default_factory=list)
     text: str = ""
     tokens: int = 0
+    # Why similar cases were left out (records embedded by another model: ``memory reembed``).
+    similar_skipped: str = ""
 
     @property
     def own_refs(self) -> list[MemoryRef]:
@@ -188,13 +190,21 @@ def recall(
     # One query embedding serves the dense channel and the fusion (the rerank adds no model).
     vector = embedder.embed_queries([query])[0]
     asked = SimilarQuery(vin, series, vector, DENSE_CANDIDATES, at, text=query, embedder=embedder_id(embedder))
-    candidates = similar_candidates(store, asked)
+    skipped = ""
+    try:
+        candidates = similar_candidates(store, asked)
+    except EmbedderMismatch as e:
+        # A store written with another embedder (until ``memory reembed`` has run):
+        # the vehicle's own history needs no vectors and is still given.
+        candidates, skipped = [], str(e)
     ranker = reranker or OverlapReranker()
     reranked = ranker.rerank(query, codes, candidates, SIMILAR_TOP)
     if trace is not None:
         trace.query, trace.codes, trace.vector, trace.reranker = query, list(codes), vector, ranker
         trace.own, trace.candidates, trace.reranked = list(own), list(candidates), list(reranked)
-    return render_within_budget(own, [s.record for s in reranked], budget, counter)
+    out = render_within_budget(own, [s.record for s in reranked], budget, counter)
+    out.similar_skipped = skipped
+    return out
 
 
 def session_query(alert_text: str, codes: list[str], pack: KnowledgePack) -> str:
