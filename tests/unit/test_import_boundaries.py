@@ -28,7 +28,11 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("vdoctor", "operators", "inspector", "jobs", "devtools")
 DOMAIN = ROOT / "vdoctor"
-DRIVERS = {"pymysql": {"mysql.py", "doris.py"}, "mem0": {"mem0.py"}, "qdrant_client": {"mem0.py"}}
+DRIVERS = {
+    "pymysql": {"mysql.py", "doris.py"},
+    "mem0": {"mem0.py", "mem0_folder.py"},
+    "qdrant_client": {"mem0.py", "mem0_folder.py"},
+}
 # Which top-level packages each package may import (besides itself and third-party code).
 ALLOWED = {
     "vdoctor": set(),
@@ -38,6 +42,8 @@ ALLOWED = {
     "jobs": {"vdoctor", "operators", "inspector"},
     "devtools": {"vdoctor"},
 }
+
+
 @dataclass(frozen=True)
 class Edge:
     source: str

@@ -28,7 +28,7 @@ from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_
 from vdoctor.stores.mem0_mapping import Facts, Version, from_epoch
 
 if TYPE_CHECKING:
-    from vdoctor.stores.mem0 import _Folder
+    from vdoctor.stores.mem0_folder import _Folder
 
 
 class _Reads(Protocol):

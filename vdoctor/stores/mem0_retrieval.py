@@ -27,7 +27,7 @@ from vdoctor.stores.base import Scored, SimilarQuery, StaleVersion
 from vdoctor.stores.mem0_mapping import AGENT_ID, Version, epoch, from_epoch, from_item, key
 
 if TYPE_CHECKING:
-    from vdoctor.stores.mem0 import _Folder
+    from vdoctor.stores.mem0_folder import _Folder
 
 
 class Mem0Retrieval:
