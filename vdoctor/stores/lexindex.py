@@ -28,8 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import shutil
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,7 +39,7 @@ import numpy.typing as npt
 
 from vdoctor.retrieval.bm25 import BM25_B, BM25_K1
 from vdoctor.retrieval.tokens import TOKENIZER
-from vdoctor.stores.vecindex import vin_hash
+from vdoctor.stores.vecindex import fresh_temp_folder, swap_in, vin_hash
 
 log = logging.getLogger(__name__)
 
@@ -233,9 +231,7 @@ class SeriesLexicalIndex:
 
     def save(self, folder: Path, epoch: str) -> None:
         """Write the index atomically: per series, the live documents and their postings (compacted)."""
-        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp = fresh_temp_folder(folder)
         names = sorted(self._parts)
         for i, name in enumerate(names):
             part, _ = self._parts[name].compacted()
@@ -251,12 +247,7 @@ class SeriesLexicalIndex:
             (tmp / f"s{i}.terms.json").write_text(json.dumps(terms, ensure_ascii=False), encoding="utf-8")
         meta = {"format": INDEX_FORMAT, "tokenizer": TOKENIZER, "epoch": epoch, "seq": self.seq, "series": names}
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-        old = folder.with_name(f"{folder.name}.old{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        if folder.exists():
-            os.replace(folder, old)
-        os.replace(tmp, folder)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(tmp, folder)
 
     @classmethod
     def load(cls, folder: Path, epoch: str) -> SeriesLexicalIndex | None:

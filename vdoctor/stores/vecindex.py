@@ -59,6 +59,25 @@ _GROWTH = 1.5
 _MIN_CAPACITY = 64
 
 
+def fresh_temp_folder(folder: Path) -> Path:
+    """An empty temporary folder beside ``folder``, named per process (several Flink workers may share one
+    database), for ``swap_in``."""
+    tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def swap_in(tmp: Path, folder: Path) -> None:
+    """Put the fully written ``tmp`` in the place of ``folder`` (a rename: readers see the old or the new one)."""
+    old = folder.with_name(f"{folder.name}.old{os.getpid()}")
+    shutil.rmtree(old, ignore_errors=True)
+    if folder.exists():
+        os.replace(folder, old)
+    os.replace(tmp, folder)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def vin_hash(vin: str) -> int:
     """A 64-bit hash of a VIN, to mask the asking vehicle inside a vectorised scan."""
     return int.from_bytes(hashlib.blake2b(vin.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
@@ -224,10 +243,7 @@ class SeriesVectorIndex:
 
     def save(self, folder: Path, epoch: str) -> None:
         """Write the index atomically (a temp folder renamed over the old one)."""
-        # Per-process temp names: several Flink workers may share one database.
-        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
+        tmp = fresh_temp_folder(folder)
         keys = sorted(self._parts)
         for i, key in enumerate(keys):
             part = self._parts[key]
@@ -242,12 +258,7 @@ class SeriesVectorIndex:
             "models": self.model_names,
         }
         (tmp / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
-        old = folder.with_name(f"{folder.name}.old{os.getpid()}")
-        shutil.rmtree(old, ignore_errors=True)
-        if folder.exists():
-            os.replace(folder, old)
-        os.replace(tmp, folder)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_in(tmp, folder)
 
     @classmethod
     def load(cls, folder: Path, epoch: str) -> SeriesVectorIndex | None:
