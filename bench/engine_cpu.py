@@ -167,11 +167,13 @@ def instrument_parts(clock: StageClock, engine: Any, model_stage: str) -> None:
             setattr(store, name, clock.wrap(getattr(store, name), f"{STORE}: {name}"))
 
 
-def build(model: str, db: Path, base_url: str | None) -> Any:
+def build(model: str, db: Path, base_url: str | None, embedder: str) -> Any:
     from vdoctor.assembly import build_engine
     from vdoctor.settings import load_settings
 
     env = {"VDOCTOR_MEMORY_URL": f"sqlite:///{db}", "VDOCTOR_KNOWLEDGE_URL": "memory://", "VDOCTOR_MODEL": model}
+    if embedder:
+        env["VDOCTOR_EMBEDDER"] = embedder
     if base_url:
         env |= {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": "bench-key-not-secret"}
     return build_engine(load_settings(env))
@@ -182,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vins", type=int, default=600, help="fleet size for scripts/gen_demo.py")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--model", choices=["offline", "openai"], default="offline")
+    parser.add_argument("--embedder", default="", help="VDOCTOR_EMBEDDER for the engine (default: the product's)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     args = parser.parse_args(argv)
 
@@ -203,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                                       cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
             base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
         try:
-            engine = build(args.model, work / "memory.db", base_url)
+            engine = build(args.model, work / "memory.db", base_url, args.embedder)
             missing = instrument(clock, TARGETS)
             instrument_parts(clock, engine, model_stage)
             lines = fleet.read_text(encoding="utf-8").splitlines()
@@ -259,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             calls[k.split(":")[0]] += clock.calls[k]
     store_rows = sorted(((k, v) for k, v in clock.own.items() if k.startswith(f"{STORE}:")), key=lambda kv: -kv[1])
     print(f"\nengine CPU per alert by stage: {args.vins} vehicles, {events} events ({alerts} alerts), model "
-          f"{args.model}, one thread; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"{args.model}, embedder {engine.embedder.name}, one thread; {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"{'stage':<36} {'ms/alert':>9} {'share':>6} {'calls/alert':>11}")
     for stage, seconds in own.most_common():
         print(f"{stage:<36} {seconds / alerts * 1000:>9.3f} {seconds / engine_s:>6.1%} {calls[stage] / alerts:>11.1f}")
