@@ -70,13 +70,13 @@ def from_row(row: Sequence[object]) -> MemoryRecord:
     vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
     ok, pv, valid, upd, kind, merged, src, om = row[10:18]
     opened, verified, invalid, alert, embedder = row[18:23]
-    return MemoryRecord(
+    record = MemoryRecord(
         vin=str(vin),
         session_id=str(sid),
         series=str(series),
         concluded_at=from_epoch(as_int(concluded)),
         summary=str(summary),
-        summary_vec=np.frombuffer(vec, dtype=np.float32).tolist(),  # type: ignore[call-overload]
+        summary_vec=_PLACEHOLDER_VEC,
         root_cause=str(cause),
         fix_action=str(fix),
         priority=prio or None,
@@ -95,6 +95,13 @@ def from_row(row: Sequence[object]) -> MemoryRecord:
         alert_text=str(alert),
         embedder=str(embedder),
     )
+    # The vector was checked (finite, non-empty) when it was written; checking its hundreds of
+    # floats again on every read was most of a row's cost (a session open reads up to 100 rows).
+    record.summary_vec = np.frombuffer(vec, dtype=np.float32).tolist()  # type: ignore[call-overload]
+    return record
+
+
+_PLACEHOLDER_VEC = [1.0]
 
 
 def eligible_span(
