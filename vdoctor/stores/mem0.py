@@ -57,7 +57,6 @@ from vdoctor.stores.base import (
 )
 from vdoctor.stores.mem0_audit import Mem0Audit
 from vdoctor.stores.mem0_mapping import (
-    AGENT_ID,
     QUERY_TEXT,
     epoch,
     from_epoch,
@@ -236,14 +235,9 @@ class Mem0Store(Mem0Audit, Mem0Retrieval):
         """The current versions among the memories matching Mem0 metadata filters (unordered)."""
         folder = self._folder
         with folder.lock:
-            if folder.memory is None or not folder.keys:
-                return []
-            with folder.guard("get_all"):
-                out = folder.memory.get_all(
-                    filters={"agent_id": AGENT_ID, **filters}, top_k=folder.total() + 1, show_expired=True
-                )
+            items = folder.listing(filters)
             current = {row.current.memory_id for row in folder.keys.values()}
-        return [from_item(item)[0] for item in out["results"] if str(item["id"]) in current]
+        return [from_item(item)[0] for item in items if str(item["id"]) in current]
 
     def by_prompt_version(self, prompt_version: str, limit: int) -> list[MemoryRecord]:
         found = self._list({key("prompt_version"): prompt_version, key("valid"): True})

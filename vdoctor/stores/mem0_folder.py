@@ -160,6 +160,19 @@ class _Folder:
         """Memories in the collection (every version of every record)."""
         return int(self.memory.vector_store.col_info().points_count or 0)
 
+    def listing(self, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every memory of this store matching Mem0 metadata ``filters``, all versions (hold ``lock``).
+
+        One ``get_all`` of the whole match (Mem0 has no order or paging), [] for an empty folder.
+        """
+        if self.memory is None or not self.keys:
+            return []
+        with self.guard("get_all"):
+            out = self.memory.get_all(
+                filters={"agent_id": AGENT_ID, **filters}, top_k=self.total() + 1, show_expired=True
+            )
+        return list(out["results"])
+
     def _load_index(self) -> None:
         total = self.total()
         if total == 0:

@@ -24,7 +24,7 @@ from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
 from vdoctor.retrieval.text import record_text
 from vdoctor.retrieval.tokens import query_terms, tokens
 from vdoctor.stores.base import Scored, SimilarQuery, StaleVersion
-from vdoctor.stores.mem0_mapping import AGENT_ID, Version, epoch, from_epoch, from_item, key
+from vdoctor.stores.mem0_mapping import Version, epoch, from_epoch, from_item, key
 
 if TYPE_CHECKING:
     from vdoctor.stores.mem0_folder import _Folder
@@ -43,14 +43,8 @@ class Mem0Retrieval:
         """Every version (current and archived) of the series' records, with the key index's span."""
         folder = self._folder
         with folder.lock:
-            if folder.memory is None or not folder.keys:
-                return []
-            with folder.guard("get_all"):
-                out = folder.memory.get_all(
-                    filters={"agent_id": AGENT_ID, key("series"): series}, top_k=folder.total() + 1, show_expired=True
-                )
             found = []
-            for item in out["results"]:
+            for item in folder.listing({key("series"): series}):
                 record, version = from_item(item)
                 found.append((record, folder.span(record.vin, record.session_id, version)))
         return found
@@ -82,12 +76,8 @@ class Mem0Retrieval:
     def _stale(self, embedder: str) -> list[tuple[StaleVersion, Version]]:
         folder = self._folder
         with folder.lock:
-            if folder.memory is None or not folder.keys:
-                return []
-            with folder.guard("get_all"):
-                out = folder.memory.get_all(filters={"agent_id": AGENT_ID}, top_k=folder.total() + 1, show_expired=True)
             found = []
-            for item in out["results"]:
+            for item in folder.listing({}):
                 record, stored = from_item(item)
                 if record.embedder == embedder:
                     continue
