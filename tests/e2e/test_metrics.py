@@ -129,8 +129,11 @@ def test_every_listed_metric_is_exported_by_the_running_job(
 ) -> None:
     missing = [n for n in COUNTERS + GAUGES if OP + n not in scraped]
     missing += [n for n in HISTOGRAMS if OP + n not in scraped or OP + n + "_count" not in scraped]
-    missing += [f"stage_dead_letters{{stage={s}}}" for s in ("parse", "validate", "process")
-                if not any(lab.get("stage") == s for lab, _ in scraped.get(OP + "stage_dead_letters", []))]
+    missing += [
+        f"stage_dead_letters{{stage={s}}}"
+        for s in ("parse", "validate", "process")
+        if not any(lab.get("stage") == s for lab, _ in scraped.get(OP + "stage_dead_letters", []))
+    ]
     assert missing == [], f"not exported: {missing}; vdoctor metrics seen: {sorted(k for k in scraped if OP in k)}"
 
 
