@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -187,6 +187,22 @@ class MemoryRecord(BaseModel):
         if self.kind is RecordKind.FINAL and self.priority is None:
             raise ValueError("a final record needs a priority; only a milestone may have none yet")
         return self
+
+    @classmethod
+    def from_store(cls, **fields: Any) -> MemoryRecord:
+        """A record read back from a store that validated it when it was written, built without validating again.
+
+        Recall reads up to a hundred candidates per session open; validating
+        each field of each again was most of a read's cost. The caller hands
+        the fields already typed (UTC datetimes at whole seconds, a RecordKind);
+        the defaults the validators fill (a verdict's or an invalidation's
+        time) are filled here the same way.
+        """
+        if fields.get("recheck_ok") is not None and fields.get("verified_ts") is None:
+            fields["verified_ts"] = fields["concluded_at"]
+        if fields.get("valid") is False and fields.get("invalid_ts") is None:
+            fields["invalid_ts"] = fields["concluded_at"]
+        return cls.model_construct(**fields)
 
     def ref(self) -> MemoryRef:
         return MemoryRef(vin=self.vin, session_id=self.session_id)

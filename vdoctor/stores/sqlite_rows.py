@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from vdoctor.errors import StoreError
-from vdoctor.records import MemoryRecord
+from vdoctor.records import MemoryRecord, RecordKind
 from vdoctor.stores.sqlite_schema import search_tokens
 from vdoctor.stores.vecindex import OPEN_END
 
@@ -67,16 +67,17 @@ def to_row(r: MemoryRecord, no_priority: str | None = None) -> tuple[object, ...
 
 
 def from_row(row: Sequence[object]) -> MemoryRecord:
+    """A record from its row. Rows were validated when written (``upsert``), so they are not validated again."""
     vin, sid, series, concluded, summary, vec, cause, fix, prio, codes = row[:10]
     ok, pv, valid, upd, kind, merged, src, om = row[10:18]
     opened, verified, invalid, alert, embedder = row[18:23]
-    record = MemoryRecord(
+    return MemoryRecord.from_store(
         vin=str(vin),
         session_id=str(sid),
         series=str(series),
         concluded_at=from_epoch(as_int(concluded)),
         summary=str(summary),
-        summary_vec=_PLACEHOLDER_VEC,
+        summary_vec=np.frombuffer(vec, dtype=np.float32).tolist(),  # type: ignore[call-overload]
         root_cause=str(cause),
         fix_action=str(fix),
         priority=prio or None,
@@ -85,7 +86,7 @@ def from_row(row: Sequence[object]) -> MemoryRecord:
         prompt_version=str(pv),
         valid=bool(valid),
         updated_at=from_epoch(as_int(upd)),
-        kind=str(kind),
+        kind=RecordKind(str(kind)),
         merged_sessions=json.loads(str(merged)),
         source=str(src),
         omitted=json.loads(str(om)),
@@ -95,13 +96,6 @@ def from_row(row: Sequence[object]) -> MemoryRecord:
         alert_text=str(alert),
         embedder=str(embedder),
     )
-    # The vector was checked (finite, non-empty) when it was written; checking its hundreds of
-    # floats again on every read was most of a row's cost (a session open reads up to 100 rows).
-    record.summary_vec = np.frombuffer(vec, dtype=np.float32).tolist()  # type: ignore[call-overload]
-    return record
-
-
-_PLACEHOLDER_VEC = [1.0]
 
 
 def eligible_span(
