@@ -73,6 +73,13 @@ class PaddedDoris:
     def lexical(self, query: SimilarQuery) -> list[Scored]:
         return [Scored(self._cut(s.record), s.score) for s in self.inner.lexical(self._padded(query))]  # type: ignore[arg-type]
 
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        dense, lexical = self.inner.channels(self._padded(query), dense_k, lexical_k)  # type: ignore[attr-defined]
+        return (
+            [Scored(self._cut(s.record), s.score) for s in dense],  # type: ignore[arg-type]
+            [Scored(self._cut(s.record), s.score) for s in lexical],  # type: ignore[arg-type]
+        )
+
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
         if name in ("get", "own_history", "history", "by_prompt_version", "find_duplicate"):

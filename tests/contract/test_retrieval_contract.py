@@ -16,6 +16,7 @@ memberships are compared.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -170,3 +171,31 @@ def test_a_version_rewritten_since_it_was_listed_is_left_alone(store: MemoryStor
     assert store.set_vectors([(stale, E2)], "new/4") == 0
     got = store.get(VIN_B, r.session_id)
     assert got is not None and got.summary_vec == pytest.approx(E1) and got.embedder == "other/4"
+
+
+def test_both_channels_asked_together_give_what_each_gives_alone(store: MemoryStore) -> None:
+    # Recall asks both channels at once (``channels``); a backend that reads their winners once must still
+    # give each channel's own hits, order and scores: overlapping winners, one channel's only, an archived
+    # version, a case verified after the session's time.
+    merged = rec(VIN_D, recheck_ok=True, alert_text=COOLANT, root_cause="thermostat stuck", summary_vec=E2)
+    store.upsert_many(
+        [
+            rec(VIN_B, recheck_ok=True, alert_text=PACK, root_cause="weak cell group"),
+            rec(VIN_C, 1, recheck_ok=True, alert_text=COOLANT, root_cause="fan failed", summary_vec=E2),
+            rec(VIN_C, 2, recheck_ok=True, alert_text="电池包 压差", summary_vec=unit(1.0, 1.0, 0.0, 0.0)),
+            merged,
+        ]
+    )
+    store.upsert(merged.model_copy(update={"concluded_at": merged.concluded_at + timedelta(hours=5)}))
+    store.set_recheck(VIN_B, rec(VIN_B).session_id, True, LATE + timedelta(days=1))
+    for text, at in ((PACK + " 冷却液", LATE), ("电芯压差", LATE + timedelta(days=2)), ("", LATE), ("无关", LATE)):
+        for dense_k, lexical_k in ((5, 5), (1, 2), (2, 0), (0, 3)):
+            q = query(unit(1.0, 0.2, 0.0, 0.0), as_of=at)
+            asked = SimilarQuery(q.exclude_vin, q.series, q.vector, 0, q.as_of, text=text)
+            dense, lexical = store.channels(asked, dense_k, lexical_k)
+            alone_dense = store.similar(dataclasses.replace(asked, k=dense_k))
+            alone_lexical = store.lexical(dataclasses.replace(asked, k=lexical_k)) if text else []
+            assert [(s.record, s.score) for s in dense] == [(s.record, s.score) for s in alone_dense], (text, at)
+            assert [(s.record, s.score) for s in lexical] == [(s.record, s.score) for s in alone_lexical], (text, at)
+    with pytest.raises(EmbedderMismatch):
+        store.channels(dataclasses.replace(query(E1), text=PACK, embedder="model-two/4"), 5, 5)

@@ -1,7 +1,7 @@
 """Similar-case candidates: both channels of a store, fused (``hybrid``), for recall to rerank and check.
 
 The dense channel (``MemoryStore.similar``) and the lexical channel
-(``MemoryStore.lexical``) answer the same query: the same filters, the same
+(``MemoryStore.lexical``), asked together (``MemoryStore.channels``), answer the same query: the same filters, the same
 event time. A record found by both is one candidate. A candidate found only
 by the lexical channel gets its real dense score (the inner product of its
 vector with the query's, computed here), one found only by the dense channel
@@ -9,8 +9,6 @@ a lexical score of 0 (``hybrid``).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 
@@ -30,8 +28,7 @@ def case_candidates(
     dense_k: int = DENSE_CANDIDATES,
 ) -> list[Scored]:
     """The union of both channels' top candidates, best fused score first (ties by vin, session id)."""
-    dense = store.similar(dataclasses.replace(query, k=dense_k))
-    lexical = store.lexical(dataclasses.replace(query, k=lexical_k)) if query.text.strip() else []
+    dense, lexical = store.channels(query, dense_k, lexical_k)
     found = {(s.record.vin, s.record.session_id): s for s in dense}
     scores = {key: ChannelScores(None, s.score) for key, s in found.items()}
     only_lexical = [s for s in lexical if (s.record.vin, s.record.session_id) not in found]

@@ -25,6 +25,7 @@ with event time <= T is applied before a session opening at T reads.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -142,6 +143,15 @@ class MemoryStore(Protocol):
         """
         ...
 
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        """Both retrieval channels for one query: exactly what ``similar`` with ``k = dense_k`` and
+        ``lexical`` with ``k = lexical_k`` return (no lexical hits for a query without text).
+
+        A backend holding both indexes side by side reads the union of their
+        winners once; the others call the two in turn (``separate_channels``).
+        """
+        ...
+
     def count_stale(self, embedder: str) -> int:
         """How many record versions (current and archived) were embedded by another embedder than ``embedder``."""
         ...
@@ -243,6 +253,15 @@ def recheck_write(
     if current_ok == ok:
         return RecheckWrite(current_verified, current_from, archive=False, noop=True)
     return RecheckWrite(at, at, archive=at > current_from, noop=False)
+
+
+def separate_channels(
+    store: MemoryStore, query: SimilarQuery, dense_k: int, lexical_k: int
+) -> tuple[list[Scored], list[Scored]]:
+    """``MemoryStore.channels`` by its definition: ``similar``, then ``lexical`` when the query has text."""
+    dense = store.similar(dataclasses.replace(query, k=dense_k))
+    lexical = store.lexical(dataclasses.replace(query, k=lexical_k)) if query.text.strip() else []
+    return dense, lexical
 
 
 def check_dimensions(query: SimilarQuery, found: set[int]) -> None:

@@ -53,6 +53,7 @@ from vdoctor.stores.base import (
     effective_at,
     newest_first,
     recheck_write,
+    separate_channels,
     upsert_version_from,
 )
 from vdoctor.stores.mem0_audit import Mem0Audit
@@ -204,6 +205,9 @@ class Mem0Store(Mem0Audit, Mem0Retrieval):
     def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
         found = [r for r in self._current(vin) if r.valid and r.root_cause == root_cause and r.concluded_at >= since]
         return max(found, key=lambda r: (r.concluded_at, r.session_id)) if found else None
+
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        return separate_channels(self, query, dense_k, lexical_k)
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         folder = self._folder

@@ -28,6 +28,7 @@ from vdoctor.stores.base import (
     effective_at,
     newest_first,
     recheck_write,
+    separate_channels,
     top_k,
     upsert_version_from,
 )
@@ -117,6 +118,9 @@ class InMemoryStore:
             return []
         scores = Bm25Corpus([tokens(record_text(r)) for r in rows]).scores(terms)
         return [Scored(rows[i], score) for i, score in top_scored(scores, query.k)]
+
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        return separate_channels(self, query, dense_k, lexical_k)
 
     def _stale(self, embedder: str) -> list[StaleVersion]:
         with self._lock:

@@ -109,6 +109,9 @@ class RetryingStore:
     def lexical(self, query: SimilarQuery) -> list[Scored]:
         return self.inner.lexical(query)
 
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        return self.inner.channels(query, dense_k, lexical_k)
+
     # -- maintenance (``memory reembed``): a CLI's, straight through ---------------------
 
     def count_stale(self, embedder: str) -> int:

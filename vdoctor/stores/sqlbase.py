@@ -41,6 +41,7 @@ from vdoctor.stores.base import (
     effective_at,
     newest_first,
     recheck_write,
+    separate_channels,
     upsert_version_from,
 )
 from vdoctor.stores.sqlaudit import SqlAudit
@@ -419,6 +420,9 @@ class SqlStore(SqlAudit):
             return []
         found = [Scored(s.record.as_of(query.as_of), s.score) for s in self.dialect.lexical(self, query)]
         return [s for s in found if query.admits(s.record)]
+
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        return separate_channels(self, query, dense_k, lexical_k)
 
     # -- re-embedding (``vdoctor memory reembed``) -----------------------------------------
 

@@ -292,58 +292,73 @@ class SqliteStore:
             index.seq = lexicon.seq = db_seq
         return index, lexicon
 
-    def _fetch(self, query: SimilarQuery, hits: list[tuple[int, float]]) -> list[Scored]:
-        """The winning rows (positive rowids: current versions, negative: archived), every filter applied again."""
-        if not hits:
-            return []
-        at = epoch(query.as_of)
-        scores = dict(hits)
-        params = {"series": query.series, "vin": query.exclude_vin, "at": at}
+    def _records(self, query: SimilarQuery, rowids: set[int]) -> dict[int, MemoryRecord]:
+        """The rows named (positive rowids: current versions, negative: archived) that pass every filter
+        again, each taken as of the query's time and admitted by it."""
+        params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
-        rows = []
-        for table, select, as_of, ids in (
-            ("case_memory", _RECALL_COLUMNS, _AS_OF, [r for r in scores if r > 0]),
-            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, [-r for r in scores if r < 0]),
+        found: dict[int, MemoryRecord] = {}
+        for table, select, as_of, ids, sign in (
+            ("case_memory", _RECALL_COLUMNS, _AS_OF, [r for r in rowids if r > 0], 1),
+            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, [-r for r in rowids if r < 0], -1),
         ):
-            if ids:
-                sign = 1 if table == "case_memory" else -1
-                rows += [
-                    (sign * as_int(row[0]), row[1:])
-                    for row in self._query(
-                        # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
-                        f"SELECT rowid, {select} FROM {table} NOT INDEXED WHERE rowid IN ({', '.join(map(str, ids))}) "
-                        f"{where}{as_of}",
-                        params,
-                    )
-                ]
-        found = [Scored(from_row(row).as_of(query.as_of), scores[rowid]) for rowid, row in rows]
-        found = [s for s in found if query.admits(s.record)]
-        # Ties broken by the record, never by insertion order (deterministic replays).
+            if not ids:
+                continue
+            rows = self._query(
+                # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
+                f"SELECT rowid, {select} FROM {table} NOT INDEXED WHERE rowid IN ({', '.join(map(str, sorted(ids)))}) "
+                f"{where}{as_of}",
+                params,
+            )
+            for row in rows:
+                record = from_row(row[1:]).as_of(query.as_of)
+                if query.admits(record):
+                    found[sign * as_int(row[0])] = record
+        return found
+
+    @staticmethod
+    def _ranked(hits: list[tuple[int, float]], records: dict[int, MemoryRecord], k: int) -> list[Scored]:
+        """The hits whose rows passed, best first; ties broken by the record, never by insertion order
+        (deterministic replays)."""
+        found = [Scored(records[rowid], score) for rowid, score in hits if rowid in records]
         found.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
-        return found[: query.k]
+        return found[:k]
+
+    def _search(
+        self, query: SimilarQuery, dense_k: int, lexical_k: int
+    ) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+        """Both indexes' hits (rowid, score) for one query, under one catch-up."""
+        terms = query_terms(query.text) if lexical_k > 0 else []
+        at = epoch(query.as_of)
+        # The change seq is read before the guard: when the indexes are current
+        # (the usual case), the guard is held for the searches alone.
+        db_seq = self._seq()
+        with self._index_guard:
+            index, lexicon = self._catch_up(db_seq)
+            dense: list[tuple[int, float]] = []
+            if dense_k > 0:
+                check_dimensions(query, index.dims(query.series))
+                check_embedders(query, index.models(query.series))
+                dense = index.search(query.series, query.exclude_vin, query.vector, dense_k, at)
+            lexical = lexicon.search(query.series, query.exclude_vin, terms, lexical_k, at) if terms else []
+        return dense, lexical
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
-        # The change seq is read before the guard: when the index is current
-        # (the usual case), the guard is held for the search alone.
-        at = epoch(query.as_of)
-        db_seq = self._seq()
-        with self._index_guard:
-            index, _ = self._catch_up(db_seq)
-            check_dimensions(query, index.dims(query.series))
-            check_embedders(query, index.models(query.series))
-            hits = index.search(query.series, query.exclude_vin, query.vector, query.k, at)
-        return self._fetch(query, hits)
+        return self.channels(query, query.k, 0)[0]
 
     def lexical(self, query: SimilarQuery) -> list[Scored]:
-        terms = query_terms(query.text)
-        if not terms:
+        if not query_terms(query.text):
             return []
-        at = epoch(query.as_of)
-        db_seq = self._seq()
-        with self._index_guard:
-            _, lexicon = self._catch_up(db_seq)
-            hits = lexicon.search(query.series, query.exclude_vin, terms, query.k, at)
-        return self._fetch(query, hits)
+        return self.channels(query, 0, query.k)[1]
+
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        # The two channels' winners overlap (on a fleet replay, most lexical hits are dense hits as well):
+        # their rows are read once.
+        dense, lexical = self._search(query, dense_k, lexical_k)
+        if not dense and not lexical:
+            return [], []
+        records = self._records(query, {rowid for rowid, _ in dense + lexical})
+        return self._ranked(dense, records, dense_k), self._ranked(lexical, records, lexical_k)
 
     # -- updates ---------------------------------------------------------------------------
 
