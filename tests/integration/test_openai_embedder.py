@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from tests.services.embeddings import Server, embeddings_server
 from vdoctor.assembly import embedder as embedder_from
 from vdoctor.embedders import EmbedderConfig, open_embedder
+from vdoctor.embedders.cache import QueryCache
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.embedders.openai import OpenAIEmbedder
 from vdoctor.embedders.use import UseEmbedder
@@ -74,7 +75,8 @@ def test_settings_select_the_openai_embedder(server: Server, base_url: str) -> N
     assert float(np.linalg.norm(vec)) == pytest.approx(1.0, abs=1e-6)
     assert server.requests[-1]["model"] == "my-embedder" and server.requests[-1]["dimensions"] == 256
     # Without settings: the default embedder, USE-multilingual v3 shipped in its package (no endpoint).
-    assert isinstance(embedder_from(load_settings({})), UseEmbedder)
+    default = embedder_from(load_settings({}))
+    assert isinstance(default, QueryCache) and isinstance(default.model, UseEmbedder)
     assert isinstance(embedder_from(load_settings({"VDOCTOR_EMBEDDER": "hashing"})), HashingEmbedder)
 
 

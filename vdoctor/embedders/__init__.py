@@ -10,7 +10,8 @@
 
 A model that loads weights loads them once per process: every ``open_embedder``
 of the same name gets the same instance (the job's subtasks in one
-TaskManager, the engine and the knowledge base share it).
+TaskManager, the engine and the knowledge base share it), with the vectors of
+the last queries it embedded (``cache.py``: a fleet's alert texts repeat).
 
 Add one: a module with a class that meets ``Embedder`` (``base.py``), one entry
 below; the contract suite picks it up from ``EMBEDDERS``.
@@ -26,6 +27,7 @@ from typing import Literal
 from pydantic import SecretStr
 
 from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors, embedder_id
+from vdoctor.embedders.cache import QueryCache
 from vdoctor.registry import Registry
 
 EmbedderName = Literal["use-m3", "e5-small", "hashing", "openai"]
@@ -52,13 +54,13 @@ def _open_hashing(config: EmbedderConfig) -> Embedder:
 def _open_use(config: EmbedderConfig) -> Embedder:
     from vdoctor.embedders.use import UseEmbedder
 
-    return _shared("use-m3", UseEmbedder)
+    return _shared("use-m3", lambda: QueryCache(UseEmbedder()))
 
 
 def _open_e5(config: EmbedderConfig) -> Embedder:
     from vdoctor.embedders.e5 import E5Embedder
 
-    return _shared("e5-small", E5Embedder)
+    return _shared("e5-small", lambda: QueryCache(E5Embedder()))
 
 
 def _open_openai(config: EmbedderConfig) -> Embedder:

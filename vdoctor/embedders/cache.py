@@ -1,0 +1,69 @@
+"""Query vectors kept by text: a fleet asks memory the same things again and again.
+
+A session's recall query is its opening alert's text and its codes'
+definitions, and a fleet's alert texts come from the vehicles' own alert
+catalogue: the same few hundred phrasings recur across thousands of vehicles.
+A model embeds a text to the same vector every time (the embedder contract),
+so the vector of a query seen before is taken from here instead of running
+the model again. Stored texts (``embed``: case summaries, knowledge chunks)
+carry readings and rarely repeat, and go to the model every time.
+
+Bounded (least recently used first out); shared by every thread of the
+process, as the model is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from vdoctor.embedders.base import Embedder, Vectors
+
+# Query vectors kept per process: 4096 x 512 float32 is 8 MB.
+QUERY_CACHE_SIZE = 4096
+
+
+class QueryCache:
+    """An embedder whose ``embed_queries`` remembers the last ``size`` texts' vectors."""
+
+    def __init__(self, model: Embedder, size: int = QUERY_CACHE_SIZE) -> None:
+        self.model = model
+        self.name = model.name
+        self.dim = model.dim
+        self.size = size
+        self.hits = 0
+        self.misses = 0
+        self._vectors: OrderedDict[str, Vectors] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def embed(self, texts: list[str]) -> Vectors:
+        return self.model.embed(texts)
+
+    def embed_queries(self, texts: list[str]) -> Vectors:
+        rows: list[Vectors | None] = []
+        with self._lock:
+            for text in texts:
+                row = self._vectors.get(text)
+                if row is not None:
+                    self._vectors.move_to_end(text)
+                rows.append(row)
+        missing = sorted({t for t, row in zip(texts, rows, strict=True) if row is None})
+        if missing:
+            fresh = dict(zip(missing, self.model.embed_queries(missing), strict=True))
+            with self._lock:
+                for text, row in fresh.items():
+                    kept = row.copy()  # not a view that would keep the whole batch alive
+                    kept.setflags(write=False)
+                    self._vectors[text] = kept
+                    self._vectors.move_to_end(text)
+                while len(self._vectors) > self.size:
+                    self._vectors.popitem(last=False)
+            rows = [fresh[t] if row is None else row for t, row in zip(texts, rows, strict=True)]
+        with self._lock:
+            self.misses += len(missing)
+            self.hits += len(texts) - len(missing)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([row for row in rows if row is not None])
