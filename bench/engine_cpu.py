@@ -161,6 +161,7 @@ def instrument_parts(clock: StageClock, engine: Any, model_stage: str) -> None:
     counter_cls.count = clock.wrap(counter_cls.count, "token counting")
     embedder_cls = type(engine.embedder)
     embedder_cls.embed = clock.wrap(embedder_cls.embed, "embedding")
+    embedder_cls.embed_queries = clock.wrap(embedder_cls.embed_queries, "embedding")
     store = engine.store  # the outermost store: what the engine calls (a retrying wrapper calls its inner one)
     for name in dir(type(store)):
         if not name.startswith("_") and callable(getattr(type(store), name, None)):
@@ -275,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{model_stage:<36} {model_s / alerts * 1000:>9.3f}   (shown apart)")
     print(f"process CPU {cpu / alerts * 1000:.3f} ms/alert (clock overhead included), wall {wall:.1f} s")
     print(f"alerts/s per core: {alerts / engine_s:.0f} engine only, {alerts / (engine_s + model_s):.0f} with the model")
+    cache = engine.embedder
+    if hasattr(cache, "hits") and hasattr(cache, "misses") and cache.hits + cache.misses:
+        print(f"query vectors from the cache (embedders/cache.py): {cache.hits} of {cache.hits + cache.misses} "
+              f"queries ({cache.hits / (cache.hits + cache.misses):.0%}); the others embedded by the model")  # fmt: skip
     for m in missing:
         print(f"note: not found (renamed?), its time is in '{OTHER}': {m}")
     args.out.mkdir(parents=True, exist_ok=True)

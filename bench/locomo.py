@@ -30,9 +30,12 @@ same turns and questions, in one run:
 Tuning protocol: anything tuned is tuned on conversations 1-5 and reported on
 6-10 (held out) and on all ten. ``--tune`` also prints the fusion grid (weights
 and candidates per channel) on 1-5: the product's constants in
-``retrieval.hybrid`` were chosen from it.
+``retrieval.hybrid`` were chosen from it. ``--fusions`` compares other ways of
+scaling the two channels' scores before the weighted sum (z-score, max, rank,
+min-max over the lexical hits only): each one's weight chosen on 1-5, then
+scored on 6-10.
 
-Usage: .venv/bin/python bench/locomo.py [--embedder use-m3] [--tune] [--cache out/bench/embeddings]
+Usage: .venv/bin/python bench/locomo.py [--embedder use-m3] [--tune] [--fusions] [--cache out/bench/embeddings]
 """
 
 from __future__ import annotations
@@ -61,7 +64,15 @@ from vdoctor.embedders import DEFAULT_EMBEDDER, EMBEDDERS, Embedder, EmbedderCon
 from vdoctor.memory.recall import SIMILAR_TOP, OverlapReranker  # noqa: E402
 from vdoctor.records import MAX_ALERT_TEXT_CHARS, MemoryRecord  # noqa: E402
 from vdoctor.retrieval.cases import case_candidates  # noqa: E402
-from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES, W_DENSE, W_LEXICAL, ChannelScores, fuse  # noqa: E402
+from vdoctor.retrieval.hybrid import (  # noqa: E402
+    DENSE_CANDIDATES,
+    LEXICAL_CANDIDATES,
+    W_DENSE,
+    W_LEXICAL,
+    ChannelScores,
+    fuse,
+    minmax,
+)
 from vdoctor.stores import SimilarQuery  # noqa: E402
 from vdoctor.stores.sqlite import SqliteStore  # noqa: E402
 
@@ -243,6 +254,39 @@ def fused_ranking(a: Asked, w_lex: float, n: int) -> dict[str, float]:
     return fuse(scores, w_lex, 1.0 - w_lex)
 
 
+def _scaled(kind: str, values: dict[str, float]) -> dict[str, float]:
+    """One channel's scores over the candidates, put on a common scale (``--fusions``)."""
+    v = np.array(list(values.values()), dtype=np.float64)
+    if kind == "z-score":
+        return dict(zip(values, ((v - v.mean()) / (v.std() or 1.0)).tolist(), strict=True))
+    if kind == "max":
+        return dict(zip(values, (v / (v.max() or 1.0)).tolist(), strict=True))
+    if kind == "rank":
+        order = sorted(values, key=lambda t: -values[t])
+        return {t: 1.0 - i / len(order) for i, t in enumerate(order)}
+    return minmax(values)
+
+
+# Ways of putting the two channels on one scale before the weighted sum; "min-max" is the product's.
+FUSIONS = ("min-max", "min-max over lexical hits", "z-score", "max", "rank")
+
+
+def fused_by(a: Asked, kind: str, w_lex: float, n: int) -> list[str]:
+    """The union of both channels' top n, ranked by the weighted sum of their scores scaled by ``kind``."""
+    dense_top = sorted(a.dense_all, key=lambda t: -a.dense_all[t])[:n]
+    lex_top = sorted(a.lexical, key=lambda t: -a.lexical[t])[:n]
+    union = list(dict.fromkeys([*dense_top, *lex_top]))
+    if kind == "min-max over lexical hits":
+        hits = minmax({t: a.lexical[t] for t in lex_top})
+        lexical = {t: hits.get(t, 0.0) for t in union}
+        kind = "min-max"
+    else:
+        lexical = _scaled(kind, {t: a.lexical[t] if t in lex_top else 0.0 for t in union})
+    dense = _scaled(kind, {t: a.dense_all[t] for t in union})
+    score = {t: w_lex * lexical[t] + (1.0 - w_lex) * dense[t] for t in union}
+    return sorted(union, key=lambda t: (-score[t], t))
+
+
 def structure_rerank(a: Asked, fused: dict[str, float], turns: dict[str, Turn], w_nb: float, w_sp: float) -> list[str]:
     """Fused score + w_nb * the best fused score of an adjacent turn of the same session + w_sp * speaker named."""
 
@@ -270,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=EMBEDDERS, default=DEFAULT_EMBEDDER)
     parser.add_argument("--dim", type=int, default=256, help="dimension of the hashing embedder")
     parser.add_argument("--tune", action="store_true", help="also print the fusion grid on conversations 1-5")
+    parser.add_argument("--fusions", action="store_true", help="also compare score normalisations (1-5, 6-10)")
     parser.add_argument("--cache", type=Path, help="keep embeddings here between runs (e.g. out/bench/embeddings)")
     parser.add_argument("--json", type=Path, help="write the tables as JSON here")
     args = parser.parse_args(argv)
@@ -372,6 +417,19 @@ def main(argv: list[str] | None = None) -> int:
                         rows.append((a, sorted(f, key=lambda t: (-f[t], t))))
                 cells.append(f"w_lex {w_lex}: {mean_recall(rows):.3f}")
             print(f"  {n_cands:>3} per channel  " + "  ".join(cells))
+    if args.fusions:
+        n = max(LEXICAL_CANDIDATES, DENSE_CANDIDATES)
+        print(f"fusion normalisations at {n} per channel: the weight chosen on conversations 1-5 (mean of "
+              "R@5/10/20), then R@5 / R@10 / R@20 held out (6-10) at that weight")  # fmt: skip
+        for kind in FUSIONS:
+            best_w, best_tune = 0.0, -1.0
+            for w_lex in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
+                tune = mean_recall([(a, fused_by(a, kind, w_lex, n)) for a in asked if a.conv in TUNE])
+                if tune > best_tune:
+                    best_w, best_tune = w_lex, tune
+            held = [any_hit(fused_by(a, kind, best_w, n), a.gold) for a in asked if a.conv in HELD]
+            cells = " / ".join(f"{sum(h[k] for h in held) / len(held):.3f}" for k in KS)
+            print(f"  {kind:<26} w_lex {best_w}: 1-5 {best_tune:.3f}   6-10 {cells}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"embedder": args.embedder, "results": results, "rerank": [w_nb, w_sp]}))
