@@ -10,8 +10,9 @@
 
 A model that loads weights loads them once per process: every ``open_embedder``
 of the same name gets the same instance (the job's subtasks in one
-TaskManager, the engine and the knowledge base share it), with the vectors of
-the last queries it embedded (``cache.py``: a fleet's alert texts repeat).
+TaskManager, the engine and the knowledge base share it). The models and the
+``openai`` embedder keep the vectors of the last queries they embedded
+(``cache.py``: a fleet's alert texts repeat).
 
 Add one: a module with a class that meets ``Embedder`` (``base.py``), one entry
 below; the contract suite picks it up from ``EMBEDDERS``.
@@ -67,7 +68,7 @@ def _open_openai(config: EmbedderConfig) -> Embedder:
     from vdoctor.embedders.openai import OpenAIEmbedder
 
     key = config.api_key.get_secret_value() if config.api_key is not None else ""
-    return OpenAIEmbedder(config.base_url or "", config.model, key, config.dim)
+    return QueryCache(OpenAIEmbedder(config.base_url or "", config.model, key, config.dim))
 
 
 _REGISTRY: Registry[Callable[[EmbedderConfig], Embedder]] = Registry(
