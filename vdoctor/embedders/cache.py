@@ -5,8 +5,9 @@ definitions, and a fleet's alert texts come from the vehicles' own alert
 catalogue: the same few hundred phrasings recur across thousands of vehicles.
 A model embeds a text to the same vector every time (the embedder contract),
 so the vector of a query seen before is taken from here instead of running
-the model again (or, for a remote embedder, instead of a round trip). Stored texts (``embed``: case summaries, knowledge chunks)
-carry readings and rarely repeat, and go to the model every time.
+the model again (or, for a remote embedder, instead of a round trip). Stored
+texts (``embed``: case summaries, knowledge chunks) carry readings and rarely
+repeat, and go to the model every time.
 
 Bounded (least recently used first out); shared by every thread of the
 process, as the model is.
