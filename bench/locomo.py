@@ -245,10 +245,14 @@ def table(asked: list[Asked], method: str, part: range) -> dict[int, float]:
     return {k: sum(r[k] for r in rows) / max(1, len(rows)) for k in KS}
 
 
+def channel_tops(a: Asked, n: int) -> tuple[list[str], list[str]]:
+    """Each channel's top n turns (dense, lexical), from the cached channels."""
+    return sorted(a.dense_all, key=lambda t: -a.dense_all[t])[:n], sorted(a.lexical, key=lambda t: -a.lexical[t])[:n]
+
+
 def fused_ranking(a: Asked, w_lex: float, n: int) -> dict[str, float]:
     """The product's fusion (``retrieval.hybrid.fuse``) over n candidates per channel, from the cached channels."""
-    dense_top = sorted(a.dense_all, key=lambda t: -a.dense_all[t])[:n]
-    lex_top = sorted(a.lexical, key=lambda t: -a.lexical[t])[:n]
+    dense_top, lex_top = channel_tops(a, n)
     union = dict.fromkeys([*dense_top, *lex_top])
     scores = {t: ChannelScores(a.lexical.get(t) if t in lex_top else None, a.dense_all[t]) for t in union}
     return fuse(scores, w_lex, 1.0 - w_lex)
@@ -264,7 +268,7 @@ def _scaled(kind: str, values: dict[str, float]) -> dict[str, float]:
     if kind == "rank":
         order = sorted(values, key=lambda t: -values[t])
         return {t: 1.0 - i / len(order) for i, t in enumerate(order)}
-    return minmax(values)
+    return minmax(values)  # min-max over the lexical hits: the dense side as the product scales it
 
 
 # Ways of putting the two channels on one scale before the weighted sum; "min-max" is the product's.
@@ -273,8 +277,10 @@ FUSIONS = ("min-max", "min-max over lexical hits", "z-score", "max", "rank")
 
 def fused_by(a: Asked, kind: str, w_lex: float, n: int) -> list[str]:
     """The union of both channels' top n, ranked by the weighted sum of their scores scaled by ``kind``."""
-    dense_top = sorted(a.dense_all, key=lambda t: -a.dense_all[t])[:n]
-    lex_top = sorted(a.lexical, key=lambda t: -a.lexical[t])[:n]
+    if kind == "min-max":  # the product's own fusion
+        fused = fused_ranking(a, w_lex, n)
+        return sorted(fused, key=lambda t: (-fused[t], t))
+    dense_top, lex_top = channel_tops(a, n)
     union = list(dict.fromkeys([*dense_top, *lex_top]))
     if kind == "min-max over lexical hits":
         hits = minmax({t: a.lexical[t] for t in lex_top})

@@ -50,7 +50,9 @@ class QueryCache:
                 if row is not None:
                     self._vectors.move_to_end(text)
                 rows.append(row)
-        missing = sorted({t for t, row in zip(texts, rows, strict=True) if row is None})
+            missing = sorted({t for t, row in zip(texts, rows, strict=True) if row is None})
+            self.misses += len(missing)
+            self.hits += len(texts) - len(missing)
         if missing:
             fresh = dict(zip(missing, self.model.embed_queries(missing), strict=True))
             with self._lock:
@@ -62,9 +64,6 @@ class QueryCache:
                 while len(self._vectors) > self.size:
                     self._vectors.popitem(last=False)
             rows = [fresh[t] if row is None else row for t, row in zip(texts, rows, strict=True)]
-        with self._lock:
-            self.misses += len(missing)
-            self.hits += len(texts) - len(missing)
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([row for row in rows if row is not None])

@@ -1,8 +1,8 @@
 """Similar-case candidates: both channels of a store, fused (``hybrid``), for recall to rerank and check.
 
 The dense channel (``MemoryStore.similar``) and the lexical channel
-(``MemoryStore.lexical``), asked together (``MemoryStore.channels``), answer the same query: the same filters, the same
-event time. A record found by both is one candidate. A candidate found only
+(``MemoryStore.lexical``), asked together (``MemoryStore.channels``), answer
+the same query: the same filters, the same event time. A record found by both is one candidate. A candidate found only
 by the lexical channel gets its real dense score (the inner product of its
 vector with the query's, computed here), one found only by the dense channel
 a lexical score of 0 (``hybrid``).

@@ -347,8 +347,6 @@ class SqliteStore:
         return self.channels(query, query.k, 0)[0]
 
     def lexical(self, query: SimilarQuery) -> list[Scored]:
-        if not query_terms(query.text):
-            return []
         return self.channels(query, 0, query.k)[1]
 
     def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
