@@ -151,3 +151,30 @@ def test_a_migrated_record_keeps_its_version_when_a_merge_replaces_it(tmp_path: 
     assert [r.summary for r in _own(store, VERIFIED, later)] == ["merged case"]
     assert _similar(store, WRITTEN) == [VERIFIED] and _similar(store, later) == []
     store.close()
+
+
+def test_two_subtasks_may_open_a_new_file_at_the_same_time(tmp_path: Path) -> None:
+    """A job at parallelism 2 opens the store from both subtasks at once; neither may fail on the other's lock.
+
+    Before the journal-mode switch waited out the other connection, about 1 in 12 of these pairs
+    failed with "database is locked" (it failed a CI run of the bad-input corpus at parallelism 2)."""
+    import threading
+
+    for i in range(60):
+        path = str(tmp_path / f"m{i}.db")
+        errors: list[BaseException] = []
+
+        def open_and_read(path: str = path, errors: list[BaseException] = errors) -> None:
+            try:
+                store = SqliteStore(path)
+                store.count()
+                store.close()
+            except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_and_read) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], f"pair {i}: {errors[0]!r}"

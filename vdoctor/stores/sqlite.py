@@ -16,6 +16,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -97,6 +98,28 @@ def _version_of(row: Sequence[object]) -> RecordVersion:
     return RecordVersion(record, start, None if row[-1] is None else from_epoch(as_int(row[-1])))
 
 
+def enable_wal(conn: sqlite3.Connection) -> None:
+    """Put the file in WAL mode, waiting out other connections that open it at the same time.
+
+    Switching the journal mode needs the file to itself, and SQLite answers
+    "database is locked" at once, without its busy handler, while another
+    connection holds it (e.g. the other subtask's store migrating a new file:
+    37 of 200 two-thread opens of a new file failed that way). So it is
+    retried here, within the same busy timeout as every other statement.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 class SqliteStore:
     """SQLite-backed L3 store; one connection guarded by a lock (shared by worker threads)."""
 
@@ -130,7 +153,7 @@ class SqliteStore:
                 )
                 self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
                 if path != ":memory:":
-                    self._conn.execute("PRAGMA journal_mode = WAL")
+                    enable_wal(self._conn)
                 migrate(self._conn)
                 # The epoch names this database, so an index folder copied from
                 # another file is never mistaken for this one's.
