@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -158,8 +159,6 @@ def test_two_subtasks_may_open_a_new_file_at_the_same_time(tmp_path: Path) -> No
 
     Before the journal-mode switch waited out the other connection, about 1 in 12 of these pairs
     failed with "database is locked" (it failed a CI run of the bad-input corpus at parallelism 2)."""
-    import threading
-
     for i in range(60):
         path = str(tmp_path / f"m{i}.db")
         errors: list[BaseException] = []

@@ -243,8 +243,8 @@ def test_a_file_from_before_omitted_and_nullable_priority_takes_both_on_open(tmp
 
 def test_recall_runs_a_fixed_set_of_statements_whatever_it_finds(tmp_path: Path) -> None:
     """Every distinct SQL text is a prepared statement each thread's connection keeps (128 of them):
-    texts that name the rows found filled those caches in every thread (sqlite's memory grew by 108 MB
-    over 10,000 events at 64 threads). The rows found travel as a parameter instead."""
+    texts that name the rows found filled those caches in every thread (sqlite's memory grew by 116 MB
+    over 10,000 events at 64 threads, bench/engine_memory.py). The rows found travel as a parameter instead."""
     store = SqliteStore(str(tmp_path / "m.db"))
     rng = np.random.default_rng(7)
     store.upsert_many([rec(i, rng.normal(size=8).tolist()) for i in range(200)])

@@ -114,7 +114,8 @@ def enable_wal(conn: sqlite3.Connection) -> None:
             conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as e:
-            if ("locked" not in str(e) and "busy" not in str(e)) or time.monotonic() + pause > deadline:
+            busy = e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not busy or time.monotonic() + pause > deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.2)
@@ -318,6 +319,7 @@ class SqliteStore:
     def _records(self, query: SimilarQuery, rowids: set[int]) -> dict[int, MemoryRecord]:
         """The rows named (positive rowids: current versions, negative: archived) that pass every filter
         again, each taken as of the query's time and admitted by it."""
+        params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
         found: dict[int, MemoryRecord] = {}
         for table, select, as_of, ids, sign in (
@@ -326,16 +328,15 @@ class SqliteStore:
         ):
             if not ids:
                 continue
-            params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
             rows = self._query(
                 # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
                 # The ids travel as one JSON parameter, so the statement's text never changes: every
                 # distinct text is a prepared statement that each thread's connection caches (128 of
-                # them): with the ids written into the SQL, sqlite's own memory grew from 47 to 155 MB
-                # between events 4,000 and 14,000 of a 4,000-vehicle fleet at 64 threads (19 to 20 MB now).
+                # them): with the ids written into the SQL, sqlite's own memory grew by 116 MB between
+                # events 4,000 and 14,053 of a 4,000-vehicle fleet at 64 threads (bench/engine_memory.py).
                 f"SELECT rowid, {select} FROM {table} NOT INDEXED WHERE rowid IN (SELECT value FROM json_each(:ids)) "
                 f"{where}{as_of}",
-                params | {"ids": json.dumps(sorted(ids))},
+                {**params, "ids": json.dumps(sorted(ids))},
             )
             for row in rows:
                 record = from_row(row[1:]).as_of(query.as_of)
