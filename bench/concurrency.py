@@ -24,7 +24,7 @@ Each level runs ``--repeat`` times (a fresh job each time) and the median
 trial is reported with the lowest and highest: on a shared 2-core machine one
 trial varies by a few hundredths of the ratio.
 
-Prints a table and writes bench/out/concurrency.png (and .json).
+Prints a table and writes out/bench/concurrency.png (and .json).
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-factor", type=float, default=0.0,
                         help="stream the file at this multiple of the bound (events/s) instead of all at once: "
                         "events arrive while runs finish, as from Kafka")  # fmt: skip
-    parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"))
+    parser.add_argument("--out", default=str(REPO_ROOT / "out" / "bench"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ reply, so Flink's start-up is left out), and how many events' recalled cases
     .venv/bin/python bench/deterministic_replay.py                       # the demo, 200 ms, 2 trials
     .venv/bin/python bench/deterministic_replay.py --vins 600 --repeat 1
 
-Prints a table and writes bench/out/deterministic_replay.json.
+Prints a table and writes out/bench/deterministic_replay.json.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--latency-ms", type=float, default=200.0)
     parser.add_argument("--repeat", type=int, default=2, help="trials of each setting at --concurrency")
-    parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out"))
+    parser.add_argument("--out", default=str(REPO_ROOT / "out" / "bench"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     work = out / "deterministic_replay"

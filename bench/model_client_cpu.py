@@ -30,7 +30,7 @@ of calls in flight:
     .venv/bin/python bench/model_client_cpu.py --levels 64:200 --rounds 20
 
 Prints one table (CPU ms per call, calls/s, wall) and writes
-bench/out/model_client_cpu.json.
+out/bench/model_client_cpu.json.
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", nargs="+", default=["64:200", "256:1000"], help="in-flight:latency-ms pairs")
     parser.add_argument("--rounds", type=int, default=12, help="calls per caller after its warm-up call")
     parser.add_argument("--variants", nargs="+", default=VARIANTS, choices=VARIANTS, metavar="VARIANT")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "out")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     args = parser.parse_args(argv)
     bodies = capture_bodies()
     sizes = [len(json.dumps(b)) for b in bodies]
