@@ -58,7 +58,7 @@ from vdoctor.memory.recall import SIMILAR_TOP, OverlapReranker  # noqa: E402
 from vdoctor.records import MemoryRecord  # noqa: E402
 from vdoctor.retrieval.cases import case_candidates  # noqa: E402
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES, W_DENSE, W_LEXICAL  # noqa: E402
-from vdoctor.retrieval.text import record_text  # noqa: E402
+from vdoctor.retrieval.text import record_dense_text  # noqa: E402
 from vdoctor.stores import SimilarQuery  # noqa: E402
 from vdoctor.stores.sqlite import SqliteStore  # noqa: E402
 
@@ -168,7 +168,7 @@ def summary_only(r: MemoryRecord) -> MemoryRecord:
 
 def run(embedder: Embedder, cases: list[MemoryRecord], queries: list[Query], tmp: Path) -> dict[str, list[list[str]]]:
     """Ranked session ids per method and query, the cases stored in a fresh SqliteStore."""
-    texts = [record_text(r) for r in cases]
+    texts = [record_dense_text(r) for r in cases]
     vectors = np.concatenate([embedder.embed(texts[i : i + 64]) for i in range(0, len(texts), 64)])
     made_by = embedder_id(embedder)
     store = SqliteStore(str(tmp / f"cases-{made_by.replace('/', '_')}-{len(list(tmp.iterdir()))}.db"))

@@ -38,7 +38,7 @@ from vdoctor.records import (
     Phase,
     RecordKind,
 )
-from vdoctor.retrieval.text import case_text
+from vdoctor.retrieval.text import dense_text
 from vdoctor.stores import MemoryStore
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -320,8 +320,9 @@ class DiagnosisEngine:
             log.warning("summary of %s failed fidelity: %s", session.session_id, case.report.describe())
             return flags
         c = session.conclusion
-        # Embedded as what a later session finds it by: the symptom as reported, codes, cause, fix, summary.
-        vector = self.embedder.embed([case_text(session.alert_text, c.codes, c.root_cause, c.fix_action, case.text)])[0]
+        # Embedded as what a later session finds it by: the symptom as reported, codes, cause, fix, the summary's words.
+        text = dense_text(session.alert_text, c.codes, c.root_cause, c.fix_action, case.text)
+        vector = self.embedder.embed([text])[0]
         record = MemoryRecord(
             vin=session.vin,
             session_id=session.session_id,
@@ -380,7 +381,7 @@ class DiagnosisEngine:
             return []
         summary, omitted = milestone_summary(session, due, alert.ts)
         codes = list(session.codes)
-        vector = self.embedder.embed([case_text(session.alert_text, codes, "", "", summary)])[0]
+        vector = self.embedder.embed([dense_text(session.alert_text, codes, "", "", summary)])[0]
         record = MemoryRecord(
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),

@@ -110,8 +110,8 @@ class MemoryRecord(BaseModel):
     # it concluded_ts; the column keeps its first name (one column per fact).
     concluded_at: datetime
     summary: Annotated[str, Field(max_length=MAX_SUMMARY_CHARS)]
-    # The embedding of the case's indexed text (``retrieval.text.case_text``: the
-    # alert text, codes, cause, fix and summary), normalised; the name is the column's.
+    # The embedding of the case's text (``retrieval.text.dense_text``: the alert
+    # text, codes, cause, fix and the summary's words), normalised; the name is the column's.
     summary_vec: list[float]
     root_cause: str
     fix_action: str
@@ -140,7 +140,8 @@ class MemoryRecord(BaseModel):
     invalid_ts: datetime | None = None
     # The symptom as the vehicle reported it: the text of the alert that opened the
     # session, bounded. With the codes, cause, fix and summary it is what a later
-    # session finds the case by (``retrieval.text.case_text``: both channels index it).
+    # session finds the case by (``retrieval.text``: the lexical channel indexes
+    # ``case_text``, the vector embeds ``dense_text``).
     alert_text: Annotated[str, Field(max_length=MAX_ALERT_TEXT_CHARS)] = ""
     # Which embedder made summary_vec, as ``<name>/<dim>`` (``embedders.embedder_id``);
     # "" when not known (written before it was kept: ``vdoctor memory reembed`` re-embeds those).

@@ -22,6 +22,7 @@ from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.models.offline import OfflineModel
 from vdoctor.records import DeadLetter, Diagnosis, MemoryRef, Phase
+from vdoctor.retrieval.text import case_text, dense_text
 from vdoctor.stores.memory import InMemoryStore
 
 pytestmark = pytest.mark.unit
@@ -171,6 +172,20 @@ def test_two_alerts_investigate_then_conclude_and_write_one_case(
     assert rec.valid
     assert "cell_voltage_diff_mv=187" in rec.summary
     assert len(rec.summary) <= 300
+
+
+def test_a_written_case_is_embedded_from_its_summary_words_not_its_readings(
+    harness: Harness, store: InMemoryStore
+) -> None:
+    conclude_first_case(harness)
+    rec = store.get(VIN, SID_1)
+    assert rec is not None and "cell_voltage_diff_mv=187" in rec.summary and "signal://" in rec.summary
+    embedded = dense_text(rec.alert_text, rec.dtc_codes, rec.root_cause, rec.fix_action, rec.summary)
+    assert rec.alert_text in embedded and rec.root_cause in embedded and "cell_voltage_diff_mv" in embedded
+    assert "187" not in embedded and "signal://" not in embedded and "2026-11-01" not in embedded
+    assert rec.summary_vec == pytest.approx([float(x) for x in HashingEmbedder().embed([embedded])[0]], abs=1e-6)
+    whole = case_text(rec.alert_text, rec.dtc_codes, rec.root_cause, rec.fix_action, rec.summary)
+    assert rec.summary_vec != pytest.approx([float(x) for x in HashingEmbedder().embed([whole])[0]], abs=1e-6)
 
 
 def test_an_intermediate_guess_is_never_written(harness: Harness, store: InMemoryStore) -> None:

@@ -11,7 +11,7 @@ from vdoctor.embedders import embedder_id
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.errors import StoreError
 from vdoctor.memory.reembed import ReembedReport, reembed
-from vdoctor.retrieval.text import record_text
+from vdoctor.retrieval.text import record_dense_text
 from vdoctor.stores.base import SimilarQuery, StaleVersion
 from vdoctor.stores.memory import InMemoryStore
 
@@ -40,7 +40,7 @@ def test_reembed_rewrites_every_stale_version_with_the_text_a_case_is_found_by()
     assert store.count_stale(target) == 0
     got = store.get(VIN_B, rec(VIN_B, hours=10).session_id)
     assert got is not None and got.embedder == target and got.summary == "merged"
-    assert got.summary_vec == pytest.approx([float(x) for x in new.embed([record_text(got)])[0]], abs=1e-6)
+    assert got.summary_vec == pytest.approx([float(x) for x in new.embed([record_dense_text(got)])[0]], abs=1e-6)
     # The store now searches the set with the new model's query vectors.
     q = SimilarQuery(VIN_A, got.series, new.embed_queries(["冷却液"])[0], 5, T0 + timedelta(days=30), embedder=target)
     assert {s.record.vin for s in store.similar(q)} == {VIN_B, VIN_C}

@@ -12,7 +12,7 @@ from vdoctor.memory.reextract import reextract
 from vdoctor.memory.summarizer import OfflineSummarizer, SummaryRequest, request_from_json
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION
 from vdoctor.models.offline import OfflineModel
-from vdoctor.retrieval.text import case_text
+from vdoctor.retrieval.text import dense_text
 from vdoctor.stores.memory import InMemoryStore
 
 pytestmark = pytest.mark.unit
@@ -51,9 +51,9 @@ def test_records_of_older_versions_are_rewritten_checked_and_resumable(store: In
     assert record is not None
     assert record.prompt_version == SUMMARY_PROMPT_VERSION
     assert record.summary == fresh and "cell_voltage_diff_mv=187" in record.summary
-    # Re-embedded as what the record is found by: the alert text, codes, cause, fix and the new summary.
+    # Re-embedded as what the record is found by: the alert text, codes, cause, fix and the new summary's words.
     assert record.alert_text == "电池包单体压差过大" and record.embedder == "hash-ngram-v1/256"
-    found_by = case_text(record.alert_text, record.dtc_codes, record.root_cause, record.fix_action, fresh)
+    found_by = dense_text(record.alert_text, record.dtc_codes, record.root_cause, record.fix_action, fresh)
     assert record.summary_vec == [float(x) for x in HashingEmbedder().embed([found_by])[0]]
     again = reextract(store, OfflineSummarizer(), HashingEmbedder(), SUMMARY_PROMPT_VERSION)
     assert (again.rewritten, again.no_source) == (0, 1)  # only the record without a source is left

@@ -9,7 +9,7 @@ import pytest
 
 from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
 from vdoctor.retrieval.hybrid import W_DENSE, W_LEXICAL, ChannelScores, fuse, minmax
-from vdoctor.retrieval.text import case_text
+from vdoctor.retrieval.text import case_text, dense_text, summary_words
 from vdoctor.retrieval.tokens import light_stem, query_terms, token_text, tokens
 
 pytestmark = pytest.mark.unit
@@ -38,6 +38,25 @@ def test_case_text_is_the_parts_one_per_line_without_empty_ones() -> None:
     assert case_text("电池压差过大", ["P0A7F", "P0A80"], "weak cell", "", "line 1\nline 2") == (
         "电池压差过大\nP0A7F P0A80\nweak cell\nline 1\nline 2"
     )
+
+
+def test_the_vector_embeds_the_summary_words_without_readings_times_or_addresses() -> None:
+    summary = (
+        "readings: soc_pct=36% pack_temp_c=32.5°C cell_voltage_diff_mv=178→201mV\n"
+        "2026-09-02 07:00 | concluded P0A7F | P1 conf 0.80; confirmed cell_voltage_diff_mv=178>=100 | "
+        "signal://LGXE1A7C2PB227149/cell_voltage_diff_mv@2026-09-02T07:00:00Z\n"
+        "2026-09-02 09:13 | 电芯压差 -3.5 持续 | dtc://P0A7F"
+    )
+    assert summary_words(summary) == (
+        "readings soc_pct pack_temp_c °C cell_voltage_diff_mv mV\n"
+        "concluded P0A7F P1 conf confirmed cell_voltage_diff_mv\n"
+        "电芯压差 持续"
+    )
+    # Codes and names keep their digits; a line of values alone leaves nothing.
+    assert summary_words("pm2_5 U0140 v2 12V\n2026-09-02 | 0.80 >= 100") == "pm2_5 U0140 v2 V"
+    # The other parts are embedded as reported (a symptom's own numbers included).
+    embedded = dense_text("压差 200mV", ["P0A7F"], "weak cell", "", "confirmed x=1")
+    assert embedded == "压差 200mV\nP0A7F\nweak cell\nconfirmed x"
 
 
 def test_bm25_weighs_rare_terms_over_terms_every_document_has() -> None:

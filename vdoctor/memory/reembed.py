@@ -4,7 +4,7 @@ Vectors of two models cannot be compared, so a store refuses a search over
 records another model embedded (``stores.base.EmbedderMismatch``). After the
 embedder changes, ``reembed`` walks every record version (current and
 archived) whose vector another embedder made (or an unrecorded one), embeds
-what the record is found by (``retrieval.text.record_text``) in batches, and
+what the record is found by (``retrieval.text.record_dense_text``) in batches, and
 writes each vector in place with the embedder's id. Nothing else changes: no
 new version, no event time (a re-embed changes how a case is found, never
 what it says).

@@ -27,7 +27,7 @@ from vdoctor.memory.summarizer import (
 )
 from vdoctor.memory.summary import upgrade_case_request
 from vdoctor.records import RecordKind
-from vdoctor.retrieval.text import record_text
+from vdoctor.retrieval.text import record_dense_text
 from vdoctor.stores.base import MemoryStore
 
 # Records per store round trip: small enough to show progress often.
@@ -100,7 +100,7 @@ def reextract(
                 )
             if rewritten:
                 # One batch through the embedder: what each record is found by, its new summary included.
-                vectors = embedder.embed([record_text(r) for r in rewritten])
+                vectors = embedder.embed([record_dense_text(r) for r in rewritten])
                 rewritten = [
                     r.model_copy(update={"summary_vec": [float(x) for x in v]})
                     for r, v in zip(rewritten, vectors, strict=True)

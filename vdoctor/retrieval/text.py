@@ -9,13 +9,32 @@ below adds the symptom as reported (the opening alert's text), the codes, the
 root cause and the fix: hybrid R@5 0.84. The alert text carries the words a
 later symptom shares; the cause and fix carry the mechanism a multilingual
 model matches across languages.
+
+BM25 indexes the whole text (it matches a signal name or a code in the
+summary lines), but the vector embeds the summary's words only
+(``dense_text``): its readings, times and evidence addresses (``soc_pct=36%``,
+``2026-09-02 07:00``, ``signal://<vin>/...``) mean nothing to a sentence
+model (USE-m3's own package notes that numbers throw it off), and a model's
+cost grows with the tokens it reads. With use-m3 a case text's embedding
+went from 10.29 to 7.04 ms of CPU (``bench/embed_batching.py``) and the
+vehicle set's hybrid R@5 stayed 0.830 (dense alone 0.612 -> 0.599); with
+e5-small hybrid R@5 fell from 0.844 to 0.823 (``bench/vehicle_retrieval.py``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from vdoctor.records import MemoryRecord
+
+# What a summary line holds beside words: evidence addresses (``signal://...``, ``dtc://...``),
+# timestamps, and numbers standing alone (a reading's value, a threshold, a confidence: never
+# the digits inside a trouble code or a signal name such as ``P0A7F`` or ``pm2_5``).
+_ADDRESS_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://\S*", re.IGNORECASE)
+_TIME_RE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?")
+_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*")
+_LEFT_BEHIND = "=<>|;:,()[]→≥≤"
 
 
 def case_text(alert_text: str, codes: Sequence[str], root_cause: str, fix_action: str, summary: str) -> str:
@@ -27,3 +46,28 @@ def case_text(alert_text: str, codes: Sequence[str], root_cause: str, fix_action
 def record_text(record: MemoryRecord) -> str:
     """The indexed text of a stored record."""
     return case_text(record.alert_text, record.dtc_codes, record.root_cause, record.fix_action, record.summary)
+
+
+def summary_words(summary: str) -> str:
+    """The summary lines without addresses, timestamps, numbers and bare punctuation.
+
+    Signal names, units and trouble codes stay (``soc_pct``, ``°C``, ``P0A7F``).
+    """
+    lines = []
+    for line in summary.splitlines():
+        bare = _NUMBER_RE.sub(" ", _TIME_RE.sub(" ", _ADDRESS_RE.sub(" ", line)))
+        # What a value leaves behind ("soc_pct=", ">=", "|") is punctuation: only words with a letter stay.
+        words = [w.strip(_LEFT_BEHIND) for w in bare.split() if any(ch.isalpha() for ch in w)]
+        if words:
+            lines.append(" ".join(words))
+    return "\n".join(lines)
+
+
+def dense_text(alert_text: str, codes: Sequence[str], root_cause: str, fix_action: str, summary: str) -> str:
+    """What a case's vector embeds: ``case_text`` with the summary's words only (see the module doc)."""
+    return case_text(alert_text, codes, root_cause, fix_action, summary_words(summary))
+
+
+def record_dense_text(record: MemoryRecord) -> str:
+    """What a stored record's vector embeds."""
+    return dense_text(record.alert_text, record.dtc_codes, record.root_cause, record.fix_action, record.summary)

@@ -217,7 +217,7 @@ class StaleVersion:
     # Where the version starts; ``archived``: a replaced version (the archive), else the current one.
     version_from: datetime
     archived: bool
-    # What its vector embeds (``retrieval.text.record_text``), and who embedded it ("" unknown).
+    # What its vector embeds (``retrieval.text.record_dense_text``), and who embedded it ("" unknown).
     text: str
     embedder: str
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
 from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
-from vdoctor.retrieval.text import record_text
+from vdoctor.retrieval.text import record_dense_text, record_text
 from vdoctor.retrieval.tokens import query_terms, tokens
 from vdoctor.stores.base import Scored, SimilarQuery, StaleVersion
 from vdoctor.stores.mem0_mapping import Version, epoch, from_epoch, from_item, key
@@ -84,7 +84,7 @@ class Mem0Retrieval:
                 version = folder.span(record.vin, record.session_id, stored)
                 archived = version.end is not None
                 stale = StaleVersion(record.vin, record.session_id, from_epoch(version.start), archived,
-                                     record_text(record), record.embedder)  # fmt: skip
+                                     record_dense_text(record), record.embedder)  # fmt: skip
                 found.append((stale, version))
         found.sort(key=lambda f: (f[0].vin, f[0].session_id, f[0].version_from))
         return found

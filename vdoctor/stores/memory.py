@@ -16,7 +16,7 @@ import numpy as np
 
 from vdoctor.records import MemoryRecord, utc_now
 from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
-from vdoctor.retrieval.text import record_text
+from vdoctor.retrieval.text import record_dense_text, record_text
 from vdoctor.retrieval.tokens import query_terms, tokens
 from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_versions
 from vdoctor.stores.base import (
@@ -129,7 +129,7 @@ class InMemoryStore:
                 versions = [(row.current_from, False, row.current)]
                 versions += [(start, True, record) for start, _, record in row.archived]
                 found += [
-                    StaleVersion(r.vin, r.session_id, start, archived, record_text(r), r.embedder)
+                    StaleVersion(r.vin, r.session_id, start, archived, record_dense_text(r), r.embedder)
                     for start, archived, r in versions
                     if r.embedder != embedder
                 ]

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.retrieval.text import case_text, record_text
+from vdoctor.retrieval.text import dense_text, record_text
 from vdoctor.retrieval.tokens import token_text
 from vdoctor.stores.base import (
     Scored,
@@ -445,7 +445,7 @@ class SqlStore(SqlAudit):
             found += [
                 StaleVersion(
                     vin, sid, to_utc(start), archived,
-                    case_text(alert or "", json.loads(codes), cause, fix, summary), model or "",
+                    dense_text(alert or "", json.loads(codes), cause, fix, summary), model or "",
                 )
                 for vin, sid, start, alert, codes, cause, fix, summary, model in rows
             ]  # fmt: skip

@@ -26,7 +26,7 @@ import numpy as np
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord, utc_now
-from vdoctor.retrieval.text import case_text
+from vdoctor.retrieval.text import dense_text
 from vdoctor.retrieval.tokens import query_terms
 from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_versions
 from vdoctor.stores.base import (
@@ -411,7 +411,7 @@ class SqliteStore:
             found += [
                 StaleVersion(
                     str(vin), str(sid), from_epoch(as_int(start)), archived,
-                    case_text(str(alert), json.loads(str(codes)), str(cause), str(fix), str(summary)), str(model),
+                    dense_text(str(alert), json.loads(str(codes)), str(cause), str(fix), str(summary)), str(model),
                 )
                 for vin, sid, start, alert, codes, cause, fix, summary, model in rows
             ]  # fmt: skip
