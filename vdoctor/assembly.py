@@ -30,7 +30,11 @@ def token_counter(settings: Settings) -> TokenCounter:
 
 def _embedder_config(settings: Settings) -> EmbedderConfig:
     return EmbedderConfig(
-        model=settings.embedding.model, base_url=settings.endpoint.base_url, api_key=settings.endpoint.api_key
+        model=settings.embedding.model,
+        base_url=settings.endpoint.base_url,
+        api_key=settings.endpoint.api_key,
+        # Replays that must be repeatable embed every text alone (EmbedderConfig.share_calls).
+        share_calls=not settings.runtime.deterministic,
     )
 
 

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from tests.services.embeddings import Server, embeddings_server
 from vdoctor.assembly import embedder as embedder_from
 from vdoctor.embedders import EmbedderConfig, open_embedder
+from vdoctor.embedders.batching import CoalescingEmbedder
 from vdoctor.embedders.cache import QueryCache
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.embedders.openai import OpenAIEmbedder
@@ -76,7 +77,8 @@ def test_settings_select_the_openai_embedder(server: Server, base_url: str) -> N
     assert server.requests[-1]["model"] == "my-embedder" and server.requests[-1]["dimensions"] == 256
     # Without settings: the default embedder, USE-multilingual v3 shipped in its package (no endpoint).
     default = embedder_from(load_settings({}))
-    assert isinstance(default, QueryCache) and isinstance(default.model, UseEmbedder)
+    assert isinstance(default, QueryCache) and isinstance(default.model, CoalescingEmbedder)
+    assert isinstance(default.model.model, UseEmbedder)
     assert isinstance(embedder_from(load_settings({"VDOCTOR_EMBEDDER": "hashing"})), HashingEmbedder)
 
 

@@ -28,6 +28,7 @@ from typing import Literal
 from pydantic import SecretStr
 
 from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors, embedder_id
+from vdoctor.embedders.batching import CoalescingEmbedder
 from vdoctor.embedders.cache import QueryCache
 from vdoctor.registry import Registry
 
@@ -44,6 +45,10 @@ class EmbedderConfig:
     dim: int = DEFAULT_DIM
     base_url: str | None = None
     api_key: SecretStr | None = None
+    # Concurrent callers of a model share its calls (``batching.py``). A text embedded within a
+    # batch differs from the same text alone by float rounding (~1e-7), and batches depend on
+    # which runs happen to embed at once: a deterministic replay turns sharing off.
+    share_calls: bool = True
 
 
 def _open_hashing(config: EmbedderConfig) -> Embedder:
@@ -55,13 +60,13 @@ def _open_hashing(config: EmbedderConfig) -> Embedder:
 def _open_use(config: EmbedderConfig) -> Embedder:
     from vdoctor.embedders.use import UseEmbedder
 
-    return _shared("use-m3", lambda: QueryCache(UseEmbedder()))
+    return _model("use-m3", config, UseEmbedder)
 
 
 def _open_e5(config: EmbedderConfig) -> Embedder:
     from vdoctor.embedders.e5 import E5Embedder
 
-    return _shared("e5-small", lambda: QueryCache(E5Embedder()))
+    return _model("e5-small", config, E5Embedder)
 
 
 def _open_openai(config: EmbedderConfig) -> Embedder:
@@ -91,6 +96,15 @@ def _shared(name: str, load: Callable[[], Embedder]) -> Embedder:
         if model is None:
             model = _loaded[name] = load()
         return model
+
+
+def _model(name: str, config: EmbedderConfig, load: Callable[[], Embedder]) -> Embedder:
+    """A model with weights: loaded once per process, behind the query cache and, unless the
+    configuration says otherwise, shared calls (one instance of each way per process)."""
+    model = _shared(name, load)
+    if not config.share_calls:
+        return _shared(f"{name}/own-calls", lambda: QueryCache(model))
+    return _shared(f"{name}/shared-calls", lambda: QueryCache(CoalescingEmbedder(model)))
 
 
 def open_embedder(name: str, config: EmbedderConfig | None = None) -> Embedder:

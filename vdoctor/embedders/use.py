@@ -20,6 +20,8 @@ lock: with 64 threads embedding queries at once on 2 cores, taking turns cost
 together 3.8-5.2 ms and 9.2-11.3 ms (its tokenizer is Python and holds the
 GIL; the threads' BLAS calls competed for the same cache). Each call runs on
 one BLAS thread (``threads.py``).
+The registry puts ``batching.CoalescingEmbedder`` in front: callers that would
+wait for the lock share the next call instead.
 """
 
 from __future__ import annotations
