@@ -295,6 +295,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if self.inline:
             _, applied = self._step(vin, self._carry_from_state(), (event_json, raw))
             yield from self._apply([applied])
+            self.metrics.refresh()
             return
         self._resume(ctx)
         pool = self._pool()
@@ -309,6 +310,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             self._handles[vin] = self._switch().current()
             self._start_from_state(vin, [(e, r) for e, r in pending] + [(event_json, raw)], ctx)
         self._ensure_tick(ctx)
+        self.metrics.refresh()
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
         pool = self._pool()
@@ -325,11 +327,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             while not pool.idle:
                 pool.wait_finished(END_WAIT_S)
                 yield from self._drain(ctx)
+                self.metrics.refresh()
             return
         if timestamp == self._tick_at:
             self._tick_at = None
         yield from self._drain(ctx)
         self._ensure_tick(ctx)
+        self.metrics.refresh()
 
     def _drain(self, ctx: KeyedProcessFunction.Context) -> list[tuple[str, str]]:
         """Store and emit every vehicle's finished runs, each under its own key; back to the timer's key after."""

@@ -11,6 +11,16 @@ MetricDistribution). So histograms are Flink's own
 ``DescriptiveStatisticsHistogram``, registered on the Java metric group that
 thread mode's MetricGroupImpl wraps; Flink 2.3's Prometheus reporter exports each
 as a summary: quantiles 0.5, 0.75, 0.95, 0.98, 0.99, 0.999 and ``_count``.
+
+Levels (runs in flight, queued, the summary counts) are no Python gauges. A
+PyFlink gauge is a Python callable that the reporter calls from its own thread
+(Prometheus's HTTP handler) while the task thread runs Python in the same
+embedded interpreter, and pemja does not survive that: scraping ``/metrics``
+four times at once through a replay crashed the JVM in libpython in three runs
+out of three (``MetricGauge.getValue`` -> ``PyObject.invokeMethodNoArgs`` in the
+crash reports). A level is a Java counter instead, which the operator thread
+sets (``refresh``) and the reporter reads without entering Python; Flink's
+Prometheus reporter exports counters as gauges, under the same names.
 """
 
 from __future__ import annotations
@@ -53,6 +63,23 @@ def histogram(group: Any, name: str) -> Histogram:
     return found
 
 
+class Level:
+    """A value the operator thread sets, kept in a Java counter that reporters read without calling Python."""
+
+    def __init__(self, counter: Any) -> None:
+        self._counter = counter
+        self._value = 0
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def set(self, value: int) -> None:
+        if value != self._value:
+            self._counter.inc(value - self._value)
+            self._value = value
+
+
 def dead_letter_counter(group: Any, stage: str) -> Any:
     """The dead-letter counter of one stage, in the ``vdoctor`` group of an operator's metrics."""
     return group.add_group(STAGE_KEY, stage).counter(DEAD_LETTERS)
@@ -73,7 +100,8 @@ class RunFigures(Protocol):
 
 
 class DiagnosisMetrics:
-    """The diagnosis operator's metrics, registered in open() and fed on the operator thread."""
+    """The diagnosis operator's metrics, registered in open() and fed on the operator thread (``record`` for each
+    finished run, ``refresh`` for the levels)."""
 
     def __init__(
         self,
@@ -101,11 +129,18 @@ class DiagnosisMetrics:
         # Recall and writes take about a millisecond on the embedded store: microseconds keep their spread.
         self.recall_latency = histogram(group, "recall_latency_us")
         self.l3_write_latency = histogram(group, "l3_write_latency_us")
-        group.gauge("runs_in_flight", in_flight)
-        group.gauge("runs_queued", queued)
+        self._in_flight, self._queued, self._summary_counts = in_flight, queued, summary_counts
+        self.runs_in_flight = Level(counter("runs_in_flight"))
+        self.runs_queued = Level(counter("runs_queued"))
         # Every summary is checked (issue 4): checked, passed first time, repaired, retried, failed.
-        for name in summary_counts():
-            group.gauge(name, lambda name=name: summary_counts()[name])
+        self.summaries = {name: Level(counter(name)) for name in summary_counts()}
+
+    def refresh(self) -> None:
+        """Set the levels to what they are now; on the operator thread only (see the module doc)."""
+        self.runs_in_flight.set(self._in_flight())
+        self.runs_queued.set(self._queued())
+        for name, value in self._summary_counts().items():
+            self.summaries[name].set(value)
 
     def record(self, run: RunFigures) -> None:
         self.runs.inc()

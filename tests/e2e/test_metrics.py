@@ -9,12 +9,16 @@ of docker/grafana/dashboards/vdoctor.json names must be one the job exports.
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +42,8 @@ GAUGES = ["runs_in_flight", "runs_queued", "runs_per_second", "summaries_checked
 HISTOGRAMS = ["model_latency_ms", "run_latency_ms", "recall_latency_us", "l3_write_latency_us"]
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
+# A scrape before the endpoint is up, or while it goes away (a reply cut short: http.client.IncompleteRead).
+UNREACHABLE = (OSError, http.client.HTTPException)
 
 
 def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -53,6 +59,15 @@ def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
     return samples
 
 
+def scrape_until_done(port: int, job: subprocess.Popen[bytes]) -> None:
+    """Scrape the endpoint back to back until the job ends."""
+    while job.poll() is None:
+        try:
+            scrape(port)
+        except UNREACHABLE:
+            time.sleep(0.05)
+
+
 def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **labels: str) -> float:
     """The sum over subtasks. PyFlink reports a Python function fused into another operator's chain under
     both operators' names (the same value twice in one task), so each task and subtask counts once."""
@@ -62,6 +77,21 @@ def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **l
             key = (lab.get("task_name", ""), lab.get("subtask_index", ""))
             per_task[key] = max(per_task.get(key, v), v)
     return sum(per_task.values())
+
+
+def flink_errors(folder: Path, last: int = 40) -> str:
+    """The last ERROR and FATAL lines, with what follows each (a stack trace), of the Flink logs in ``folder``."""
+    lines: list[str] = []
+    for path in sorted(folder.glob("*.log")):
+        keep = False
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if " ERROR " in line or " FATAL " in line:
+                keep = True
+            elif line[:4].isdigit():  # the next record, not an ERROR's trace
+                keep = False
+            if keep:
+                lines.append(line)
+    return "\n".join(lines[-last:]) or "(none)"
 
 
 def valid_demo_lines(n: int) -> list[str]:
@@ -91,32 +121,44 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[di
     alerts = work / "alerts.jsonl"
     alerts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     port = free_port()
-    job = subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(work / "out"),
-         "--memory", f"sqlite:///{work}/memory.db", "--knowledge", "memory://", "--concurrency", "8",
-         "--rate", "40", "--metrics-port", str(port)],
-        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    # The job's output goes to a file, read at the end: a pipe read only at the end fills and blocks the job.
+    # Its Flink JVM logs to work/flink-log, whose errors a failure shows.
+    log_path, flink_log = work / "job.log", work / "flink-log"
+    with log_path.open("wb") as log:
+        job = subprocess.Popen(
+            [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(work / "out"),
+             "--memory", f"sqlite:///{work}/memory.db", "--knowledge", "memory://", "--concurrency", "8",
+             "--rate", "40", "--metrics-port", str(port)],
+            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "FLINK_LOG_DIR": str(flink_log)},
+        )  # fmt: skip
     # A task's metrics leave the endpoint when the task finishes: the bounded file source, the throttle and the
     # parser end once the last line is read, while the diagnoses still run. Prometheus keeps each series' last
     # sample too, so every series keeps the latest value any scrape gave it.
     latest: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     deadline = time.monotonic() + 300
+    # Three more scrapers, back to back, as several Prometheus servers and a dashboard would: a reporter that
+    # read Python gauges from its HTTP thread crashed the JVM under this load (operators/metrics.py).
+    hammers = [threading.Thread(target=scrape_until_done, args=(port, job), daemon=True) for _ in range(3)]
+    for t in hammers:
+        t.start()
     try:
         while job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
             try:
                 now = scrape(port)
-            except OSError:
-                continue  # not up yet, or gone at the end
+            except UNREACHABLE:
+                continue
             for name, samples in now.items():
                 for labels, value in samples:
                     latest[(name, tuple(sorted(labels.items())))] = value
     finally:
         if job.poll() is None:
             job.kill()
-        output = job.communicate(timeout=60)[0]
-    assert job.returncode == 0, output[-3000:]
+        job.wait(timeout=60)
+        for t in hammers:
+            t.join(timeout=30)
+    output = log_path.read_text(encoding="utf-8", errors="replace")
+    assert job.returncode == 0, f"{output[-3000:]}\nthe Flink log's errors:\n{flink_errors(flink_log)}"
     assert latest, f"the job never served metrics on port {port}:\n{output[-3000:]}"
     last: dict[str, list[tuple[dict[str, str], float]]] = {}
     for (name, labels), value in latest.items():
