@@ -21,7 +21,40 @@ from jobs.job_settings import (
 )
 
 
-def _cmd_run_kafka(args: argparse.Namespace) -> int:
+def _jvm_answers() -> bool:
+    """Whether the local Flink JVM still answers a call (after a py4j error that is no Java exception)."""
+    from pyflink.java_gateway import get_gateway
+
+    try:
+        get_gateway().jvm.java.lang.System.currentTimeMillis()
+    except Exception:
+        return False
+    return True
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """``vdoctor run``: a file replay or ``--kafka``; a local Flink JVM that dies ends it with one line."""
+    from py4j.protocol import Py4JError, Py4JJavaError
+
+    try:
+        return _run_kafka(args) if args.kafka else _run_file(args)
+    except Py4JJavaError:
+        raise  # the job failed: Flink's own exception says why
+    except Py4JError as e:
+        if _jvm_answers():
+            raise  # py4j's own error with the JVM alive (a misused call): its traceback is the report
+        from jobs.flink_env import local_log_dir
+
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(
+            f"vdoctor run: the local Flink JVM stopped during the run ({first}); "
+            f"why is in its log, flink-*-python-*.log in {local_log_dir()}",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _run_kafka(args: argparse.Namespace) -> int:
     from jobs import kafka_job  # imports pyflink: only for `run --kafka`
 
     if args.alerts or args.out:
@@ -46,9 +79,7 @@ def _cmd_run_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    if args.kafka:
-        return _cmd_run_kafka(args)
+def _run_file(args: argparse.Namespace) -> int:
     from jobs.replay import run_file  # imports pyflink: only for `run`
 
     replay = replay_settings(args)

@@ -41,6 +41,15 @@ def local_jvm_environment() -> None:
     os.environ.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENA_MAX)
 
 
+def local_log_dir() -> Path:
+    """Where the local Flink JVM of ``vdoctor run`` writes its log (``flink-*-python-*.log``): ``$FLINK_LOG_DIR``,
+    else the ``log`` folder of the installed pyflink (PyFlink's gateway script reads the same variable)."""
+    import pyflink
+
+    found = os.environ.get("FLINK_LOG_DIR")
+    return Path(found) if found else Path(pyflink.__file__).resolve().parent / "log"
+
+
 def python_path() -> str:
     """The project root, then site-packages, for thread-mode workers (NOTES.md: pemja needs it).
 
