@@ -147,7 +147,7 @@ def test_upsert_reads_the_current_version_then_inserts_with_the_vector_as_a_lite
     # The indexed text (alert text, codes, cause, fix, summary) as tokens: Chinese characters and their
     # pairs, English words and numbers lower-cased.
     tokens = (
-        "电 池 压 差 大 电池 池压 压差 差大 p0a7f weak cell balance 2026 11 01 08 15 p0a7f cell voltage diff mv 187"
+        "电 池 压 差 大 电池 池压 压差 差大 p0a7f weak cell balanc 2026 11 01 08 15 p0a7f cell voltag diff mv 187"
     )
     assert conn.calls == [
         (CURRENT + "(vin = %s AND session_id = %s)", [VIN, SID]),

@@ -10,7 +10,7 @@ import pytest
 from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
 from vdoctor.retrieval.hybrid import W_DENSE, W_LEXICAL, ChannelScores, fuse, minmax
 from vdoctor.retrieval.text import case_text, dense_text, summary_words
-from vdoctor.retrieval.tokens import light_stem, query_terms, token_text, tokens
+from vdoctor.retrieval.tokens import query_terms, stem, token_text, tokens
 
 pytestmark = pytest.mark.unit
 
@@ -21,9 +21,12 @@ def test_chinese_text_gives_every_character_and_every_pair() -> None:
     assert tokens("电池，压") == ["电", "池", "电池", "压"]
 
 
-def test_english_text_is_lower_cased_without_function_words_and_lightly_stemmed() -> None:
+def test_english_text_is_lower_cased_without_function_words_and_stemmed() -> None:
     assert tokens("The Cells were charging, and the pumps stalled") == ["cell", "charg", "pump", "stall"]
-    assert light_stem("cells") == "cell" and light_stem("bus") == "bus" and light_stem("12345") == "12345"
+    # Porter2: a word and its inflections meet, whichever way the "e" or "y" ends them.
+    assert {stem(w) for w in ("charge", "charging", "charged", "charges")} == {"charg"}
+    assert stem("hike") == stem("hiking") and stem("battery") == stem("batteries")
+    assert stem("bus") == "bus" and stem("12345") == "12345" and stem("p0a7f") == "p0a7f"
     # Codes and numbers are tokens too; mixed text keeps its order.
     assert tokens("P0A7F 压差187mV") == ["p0a7f", "压", "差", "压差", "187mv"]
 

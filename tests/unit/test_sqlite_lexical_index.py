@@ -13,6 +13,7 @@ import pytest
 
 from vdoctor.records import MemoryRecord
 from vdoctor.retrieval.bm25 import Bm25Corpus
+from vdoctor.retrieval.tokens import TOKENIZER
 from vdoctor.stores import SimilarQuery
 from vdoctor.stores.lexindex import SeriesLexicalIndex
 from vdoctor.stores.sqlite import SqliteStore
@@ -73,7 +74,7 @@ def test_the_index_is_saved_on_close_and_reused(tmp_path: Path) -> None:
     assert sorted(found(store, "压差 pumps")) == ["01", "02"]  # 03 is not verified
     store.close()
     meta = json.loads((tmp_path / "m.db.lexindex" / "meta.json").read_text())
-    assert meta["series"] == ["EV-A"] and meta["tokenizer"] == "zh-uni-bi+en-stem-v1"
+    assert meta["series"] == ["EV-A"] and meta["tokenizer"] == TOKENIZER
     reopened = SqliteStore(db)
     loaded = SeriesLexicalIndex.load(tmp_path / "m.db.lexindex", reopened._epoch)
     assert loaded is not None and len(loaded) == 2 and loaded.seq == meta["seq"]

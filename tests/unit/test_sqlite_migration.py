@@ -106,7 +106,7 @@ def test_an_old_file_gets_what_records_are_found_by_on_open(tmp_path: Path) -> N
     assert (record.alert_text, record.embedder) == ("", "")
     tokens = store._conn.execute("SELECT search_tokens FROM case_memory WHERE vin = ?", (VERIFIED,)).fetchone()[0]
     # alert text (none), codes, root cause, fix, summary: "P0A7F", "cause", "fix", "old case"
-    assert tokens == "p0a7f cause fix old case"
+    assert tokens == "p0a7f caus fix old case"
     query = SimilarQuery(ASKING, "EV-A", np.asarray([1.0, 0.0], dtype=np.float32), 5, WRITTEN, text="old cause")
     assert [s.record.vin for s in store.lexical(query)] == [VERIFIED]
     # The embedder that made the old vectors is unknown: a query that names its embedder is refused.
@@ -127,7 +127,7 @@ def test_another_tokeniser_recomputes_every_rows_tokens_on_open(tmp_path: Path) 
     conn.close()
     store = SqliteStore(str(path))
     rows = {t for (t,) in store._conn.execute("SELECT search_tokens FROM case_memory")}
-    assert rows == {"p0a7f cause fix old case"}
+    assert rows == {"p0a7f caus fix old case"}
     store.close()
 
 

@@ -1,8 +1,12 @@
 """Tokens of the lexical channel, for Chinese and English text alike.
 
 - English (and codes, numbers): lower-cased alphanumeric runs, function words
-  dropped, a light stemmer (plural, -ing, -ed) so "cells"/"cell" and
-  "charging"/"charge" meet;
+  dropped, stemmed by Snowball's English (Porter2) stemmer so "cells"/"cell",
+  "charging"/"charge" and "batteries"/"battery" meet. It replaced a light
+  stemmer of our own (plural, -ing, -ed: "hiking" became "hik" and "hike"
+  stayed "hike"): on LoCoMo conversations 1-5 the lexical channel's R@10 went
+  from 0.776 to 0.789 (``bench/locomo.py``), and Porter2 was the best there
+  of the three stemmers tried (ours, ours dropping a final "e", Porter2);
 - Chinese: every character and every pair of neighbouring characters. A
   symptom is often told in other words than the alert ("电芯电压差得很多" for
   "单体压差过大"): shared characters and pairs still match where a word
@@ -18,9 +22,13 @@ are re-embedded.
 from __future__ import annotations
 
 import re
+import threading
+from functools import lru_cache
+
+import snowballstemmer  # type: ignore[import-untyped]
 
 # Names this tokeniser; stored with every persisted lexical index.
-TOKENIZER = "zh-uni-bi+en-stem-v1"
+TOKENIZER = "zh-uni-bi+en-porter2-v2"
 # Lower-cased ASCII alphanumeric runs, or runs of CJK unified ideographs (incl. extension A).
 _RUN_RE = re.compile(r"[a-z0-9]+|[\u3400-\u9fff]+")
 # Function words carry no evidence.
@@ -31,19 +39,19 @@ STOPWORDS = frozenset(
     "over after before up down out off again once all any both each few more most other some such own same only "
     "would could should s t".split()
 )
-# Suffixes the light stemmer takes off, longest first; the stem keeps at least 3 characters.
-_SUFFIXES = ("ing", "ed", "es", "s")
-_MIN_STEMMED = 5
+# A fleet's vocabulary is small: the cache keeps each word's stem (Porter2 in pure Python costs ~35 us a word).
+_STEMS_CACHED = 1 << 16
+_ENGLISH = snowballstemmer.stemmer("english")
+_STEM_LOCK = threading.Lock()
 
 
-def light_stem(word: str) -> str:
-    """A deliberately small English stemmer: plurals, -ing, -ed; short words and numbers stay."""
-    if len(word) < _MIN_STEMMED or word.isdigit():
+@lru_cache(maxsize=_STEMS_CACHED)
+def stem(word: str) -> str:
+    """A word's Porter2 stem; numbers stay as they are."""
+    if word.isdigit():
         return word
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
+    with _STEM_LOCK:  # a stemmer object keeps its word while it works: one caller at a time
+        return str(_ENGLISH.stemWord(word))
 
 
 def tokens(text: str) -> list[str]:
@@ -54,7 +62,7 @@ def tokens(text: str) -> list[str]:
             out.extend(run)
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
         elif run not in STOPWORDS:
-            out.append(light_stem(run))
+            out.append(stem(run))
     return out
 
 
