@@ -233,6 +233,29 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_retokenize(args: argparse.Namespace) -> int:
+    from vdoctor.retrieval.tokens import TOKENIZER
+
+    url = domain_settings(args).memory.url
+    store = open_store(url)  # sqlite: opening a file retokenises it when its tokeniser is another
+    try:
+        retokenize = getattr(store, "retokenize", None)
+        if retokenize is None:
+            print(f"the {urlsplit(url).scheme}:// store keeps its tokens current itself (sqlite when a file opens, "
+                  "memory:// and mem0:// when they search): nothing to rewrite")  # fmt: skip
+            return 0
+
+        def progress(checked: int, rewritten: int) -> None:
+            print(f"\r  {checked} versions checked, {rewritten} rewritten", end="", file=sys.stderr, flush=True)
+
+        checked, rewritten = retokenize(batch=args.batch, progress=progress)
+    finally:
+        store.close()
+    print(file=sys.stderr)
+    print(f"tokeniser {TOKENIZER}: {checked} record versions checked, {rewritten} rewritten")
+    return 0
+
+
 def _cmd_init(args: argparse.Namespace) -> int:
     settings = domain_settings(args)
     url = settings.memory.url
@@ -325,6 +348,15 @@ def add_commands(sub: Any) -> None:
     reem.add_argument("--limit", type=int, help="stop after this many versions (run again to go on)")
     reem.add_argument("--memory")
     reem.set_defaults(func=_cmd_reembed)
+
+    retok = memory.add_parser(
+        "retokenize",
+        help="rewrite the lexical tokens of every record version in a Doris or MySQL store with this build's "
+        "tokeniser (after an upgrade that changed it; resumable, with progress)",
+    )
+    retok.add_argument("--batch", type=int, default=500, help="record versions per read")
+    retok.add_argument("--memory")
+    retok.set_defaults(func=_cmd_retokenize)
 
     health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
     health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")

@@ -106,7 +106,7 @@ def test_reconnects_after_the_server_drops_the_connection(mariadb: MariaDB, mari
     store = open_store(mariadb_url)
     try:
         store.upsert(_record())
-        conn_id = store.query("SELECT CONNECTION_ID()")[0][0]  # type: ignore[attr-defined]
+        conn_id = store.query("SELECT CONNECTION_ID()")[0][0]
         admin = mariadb.admin()
         with admin.cursor() as cur:
             cur.execute("KILL %s", (conn_id,))
@@ -130,7 +130,7 @@ def test_many_threads_share_a_bounded_pool_of_connections(mariadb: MariaDB, mari
         try:
             for _ in range(5):
                 # SLEEP keeps each connection busy, so the threads really overlap.
-                (conn_id, _), *_ = store.query("SELECT CONNECTION_ID(), SLEEP(0.02)")  # type: ignore[attr-defined]
+                (conn_id, _), *_ = store.query("SELECT CONNECTION_ID(), SLEEP(0.02)")
                 with lock:
                     seen.add(int(conn_id))
         except BaseException as e:  # noqa: BLE001 - reported below
@@ -144,9 +144,45 @@ def test_many_threads_share_a_bounded_pool_of_connections(mariadb: MariaDB, mari
             t.join()
         assert errors == []
         assert 1 < len(seen) <= POOL_SIZE  # statements ran side by side, never on more than the pool's connections
-        with store.locked():  # type: ignore[attr-defined]
+        with store.locked():
             # A held connection keeps its session across statements.
-            store.query("SET @vdoctor_probe = 42")  # type: ignore[attr-defined]
-            assert store.query("SELECT @vdoctor_probe")[0][0] == 42  # type: ignore[attr-defined]
+            store.query("SET @vdoctor_probe = 42")
+            assert store.query("SELECT @vdoctor_probe")[0][0] == 42
     finally:
         store.close()
+
+
+def test_retokenize_rewrites_the_tokens_an_older_tokeniser_wrote_in_both_tables(
+    mariadb: MariaDB, mariadb_database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A store written by a build with another stemmer finds its cases by the new tokens only after
+    ``vdoctor memory retokenize``; current and archived versions alike, and a second run writes nothing."""
+    url = mariadb.url(mariadb_database)
+    assert main(["memory", "init", "--memory", url]) == 0
+    first = _record().model_copy(update={"recheck_ok": True, "verified_ts": datetime(2026, 11, 2, tzinfo=UTC),
+                                         "alert_text": "pack balancing stopped"})  # fmt: skip
+    later = first.model_copy(update={"concluded_at": datetime(2026, 11, 5, tzinfo=UTC), "summary": "merged"})
+    store = open_store(url)
+    try:
+        store.upsert(first)
+        store.upsert(later)  # the first version goes to case_history
+        # What the earlier light stemmer wrote: "balancing" -> "balanc", "balance" stayed "balance".
+        for table in ("case_memory", "case_history"):
+            store.run(f"UPDATE {table} SET search_tokens = REPLACE(search_tokens, 'balanc ', 'balance ')")
+        stored = {t for (t,) in store.query("SELECT search_tokens FROM case_history")}
+        assert any("balance " in t for t in stored)
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert main(["memory", "retokenize", "--memory", url, "--batch", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "2 record versions checked, 2 rewritten" in out and mariadb.password not in out
+    store = open_store(url)
+    try:
+        for table in ("case_memory", "case_history"):
+            (tokens,) = store.query(f"SELECT search_tokens FROM {table}")[0]
+            assert "balanc " in tokens and "balance" not in tokens, table
+    finally:
+        store.close()
+    assert main(["memory", "retokenize", "--memory", url]) == 0
+    assert "2 record versions checked, 0 rewritten" in capsys.readouterr().out

@@ -281,6 +281,41 @@ def test_reembed_lists_stale_versions_and_partially_updates_their_vectors(store:
     ]  # fmt: skip
 
 
+def test_retokenize_reads_in_key_order_and_partially_updates_the_versions_still_as_read(
+    store: SqlStore, conn: Recorder
+) -> None:
+    codes = '["P0A7F"]'
+    old = "电 池 压 差 大 电池 池压 压差 差大 p0a7f weak cell balance"  # what the earlier stemmer wrote
+    conn.results.extend([
+        [(VIN, SID, NAIVE_AT, "电池压差大", codes, "weak cell", "balance", "s", old),
+         (VIN, SID + "x", NAIVE_AT, "", "[]", "", "", "old case", "old case")],  # already this tokeniser's
+        [(VIN, SID, NAIVE_AT)], [], [], [],  # still as read: written
+        [],  # no more current rows
+        [(VIN, SID, NAIVE_LATER, "电池压差大", codes, "weak cell", "balance", "s", old)],
+        [],  # replaced since it was read: left to its writer
+        [],
+    ])  # fmt: skip
+    seen: list[tuple[int, int]] = []
+    # Three versions read; one already current, one replaced after it was read: one written.
+    assert store.retokenize(batch=2, progress=lambda c, r: seen.append((c, r))) == (3, 1)
+    assert seen == [(2, 1), (3, 1)]
+    one = "(vin = %s AND session_id = %s AND version_from = %s)"
+    read = ("SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+            "search_tokens FROM {} ORDER BY vin, session_id, version_from LIMIT %s OFFSET %s")  # fmt: skip
+    fresh = "电 池 压 差 大 电池 池压 压差 差大 p0a7f weak cell balanc"
+    assert conn.calls == [
+        (read.format("case_memory"), [2, 0]),
+        (f"SELECT vin, session_id, version_from FROM case_memory WHERE {one}", [VIN, SID, NAIVE_AT]),
+        ("SET enable_unique_key_partial_update = true", None),
+        ("INSERT INTO case_memory (vin, session_id, search_tokens) VALUES (%s, %s, %s)", [VIN, SID, fresh]),
+        ("SET enable_unique_key_partial_update = false", None),
+        (read.format("case_memory"), [2, 2]),
+        (read.format("case_history"), [2, 0]),
+        (f"SELECT vin, session_id, version_from FROM case_history WHERE {one}", [VIN, SID, NAIVE_LATER]),
+        (read.format("case_history"), [2, 1]),
+    ]  # fmt: skip
+
+
 def test_similar_drops_what_a_faulty_server_returns_from_after_the_session(store: SqlStore, conn: Recorder) -> None:
     future = record(vin="LSVAU2180N2100001", recheck_ok=True, verified_ts=LATER)
     conn.results.extend([[(*row_of(future), 0.75)], []])

@@ -46,6 +46,7 @@ from vdoctor.stores.sqlbase import (
     WRITE_COLUMNS,
     RowUpdate,
     SqlStore,
+    TokenUpdate,
 )
 from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url, to_utc, vector_literal
 
@@ -180,6 +181,39 @@ class DorisDialect:
                 finally:
                     store.run("SET enable_unique_key_partial_update = false")
         return done
+
+    def set_tokens(self, store: SqlStore, table: str, archived: bool, rows: list[TokenUpdate]) -> int:
+        """A partial-update INSERT of each version's key and tokens, for the versions still as read.
+
+        A partial update has no WHERE: the listed keys are read again first, and a version that a write
+        replaced meanwhile (another ``version_from``) is left to its writer, who wrote its tokens.
+        """
+        one = "(vin = %s AND session_id = %s AND version_from = %s)"
+        still = {
+            (vin, sid, to_utc(start))
+            for vin, sid, start in store.query(
+                f"SELECT vin, session_id, version_from FROM {table} WHERE " + " OR ".join([one] * len(rows)),
+                [x for vin, sid, start, _ in rows for x in (vin, sid, naive_utc(start))],
+            )
+        }
+        batch = [row for row in rows if row[:3] in still]
+        if not batch:
+            return 0
+        keys = ["vin", "session_id"] + (["version_from"] if archived else [])
+        marks = "(" + ", ".join(["%s"] * (len(keys) + 1)) + ")"
+        sql = f"INSERT INTO {table} ({', '.join(keys)}, search_tokens) VALUES " + ", ".join([marks] * len(batch))
+        params = [
+            x
+            for vin, sid, start, tokens in batch
+            for x in [vin, sid, *([naive_utc(start)] if archived else []), tokens]
+        ]
+        with store.locked():
+            store.run("SET enable_unique_key_partial_update = true")
+            try:
+                store.run(sql, params)
+            finally:
+                store.run("SET enable_unique_key_partial_update = false")
+        return len(batch)
 
     def _partial_update(self, store: SqlStore, columns: list[str], rows: list[list[object]]) -> None:
         """INSERT only the key plus ``columns``; the other columns keep their stored values."""

@@ -37,6 +37,7 @@ from vdoctor.stores.sqlbase import (
     ConnInfo,
     RowUpdate,
     SqlStore,
+    TokenUpdate,
 )
 from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url
 
@@ -147,6 +148,16 @@ class MySqlDialect:
                 [self.encode_vec(vector), embedder, version.vin, version.session_id,
                  naive_utc(version.version_from), version.embedder],
             )  # fmt: skip
+            done += count
+        return done
+
+    def set_tokens(self, store: SqlStore, table: str, archived: bool, rows: list[TokenUpdate]) -> int:
+        done = 0
+        for vin, session_id, version_from, tokens in rows:
+            _, count = store.run(
+                f"UPDATE {table} SET search_tokens = %s WHERE vin = %s AND session_id = %s AND version_from = %s",
+                [tokens, vin, session_id, naive_utc(version_from)],
+            )
             done += count
         return done
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.retrieval.text import dense_text, record_text
+from vdoctor.retrieval.text import case_text, dense_text, record_text
 from vdoctor.retrieval.tokens import token_text
 from vdoctor.stores.base import (
     Scored,
@@ -135,6 +135,8 @@ class Current:
 
 # (vin, session_id, {column: value}): some columns of one existing row.
 RowUpdate = tuple[str, str, dict[str, object]]
+# One version's new lexical tokens: (vin, session_id, version_from, search_tokens).
+TokenUpdate = tuple[str, str, datetime, str]
 
 
 class Dialect(Protocol):
@@ -162,6 +164,11 @@ class Dialect(Protocol):
 
     def update(self, store: SqlStore, rows: list[RowUpdate]) -> None:
         """Set the same columns of existing rows (every update names the same columns)."""
+        ...
+
+    def set_tokens(self, store: SqlStore, table: str, archived: bool, rows: list[TokenUpdate]) -> int:
+        """Replace versions' ``search_tokens`` in place, each only while its version is still the one read;
+        returns how many were written."""
         ...
 
 
@@ -454,6 +461,41 @@ class SqlStore(SqlAudit):
     def set_vectors(self, rows: list[tuple[StaleVersion, list[float]]], embedder: str) -> int:
         return self.dialect.set_vectors(self, rows, embedder) if rows else 0
 
+    # -- re-tokenising (``vdoctor memory retokenize``) -------------------------------------
+
+    def retokenize(self, batch: int = 500, progress: Callable[[int, int], None] | None = None) -> tuple[int, int]:
+        """Recompute every version's ``search_tokens`` with this build's tokeniser; returns (checked, rewritten:
+        a version that a write replaced after it was read is left to its writer, who wrote its tokens).
+
+        The tokens are written by the client (every backend tokenises alike), so rows written by a build with
+        another tokeniser keep that one's tokens until this runs. Only rows whose tokens differ are written:
+        running it again after an interruption skips what is done. ``progress(checked, rewritten)`` after
+        each batch.
+        """
+        checked = rewritten = 0
+        for table, archived in ((self.table, False), (self.history_table, True)):
+            offset = 0
+            while True:
+                rows = self.query(
+                    "SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+                    f"search_tokens FROM {table} ORDER BY vin, session_id, version_from LIMIT %s OFFSET %s",
+                    (batch, offset),
+                )
+                if not rows:
+                    break
+                offset += len(rows)
+                changed: list[TokenUpdate] = []
+                for vin, sid, start, alert, codes, cause, fix, summary, stored in rows:
+                    fresh = token_text(case_text(alert or "", json.loads(codes), cause, fix, summary))
+                    if fresh != stored:
+                        changed.append((vin, sid, to_utc(start), fresh))
+                if changed:
+                    rewritten += self.dialect.set_tokens(self, table, archived, changed)
+                checked += len(rows)
+                if progress is not None:
+                    progress(checked, rewritten)
+        return checked, rewritten
+
     def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
         cur = self.current([(vin, session_id)]).get((vin, session_id))
         if cur is None:
@@ -534,6 +576,7 @@ __all__ = [
     "COLUMN_LIST",
     "ConnInfo",
     "SqlStore",
+    "TokenUpdate",
     "naive_utc",
     "parse_url",
     "schema_files",
