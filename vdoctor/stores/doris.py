@@ -29,6 +29,7 @@ from validated finite floats; every other value is a bound parameter.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime
 
 from vdoctor.errors import ConfigError, StoreError
@@ -173,13 +174,8 @@ class DorisDialect:
                 key = [version.vin, version.session_id] + ([naive_utc(version.version_from)] if archived else [])
                 values.append("(" + ", ".join(["%s"] * len(key)) + f", {literal.text}, %s)")
                 params += [*key, embedder]
-            sql = f"INSERT INTO {table} ({keys}, summary_vec, embedder) VALUES " + ", ".join(values)
-            with store.locked():
-                store.run("SET enable_unique_key_partial_update = true")
-                try:
-                    store.run(sql, params)
-                finally:
-                    store.run("SET enable_unique_key_partial_update = false")
+            _partial_insert(store, f"INSERT INTO {table} ({keys}, summary_vec, embedder) VALUES " + ", ".join(values),
+                            params)  # fmt: skip
         return done
 
     def set_tokens(self, store: SqlStore, table: str, archived: bool, rows: list[TokenUpdate]) -> int:
@@ -207,12 +203,7 @@ class DorisDialect:
             for vin, sid, start, tokens in batch
             for x in [vin, sid, *([naive_utc(start)] if archived else []), tokens]
         ]
-        with store.locked():
-            store.run("SET enable_unique_key_partial_update = true")
-            try:
-                store.run(sql, params)
-            finally:
-                store.run("SET enable_unique_key_partial_update = false")
+        _partial_insert(store, sql, params)
         return len(batch)
 
     def _partial_update(self, store: SqlStore, columns: list[str], rows: list[list[object]]) -> None:
@@ -221,17 +212,22 @@ class DorisDialect:
         sql = f"INSERT INTO {store.table} (vin, session_id, {', '.join(columns)}) VALUES " + ", ".join(
             [marks] * len(rows)
         )
-        with store.locked():
-            store.run("SET enable_unique_key_partial_update = true")
-            try:
-                store.run(sql, [p for row in rows for p in row])
-            finally:
-                store.run("SET enable_unique_key_partial_update = false")
+        _partial_insert(store, sql, [p for row in rows for p in row])
 
     def update(self, store: SqlStore, rows: list[RowUpdate]) -> None:
         # The store read every key first (a partial update of an absent key would insert a half-empty row).
         columns = list(rows[0][2])
         self._partial_update(store, columns, [[vin, sid, *(values[c] for c in columns)] for vin, sid, values in rows])
+
+
+def _partial_insert(store: SqlStore, sql: str, params: Sequence[object]) -> None:
+    """Run an INSERT as a partial update (only its columns change) on one connection, the mode set around it."""
+    with store.locked():
+        store.run("SET enable_unique_key_partial_update = true")
+        try:
+            store.run(sql, params)
+        finally:
+            store.run("SET enable_unique_key_partial_update = false")
 
 
 def open_doris(url: str, read_only: bool = False) -> SqlStore:
