@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 
 from vdoctor.records import MemoryRecord
+from vdoctor.retrieval.tokens import token_text
 
 # What a summary line holds beside words: evidence addresses (``signal://...``, ``dtc://...``),
 # timestamps, and numbers standing alone (a reading's value, a threshold, a confidence: never
@@ -46,6 +47,11 @@ def case_text(alert_text: str, codes: Sequence[str], root_cause: str, fix_action
 def record_text(record: MemoryRecord) -> str:
     """The indexed text of a stored record."""
     return case_text(record.alert_text, record.dtc_codes, record.root_cause, record.fix_action, record.summary)
+
+
+def search_tokens(alert_text: str, codes: Sequence[str], root_cause: str, fix_action: str, summary: str) -> str:
+    """What a store's ``search_tokens`` column holds for a case: its indexed text's tokens, space-joined."""
+    return token_text(case_text(alert_text, codes, root_cause, fix_action, summary))
 
 
 def summary_words(summary: str) -> str:

@@ -32,8 +32,7 @@ from typing import Any, Protocol
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.retrieval.text import case_text, dense_text, record_text
-from vdoctor.retrieval.tokens import token_text
+from vdoctor.retrieval.text import dense_text, search_tokens
 from vdoctor.stores.base import (
     Scored,
     SimilarQuery,
@@ -344,7 +343,7 @@ class SqlStore(SqlAudit):
             maybe_naive(r.invalid_ts),
             r.alert_text,
             r.embedder,
-            token_text(record_text(r)),
+            search_tokens(r.alert_text, r.dtc_codes, r.root_cause, r.fix_action, r.summary),
             naive_utc(version_from),
         ]
 
@@ -486,7 +485,7 @@ class SqlStore(SqlAudit):
                 offset += len(rows)
                 changed: list[TokenUpdate] = []
                 for vin, sid, start, alert, codes, cause, fix, summary, stored in rows:
-                    fresh = token_text(case_text(alert or "", json.loads(codes), cause, fix, summary))
+                    fresh = search_tokens(alert or "", json.loads(codes), cause, fix, summary)
                     if fresh != stored:
                         changed.append((vin, sid, to_utc(start), fresh))
                 if changed:

@@ -10,7 +10,7 @@ import numpy as np
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord, RecordKind
-from vdoctor.stores.sqlite_schema import search_tokens
+from vdoctor.retrieval.text import search_tokens
 from vdoctor.stores.vecindex import OPEN_END
 
 

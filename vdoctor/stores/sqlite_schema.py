@@ -38,8 +38,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from vdoctor.retrieval.text import case_text
-from vdoctor.retrieval.tokens import TOKENIZER, token_text
+from vdoctor.retrieval.text import search_tokens
+from vdoctor.retrieval.tokens import TOKENIZER
 
 SCHEMA_VERSION = "3"
 
@@ -215,11 +215,6 @@ def migrate(conn: sqlite3.Connection) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-
-
-def search_tokens(alert_text: str, codes: list[str], root_cause: str, fix_action: str, summary: str) -> str:
-    """What ``search_tokens`` holds for a record: its indexed text's tokens, space-joined."""
-    return token_text(case_text(alert_text, codes, root_cause, fix_action, summary))
 
 
 def _retokenize(conn: sqlite3.Connection) -> None:
