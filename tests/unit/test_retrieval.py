@@ -86,6 +86,9 @@ def test_top_scored_keeps_positive_scores_best_first_ties_by_index() -> None:
     assert top_scored(scores, 3) == [(1, 2.0), (3, 2.0), (2, 1.0)]
     assert top_scored(scores, 10) == [(1, 2.0), (3, 2.0), (2, 1.0), (4, 0.5)]
     assert top_scored(scores, 0) == []
+    # Many rows tied at the cut: the lowest indexes make it, wherever a partition would leave them.
+    tied = np.array([0.0, 1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 0.5] + [2.0] * 50)
+    assert top_scored(tied, 3) == [(6, 3.0), (2, 2.0), (3, 2.0)]
 
 
 def test_fusion_scales_each_channel_over_the_union_and_weighs_them() -> None:

@@ -66,6 +66,9 @@ def top_scored(scores: npt.NDArray[np.float64], k: int) -> list[tuple[int, float
         return []
     hits = np.flatnonzero(scores > 0)
     if len(hits) > k:
-        hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
-    order = np.lexsort((hits, -scores[hits]))
+        # Every row tied with the k-th best score stays until the sort: which of them make the cut is decided
+        # by index, not by where the partition happened to leave them.
+        kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
+        hits = hits[scores[hits] >= kth]
+    order = np.lexsort((hits, -scores[hits]))[:k]
     return [(int(hits[i]), float(scores[hits[i]])) for i in order]
