@@ -162,6 +162,11 @@ class _Part:
             scores[docs] += idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
         scores[~visible] = 0.0
         hits = np.flatnonzero(scores > 0)
+        if len(hits) > k:
+            # Only rows scoring at least the k-th best can make the cut (or tie with it): sort those alone
+            # (a common term matches most of a series, and sorting every match took most of a search).
+            kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
+            hits = hits[scores[hits] >= kth]
         # Equal scores are common here (cases of one fault told alike): the cut at k breaks ties by the
         # vehicle (its VIN's hash), never by insertion order, and keeps every row tied with the k-th on
         # both, so which rows make it does not depend on the order the job wrote them in. (Keeping every
