@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,8 @@ import numpy as np
 import pytest
 
 from vdoctor.records import MemoryRecord
-from vdoctor.stores import SimilarQuery
+from vdoctor.stores import SimilarQuery, vecindex
+from vdoctor.stores import sqlite as sqlite_store
 from vdoctor.stores.base import EmbedderMismatch
 from vdoctor.stores.sqlite import SqliteStore
 from vdoctor.stores.vecindex import OPEN_END, SeriesVectorIndex
@@ -171,6 +175,50 @@ def test_index_growth_and_removal_keep_every_row_findable() -> None:
         alive = [j for j in range(300) if j % 3]
         brute = sorted(alive, key=lambda j: -float(vectors[j] @ vectors[i]))[:5]
         assert [r for r, _ in index.search("S", "nobody", vectors[i], 5, at=1)] == brute
+
+
+def test_a_scan_split_over_a_helper_thread_finds_what_one_thread_finds() -> None:
+    # Large series are scored half by a helper thread: same rows, same scores, same order, masks included.
+    index = SeriesVectorIndex()
+    rng = np.random.default_rng(11)
+    vectors = rng.normal(size=(20_000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for i, v in enumerate(vectors):
+        index.apply(i, "S", f"V{i % 500}", (i, OPEN_END if i % 7 else i + 50), v)
+    with ThreadPoolExecutor(max_workers=1) as helper:
+        for probe in (0, 9_999, 10_000, 19_999):
+            for at in (19_999, 10_000):
+                alone = index.search("S", "V0", vectors[probe], 50, at)
+                split = index.search("S", "V0", vectors[probe], 50, at, helper=helper)
+                assert split == alone and len(alone) == 50
+                assert all(r % 500 and r <= at and (r % 7 or at < r + 50) for r, _ in split)
+    # Both halves take part: the best row of each half is found.
+    assert index.search("S", "nobody", vectors[3], 1, 19_999, helper=None)[0][0] == 3
+    with ThreadPoolExecutor(max_workers=1) as helper:
+        assert index.search("S", "nobody", vectors[15_000], 1, 19_999, helper=helper)[0][0] == 15_000
+
+
+def test_large_series_are_searched_on_scan_threads_with_the_same_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large series' dense scan runs on two threads beside the lexical channel, and its rows are read
+    # meanwhile: the channels must give what the serial path gives, and the threads must stop on close.
+    store = SqliteStore(str(tmp_path / "m.db"))
+    rng = np.random.default_rng(5)
+    causes = ("weak cell group", "coolant pump", "fan relay")
+    store.upsert_many(
+        [rec(i, rng.normal(size=8).tolist(), root_cause=causes[i % 3], alert_text=f"alert {i % 5}") for i in range(60)]
+    )
+    asked = [dataclasses.replace(q(rng.normal(size=8).tolist()), text=t) for t in ("coolant pump", "cell", "alert 3")]
+    serial = [store.channels(a, 7, 7) for a in asked]
+    assert not any(t.name.startswith("vd-scan") for t in threading.enumerate())
+    monkeypatch.setattr(sqlite_store, "PARALLEL_MIN_ROWS", 1)
+    monkeypatch.setattr(vecindex, "PARALLEL_MIN_ROWS", 1)
+    parallel = [store.channels(a, 7, 7) for a in asked]
+    assert any(t.name.startswith("vd-scan") for t in threading.enumerate())
+    assert parallel == serial and all(dense and lexical for dense, lexical in serial)
+    store.close()
+    assert not any(t.name.startswith("vd-scan") for t in threading.enumerate())
 
 
 def _seqs(store: SqliteStore) -> tuple[int, dict[str, int]]:
