@@ -162,10 +162,19 @@ def test_retokenize_rewrites_the_tokens_an_older_tokeniser_wrote_in_both_tables(
     first = _record().model_copy(update={"recheck_ok": True, "verified_ts": datetime(2026, 11, 2, tzinfo=UTC),
                                          "alert_text": "pack balancing stopped"})  # fmt: skip
     later = first.model_copy(update={"concluded_at": datetime(2026, 11, 5, tzinfo=UTC), "summary": "merged"})
+    # More versions around them, each with an archived one, so that one-row pages start after keys that
+    # share a VIN or a session.
+    others = [first.model_copy(update={"session_id": f"{VIN}-2026110{d}T000000"}) for d in (2, 3)]
+    others.append(first.model_copy(update={"vin": "LSVAU2180N2100002", "session_id": "LSVAU2180N2100002-1"}))
     store = open_store(url)
     try:
         store.upsert(first)
         store.upsert(later)  # the first version goes to case_history
+        # ...and a third version: two archived versions of one session, told apart by their start alone.
+        store.upsert(later.model_copy(update={"concluded_at": datetime(2026, 11, 6, tzinfo=UTC)}))
+        for other in others:
+            store.upsert(other)
+            store.upsert(other.model_copy(update={"concluded_at": later.concluded_at, "summary": "merged"}))
         # What the earlier light stemmer wrote: "balancing" -> "balanc", "balance" stayed "balance".
         for table in ("case_memory", "case_history"):
             store.run(f"UPDATE {table} SET search_tokens = REPLACE(search_tokens, 'balanc ', 'balance ')")
@@ -176,13 +185,14 @@ def test_retokenize_rewrites_the_tokens_an_older_tokeniser_wrote_in_both_tables(
     capsys.readouterr()
     assert main(["memory", "retokenize", "--memory", url, "--batch", "1"]) == 0
     out = capsys.readouterr().out
-    assert "2 record versions checked, 2 rewritten" in out and mariadb.password not in out
+    # One-row pages: every version read once, none skipped.
+    assert "9 record versions checked, 9 rewritten" in out and mariadb.password not in out
     store = open_store(url)
     try:
         for table in ("case_memory", "case_history"):
-            (tokens,) = store.query(f"SELECT search_tokens FROM {table}")[0]
-            assert "balanc " in tokens and "balance" not in tokens, table
+            rows = store.query(f"SELECT search_tokens FROM {table}")
+            assert len(rows) == (4 if table == "case_memory" else 5) and all("balanc " in t and "balance" not in t for (t,) in rows), table
     finally:
         store.close()
-    assert main(["memory", "retokenize", "--memory", url]) == 0
-    assert "2 record versions checked, 0 rewritten" in capsys.readouterr().out
+    assert main(["memory", "retokenize", "--memory", url, "--batch", "3"]) == 0
+    assert "9 record versions checked, 0 rewritten" in capsys.readouterr().out

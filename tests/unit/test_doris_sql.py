@@ -300,19 +300,23 @@ def test_retokenize_reads_in_key_order_and_partially_updates_the_versions_still_
     assert store.retokenize(batch=2, progress=lambda c, r: seen.append((c, r))) == (3, 1)
     assert seen == [(2, 1), (3, 1)]
     one = "(vin = %s AND session_id = %s AND version_from = %s)"
-    read = ("SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
-            "search_tokens FROM {} ORDER BY vin, session_id, version_from LIMIT %s OFFSET %s")  # fmt: skip
+    columns = "SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+    order = "ORDER BY vin, session_id, version_from LIMIT %s"
+    first = columns + "search_tokens FROM {} " + order
+    # The next page starts after the last key read (never at an offset that a write meanwhile would shift).
+    after = columns + ("search_tokens FROM {} WHERE vin > %s OR (vin = %s AND (session_id > %s OR "
+                       "(session_id = %s AND version_from > %s))) ") + order  # fmt: skip
     fresh = "电 池 压 差 大 电池 池压 压差 差大 p0a7f weak cell balanc"
     assert conn.calls == [
-        (read.format("case_memory"), [2, 0]),
+        (first.format("case_memory"), [2]),
         (f"SELECT vin, session_id, version_from FROM case_memory WHERE {one}", [VIN, SID, NAIVE_AT]),
         ("SET enable_unique_key_partial_update = true", None),
         ("INSERT INTO case_memory (vin, session_id, search_tokens) VALUES (%s, %s, %s)", [VIN, SID, fresh]),
         ("SET enable_unique_key_partial_update = false", None),
-        (read.format("case_memory"), [2, 2]),
-        (read.format("case_history"), [2, 0]),
+        (after.format("case_memory"), [VIN, VIN, SID + "x", SID + "x", NAIVE_AT, 2]),
+        (first.format("case_history"), [2]),
         (f"SELECT vin, session_id, version_from FROM case_history WHERE {one}", [VIN, SID, NAIVE_LATER]),
-        (read.format("case_history"), [2, 1]),
+        (after.format("case_history"), [VIN, VIN, SID, SID, NAIVE_LATER, 2]),
     ]  # fmt: skip
 
 

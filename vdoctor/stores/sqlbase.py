@@ -472,17 +472,23 @@ class SqlStore(SqlAudit):
         each batch.
         """
         checked = rewritten = 0
+        select = "SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+        order = "ORDER BY vin, session_id, version_from LIMIT %s"
+        # Pages follow the key: each is a range read from where the last one ended (an OFFSET made the server
+        # walk past every row before the page, quadratic over a large table), and no write meanwhile shifts it.
+        after = "WHERE vin > %s OR (vin = %s AND (session_id > %s OR (session_id = %s AND version_from > %s)))"
         for table, archived in ((self.table, False), (self.history_table, True)):
-            offset = 0
+            last: tuple[object, object, object] | None = None
             while True:
-                rows = self.query(
-                    "SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
-                    f"search_tokens FROM {table} ORDER BY vin, session_id, version_from LIMIT %s OFFSET %s",
-                    (batch, offset),
-                )
+                if last is None:
+                    rows = self.query(f"{select}search_tokens FROM {table} {order}", (batch,))
+                else:
+                    vin, sid, start = last
+                    rows = self.query(f"{select}search_tokens FROM {table} {after} {order}",
+                                      (vin, vin, sid, sid, start, batch))  # fmt: skip
                 if not rows:
                     break
-                offset += len(rows)
+                last = (rows[-1][0], rows[-1][1], rows[-1][2])
                 changed: list[TokenUpdate] = []
                 for vin, sid, start, alert, codes, cause, fix, summary, stored in rows:
                     fresh = search_tokens(alert or "", json.loads(codes), cause, fix, summary)
