@@ -397,11 +397,11 @@ class SqliteStore:
 
     def _helpers(self) -> ThreadPoolExecutor:
         """Two threads for a query's scans: its dense scan and half of that scan, while the caller runs the
-        lexical one. Only one query searches at a time (``_index_guard``), so neither ever waits for a thread."""
-        with self._lock:
-            if self._search_threads is None:
-                self._search_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vd-scan")
-            return self._search_threads
+        lexical one. Called under ``_index_guard`` (not the writers' lock: a search never waits for a write):
+        one query searches at a time, so neither thread is ever asked twice at once."""
+        if self._search_threads is None:
+            self._search_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vd-scan")
+        return self._search_threads
 
     def similar(self, query: SimilarQuery) -> list[Scored]:
         return self.channels(query, query.k, 0)[0]
@@ -586,10 +586,11 @@ class SqliteStore:
 
     def close(self) -> None:
         self.save_index()
-        with self._lock:
+        with self._index_guard:
             if self._search_threads is not None:
                 self._search_threads.shutdown()
                 self._search_threads = None
+        with self._lock:
             for reader in self._readers:
                 reader.close()
             self._readers.clear()
