@@ -64,11 +64,19 @@ def top_scored(scores: npt.NDArray[np.float64], k: int) -> list[tuple[int, float
     """The k best (index, score) with a score above zero, best first, ties by index."""
     if k <= 0:
         return []
-    hits = np.flatnonzero(scores > 0)
-    if len(hits) > k:
-        # Every row tied with the k-th best score stays until the sort: which of them make the cut is decided
-        # by index, not by where the partition happened to leave them.
-        kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
-        hits = hits[scores[hits] >= kth]
+    # Every row tied with the k-th best score stays until the sort: which of them make the cut is decided
+    # by index, not by where a partition happened to leave them.
+    hits = contenders(scores, np.flatnonzero(scores > 0), k)
     order = np.lexsort((hits, -scores[hits]))[:k]
     return [(int(hits[i]), float(scores[hits[i]])) for i in order]
+
+
+def contenders(scores: npt.NDArray[np.float64], hits: npt.NDArray[np.intp], k: int) -> npt.NDArray[np.intp]:
+    """The hits scoring at least the k-th best of them (all of them when k or fewer), in their order: what a
+    top-k sort needs to see, every row tied with the k-th included (a full sort of a common term's matches
+    costs most of a search)."""
+    if len(hits) <= k:
+        return hits
+    kth = float(np.partition(scores[hits], len(hits) - k)[len(hits) - k])
+    kept: npt.NDArray[np.intp] = hits[scores[hits] >= kth]
+    return kept

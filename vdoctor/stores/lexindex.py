@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from vdoctor.retrieval.bm25 import BM25_B, BM25_K1
+from vdoctor.retrieval.bm25 import BM25_B, BM25_K1, contenders
 from vdoctor.retrieval.tokens import TOKENIZER
 from vdoctor.stores.vecindex import fresh_temp_folder, swap_in, vin_hash
 
@@ -161,12 +161,7 @@ class _Part:
             idf = math.log1p((count - df + 0.5) / (df + 0.5))
             scores[docs] += idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
         scores[~visible] = 0.0
-        hits = np.flatnonzero(scores > 0)
-        if len(hits) > k:
-            # Only rows scoring at least the k-th best can make the cut (or tie with it): sort those alone
-            # (a common term matches most of a series, and sorting every match took most of a search).
-            kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
-            hits = hits[scores[hits] >= kth]
+        hits = contenders(scores, np.flatnonzero(scores > 0), k)
         # Equal scores are common here (cases of one fault told alike): the cut at k breaks ties by the
         # vehicle (its VIN's hash), never by insertion order, and keeps every row tied with the k-th on
         # both, so which rows make it does not depend on the order the job wrote them in. (Keeping every

@@ -472,7 +472,10 @@ class SqlStore(SqlAudit):
         each batch.
         """
         checked = rewritten = 0
-        select = "SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+        select = (
+            "SELECT vin, session_id, version_from, alert_text, dtc_codes, root_cause, fix_action, summary, "
+            "search_tokens"
+        )
         order = "ORDER BY vin, session_id, version_from LIMIT %s"
         # Pages follow the key: each is a range read from where the last one ended (an OFFSET made the server
         # walk past every row before the page, quadratic over a large table), and no write meanwhile shifts it.
@@ -481,11 +484,10 @@ class SqlStore(SqlAudit):
             last: tuple[object, object, object] | None = None
             while True:
                 if last is None:
-                    rows = self.query(f"{select}search_tokens FROM {table} {order}", (batch,))
+                    rows = self.query(f"{select} FROM {table} {order}", (batch,))
                 else:
                     vin, sid, start = last
-                    rows = self.query(f"{select}search_tokens FROM {table} {after} {order}",
-                                      (vin, vin, sid, sid, start, batch))  # fmt: skip
+                    rows = self.query(f"{select} FROM {table} {after} {order}", (vin, vin, sid, sid, start, batch))
                 if not rows:
                     break
                 last = (rows[-1][0], rows[-1][1], rows[-1][2])
