@@ -313,3 +313,36 @@ def test_recall_runs_a_fixed_set_of_statements_whatever_it_finds(tmp_path: Path)
     store.close()
     assert len(found) > 30  # the recalls found many different sets of rows...
     assert texts == first  # ...through the statements the first five already ran
+
+
+def test_recall_sees_every_change_to_a_row_it_decoded_before(tmp_path: Path) -> None:
+    """Recall keeps the records it decoded by (row, change seq): any write to a row, from this store or
+    another on the same file, is read again, never served from what was decoded before."""
+    path = str(tmp_path / "m.db")
+    store, other = SqliteStore(path), SqliteStore(path)
+    store.upsert_many([rec(1, [1.0, 0.0]), rec(2, [0.8, 0.6]), rec(3, [0.6, 0.8])])
+
+    def seen() -> dict[str, tuple[str, float]]:
+        return {s.record.vin[-1]: (s.record.summary, round(s.score, 4)) for s in store.similar(q([1.0, 0.0]))}
+
+    assert seen() == {"1": ("case 1", 1.0), "2": ("case 2", 0.8), "3": ("case 3", 0.6)}
+    assert len(store._decoded) == 3
+    store.upsert(rec(1, [1.0, 0.0], summary="rewritten here"))
+    other.upsert(rec(2, [0.8, 0.6], summary="rewritten by another store"))
+    assert seen() == {"1": ("rewritten here", 1.0), "2": ("rewritten by another store", 0.8), "3": ("case 3", 0.6)}
+    other.set_recheck(rec(3, [1.0]).vin, rec(3, [1.0]).session_id, False, NOW - timedelta(days=1))
+    store.soft_delete(rec(2, [1.0]).vin, NOW - timedelta(days=1))
+    assert seen() == {"1": ("rewritten here", 1.0)}
+    store.close()
+    other.close()
+
+
+def test_decoded_records_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_store, "DECODED_ROWS", 4)
+    store = SqliteStore(str(tmp_path / "m.db"))
+    rng = np.random.default_rng(3)
+    store.upsert_many([rec(i, rng.normal(size=8).tolist()) for i in range(40)])
+    for _ in range(5):
+        assert len(store.similar(q(rng.normal(size=8).tolist(), k=10))) == 10
+    assert len(store._decoded) == 4
+    store.close()

@@ -39,7 +39,7 @@ from vdoctor.stores.base import (
     newest_first,
 )
 from vdoctor.stores.lexindex import SeriesLexicalIndex
-from vdoctor.stores.sqlite_rows import as_int, eligible_span, epoch, from_epoch, from_row, to_row
+from vdoctor.stores.sqlite_rows import DecodedRows, as_int, eligible_span, epoch, from_epoch, from_row, to_row
 from vdoctor.stores.sqlite_schema import (
     HISTORY_SELECT,
     NEXT_SEQ,
@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 BUSY_TIMEOUT_MS = 30_000
 # Page cache of each per-thread read connection, in KiB.
 READER_CACHE_KIB = 512
+# Recall candidates kept decoded (``DecodedRows``): ~16 MB with use-m3's vectors.
+DECODED_ROWS = 1024
 
 _COLUMNS = RECORD_COLUMNS
 # Upsert in place (keeps the rowid, which names the row in the vector index).
@@ -143,6 +145,7 @@ class SqliteStore:
         self._lexicon_dir = None if path == ":memory:" else Path(path + ".lexindex")
         self._saved_seq = -1
         self._saved_lexicon_seq = -1
+        self._decoded = DecodedRows(DECODED_ROWS)
         if read_only and (path == ":memory:" or not Path(path).is_file()):
             raise StoreError(f"cannot open the sqlite store at {path} read-only: no such file")
         try:
@@ -338,14 +341,15 @@ class SqliteStore:
                 # distinct text is a prepared statement that each thread's connection caches (128 of
                 # them): with the ids written into the SQL, sqlite's own memory grew by 116 MB between
                 # events 4,000 and 14,053 of a 4,000-vehicle fleet at 64 threads (bench/engine_memory.py).
-                f"SELECT rowid, {select} FROM {table} NOT INDEXED WHERE rowid IN (SELECT value FROM json_each(:ids)) "
-                f"{where}{as_of}",
+                f"SELECT rowid, seq, {select} FROM {table} NOT INDEXED "
+                f"WHERE rowid IN (SELECT value FROM json_each(:ids)) {where}{as_of}",
                 {**params, "ids": json.dumps(sorted(ids))},
             )
             for row in rows:
-                record = from_row(row[1:]).as_of(query.as_of)
+                key = sign * as_int(row[0])
+                record = self._decoded.record(key, as_int(row[1]), row[2:]).as_of(query.as_of)
                 if query.admits(record):
-                    found[sign * as_int(row[0])] = record
+                    found[key] = record
         return found
 
     @staticmethod

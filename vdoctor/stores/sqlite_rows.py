@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -96,6 +98,42 @@ def from_row(row: Sequence[object]) -> MemoryRecord:
         alert_text=str(alert),
         embedder=str(embedder),
     )
+
+
+class DecodedRows:
+    """Records decoded from their rows, kept by (row id, change seq), least recently used out first.
+
+    Recall reads its candidates' rows (about 30 per session open on a fleet
+    replay, up to 100) to rerank them, and most of them are read again by the
+    next session of the same series. Decoding a row (its vector into floats,
+    three JSON lists, the times, the model) was most of a recall's own CPU.
+    Every statement that changes a row stamps it with the next change seq, so
+    a row read with a seq already seen holds what was decoded then: no entry
+    can be stale. A record is immutable, so threads share it. About 16 KB each
+    with a 512-dimensional vector.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._records: OrderedDict[tuple[int, int], MemoryRecord] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def record(self, key: int, seq: int, row: Sequence[object]) -> MemoryRecord:
+        """The record of ``row`` (a ``RECORD_COLUMNS`` row), decoded once per (key, seq)."""
+        with self._lock:
+            found = self._records.get((key, seq))
+            if found is not None:
+                self._records.move_to_end((key, seq))
+                return found
+        record = from_row(row)
+        with self._lock:
+            self._records[(key, seq)] = record
+            while len(self._records) > self._capacity:
+                self._records.popitem(last=False)
+        return record
 
 
 def eligible_span(
