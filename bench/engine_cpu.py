@@ -27,6 +27,7 @@ skipped; its time then shows under "engine, other".
 
     .venv/bin/python bench/engine_cpu.py                     # 600 vehicles, offline model (~1 minute)
     .venv/bin/python bench/engine_cpu.py --model openai --vins 300
+    .venv/bin/python bench/engine_cpu.py --workload concurrency --vins 300   # bench/concurrency.py's alerts
 
 Prints the table and writes out/bench/engine_cpu.json. Not a model of
 throughput under Flink: the operator's own per-run cost (timer callbacks,
@@ -182,7 +183,10 @@ def build(model: str, db: Path, base_url: str | None, embedder: str) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--vins", type=int, default=600, help="fleet size for scripts/gen_demo.py")
+    parser.add_argument("--vins", type=int, default=600, help="fleet size")
+    parser.add_argument("--workload", choices=["fleet", "concurrency"], default="fleet",
+                        help="fleet: scripts/gen_demo.py's generated fleet; concurrency: bench/concurrency.py's "
+                             "alerts (4 per vehicle, one code, 2 model calls per run)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--model", choices=["offline", "openai"], default="offline")
     parser.add_argument("--embedder", default="", help="VDOCTOR_EMBEDDER for the engine (default: the product's)")
@@ -199,8 +203,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="vdoctor-engine-cpu-") as tmp:
         work = Path(tmp)
         fleet = work / "fleet.jsonl"
-        subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gen_demo.py"), "--out", str(fleet), "--vins",
-                        str(args.vins), "--seed", str(args.seed)], check=True, capture_output=True)  # fmt: skip
+        if args.workload == "concurrency":
+            from bench.concurrency import write_alerts
+
+            write_alerts(fleet, args.vins)
+        else:
+            subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "gen_demo.py"), "--out", str(fleet), "--vins",
+                            str(args.vins), "--seed", str(args.seed)], check=True, capture_output=True)  # fmt: skip
         base_url = None
         if args.model == "openai":
             server = subprocess.Popen([sys.executable, "-m", "devtools.model_server", "--latency-ms", "0"],
@@ -262,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             own[k.split(":")[0]] += v
             calls[k.split(":")[0]] += clock.calls[k]
     store_rows = sorted(((k, v) for k, v in clock.own.items() if k.startswith(f"{STORE}:")), key=lambda kv: -kv[1])
-    print(f"\nengine CPU per alert by stage: {args.vins} vehicles, {events} events ({alerts} alerts), model "
+    print(f"\nengine CPU per alert by stage: {args.workload} workload, {args.vins} vehicles, {events} events "
+          f"({alerts} alerts), model "
           f"{args.model}, embedder {engine.embedder.name}, one thread; {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"{'stage':<36} {'ms/alert':>9} {'share':>6} {'calls/alert':>11}")
@@ -284,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"note: not found (renamed?), its time is in '{OTHER}': {m}")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "engine_cpu.json").write_text(json.dumps({
-        "vins": args.vins, "events": events, "alerts": alerts, "model": args.model,
+        "workload": args.workload, "vins": args.vins, "events": events, "alerts": alerts, "model": args.model,
         "ms_per_alert": {k: v / alerts * 1000 for k, v in own.items()},
         "store_ms_per_alert": {k: v / alerts * 1000 for k, v in store_rows},
         "calls_per_alert": {k: v / alerts for k, v in clock.calls.items()},
