@@ -35,6 +35,7 @@ def _embedder_config(settings: Settings) -> EmbedderConfig:
         api_key=settings.endpoint.api_key,
         # Replays that must be repeatable embed every text alone (EmbedderConfig.share_calls).
         share_calls=not settings.runtime.deterministic,
+        child_process=settings.embedding.child_process,
     )
 
 

@@ -88,6 +88,9 @@ class EmbeddingSettings(_Frozen):
     # hashing: hashed n-grams for fast tests; openai: an OpenAI-compatible endpoint.
     kind: EmbedderName = DEFAULT_EMBEDDER
     model: str = "text-embedding-3-small"
+    # A model with weights (use-m3, e5-small) runs in a child process of its own, off the GIL that
+    # all of a TaskManager's runs share (``embedders/child.py``); false: in this process.
+    child_process: bool = True
 
 
 class RuntimeSettings(_Frozen):
@@ -142,6 +145,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "model_max_attempts": ("model", "max_attempts", "VDOCTOR_MODEL_MAX_ATTEMPTS"),
     "embedder": ("embedding", "kind", "VDOCTOR_EMBEDDER"),
     "embed_model": ("embedding", "model", "VDOCTOR_EMBED_MODEL"),
+    "embed_child_process": ("embedding", "child_process", "VDOCTOR_EMBED_CHILD_PROCESS"),
     "openai_base_url": ("endpoint", "base_url", "OPENAI_BASE_URL"),
     "openai_api_key": ("endpoint", "api_key", API_KEY_ENV),
     "openai_api_key_file": ("endpoint", "api_key_file", "VDOCTOR_OPENAI_API_KEY_FILE"),

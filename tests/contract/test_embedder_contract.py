@@ -29,6 +29,7 @@ from vdoctor.embedders import (
     embedder_id,
     open_embedder,
 )
+from vdoctor.embedders.child import ChildProcessEmbedder
 from vdoctor.embedders.use import sentencepiece_tokenizer
 from vdoctor.errors import ConfigError
 
@@ -51,8 +52,16 @@ def _use() -> Iterator[Embedder]:
     yield open_embedder("use-m3")
 
 
+def _use_child() -> Iterator[Embedder]:
+    yield open_embedder("use-m3", EmbedderConfig(child_process=True))
+
+
 def _e5() -> Iterator[Embedder]:
     yield open_embedder("e5-small")
+
+
+def _e5_child() -> Iterator[Embedder]:
+    yield open_embedder("e5-small", EmbedderConfig(child_process=True))
 
 
 def _openai() -> Iterator[Embedder]:
@@ -62,9 +71,12 @@ def _openai() -> Iterator[Embedder]:
         yield embedder
 
 
+# "<name>:child": the model in a child process (the job's default, ``embedders/child.py``).
 FACTORIES: dict[str, Callable[[], Iterator[Embedder]]] = {
     "use-m3": _use,
+    "use-m3:child": _use_child,
     "e5-small": _e5,
+    "e5-small:child": _e5_child,
     "hashing": _hashing,
     "openai": _openai,
 }
@@ -78,7 +90,7 @@ def embedder(request: pytest.FixtureRequest) -> Iterator[Embedder]:
 
 
 def test_every_registered_embedder_is_covered() -> None:
-    assert set(FACTORIES) == set(EMBEDDERS)
+    assert {name.split(":")[0] for name in FACTORIES} == set(EMBEDDERS)
     assert set(get_args(EmbedderName)) == set(EMBEDDERS)  # the names settings accept are the registry's
 
 
@@ -97,7 +109,7 @@ def test_vectors_have_the_declared_dimension_and_dtype(embedder: Embedder) -> No
 
 
 def test_the_dimension_is_known_without_loading_the_model(request: pytest.FixtureRequest, embedder: Embedder) -> None:
-    name = request.node.callspec.params["embedder"]
+    name = request.node.callspec.params["embedder"].split(":")[0]
     config = EmbedderConfig(dim=64) if name == "openai" else EmbedderConfig()
     assert embedder_dim(name, config) == embedder.dim
 
@@ -178,3 +190,32 @@ def test_use_m3_with_the_cpp_tokenizer_gives_the_packages_own_vectors() -> None:
     expected = package.encode(texts)
     cosines = np.einsum("ij,ij->i", got, expected / np.linalg.norm(expected, axis=1, keepdims=True))
     assert float(cosines.min()) > 0.99999
+
+
+@pytest.mark.parametrize("name", REAL_MODELS)
+def test_a_model_in_a_child_process_gives_the_vectors_of_the_model_in_this_one(name: str) -> None:
+    child = ChildProcessEmbedder(name)
+    try:
+        model = open_embedder(name)
+        assert (child.name, child.dim) == (model.name, model.dim)
+        assert np.array_equal(child.embed(TEXTS), model.embed(TEXTS))
+        assert np.array_equal(child.embed_queries(TEXTS), model.embed_queries(TEXTS))
+    finally:
+        child.close()
+
+
+def test_a_child_that_died_is_started_again_on_the_next_call() -> None:
+    child = ChildProcessEmbedder("use-m3")
+    try:
+        expected = child.embed(TEXTS)
+        assert child._proc is not None
+        child._proc.kill()
+        child._proc.wait()
+        assert np.array_equal(child.embed(TEXTS), expected)
+    finally:
+        child.close()
+
+
+def test_a_child_that_cannot_load_its_model_says_why() -> None:
+    with pytest.raises(ConfigError, match="no embedding child for 'word2vec'"):
+        ChildProcessEmbedder("word2vec")

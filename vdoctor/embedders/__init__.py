@@ -49,6 +49,9 @@ class EmbedderConfig:
     # batch differs from the same text alone by float rounding (~1e-7), and batches depend on
     # which runs happen to embed at once: a deterministic replay turns sharing off.
     share_calls: bool = True
+    # A model with weights runs in a child process (``child.py``): its forward pass does not wait
+    # for this interpreter's GIL, which the job's runs in flight all share.
+    child_process: bool = False
 
 
 def _open_hashing(config: EmbedderConfig) -> Embedder:
@@ -101,6 +104,11 @@ def _shared(name: str, load: Callable[[], Embedder]) -> Embedder:
 def _model(name: str, config: EmbedderConfig, load: Callable[[], Embedder]) -> Embedder:
     """A model with weights: loaded once per process, behind the query cache and, unless the
     configuration says otherwise, shared calls (one instance of each way per process)."""
+    if config.child_process:
+        from vdoctor.embedders.child import ChildProcessEmbedder
+
+        model_name = name
+        name, load = f"{name}/child", lambda: ChildProcessEmbedder(model_name)
     model = _shared(name, load)
     if not config.share_calls:
         return _shared(f"{name}/own-calls", lambda: QueryCache(model))
