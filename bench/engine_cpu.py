@@ -173,7 +173,10 @@ def build(model: str, db: Path, base_url: str | None, embedder: str) -> Any:
     from vdoctor.assembly import build_engine
     from vdoctor.settings import load_settings
 
-    env = {"VDOCTOR_MEMORY_URL": f"sqlite:///{db}", "VDOCTOR_KNOWLEDGE_URL": "memory://", "VDOCTOR_MODEL": model}
+    env = {"VDOCTOR_MEMORY_URL": f"sqlite:///{db}", "VDOCTOR_KNOWLEDGE_URL": "memory://", "VDOCTOR_MODEL": model,
+           # The embedding model in this process (not the job's child process), so that its CPU
+           # (this bench) and its memory (bench/engine_memory.py) are counted here.
+           "VDOCTOR_EMBED_CHILD_PROCESS": "false"}  # fmt: skip
     if embedder:
         env["VDOCTOR_EMBEDDER"] = embedder
     if base_url:
