@@ -29,6 +29,7 @@ from vdoctor.embedders import (
     embedder_id,
     open_embedder,
 )
+from vdoctor.embedders import child as child_module
 from vdoctor.embedders.child import ChildProcessEmbedder
 from vdoctor.embedders.use import sentencepiece_tokenizer
 from vdoctor.errors import ConfigError
@@ -219,3 +220,13 @@ def test_a_child_that_died_is_started_again_on_the_next_call() -> None:
 def test_a_child_that_cannot_load_its_model_says_why() -> None:
     with pytest.raises(ConfigError, match="no embedding child for 'word2vec'"):
         ChildProcessEmbedder("word2vec")
+
+
+def test_a_child_that_does_not_start_in_time_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hangs = tmp_path / "python"
+    hangs.write_text("#!/bin/sh\nexec sleep 60\n")
+    hangs.chmod(0o755)
+    monkeypatch.setattr(child_module, "python_executable", lambda: str(hangs))
+    monkeypatch.setattr(child_module, "START_TIMEOUT_S", 0.5)
+    with pytest.raises(ConfigError, match="did not start within"):
+        ChildProcessEmbedder("use-m3")

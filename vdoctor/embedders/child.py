@@ -5,9 +5,10 @@ interpreter. A model's forward pass is a few dozen numpy calls; each lets go
 of the GIL for its arithmetic and must take it back to go on, and with
 hundreds of runs in flight each taking back waits behind the others. So the
 embeddings, ~4.4 ms of CPU per run on the concurrency bench's workload with
-use-m3, ran one after another with the rest of the Python work instead of on
-the other core (``bench/concurrency.py``: 0.62 of the bound at 256 @ 1 s
-against 0.73 with the hashing embedder, in the same session).
+use-m3, ran in turn with the rest of the Python work instead of on the other
+core. ``bench/concurrency.py`` with use-m3, both ways back to back in one
+session: 0.54 / 0.56 / 0.57 of the bound at 64 @ 200 ms, 256 @ 1 s and
+512 @ 2 s in this process, 0.66 / 0.71 / 0.72 in the child.
 
 Here the model lives in a child Python process (``python -m
 vdoctor.embedders.child <name>``) with its own interpreter; callers send it
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import struct
 import subprocess
 import sys
@@ -78,6 +80,10 @@ class ChildProcessEmbedder:
             env=env,
         )
         try:
+            stdout = self._pipes()[1]
+            if not select.select([stdout], [], [], START_TIMEOUT_S)[0]:
+                self._stop(wait_s=0.0)
+                raise ConfigError(f"the {self.model} embedding child did not start within {START_TIMEOUT_S:.0f} s")
             rows, size = self._header()
             payload = self._read(size)
         except BrokenPipeError as e:
@@ -137,7 +143,8 @@ class ChildProcessEmbedder:
     def embed_queries(self, texts: list[str]) -> Vectors:
         return self._call(texts, queries=True)
 
-    def _stop(self) -> None:
+    def _stop(self, wait_s: float = 5.0) -> None:
+        """Close the pipes (the child exits at their end) and reap it; kill it after ``wait_s``."""
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -145,7 +152,7 @@ class ChildProcessEmbedder:
             if pipe is not None:
                 pipe.close()
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
