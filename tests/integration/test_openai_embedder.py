@@ -18,6 +18,7 @@ from vdoctor.assembly import embedder as embedder_from
 from vdoctor.embedders import EmbedderConfig, open_embedder
 from vdoctor.embedders.batching import CoalescingEmbedder
 from vdoctor.embedders.cache import QueryCache
+from vdoctor.embedders.child import ChildProcessEmbedder
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.embedders.openai import OpenAIEmbedder
 from vdoctor.embedders.use import UseEmbedder
@@ -75,10 +76,15 @@ def test_settings_select_the_openai_embedder(server: Server, base_url: str) -> N
     vec = emb.embed(["电池包单体压差过大"])[0]
     assert float(np.linalg.norm(vec)) == pytest.approx(1.0, abs=1e-6)
     assert server.requests[-1]["model"] == "my-embedder" and server.requests[-1]["dimensions"] == 256
-    # Without settings: the default embedder, USE-multilingual v3 shipped in its package (no endpoint).
+    # Without settings: the default embedder, USE-multilingual v3 shipped in its package (no endpoint),
+    # in a child process of its own; or in this one when the settings say so.
     default = embedder_from(load_settings({}))
     assert isinstance(default, QueryCache) and isinstance(default.model, CoalescingEmbedder)
-    assert isinstance(default.model.model, UseEmbedder)
+    assert isinstance(default.model.model, ChildProcessEmbedder) and default.model.model.model == "use-m3"
+    assert default.model.model.name == UseEmbedder.name
+    here = embedder_from(load_settings({"VDOCTOR_EMBED_CHILD_PROCESS": "false"}))
+    assert isinstance(here, QueryCache) and isinstance(here.model, CoalescingEmbedder)
+    assert isinstance(here.model.model, UseEmbedder)
     assert isinstance(embedder_from(load_settings({"VDOCTOR_EMBEDDER": "hashing"})), HashingEmbedder)
 
 
