@@ -117,25 +117,30 @@ class ChildProcessEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         request = json.dumps({"queries": queries, "texts": texts}, ensure_ascii=False).encode("utf-8")
         with self._lock:
-            for attempt in (1, 2):
-                try:
-                    if self._proc is None or self._proc.poll() is not None:
-                        self._stop()
-                        self._start()
-                    stdin, _ = self._pipes()
-                    stdin.write(_LENGTH.pack(len(request)) + request)
-                    stdin.flush()
-                    rows, size = self._header()
-                    if rows < 0:
-                        problem = self._read(size).decode("utf-8", "replace")
-                        raise ValueError(f"{self.model} embedding failed: {problem}")
-                    vectors = np.frombuffer(self._read(rows * size * 4), dtype=np.float32)
-                    return vectors.reshape(rows, size)
-                except (BrokenPipeError, OSError):
-                    self._stop()
-                    if attempt == 2:
-                        raise
-        raise AssertionError("unreachable")
+            try:
+                return self._exchange(request)
+            except OSError:  # the child died (a broken pipe, an early end of its output): once more, on a new one
+                self._stop()
+            try:
+                return self._exchange(request)
+            except OSError:
+                self._stop()  # never leave a half-read reply on the pipe for the next call
+                raise
+
+    def _exchange(self, request: bytes) -> Vectors:
+        """One request and its reply, with the lock held; a child that has exited is started first."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._stop()
+            self._start()
+        stdin, _ = self._pipes()
+        stdin.write(_LENGTH.pack(len(request)) + request)
+        stdin.flush()
+        rows, size = self._header()
+        if rows < 0:
+            problem = self._read(size).decode("utf-8", "replace")
+            raise ValueError(f"{self.model} embedding failed: {problem}")
+        vectors = np.frombuffer(self._read(rows * size * 4), dtype=np.float32)
+        return vectors.reshape(rows, size)
 
     def embed(self, texts: list[str]) -> Vectors:
         return self._call(texts, queries=False)
