@@ -15,8 +15,10 @@ of calls in flight:
 - ``sync raw response``: ``chat.completions.with_raw_response.create``, the
   body read as text and parsed with ``json.loads``;
 - ``sync post text``: ``client.post(..., cast_to=str)`` (what
-  ``OpenAIChatModel`` does), a client per 8 threads (as it shares them), and
+  ``OpenAIChatModel`` does) on the default transport, a client per 8 threads, and
   on 1 client, on 8 clients (the earlier sharing), a client per thread;
+- ``sync post text, stdlib transport``: the same on ``vdoctor.http_transport``'s
+  ``StdlibTransport`` (what ``OpenAIChatModel`` does unless a proxy is set);
 - ``sync post text, new connection``: the same with ``Connection: close``
   (no connection reuse);
 - ``async create`` / ``async post text``: ``AsyncOpenAI`` on one event loop,
@@ -132,6 +134,12 @@ def sync_variant(name: str, url: str, per_client: int = THREADS_PER_CLIENT) -> C
     if name == "raw":
         return lambda body: json.loads(get().chat.completions.with_raw_response.create(**body).text)
     if name == "post":
+        return lambda body: json.loads(get().post("/chat/completions", cast_to=str, body=body))
+    if name == "post-stdlib":
+        from vdoctor.http_transport import StdlibTransport
+
+        transport = StdlibTransport()
+        get = _sync_clients(url, per_client, http_client=openai.DefaultHttpxClient(transport=transport))
         return lambda body: json.loads(get().post("/chat/completions", cast_to=str, body=body))
     if name == "post-close":
         return lambda body: json.loads(
@@ -254,7 +262,7 @@ def bridge_variant(url: str) -> tuple[Callable[[dict[str, Any]], object], Callab
 
 
 VARIANTS = [
-    "sync create", "sync raw response", "sync post text", "sync post text, 1 client", "sync post text, 8 clients",
+    "sync create", "sync raw response", "sync post text", "sync post text, stdlib transport", "sync post text, 1 client", "sync post text, 8 clients",
     "sync post text, a client per thread",
     "sync post text, new connection", "async create", "async post text", "bridge: threads -> 1 loop",
     "httpx2 direct (floor)", "http.client (floor)",
@@ -276,6 +284,7 @@ def measure(
         "sync create": lambda: sync_variant("create", url),
         "sync raw response": lambda: sync_variant("raw", url),
         "sync post text": lambda: sync_variant("post", url),
+        "sync post text, stdlib transport": lambda: sync_variant("post-stdlib", url),
         "sync post text, 1 client": lambda: sync_variant("post", url, per_client=in_flight),
         "sync post text, 8 clients": lambda: sync_variant("post", url, per_client=max(1, in_flight // 8)),
         "sync post text, a client per thread": lambda: sync_variant("post", url, per_client=1),

@@ -16,7 +16,7 @@ import numpy as np
 
 from vdoctor.embedders.base import DEFAULT_DIM, Vectors
 from vdoctor.errors import ConfigError, ModelError
-from vdoctor.openai_clients import ThreadClients
+from vdoctor.openai_clients import ThreadClients, http_client
 
 try:
     import openai
@@ -49,9 +49,14 @@ class OpenAIEmbedder:
         self._model = model
         self._send_dimensions = send_dimensions
         # Local servers accept any key; the client refuses an empty one.
+        shared = http_client(REQUEST_TIMEOUT_S)
         self._clients = ThreadClients(
             lambda: openai.OpenAI(
-                base_url=base_url, api_key=api_key or "unused", timeout=REQUEST_TIMEOUT_S, max_retries=max_retries
+                base_url=base_url,
+                api_key=api_key or "unused",
+                timeout=REQUEST_TIMEOUT_S,
+                max_retries=max_retries,
+                http_client=shared,
             )
         )
         self._secret = api_key

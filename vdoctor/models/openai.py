@@ -25,7 +25,7 @@ from pydantic import SecretStr
 
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
-from vdoctor.openai_clients import ThreadClients
+from vdoctor.openai_clients import ThreadClients, http_client
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +116,11 @@ class OpenAIChatModel:
         self._sleep = sleep
         self._rng = rng or random.Random()
         # Retries are ours (counted, logged, jittered); the client must not add its own.
+        shared = http_client(timeout_s)
         self._clients = ThreadClients(
-            lambda: openai.OpenAI(api_key=self._secret, base_url=base_url, timeout=timeout_s, max_retries=0)
+            lambda: openai.OpenAI(
+                api_key=self._secret, base_url=base_url, timeout=timeout_s, max_retries=0, http_client=shared
+            )
         )
         self._client()  # a bad base URL fails here, not in the first run
 
