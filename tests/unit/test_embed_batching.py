@@ -177,3 +177,47 @@ def test_a_deterministic_replay_embeds_every_text_alone() -> None:
     replay = embedder_from(load_settings({"VDOCTOR_DETERMINISTIC": "true"}))
     assert isinstance(job, QueryCache) and isinstance(job.model, CoalescingEmbedder)
     assert isinstance(replay, QueryCache) and not isinstance(replay.model, CoalescingEmbedder)
+
+
+class GatedModel(SlowModel):
+    """Each call waits until the test lets it finish."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: list[threading.Event] = []
+
+    def _call(self, kind: str, texts: list[str]) -> np.ndarray:
+        gate = threading.Event()
+        with self._lock:
+            self.gates.append(gate)
+        assert gate.wait(10), "the test never let the call finish"
+        return super()._call(kind, texts)
+
+
+def wait_until(check: object, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+def test_the_longest_waiter_calls_the_model_next() -> None:
+    model = GatedModel()
+    shared = CoalescingEmbedder(model)
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(shared.embed, ["a"])
+        wait_until(lambda: len(model.gates) == 1)  # "a" is in the model
+        query = pool.submit(shared.embed_queries, ["b"])
+        wait_until(lambda: len(shared._pending) == 1)
+        stored = pool.submit(shared.embed, ["c"])
+        wait_until(lambda: len(shared._pending) == 2)
+        model.gates[0].set()
+        # "b" waited longest: it goes next, though "c" is of the finished call's kind.
+        wait_until(lambda: len(model.gates) == 2)
+        model.gates[1].set()
+        wait_until(lambda: len(model.gates) == 3)
+        model.gates[2].set()
+        results = [first.result(5), query.result(5), stored.result(5)]
+    assert model.calls == [("embed", ["a"]), ("embed_queries", ["b"]), ("embed", ["c"])]
+    np.testing.assert_array_equal(results[1][0], SlowModel.row("embed_queries", "b"))
+    np.testing.assert_array_equal(results[2][0], SlowModel.row("embed", "c"))

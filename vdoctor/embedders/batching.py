@@ -13,6 +13,11 @@ instead of queueing for the model one by one, callers leave their texts here:
   one of the waiting callers embeds every waiting caller's texts in one call
   (up to ``MAX_BATCH`` texts) and hands each caller its rows.
 
+A finished call wakes only the callers it served and the caller that waited
+longest (the next to call the model), each on a condition of its own: with
+hundreds of runs in flight sharing one interpreter, waking every waiter on
+every call made each of them win the GIL again only to wait on.
+
 Nothing waits for a batch to fill: a batch is whatever queued while the model
 was busy, so an idle job embeds with no added delay, and a loaded one in
 larger batches. Stored texts (``embed``) and queries (``embed_queries``) go in
@@ -40,6 +45,7 @@ Kind = Literal["embed", "embed_queries"]
 class _Request:
     kind: Kind
     texts: list[str]
+    wake: threading.Condition
     rows: Vectors | None = None
     error: BaseException | None = None
 
@@ -61,7 +67,7 @@ class CoalescingEmbedder:
         self.texts = 0
         self._pending: list[_Request] = []
         self._busy = False
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
 
     def embed(self, texts: list[str]) -> Vectors:
         return self._submit("embed", texts)
@@ -72,23 +78,26 @@ class CoalescingEmbedder:
     def _submit(self, kind: Kind, texts: list[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        request = _Request(kind, list(texts))
-        with self._changed:
+        request = _Request(kind, list(texts), threading.Condition(self._lock))
+        with self._lock:
             self._pending.append(request)
             while not request.done:
                 if self._busy:
-                    self._changed.wait()
+                    request.wake.wait()
                     continue
                 # The model is idle: this caller embeds its own texts and what else waits.
                 batch = self._take(request)
                 self._busy = True
-                self._changed.release()
+                self._lock.release()
                 try:
                     self._run(batch)
                 finally:
-                    self._changed.acquire()
+                    self._lock.acquire()
                     self._busy = False
-                    self._changed.notify_all()
+                    for served in batch:
+                        served.wake.notify()
+                    if self._pending:
+                        self._pending[0].wake.notify()  # the longest waiter calls the model next
         if request.error is not None:
             raise request.error
         return cast(Vectors, request.rows)  # done without an error: rows are set
