@@ -15,7 +15,12 @@ timers, completion, the engine's memory work) is in. All levels run in the same
 invocation, so the ratios compare like with like. Beside the rate, the job's
 CPU per run (every thread of the job's process tree, JVM included, between
 10% and 90% of the model calls) is printed: on a shared machine the rate
-suffers from other work, the CPU per run much less.
+suffers from other work, the CPU per run much less. Also printed: the
+model server's own CPU per call (it runs in this bench's process and shares
+the cores with the job), and the "steady" ratio, the rate between 10% and 90%
+of the model calls, which leaves out the start (the first runs of hundreds
+of vehicles opening at once) and the drain (the last vehicles' runs, fewer
+than the level in flight).
 
     .venv/bin/python bench/concurrency.py        # 64@200, 256@1000, 512@2000, 3 trials each (~15 min)
     .venv/bin/python bench/concurrency.py --levels 1@200 8@200 64@200 --repeat 1
@@ -66,6 +71,10 @@ class Level:
     # CPU of the job's whole process tree per run, in ms (0 where not measured).
     cpu_ms_per_run: float = 0.0
     load_avg: float = 0.0
+    # CPU of the model server (this bench's own process) per model call, in ms: work the 2 cores also do.
+    server_ms_per_call: float = 0.0
+    # Runs/s between 10% and 90% of the model calls: the rate once started and before the drain.
+    steady_runs_per_s: float = 0.0
     # Ratios of all trials of this level (the reported one is their median).
     trials: tuple[float, ...] = ()
 
@@ -155,6 +164,12 @@ def cpu_ms_per_run(samples: list[tuple[int, float]], total_calls: int) -> float:
     return (inside[-1][1] - inside[0][1]) / runs * 1000.0
 
 
+def steady_rate(samples: list[tuple[int, float]], total_calls: int) -> float:
+    """From (model calls so far, wall s) samples: runs/s between 10% and 90% of the calls (0: too few samples)."""
+    ms_per_run = cpu_ms_per_run(samples, total_calls)  # the same window, with wall time in place of CPU
+    return 1000.0 / ms_per_run if ms_per_run > 0 else 0.0
+
+
 def parse_level(text: str, default_latency_ms: float) -> tuple[int, float]:
     """``C@MS`` (or a bare ``C`` at the default latency) -> (concurrency, latency in ms)."""
     c, _, ms = text.partition("@")
@@ -183,10 +198,14 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, r
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         samples: list[tuple[int, float]] = []
+        server_samples: list[tuple[int, float]] = []
+        clock_samples: list[tuple[int, float]] = []
         last_print = time.perf_counter()
         while proc.poll() is None:
             time.sleep(0.5)
             samples.append((responder.calls, tree_cpu_s(proc.pid)))
+            server_samples.append((responder.calls, time.process_time()))
+            clock_samples.append((responder.calls, time.perf_counter()))
             if time.perf_counter() - last_print > 2.0:
                 last_print = time.perf_counter()
                 print(f"  c={concurrency}: {responder.calls}/{events * CALLS_PER_RUN} model calls", flush=True)
@@ -200,7 +219,9 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, r
     calls = sum(d["llm_calls"] for d in diagnoses) / len(diagnoses)
     span = responder.last - (responder.first or responder.last) + latency_ms / 1000.0
     return Level(concurrency, latency_ms, events, len(diagnoses) / span, bound, calls, wall,
-                 cpu_ms_per_run(samples, events * CALLS_PER_RUN), os.getloadavg()[0])  # fmt: skip
+                 cpu_ms_per_run(samples, events * CALLS_PER_RUN), os.getloadavg()[0],
+                 cpu_ms_per_run(server_samples, events * CALLS_PER_RUN) / CALLS_PER_RUN,
+                 steady_rate(clock_samples, events * CALLS_PER_RUN))  # fmt: skip
 
 
 def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Path) -> Level:
@@ -294,7 +315,9 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
 def _row(lv: Level, name: str = "") -> str:
     return (
         f"{name or lv.label:>16} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} {lv.bound:>8.1f} "
-        f"{lv.ratio:>6.2f} {lv.spread:>10} {lv.cpu_ms_per_run:>11.1f} {lv.load_avg:>5.1f}"
+        f"{lv.ratio:>6.2f} {lv.spread:>10} {lv.steady_runs_per_s / lv.bound:>6.2f} {lv.cpu_ms_per_run:>11.1f} "
+        f"{lv.server_ms_per_call:>14.2f} "
+        f"{lv.load_avg:>5.1f}"
     )
 
 
@@ -336,7 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.rate_factor:
         print(f"input streamed at {args.rate_factor:g} x the bound (events/s), not read all at once")
     print(f"{'level':>16} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'trials':>10} "
-          f"{'CPU ms/run':>11} {'load':>5}")  # fmt: skip
+          f"{'steady':>6} {'CPU ms/run':>11} {'server ms/call':>14} {'load':>5}")  # fmt: skip
+    print("'ratio': runs/s from the first call to the last reply, over the bound; 'steady': the same between 10% and"
+          " 90% of the calls (start and drain left out)")  # fmt: skip
+    print("'CPU ms/run': the job's process tree; 'server ms/call': the model server's CPU (this process), which"
+          " shares the cores")  # fmt: skip
     for lv in levels:
         print(_row(lv))
     if pool_only is not None:
