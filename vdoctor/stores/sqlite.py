@@ -126,22 +126,8 @@ def enable_wal(conn: sqlite3.Connection) -> None:
         pause = min(pause * 2, 0.2)
 
 
-def _write_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[object] | Mapping[str, object]]) -> int:
-    """``sql`` once per parameter row on ``conn`` (in autocommit), several rows in one transaction; rows changed."""
-    if len(rows) == 1:
-        return int(conn.execute(sql, rows[0]).rowcount)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        changed = sum(conn.execute(sql, params).rowcount for params in rows)
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    return changed
-
-
 class SqliteStore:
-    """SQLite-backed L3 store; a connection per calling thread (WAL mode), shared by the job's worker threads."""
+    """SQLite-backed L3 store; one connection guarded by a lock (shared by worker threads)."""
 
     def __init__(self, path: str, read_only: bool = False) -> None:
         """Open (creating and migrating) the file; ``read_only`` opens an existing, current file for reads only.
@@ -186,35 +172,26 @@ class SqliteStore:
             self._no_priority = no_priority_marker(self._conn)
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open the sqlite store at {path}: {e}") from e
-        # Reads and writes use a connection per thread and no lock of ours: in
-        # WAL mode readers never wait for each other or for the writer, and
-        # writers take turns on SQLite's own write lock (its busy handler
-        # waits, up to BUSY_TIMEOUT_MS). That lock is let go inside the
-        # statement, at its commit; a lock of ours was held until the thread
-        # had won the GIL back after the statement, and with hundreds of runs
-        # in flight sharing the GIL the cases concluded together queued 246 ms
-        # on average on it for statements of 2-6 ms; on SQLite's lock the whole
-        # write takes ~80 ms (bench/concurrency.py at 256 @ 1 s, instrumented). An
-        # in-memory database exists only on its own connection, so it keeps the
-        # shared one behind the lock, as do the multi-statement re-embedding
-        # batches (``set_vectors``).
+        # Writes go through the one connection above, one at a time. Reads use a
+        # connection per thread and no lock: in WAL mode readers never wait for
+        # each other or for the writer. (A shared connection behind a lock made
+        # a lock convoy: the sqlite module lets go of the GIL inside every
+        # statement, so the holder had to queue for the GIL again while 63
+        # other vehicles' runs queued for the lock.) An in-memory database
+        # exists only on its own connection, so it keeps the shared one.
         self._lock = threading.Lock()
         self._index_guard = threading.Lock()
         self._local = threading.local()
-        self._thread_conns: list[sqlite3.Connection] = []
+        self._readers: list[sqlite3.Connection] = []
         self._search_threads: ThreadPoolExecutor | None = None
 
     def _connect(self) -> sqlite3.Connection:
-        """A thread's connection, in autocommit: read-only (``mode=ro``) when the store is."""
+        """A connection for reads: read-only (``mode=ro``) when the store is."""
         if self.read_only:
             uri = Path(self.path).resolve().as_uri() + "?mode=ro"
-            conn = sqlite3.connect(
-                uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
-            )
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         else:
-            conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False, isolation_level=None
-            )
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         return conn
 
@@ -228,8 +205,8 @@ class SqliteStore:
             )
         return str(meta["epoch"])
 
-    def _thread_conn(self) -> sqlite3.Connection | None:
-        """This thread's connection (reads and writes); None for an in-memory database (use the shared one)."""
+    def _reader(self) -> sqlite3.Connection | None:
+        """This thread's read connection; None for an in-memory database (use the shared one)."""
         if self.path == ":memory:":
             return None
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -239,13 +216,13 @@ class SqliteStore:
             # 2 MB per connection, 128 MB for 64 worker threads).
             conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
             with self._lock:
-                self._thread_conns.append(conn)
+                self._readers.append(conn)
             self._local.conn = conn
         return conn
 
     def _query(self, sql: str, params: Sequence[object] | Mapping[str, object] = ()) -> list[tuple[object, ...]]:
         try:
-            reader = self._thread_conn()
+            reader = self._reader()
             if reader is not None:
                 return reader.execute(sql, params).fetchall()
             with self._lock:
@@ -262,11 +239,17 @@ class SqliteStore:
         (begin, seq, upsert, commit) held the lock about four times as long.
         """
         try:
-            conn = self._thread_conn()
-            if conn is not None:
-                return _write_rows(conn, sql, rows)
             with self._lock:
-                return _write_rows(self._conn, sql, rows)
+                if len(rows) == 1:
+                    return int(self._conn.execute(sql, rows[0]).rowcount)
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    changed = sum(self._conn.execute(sql, params).rowcount for params in rows)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                return changed
         except sqlite3.Error as e:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
 
@@ -612,7 +595,7 @@ class SqliteStore:
                 self._search_threads.shutdown()
                 self._search_threads = None
         with self._lock:
-            for reader in self._thread_conns:
+            for reader in self._readers:
                 reader.close()
-            self._thread_conns.clear()
+            self._readers.clear()
             self._conn.close()
