@@ -346,3 +346,34 @@ def test_decoded_records_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert len(store.similar(q(rng.normal(size=8).tolist(), k=10))) == 10
     assert len(store._decoded) == 4
     store.close()
+
+
+def test_threads_of_two_stores_write_one_file_at_once_and_every_write_lands(tmp_path: Path) -> None:
+    # Each store writes one statement at a time; two stores on one file take turns on SQLite's write lock:
+    # 16 threads over two stores on one file, upserts and rechecks interleaved, none lost or refused.
+    path = str(tmp_path / "m.db")
+    first, second = SqliteStore(path), SqliteStore(path)
+    start = threading.Barrier(16)
+
+    def write(t: int) -> None:
+        store = first if t % 2 else second
+        start.wait()
+        for k in range(25):
+            i = t * 100 + k
+            store.upsert(rec(i, [1.0, float(k)]))
+            assert store.set_recheck(rec(i, [1.0]).vin, rec(i, [1.0]).session_id, k % 2 == 0, T0)
+        store.upsert_many([rec(t * 100 + k, [0.5, 0.5], summary=f"batch {t}") for k in range(3)])
+
+    with ThreadPoolExecutor(16) as pool:
+        for done in [pool.submit(write, t) for t in range(16)]:
+            done.result(timeout=60)
+    meta = int(first._conn.execute("SELECT value FROM vd_meta WHERE key = 'seq'").fetchone()[0])
+    rows, seqs = first._conn.execute("SELECT COUNT(*), COUNT(DISTINCT seq) FROM case_memory").fetchone()
+    assert rows == seqs == 16 * 25
+    # Every change took its own seq: 25 upserts, 25 rechecks and 3 rewrites per thread.
+    assert meta == 16 * (25 + 25 + 3)
+    assert all(second.get(rec(t * 100, [1.0]).vin, rec(t * 100, [1.0]).session_id).summary == f"batch {t}"  # type: ignore[union-attr]
+               for t in range(16))  # fmt: skip
+    assert first.get(rec(103, [1.0]).vin, rec(103, [1.0]).session_id).recheck_ok is False  # type: ignore[union-attr]
+    first.close()
+    second.close()
