@@ -18,10 +18,11 @@ only the bytes on the wire go through ``http.client``.
   before any reply; that request is sent once more on a new connection (as
   ``urllib3`` does). Any other failure is raised as the ``httpx2`` error the
   ``openai`` client maps to ``APITimeoutError`` or ``APIConnectionError``.
-- HTTPS uses ``httpx2``'s own default TLS context (certifi, or
-  ``SSL_CERT_FILE``/``SSL_CERT_DIR``), built once per transport.
-- Proxies from the environment stay with ``httpx2``: the client mounts its own
-  proxy transports for them, ahead of this one.
+- HTTPS uses ``httpx2``'s own default TLS context (the system's certificates,
+  or ``SSL_CERT_FILE``/``SSL_CERT_DIR``), built once per transport.
+- Proxies: ``httpx2`` honours the environment's only without a custom
+  transport, so ``openai_clients.http_client`` keeps the client's own
+  transport when a proxy is set.
 """
 
 from __future__ import annotations

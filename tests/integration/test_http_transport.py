@@ -246,7 +246,7 @@ def test_https_verifies_the_server_certificate(certificate: tuple[Path, Path]) -
         assert post(trusted, echo="tls2")["echo"] == "tls2"
         assert len(set(srv.recorder.ports)) == 1
         trusted.close()
-        # The default context (certifi, as the openai client's own) does not know a self-signed certificate.
+        # The default context (the system's certificates, as the client's own) does not know a self-signed one.
         default = client(srv.base_url, StdlibTransport())
         with pytest.raises(openai.APIConnectionError):
             post(default)
