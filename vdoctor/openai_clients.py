@@ -12,7 +12,8 @@ latency, client CPU per call): 1 client 2.48 ms, 8 clients 1.86 ms, 32 clients
 
 All the clients of one model send through one ``httpx2`` client built by
 ``http_client``: on ``StdlibTransport`` (``vdoctor.http_transport``), whose
-connections are per thread, unless the environment names a proxy.
+connections are per thread, unless the environment names a proxy (then each
+client has its own default one, as before).
 """
 
 from __future__ import annotations
@@ -35,14 +36,15 @@ def env_proxy() -> bool:
     return any(key in ("http", "https", "all") for key in urllib.request.getproxies_environment())
 
 
-def http_client(timeout_s: float) -> httpx2.Client:
-    """The ``httpx2`` client for the ``openai`` clients of one model or embedder.
+def http_client(timeout_s: float) -> httpx2.Client | None:
+    """The ``httpx2`` client the ``openai`` clients of one model or embedder share: on ``StdlibTransport``.
 
-    ``StdlibTransport`` by default; with a proxy in the environment, the
-    ``openai`` package's own default (a custom transport would bypass the proxy).
+    None with a proxy in the environment: each ``openai`` client then builds
+    its own default, which goes through the proxy (a custom transport would
+    bypass it) and has a connection pool of its own, as before the transport.
     """
     if env_proxy():
-        return openai.DefaultHttpxClient(timeout=timeout_s)
+        return None
     return openai.DefaultHttpxClient(timeout=timeout_s, transport=StdlibTransport())
 
 

@@ -21,8 +21,10 @@ from typing import Any
 
 import openai
 import pytest
+from pydantic import SecretStr
 
 from vdoctor.http_transport import StdlibTransport
+from vdoctor.models.openai import OpenAIChatModel
 from vdoctor.openai_clients import http_client
 
 pytestmark = pytest.mark.integration
@@ -259,10 +261,15 @@ def test_the_models_use_the_transport_unless_the_environment_names_a_proxy(monke
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     direct = http_client(5.0)
-    assert isinstance(direct._transport, StdlibTransport)
+    assert direct is not None and isinstance(direct._transport, StdlibTransport)
     direct.close()
+    model = OpenAIChatModel("m", SecretStr(KEY), "http://127.0.0.1:9/v1")
+    assert isinstance(model._client()._client._transport, StdlibTransport)
+    model.close()
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
-    proxied = http_client(5.0)
-    assert not isinstance(proxied._transport, StdlibTransport)
-    assert proxied._mounts  # the client routes through the proxy itself
+    assert http_client(5.0) is None
+    proxied = OpenAIChatModel("m", SecretStr(KEY), "https://api.example.invalid/v1")
+    client = proxied._client()._client  # the openai client's own default: it routes through the proxy
+    assert not isinstance(client._transport, StdlibTransport)
+    assert client._mounts
     proxied.close()
