@@ -15,8 +15,9 @@ only the bytes on the wire go through ``http.client``.
 - Timeouts come from the request (``openai`` sets them per call): ``connect``
   while connecting, ``read`` for every later socket operation.
 - A connection the server closed while it was idle fails on its next use
-  before any reply; that request is sent once more on a new connection (as
-  ``urllib3`` does). Any other failure is raised as the ``httpx2`` error the
+  before any reply; that request is sent once more on a new connection,
+  without the backoff the chat model's own retry of a dropped connection
+  would wait. Any other failure is raised as the ``httpx2`` error the
   ``openai`` client maps to ``APITimeoutError`` or ``APIConnectionError``.
 - HTTPS uses ``httpx2``'s own default TLS context (the system's certificates,
   or ``SSL_CERT_FILE``/``SSL_CERT_DIR``), built once per transport.
