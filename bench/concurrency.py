@@ -295,12 +295,13 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
     ax.bar([x - 0.2 for x in xs], [lv.bound for lv in levels], 0.4, color="#bbbbbb", label="ideal c / (2 x latency)")
     bars = ax.bar([x + 0.2 for x in xs], [lv.runs_per_s for lv in levels], 0.4, color="#4477aa",
                   label="measured (PyFlink, thread mode, 1 subtask)")  # fmt: skip
-    ax.bar_label(bars, labels=[f"{lv.ratio:.2f}" for lv in levels])
+    ax.bar_label(bars, labels=[f"{lv.ratio:.2f}\n(steady {lv.steady_runs_per_s / lv.bound:.2f})" for lv in levels],
+                 fontsize=8)  # fmt: skip
     ax.set_xticks(xs, [lv.label for lv in levels])
     ax.set_xlabel("runs in flight @ model latency")
     ax.set_ylabel("runs / s per subtask (median trial)")
     ax.set_title("Diagnosis runs per second vs. the ideal bound")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="lower right")
     ax2.bar(xs, [lv.cpu_ms_per_run for lv in levels], color="#cc6677")
     ax2.set_xticks(xs, [lv.label for lv in levels])
     ax2.set_ylabel("job CPU per run, ms (all threads, JVM included)")
