@@ -314,11 +314,11 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
 
 
 def _row(lv: Level, name: str = "") -> str:
+    steady = f"{lv.steady_runs_per_s / lv.bound:.2f}" if lv.steady_runs_per_s else "-"  # not measured
+    server = f"{lv.server_ms_per_call:.2f}" if lv.server_ms_per_call else "-"  # the pool-only row's server is apart
     return (
         f"{name or lv.label:>16} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} {lv.bound:>8.1f} "
-        f"{lv.ratio:>6.2f} {lv.spread:>10} {lv.steady_runs_per_s / lv.bound:>6.2f} {lv.cpu_ms_per_run:>11.1f} "
-        f"{lv.server_ms_per_call:>14.2f} "
-        f"{lv.load_avg:>5.1f}"
+        f"{lv.ratio:>6.2f} {lv.spread:>10} {steady:>6} {lv.cpu_ms_per_run:>11.1f} {server:>14} {lv.load_avg:>5.1f}"
     )
 
 
