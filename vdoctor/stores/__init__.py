@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Protocol
+from urllib.parse import parse_qs
 
-from vdoctor.errors import UnknownStoreScheme
+from vdoctor.errors import StoreError, UnknownStoreScheme
 from vdoctor.registry import Registry
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
 
@@ -18,9 +19,18 @@ class StoreOpener(Protocol):
 def _open_sqlite(url: str, read_only: bool = False) -> MemoryStore:
     from vdoctor.stores.sqlite import SqliteStore
 
-    # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy reads them.
-    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-    return SqliteStore(path or ":memory:", read_only=read_only)
+    # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy reads them;
+    # one option, ?synchronous=normal|full (how commits wait for the disk).
+    rest, _, query = url.partition("?")
+    path = rest[len("sqlite:///") :] if rest.startswith("sqlite:///") else ""
+    options = parse_qs(query, keep_blank_values=True)
+    unknown = sorted(set(options) - {"synchronous"})
+    if unknown:
+        raise StoreError(
+            f"sqlite store URL {rest}: unknown option {', '.join(unknown)} (the one option is synchronous)"
+        )
+    synchronous = options.get("synchronous", ["normal"])[-1].lower()
+    return SqliteStore(path or ":memory:", read_only=read_only, synchronous=synchronous)
 
 
 def _open_memory(url: str, read_only: bool = False) -> MemoryStore:
