@@ -56,7 +56,6 @@ def _model_config(settings: Settings, model: str) -> ChatModelConfig:
         api_key=settings.endpoint.api_key,
         timeout_s=settings.model.timeout_s,
         max_attempts=settings.model.max_attempts,
-        child_process=settings.model.child_process,
     )
 
 

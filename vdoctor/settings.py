@@ -79,9 +79,6 @@ class ModelSettings(_Frozen):
     summary_model: str = "gpt-4o-mini"
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=10)
-    # A hosted model's requests go out through the openai client in a child process of their own,
-    # off the GIL that all of a TaskManager's runs share (``models/calls.py``); false: in this process.
-    child_process: bool = True
 
 
 class EmbeddingSettings(_Frozen):
@@ -146,7 +143,6 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "summary_model": ("model", "summary_model", "VDOCTOR_SUMMARY_MODEL"),
     "model_timeout_s": ("model", "timeout_s", "VDOCTOR_MODEL_TIMEOUT_S"),
     "model_max_attempts": ("model", "max_attempts", "VDOCTOR_MODEL_MAX_ATTEMPTS"),
-    "model_child_process": ("model", "child_process", "VDOCTOR_MODEL_CHILD_PROCESS"),
     "embedder": ("embedding", "kind", "VDOCTOR_EMBEDDER"),
     "embed_model": ("embedding", "model", "VDOCTOR_EMBED_MODEL"),
     "embed_child_process": ("embedding", "child_process", "VDOCTOR_EMBED_CHILD_PROCESS"),

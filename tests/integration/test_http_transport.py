@@ -264,12 +264,12 @@ def test_the_models_use_the_transport_unless_the_environment_names_a_proxy(monke
     assert direct is not None and isinstance(direct._transport, StdlibTransport)
     direct.close()
     model = OpenAIChatModel("m", SecretStr(KEY), "http://127.0.0.1:9/v1")
-    assert isinstance(model._poster.client()._client._transport, StdlibTransport)
+    assert isinstance(model._client()._client._transport, StdlibTransport)
     model.close()
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
     assert http_client(5.0) is None
     proxied = OpenAIChatModel("m", SecretStr(KEY), "https://api.example.invalid/v1")
-    client = proxied._poster.client()._client  # the openai client's own default: it routes through the proxy
+    client = proxied._client()._client  # the openai client's own default: it routes through the proxy
     assert not isinstance(client._transport, StdlibTransport)
     assert client._mounts
     proxied.close()

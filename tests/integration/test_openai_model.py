@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import random
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -22,7 +21,6 @@ from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import SessionState
 from vdoctor.memory.summarizer import ModelSummarizer
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
-from vdoctor.models.calls import SHARED
 from vdoctor.models.openai import BACKOFF_BASE_S, OpenAIChatModel, backoff_s
 from vdoctor.settings import load_settings
 
@@ -33,29 +31,15 @@ ALERT = 'alert\n```json alert\n{"dtc_codes": ["U0140"]}\n```'
 MESSAGES = [Message(role="system", content="diagnose"), Message(role="user", content=ALERT)]
 
 
-# Whether the models below send from a child process (``vdoctor.models.calls``): every test runs both ways.
-CHILD = False
-
-
-@pytest.fixture(autouse=True, params=[False, True], ids=["in-process", "child-process"])
-def poster(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(sys.modules[__name__], "CHILD", request.param)
-    yield
-    for child, _ in list(SHARED._children.values()):  # the children of models a test did not close
-        SHARED.release(child)
-
-
 @pytest.fixture
 def sleeps() -> list[float]:
     return []
 
 
-def make_model(
-    url: str, sleeps: list[float], attempts: int = 4, timeout_s: float = 5.0, child: bool | None = None
-) -> OpenAIChatModel:
+def make_model(url: str, sleeps: list[float], attempts: int = 4, timeout_s: float = 5.0) -> OpenAIChatModel:
     return OpenAIChatModel(
         "chat-test", SecretStr(KEY), url, timeout_s=timeout_s, max_attempts=attempts,
-        sleep=sleeps.append, rng=random.Random(7), child_process=CHILD if child is None else child,
+        sleep=sleeps.append, rng=random.Random(7),
     )  # fmt: skip
 
 
@@ -246,7 +230,7 @@ def test_endpoint_that_comes_back_during_the_retries_answers(sleeps: list[float]
             started.append(server)
 
     model = OpenAIChatModel("chat-test", SecretStr(KEY), url, timeout_s=5.0, max_attempts=4,
-                            sleep=sleep_then_start, rng=random.Random(7), child_process=CHILD)  # fmt: skip
+                            sleep=sleep_then_start, rng=random.Random(7))  # fmt: skip
     try:
         response = model.chat(MESSAGES, SPECS)
     finally:
@@ -321,14 +305,13 @@ def test_worker_threads_share_http_clients_a_few_threads_each(server: ModelServe
 
     from vdoctor.openai_clients import THREADS_PER_CLIENT
 
-    # In this process (a child's clients are its own): the constructor's thread takes the first client's first place.
-    model = make_model(server.base_url, sleeps, child=False)
+    model = make_model(server.base_url, sleeps)  # its constructor's thread takes the first client's first place
     used: dict[int, object] = {}
     workers = 3 * THREADS_PER_CLIENT
 
     def work(i: int) -> None:
         model.chat(MESSAGES, SPECS)
-        used[i] = model._poster.client()
+        used[i] = model._client()
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
     for t in threads:
@@ -337,7 +320,7 @@ def test_worker_threads_share_http_clients_a_few_threads_each(server: ModelServe
         t.join()
     assert len(used) == workers and server.stats["ok"] == workers
     # 1 + 24 threads at 8 per client: 4 clients, every one in use, none serving more than 8 threads.
-    assert model._poster.clients == 4
+    assert model._clients.size == 4
     per_client: dict[int, int] = {}
     for c in used.values():
         per_client[id(c)] = per_client.get(id(c), 0) + 1

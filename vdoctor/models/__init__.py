@@ -37,8 +37,6 @@ class ChatModelConfig:
     api_key: SecretStr | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    # A hosted model's requests go out from a child process, off the GIL the job's runs share (``calls.py``).
-    child_process: bool = False
 
     def __repr__(self) -> str:  # the key never shows
         return f"ChatModelConfig(model={self.model!r}, base_url={self.base_url!r})"
@@ -59,7 +57,6 @@ def _open_openai(config: ChatModelConfig, counter: TokenCounter) -> ChatModel:
         base_url=config.base_url,
         timeout_s=config.timeout_s,
         max_attempts=config.max_attempts,
-        child_process=config.child_process,
     )
 
 

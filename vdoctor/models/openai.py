@@ -20,11 +20,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import openai
 from pydantic import SecretStr
 
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
-from vdoctor.models.calls import CONNECTION, SHARED, TIMED_OUT, ChildPoster, ClientPoster, PostError
+from vdoctor.openai_clients import ThreadClients, http_client
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,6 @@ class OpenAIChatModel:
         max_attempts: int = 4,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
-        child_process: bool = False,
     ) -> None:
         if max_attempts < 1:
             raise ConfigError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -115,22 +115,23 @@ class OpenAIChatModel:
         self._secret = api_key.get_secret_value()
         self._sleep = sleep
         self._rng = rng or random.Random()
-        # The requests go out through the ``openai`` client, in this process or in a child process
-        # of its own, off the GIL the job's runs share (``calls.py``).
-        self._poster: ClientPoster | ChildPoster = (
-            SHARED.acquire(base_url, self._secret, timeout_s)
-            if child_process
-            else ClientPoster(base_url, self._secret, timeout_s)
+        # Retries are ours (counted, logged, jittered); the client must not add its own.
+        shared = http_client(timeout_s)
+        self._clients = ThreadClients(
+            lambda: openai.OpenAI(
+                api_key=self._secret, base_url=base_url, timeout=timeout_s, max_retries=0, http_client=shared
+            )
         )
+        self._client()  # a bad base URL fails here, not in the first run
+
+    def _client(self) -> openai.OpenAI:
+        return self._clients.get()
 
     def __repr__(self) -> str:  # the key must never show, not even in a debugger's repr
         return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
 
     def close(self) -> None:
-        if isinstance(self._poster, ChildPoster):
-            SHARED.release(self._poster)
-        else:
-            self._poster.close()
+        self._clients.close()
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._secret, _REDACTED) if self._secret else text
@@ -171,16 +172,16 @@ class OpenAIChatModel:
             # transformer and builds a pydantic model of the reply, ~0.6 ms of
             # CPU per call that 64 vehicles' runs sharing one interpreter
             # cannot afford. Errors, retries-off and timeouts are the same.
-            text = self._poster.post("/chat/completions", kwargs)
-        except PostError as e:
-            if e.kind == TIMED_OUT:
-                raise _Retryable(f"timed out after {self.timeout_s:g} s") from e
-            if e.kind == CONNECTION:
-                raise _Retryable(self._scrub(f"connection failed: {e}")) from e
+            text = self._client().post("/chat/completions", cast_to=str, body=kwargs)
+        except openai.APITimeoutError as e:
+            raise _Retryable(f"timed out after {self.timeout_s:g} s") from e
+        except openai.APIConnectionError as e:
+            raise _Retryable(self._scrub(f"connection failed: {e}")) from e
+        except openai.APIStatusError as e:
             detail = self._scrub(str(e))[:MAX_ERROR_DETAIL]
-            if e.status == 429 or e.status >= 500:
-                raise _Retryable(f"HTTP {e.status}: {detail}") from e
-            raise ModelError(f"chat model {self.name}: HTTP {e.status}, not retried: {detail}") from e
+            if e.status_code == 429 or e.status_code >= 500:
+                raise _Retryable(f"HTTP {e.status_code}: {detail}") from e
+            raise ModelError(f"chat model {self.name}: HTTP {e.status_code}, not retried: {detail}") from e
         try:
             reply = json.loads(text)
         except ValueError as e:
