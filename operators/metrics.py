@@ -129,6 +129,8 @@ class DiagnosisMetrics:
         # Recall and writes take about a millisecond on the embedded store: microseconds keep their spread.
         self.recall_latency = histogram(group, "recall_latency_us")
         self.l3_write_latency = histogram(group, "l3_write_latency_us")
+        # Embedding what is written, the wait for a model call shared with other runs included.
+        self.l3_embed_latency = histogram(group, "l3_embed_latency_us")
         self._in_flight, self._queued, self._summary_counts = in_flight, queued, summary_counts
         self.runs_in_flight = Level(counter("runs_in_flight"))
         self.runs_queued = Level(counter("runs_queued"))
@@ -163,5 +165,7 @@ class DiagnosisMetrics:
         if stats.write_ms is not None:
             self.l3_writes.inc()
             self.l3_write_latency.update(round(stats.write_ms * 1000))
+        if stats.embed_ms is not None:
+            self.l3_embed_latency.update(round(stats.embed_ms * 1000))
         if stats.write_failed:
             self.l3_write_failures.inc()

@@ -15,6 +15,7 @@ from vdoctor.agent.prompt import build_messages
 from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
 from vdoctor.embedders import Embedder, embedder_id
+from vdoctor.embedders.base import Vectors
 from vdoctor.errors import EventError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack
@@ -56,6 +57,8 @@ class RunStats:
     recalled_own: int = 0
     recalled_similar: int = 0
     write_ms: float | None = None  # None: this run wrote nothing to long-term memory
+    # Embedding what it wrote (a concluded case or a milestone), the wait for a shared model call included.
+    embed_ms: float | None = None
     write_failed: bool = False
 
 
@@ -307,6 +310,15 @@ class DiagnosisEngine:
         uri = evidence[0] if evidence else (f"dtc://{alert.dtc_codes[0]}" if alert.dtc_codes else "-")
         session.add_timeline(TimelineEntry(ts=alert.ts, event=event, conclusion=conclusion, evidence=uri))
 
+    def _embed_record(self, text: str, stats: RunStats) -> Vectors:
+        """The vector of a record to write, its time added to the run's ``embed_ms``."""
+        started = time.perf_counter()
+        try:
+            row: Vectors = self.embedder.embed([text])[0]
+            return row
+        finally:
+            stats.embed_ms = (stats.embed_ms or 0.0) + (time.perf_counter() - started) * 1000.0
+
     def _write_case(self, session: SessionState, working: WorkingMemory, stats: RunStats) -> list[str]:
         """Summarise, check, embed and upsert a concluded case. Returns output flags."""
         if session.l3_written or session.conclusion is None:
@@ -322,7 +334,7 @@ class DiagnosisEngine:
         c = session.conclusion
         # Embedded as what a later session finds it by: the symptom as reported, codes, cause, fix, the summary's words.
         text = dense_text(session.alert_text, c.codes, c.root_cause, c.fix_action, case.text)
-        vector = self.embedder.embed([text])[0]
+        vector = self._embed_record(text, stats)
         record = MemoryRecord(
             vin=session.vin,
             session_id=session.session_id,
@@ -381,7 +393,7 @@ class DiagnosisEngine:
             return []
         summary, omitted = milestone_summary(session, due, alert.ts)
         codes = list(session.codes)
-        vector = self.embedder.embed([dense_text(session.alert_text, codes, "", "", summary)])[0]
+        vector = self._embed_record(dense_text(session.alert_text, codes, "", "", summary), stats)
         record = MemoryRecord(
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),

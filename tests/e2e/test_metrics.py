@@ -39,7 +39,7 @@ COUNTERS = ["runs", "llm_calls", "tool_calls", "model_failures", "prompt_tokens"
             "recalled_own", "recalled_similar", "l3_writes", "l3_write_failures"]  # fmt: skip
 GAUGES = ["runs_in_flight", "runs_queued", "runs_per_second", "summaries_checked", "summaries_passed_first_time",
           "summaries_repaired", "summaries_retried", "summary_fidelity_failed"]  # fmt: skip
-HISTOGRAMS = ["model_latency_ms", "run_latency_ms", "recall_latency_us", "l3_write_latency_us"]
+HISTOGRAMS = ["model_latency_ms", "run_latency_ms", "recall_latency_us", "l3_write_latency_us", "l3_embed_latency_us"]
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 # A scrape before the endpoint is up, or while it goes away (a reply cut short: http.client.IncompleteRead).

@@ -388,11 +388,12 @@ def test_run_stats_report_recall_and_long_term_writes(harness: Harness) -> None:
     # Opening a session recalls (nothing yet); an investigating alert writes nothing.
     assert opened.stats.recall_ms is not None and opened.stats.recall_ms >= 0
     assert (opened.stats.recalled_own, opened.stats.recalled_similar) == (0, 0)
-    assert opened.stats.write_ms is None and not opened.stats.write_failed
+    assert opened.stats.write_ms is None and opened.stats.embed_ms is None and not opened.stats.write_failed
     concluded = harness.send(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
     # Same session: no recall; the conclusion is written once.
     assert concluded.stats.recall_ms is None
     assert concluded.stats.write_ms is not None and not concluded.stats.write_failed
+    assert concluded.stats.embed_ms is not None and concluded.stats.embed_ms > 0
     again = harness.send(alert("e-3", T0 + timedelta(days=3), signals={"cell_voltage_diff_mv": 187}))
     assert (again.stats.recalled_own, again.stats.recalled_similar) == (1, 0)  # the case of e-2
     assert harness.send(recheck("r-1", T0 + timedelta(days=4), SID_1)).stats.recall_ms is None
