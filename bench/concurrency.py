@@ -77,6 +77,11 @@ class Level:
     steady_runs_per_s: float = 0.0
     # Ratios of all trials of this level (the reported one is their median).
     trials: tuple[float, ...] = ()
+    # From the job's own metrics (the last 1,000 of each, at the last scrape), in ms: p50 and p95 of
+    # embedding what a concluding run writes (the wait for a shared model call included) and of the
+    # L3 write itself; empty where not scraped.
+    embed_ms: tuple[float, ...] = ()
+    write_ms: tuple[float, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -170,6 +175,38 @@ def steady_rate(samples: list[tuple[int, float]], total_calls: int) -> float:
     return 1000.0 / ms_per_run if ms_per_run > 0 else 0.0
 
 
+METRIC = "flink_taskmanager_job_task_operator_vdoctor_"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float, ...]]:
+    """p50 and p95 in ms of the job's microsecond histograms ``names`` (empty if the endpoint is not up)."""
+    import re
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
+    found: dict[str, tuple[float, ...]] = {}
+    for name in names:
+        quantile = {
+            q: float(v) / 1000.0
+            for q, v in re.findall(rf'^{METRIC}{name}{{[^}}]*quantile="([0-9.]+)"[^}}]*}} (\S+)$', text, re.M)
+        }
+        if "0.5" in quantile and "0.95" in quantile:
+            found[name] = (quantile["0.5"], quantile["0.95"])
+    return found
+
+
 def parse_level(text: str, default_latency_ms: float) -> tuple[int, float]:
     """``C@MS`` (or a bare ``C`` at the default latency) -> (concurrency, latency in ms)."""
     c, _, ms = text.partition("@")
@@ -187,13 +224,15 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, r
     alerts = out / "alerts.jsonl"
     events = write_alerts(alerts, vins)
     responder = TimedResponder()
+    metrics_port = free_port()
+    histograms: dict[str, tuple[float, ...]] = {}
     with ModelServer(ServerConfig(latency_ms=latency_ms), responder) as server:
         env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "bench-key-not-secret"}
         started = time.perf_counter()
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(out),
              "--memory", f"sqlite:///{out}/memory.db", "--model", "openai",
-             "--concurrency", str(concurrency),
+             "--concurrency", str(concurrency), "--metrics-port", str(metrics_port),
              *(["--rate", f"{rate_factor * bound:.1f}"] if rate_factor else [])],
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
@@ -209,6 +248,7 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, r
             if time.perf_counter() - last_print > 2.0:
                 last_print = time.perf_counter()
                 print(f"  c={concurrency}: {responder.calls}/{events * CALLS_PER_RUN} model calls", flush=True)
+                histograms |= scrape_quantiles(metrics_port, ("l3_embed_latency_us", "l3_write_latency_us"))
         stdout, stderr = proc.communicate()
         wall = time.perf_counter() - started
     if proc.returncode != 0:
@@ -221,7 +261,9 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, r
     return Level(concurrency, latency_ms, events, len(diagnoses) / span, bound, calls, wall,
                  cpu_ms_per_run(samples, events * CALLS_PER_RUN), os.getloadavg()[0],
                  cpu_ms_per_run(server_samples, events * CALLS_PER_RUN) / CALLS_PER_RUN,
-                 steady_rate(clock_samples, events * CALLS_PER_RUN))  # fmt: skip
+                 steady_rate(clock_samples, events * CALLS_PER_RUN),
+                 embed_ms=histograms.get("l3_embed_latency_us", ()),
+                 write_ms=histograms.get("l3_write_latency_us", ()))  # fmt: skip
 
 
 def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Path) -> Level:
@@ -316,9 +358,12 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
 def _row(lv: Level, name: str = "") -> str:
     steady = f"{lv.steady_runs_per_s / lv.bound:.2f}" if lv.steady_runs_per_s else "-"  # not measured
     server = f"{lv.server_ms_per_call:.2f}" if lv.server_ms_per_call else "-"  # the pool-only row's server is apart
+    embed = "/".join(f"{v:.0f}" for v in lv.embed_ms) or "-"  # the pool-only row has no metrics
+    write = "/".join(f"{v:.0f}" for v in lv.write_ms) or "-"
     return (
         f"{name or lv.label:>16} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} {lv.bound:>8.1f} "
         f"{lv.ratio:>6.2f} {lv.spread:>10} {steady:>6} {lv.cpu_ms_per_run:>11.1f} {server:>14} {lv.load_avg:>5.1f}"
+        f" {embed:>11} {write:>11}"
     )
 
 
@@ -360,11 +405,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.rate_factor:
         print(f"input streamed at {args.rate_factor:g} x the bound (events/s), not read all at once")
     print(f"{'level':>16} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'trials':>10} "
-          f"{'steady':>6} {'CPU ms/run':>11} {'server ms/call':>14} {'load':>5}")  # fmt: skip
+          f"{'steady':>6} {'CPU ms/run':>11} {'server ms/call':>14} {'load':>5} {'embed ms':>11} "
+          f"{'L3 write ms':>11}")  # fmt: skip
     print("'ratio': runs/s from the first call to the last reply, over the bound; 'steady': the same between 10% and"
           " 90% of the calls (start and drain left out)")  # fmt: skip
     print("'CPU ms/run': the job's process tree; 'server ms/call': the model server's CPU (this process), which"
           " shares the cores")  # fmt: skip
+    print("'embed ms', 'L3 write ms': p50/p95 from the job's metrics (last 1,000 writes): a concluding run embedding"
+          " its case (waits for shared model calls included), then writing it")  # fmt: skip
     for lv in levels:
         print(_row(lv))
     if pool_only is not None:
