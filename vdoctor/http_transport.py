@@ -41,7 +41,11 @@ _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
 
 
 class _Stale(Exception):
-    """A kept-alive connection turned out closed by the server."""
+    """A kept-alive connection turned out closed by the server (``error``: how)."""
+
+    def __init__(self, error: OSError | http.client.HTTPException) -> None:
+        super().__init__(repr(error))
+        self.error = error
 
 
 def _timeouts(request: httpx2.Request) -> tuple[float | None, float | None]:
@@ -96,10 +100,9 @@ class StdlibTransport(httpx2.BaseTransport):
                 self._pools.add(pool)
         return pool
 
-    def _open(self, request: httpx2.Request) -> http.client.HTTPConnection:
+    def _open(self, request: httpx2.Request, connect: float | None) -> http.client.HTTPConnection:
         url = request.url
         scheme, host, port = url.raw_scheme, url.host, url.port
-        connect, _ = _timeouts(request)
         if scheme == b"https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
                 host, port, timeout=connect, context=self._context()
@@ -118,31 +121,39 @@ class StdlibTransport(httpx2.BaseTransport):
             raise httpx2.ConnectError(f"connecting to {host}:{port}: {e}", request=request) from e
         return conn
 
-    def _drop(self, key: _Origin, conn: http.client.HTTPConnection) -> None:
-        self._pool().conns.pop(key, None)
-        conn.close()
-
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         if self._closed:
             raise httpx2.ConnectError("the transport is closed", request=request)
         url = request.url
         key = (url.raw_scheme, url.raw_host, url.port)
+        connect, read = _timeouts(request)
         pool = self._pool().conns
         conn = pool.get(key)
         if conn is not None:
             try:
-                return self._exchange(request, key, conn)
+                return self._exchange(request, read, pool, key, conn)
             except _Stale:
                 pass  # the server closed it while it was idle: once more, on a new connection
-        conn = pool[key] = self._open(request)
+        conn = pool[key] = self._open(request, connect)
         try:
-            return self._exchange(request, key, conn)
+            return self._exchange(request, read, pool, key, conn)
         except _Stale as e:
-            raise httpx2.ReadError(f"connection lost: {e.__cause__!r}", request=request) from e.__cause__
+            raise httpx2.ReadError(f"connection lost: {e.error!r}", request=request) from e.error
 
-    def _exchange(self, request: httpx2.Request, key: _Origin, conn: http.client.HTTPConnection) -> httpx2.Response:
-        """One request and its whole reply on ``conn``; the connection is dropped on any failure."""
-        _, read = _timeouts(request)
+    @staticmethod
+    def _exchange(
+        request: httpx2.Request,
+        read: float | None,
+        pool: dict[_Origin, http.client.HTTPConnection],
+        key: _Origin,
+        conn: http.client.HTTPConnection,
+    ) -> httpx2.Response:
+        """One request and its whole reply on ``conn`` (``pool[key]``), dropped from the pool on any failure."""
+
+        def drop() -> None:
+            pool.pop(key, None)
+            conn.close()
+
         try:
             if conn.sock is not None:
                 conn.sock.settimeout(read)
@@ -155,19 +166,19 @@ class StdlibTransport(httpx2.BaseTransport):
             reply = conn.getresponse()
             content = reply.read()
         except _STALE as e:
-            self._drop(key, conn)
-            raise _Stale from e
+            drop()
+            raise _Stale(e) from e
         except TimeoutError as e:
-            self._drop(key, conn)
+            drop()
             raise httpx2.ReadTimeout(f"timed out after {read} s: {e}", request=request) from e
         except http.client.HTTPException as e:
-            self._drop(key, conn)
+            drop()
             raise httpx2.RemoteProtocolError(f"bad reply: {e!r}", request=request) from e
         except OSError as e:
-            self._drop(key, conn)
+            drop()
             raise httpx2.ReadError(f"connection failed: {e!r}", request=request) from e
         if reply.will_close:
-            self._drop(key, conn)
+            drop()
         return httpx2.Response(
             status_code=reply.status,
             headers=reply.getheaders(),
