@@ -30,6 +30,7 @@ from pydantic import SecretStr
 from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors, embedder_id
 from vdoctor.embedders.batching import CoalescingEmbedder
 from vdoctor.embedders.cache import QueryCache
+from vdoctor.embedders.models import load_model
 from vdoctor.registry import Registry
 
 EmbedderName = Literal["use-m3", "e5-small", "hashing", "openai"]
@@ -61,15 +62,11 @@ def _open_hashing(config: EmbedderConfig) -> Embedder:
 
 
 def _open_use(config: EmbedderConfig) -> Embedder:
-    from vdoctor.embedders.use import UseEmbedder
-
-    return _model("use-m3", config, UseEmbedder)
+    return _model("use-m3", config, lambda: load_model("use-m3"))
 
 
 def _open_e5(config: EmbedderConfig) -> Embedder:
-    from vdoctor.embedders.e5 import E5Embedder
-
-    return _model("e5-small", config, E5Embedder)
+    return _model("e5-small", config, lambda: load_model("e5-small"))
 
 
 def _open_openai(config: EmbedderConfig) -> Embedder:

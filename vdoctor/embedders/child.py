@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 
@@ -168,22 +168,12 @@ class ChildProcessEmbedder:
             self._stop()
 
 
-def _load(model: str) -> Any:
-    if model == "use-m3":
-        from vdoctor.embedders.use import UseEmbedder
-
-        return UseEmbedder()
-    if model == "e5-small":
-        from vdoctor.embedders.e5 import E5Embedder
-
-        return E5Embedder()
-    raise ConfigError(f"no embedding child for {model!r}: use-m3 or e5-small")
-
-
 def serve(model: str, stdin: IO[bytes], stdout: IO[bytes]) -> None:
     """The child's loop: load the model, name it, then answer requests until the pipe closes."""
+    from vdoctor.embedders.models import load_model
+
     try:
-        embedder = _load(model)
+        embedder = load_model(model)
     except Exception as e:  # reported to the parent, which raises it
         message = f"{type(e).__name__}: {e}".encode()
         stdout.write(_HEADER.pack(1, len(message)) + message)
