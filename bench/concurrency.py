@@ -332,7 +332,7 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
     xs = list(range(len(levels)))
     ax.bar([x - 0.2 for x in xs], [lv.bound for lv in levels], 0.4, color="#bbbbbb", label="ideal c / (2 x latency)")
     bars = ax.bar([x + 0.2 for x in xs], [lv.runs_per_s for lv in levels], 0.4, color="#4477aa",
@@ -348,6 +348,20 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
     ax2.set_xticks(xs, [lv.label for lv in levels])
     ax2.set_ylabel("job CPU per run, ms (all threads, JVM included)")
     ax2.set_title("CPU per run")
+    # A concluding run's waits beside its time in the model (2 x latency), p50 with p95 as the error bar.
+    width = 0.27
+    for shift, name, values, color in ((-width, "case embedding", [lv.embed_ms for lv in levels], "#ddaa33"),
+                                       (0.0, "L3 write", [lv.write_ms for lv in levels], "#228833")):  # fmt: skip
+        p50 = [v[0] if v else 0.0 for v in values]
+        p95 = [v[1] - v[0] if v else 0.0 for v in values]
+        ax3.bar([x + shift for x in xs], p50, width, yerr=[[0.0] * len(xs), p95], capsize=3, color=color,
+                label=f"{name}, p50 (bar to p95)")  # fmt: skip
+    ax3.bar([x + width for x in xs], [2 * lv.latency_ms for lv in levels], width, color="#bbbbbb",
+            label="the run's 2 model calls")  # fmt: skip
+    ax3.set_xticks(xs, [lv.label for lv in levels])
+    ax3.set_ylabel("ms")
+    ax3.set_title("A concluding run's waits (job metrics)")
+    ax3.legend(fontsize=8, loc="upper left")
     if pool_only is not None:
         ax.annotate(f"engine + pool alone, {pool_only.label}: {pool_only.ratio:.2f} of the bound",
                     (0.01, 0.97), xycoords="axes fraction", fontsize=8, va="top")  # fmt: skip
