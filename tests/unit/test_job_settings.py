@@ -160,6 +160,9 @@ def test_domain_settings_pin_relative_sqlite_paths_and_take_overrides(tmp_path: 
     assert settings.memory.knowledge_url == "memory://" and settings.runtime.concurrency == 3
     off = js.domain_settings(args, env={}, memory_enabled=False)
     assert off.memory.enabled is False and off.memory.url == settings.memory.url
+    # The store's option stays after the pinned path.
+    full = js.domain_settings(_replay_args(tmp_path, "--memory", "sqlite:///rel/memory.db?synchronous=full"), env={})
+    assert full.memory.url == "sqlite:///" + str(Path("rel/memory.db").resolve()) + "?synchronous=full"
 
 
 @pytest.mark.parametrize(
