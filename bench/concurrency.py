@@ -48,6 +48,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.procstat import tree_cpu_s  # noqa: E402
+from devtools.browser import free_port  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 
@@ -176,14 +177,6 @@ def steady_rate(samples: list[tuple[int, float]], total_calls: int) -> float:
 
 
 METRIC = "flink_taskmanager_job_task_operator_vdoctor_"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float, ...]]:

@@ -158,7 +158,8 @@ class SqliteStore:
             raise StoreError(
                 f"sqlite store {path}: synchronous must be one of {', '.join(SYNCHRONOUS)}, not {synchronous!r}"
             )
-        self._synchronous = synchronous
+        # An in-memory database has no disk to sync.
+        self._synchronous = "full" if path == ":memory:" else synchronous
         self._synced_at = time.monotonic()
         if read_only and (path == ":memory:" or not Path(path).is_file()):
             raise StoreError(f"cannot open the sqlite store at {path} read-only: no such file")
@@ -246,8 +247,10 @@ class SqliteStore:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
 
     @contextmanager
-    def _writing(self) -> Iterator[sqlite3.Connection]:
-        """The write connection, under the write lock, for one transaction.
+    def _writing(self, begin: bool = True) -> Iterator[sqlite3.Connection]:
+        """The write connection, under the write lock, in one transaction (committed, or rolled back on an error).
+
+        ``begin=False`` for a single statement, which SQLite commits by itself.
 
         In WAL mode with synchronous=NORMAL a commit does not wait for the
         disk (the WAL is synced at SQLite's own checkpoints): ~0.03 ms a
@@ -265,7 +268,16 @@ class SqliteStore:
             if sync:
                 self._conn.execute("PRAGMA synchronous = FULL")
             try:
-                yield self._conn
+                if not begin:
+                    yield self._conn
+                    return
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
             finally:
                 if sync:
                     self._conn.execute("PRAGMA synchronous = NORMAL")
@@ -280,17 +292,8 @@ class SqliteStore:
         (begin, seq, upsert, commit) held the lock about four times as long.
         """
         try:
-            with self._writing() as conn:
-                if len(rows) == 1:
-                    return int(conn.execute(sql, rows[0]).rowcount)
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    changed = sum(conn.execute(sql, params).rowcount for params in rows)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                return changed
+            with self._writing(begin=len(rows) > 1) as conn:
+                return sum(int(conn.execute(sql, params).rowcount) for params in rows)
         except sqlite3.Error as e:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
 
@@ -517,21 +520,15 @@ class SqliteStore:
         )
         try:
             with self._writing() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    done = 0
-                    for version, vector in rows:
-                        params = (
-                            np.asarray(vector, dtype=np.float32).tobytes(), embedder, version.vin,
-                            version.session_id, epoch(version.version_from), version.embedder,
-                        )  # fmt: skip
-                        if version.archived:
-                            conn.execute(bump)
-                        done += conn.execute(set_archived if version.archived else set_current, params).rowcount
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+                done = 0
+                for version, vector in rows:
+                    params = (
+                        np.asarray(vector, dtype=np.float32).tobytes(), embedder, version.vin,
+                        version.session_id, epoch(version.version_from), version.embedder,
+                    )  # fmt: skip
+                    if version.archived:
+                        conn.execute(bump)
+                    done += conn.execute(set_archived if version.archived else set_current, params).rowcount
                 return done
         except sqlite3.Error as e:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
