@@ -107,7 +107,6 @@ class ReplayOrder:
             return True
         return f.kind == "alert" and (not self._store_was_empty or f.vin in self._rechecked)
 
-
     def scopes(self, item: Item) -> tuple[frozenset[str] | None, frozenset[str] | None]:
         """(The series a session opened by this alert recalls, the series whose cases this event may change).
 

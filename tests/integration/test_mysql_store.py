@@ -191,7 +191,8 @@ def test_retokenize_rewrites_the_tokens_an_older_tokeniser_wrote_in_both_tables(
     try:
         for table in ("case_memory", "case_history"):
             rows = store.query(f"SELECT search_tokens FROM {table}")
-            assert len(rows) == (4 if table == "case_memory" else 5) and all("balanc " in t and "balance" not in t for (t,) in rows), table
+            assert len(rows) == (4 if table == "case_memory" else 5), table
+            assert all("balanc " in t and "balance" not in t for (t,) in rows), table
     finally:
         store.close()
     assert main(["memory", "retokenize", "--memory", url, "--batch", "3"]) == 0

@@ -41,9 +41,7 @@ class InMemoryKnowledgeStore:
 
     def lexical(self, text: str, k: int, scope: str | None, version: str | None) -> list[Hit]:
         with self._lock:
-            rows = sorted(
-                (c for c, _ in self._rows.values() if _matches(c, scope, version)), key=lambda c: c.chunk_id
-            )
+            rows = sorted((c for c, _ in self._rows.values() if _matches(c, scope, version)), key=lambda c: c.chunk_id)
         terms = query_terms(text)
         if not rows or not terms:
             return []
