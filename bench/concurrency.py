@@ -43,6 +43,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
@@ -292,7 +293,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
         model = OpenAIChatModel("bench", SecretStr("bench-key-not-secret"), url)
         engine = DiagnosisEngine(open_store(f"sqlite:///{out / 'memory.db'}"), model, HashingEmbedder(), load_pack())
 
-        def step(key: str, carry: tuple, item: tuple[object, str]) -> tuple[tuple, int]:
+        def step(key: str, carry: tuple[Any, Any], item: tuple[object, str]) -> tuple[tuple[Any, Any], int]:
             result = engine.on_event(carry[0], carry[1], item[0], item[1])  # type: ignore[arg-type]
             return (result.session, result.dedup), sum(d.llm_calls for d in result.diagnoses)
 
