@@ -208,9 +208,9 @@ def test_the_longest_waiter_calls_the_model_next() -> None:
         first = pool.submit(shared.embed, ["a"])
         wait_until(lambda: len(model.gates) == 1)  # "a" is in the model
         query = pool.submit(shared.embed_queries, ["b"])
-        wait_until(lambda: len(shared._pending) == 1)
+        wait_until(lambda: shared.waiting == 1)
         stored = pool.submit(shared.embed, ["c"])
-        wait_until(lambda: len(shared._pending) == 2)
+        wait_until(lambda: shared.waiting == 2)
         model.gates[0].set()
         # "b" waited longest: it goes next, though "c" is of the finished call's kind.
         wait_until(lambda: len(model.gates) == 2)

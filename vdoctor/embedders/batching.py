@@ -5,53 +5,29 @@ threads, and a model embeds one call at a time (``use.py``). A numpy model
 spends most of a short text's time streaming its weight matrices, once per
 call whatever the number of texts in it: on USE-m3 (``bench/embed_batching.py``) a
 batch costs far less CPU per text than the same texts one call each. So
-instead of queueing for the model one by one, callers leave their texts here:
-
-- a caller that finds the model idle embeds at once, with whatever other
-  callers left waiting (alone: exactly the call it would have made);
-- a caller that finds the model busy waits; when the call in progress ends,
-  one of the waiting callers embeds every waiting caller's texts in one call
-  (up to ``MAX_BATCH`` texts) and hands each caller its rows.
-
-A finished call wakes only the callers it served and the caller that waited
-longest (the next to call the model), each on a condition of its own: with
-hundreds of runs in flight sharing one interpreter, waking every waiter on
-every call made each of them win the GIL again only to wait on.
-
-Nothing waits for a batch to fill: a batch is whatever queued while the model
-was busy, so an idle job embeds with no added delay, and a loaded one in
-larger batches. Stored texts (``embed``) and queries (``embed_queries``) go in
-separate model calls, since some models embed the two differently (e5's
-prefixes). A model error reaches every caller whose texts were in that call.
+instead of queueing for the model one by one, callers leave their texts with
+a ``vdoctor.combining.Combiner``: a caller that finds the model idle embeds
+at once, with whatever other callers left waiting; one that finds it busy
+waits, and is served by the next call (up to ``MAX_BATCH`` texts). Nothing
+waits for a batch to fill. Stored texts (``embed``) and queries
+(``embed_queries``) go in separate model calls, since some models embed the
+two differently (e5's prefixes). A model error reaches every caller whose
+texts were in that call.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
 
+from vdoctor.combining import Combiner
 from vdoctor.embedders.base import Embedder, Vectors
 
 # Texts per model call at most: a caller never waits behind more than this.
 MAX_BATCH = 64
 
 Kind = Literal["embed", "embed_queries"]
-
-
-@dataclass(eq=False)  # requests are told apart by identity
-class _Request:
-    kind: Kind
-    texts: list[str]
-    wake: threading.Condition
-    rows: Vectors | None = None
-    error: BaseException | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.rows is not None or self.error is not None
 
 
 class CoalescingEmbedder:
@@ -62,12 +38,22 @@ class CoalescingEmbedder:
         self.name = model.name
         self.dim = model.dim
         self.max_batch = max_batch
-        # Model calls made, and texts they embedded (``texts / calls`` is the mean batch).
-        self.calls = 0
-        self.texts = 0
-        self._pending: list[_Request] = []
-        self._busy = False
-        self._lock = threading.Lock()
+        self._calls: Combiner[list[str], Vectors] = Combiner(self._run, max_batch)
+
+    @property
+    def calls(self) -> int:
+        """Model calls made."""
+        return self._calls.calls
+
+    @property
+    def texts(self) -> int:
+        """Texts those calls embedded (``texts / calls`` is the mean batch)."""
+        return self._calls.size
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for the model."""
+        return self._calls.waiting
 
     def embed(self, texts: list[str]) -> Vectors:
         return self._submit("embed", texts)
@@ -78,57 +64,17 @@ class CoalescingEmbedder:
     def _submit(self, kind: Kind, texts: list[str]) -> Vectors:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        request = _Request(kind, list(texts), threading.Condition(self._lock))
-        with self._lock:
-            self._pending.append(request)
-            while not request.done:
-                if self._busy:
-                    request.wake.wait()
-                    continue
-                # The model is idle: this caller embeds its own texts and what else waits.
-                batch = self._take(request)
-                self._busy = True
-                self._lock.release()
-                try:
-                    self._run(batch)
-                finally:
-                    self._lock.acquire()
-                    self._busy = False
-                    for served in batch:
-                        served.wake.notify()
-                    if self._pending:
-                        self._pending[0].wake.notify()  # the longest waiter calls the model next
-        if request.error is not None:
-            raise request.error
-        return cast(Vectors, request.rows)  # done without an error: rows are set
+        return self._calls.submit(kind, list(texts), size=len(texts))
 
-    def _take(self, first: _Request) -> list[_Request]:
-        """The waiting requests of ``first``'s kind, ``first`` first, up to ``max_batch`` texts (``first`` always)."""
-        batch, size = [first], len(first.texts)
-        for request in self._pending:
-            if request is first or request.kind != first.kind or size + len(request.texts) > self.max_batch:
-                continue
-            batch.append(request)
-            size += len(request.texts)
-        self._pending = [r for r in self._pending if r not in batch]
-        return batch
-
-    def _run(self, batch: list[_Request]) -> None:
-        """One model call for the batch; each request gets its rows, or the call's error."""
-        texts = [text for request in batch for text in request.texts]
-        try:
-            rows = self.model.embed(texts) if batch[0].kind == "embed" else self.model.embed_queries(texts)
-        except BaseException as e:
-            for request in batch:
-                request.error = e
-            return
-        self.calls += 1
-        self.texts += len(texts)
-        if len(batch) == 1:
-            batch[0].rows = rows
-            return
-        start = 0
-        for request in batch:
+    def _run(self, kind: object, requests: list[list[str]]) -> list[Vectors]:
+        """One model call for every request's texts; each request gets its rows."""
+        texts = [text for request in requests for text in request]
+        rows = self.model.embed(texts) if kind == "embed" else self.model.embed_queries(texts)
+        if len(requests) == 1:
+            return [rows]
+        out, start = [], 0
+        for request in requests:
             # A copy, not a view: a caller keeping its rows must not keep the whole batch alive.
-            request.rows = rows[start : start + len(request.texts)].copy()
-            start += len(request.texts)
+            out.append(rows[start : start + len(request)].copy())
+            start += len(request)
+        return out
