@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vdoctor.combining import Combiner
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord, utc_now
 from vdoctor.retrieval.text import dense_text
@@ -71,12 +72,27 @@ _COLUMNS = RECORD_COLUMNS
 # Upsert in place (keeps the rowid, which names the row in the vector index).
 # A record that concludes later than the stored version started moves the
 # version's start forward, and the archive trigger keeps the version it replaces.
-_UPSERT = (
-    f"INSERT INTO case_memory ({_COLUMNS}, search_tokens, version_from, seq) "
-    f"VALUES ({', '.join('?' * len(RECORD_FIELDS))}, ?, ?, {NEXT_SEQ}) ON CONFLICT (vin, session_id) DO UPDATE SET "
+_UPSERT_HEAD = f"INSERT INTO case_memory ({_COLUMNS}, search_tokens, version_from, seq) VALUES "
+_UPSERT_VALUES = ", ".join("?" * (len(RECORD_FIELDS) + 2))
+_UPSERT_TAIL = (
+    " ON CONFLICT (vin, session_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in [*RECORD_FIELDS[2:], "search_tokens", "seq"])
     + ", version_from = MAX(case_memory.version_from, excluded.version_from)"
 )
+_UPSERT = f"{_UPSERT_HEAD}({_UPSERT_VALUES}, {NEXT_SEQ}){_UPSERT_TAIL}"
+# Upserts of concurrent callers combined into one statement (``SqliteStore._upsert_batch``). The k-th
+# row's change seq is the stored one plus k: whether SQLite reads the stored seq once for the statement
+# or again for each row (after the trigger moved it for the rows before), every row gets a seq of its
+# own, above every earlier one, and the trigger leaves the highest stored.
+# Rows one combined upsert writes at most (~25 parameters a row, far under SQLite's 32,766).
+MAX_COMBINED_ROWS = 64
+
+
+def _combined_upsert(rows: int) -> str:
+    values = (f"({_UPSERT_VALUES}, {NEXT_SEQ.replace('+ 1', f'+ {k}')})" for k in range(1, rows + 1))
+    return _UPSERT_HEAD + ", ".join(values) + _UPSERT_TAIL
+
+
 # A recheck (``base.recheck_write`` in SQL; every right-hand side reads the old row):
 # a first verdict sets it at its time, the same verdict again changes nothing,
 # an overturned verdict starts a new version (the trigger archives the old one).
@@ -200,6 +216,8 @@ class SqliteStore:
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._search_threads: ThreadPoolExecutor | None = None
+        # Concurrent upserts share statements (``_upsert_batch``).
+        self._upserts: Combiner[list[tuple[object, ...]], None] = Combiner(self._upsert_batch, MAX_COMBINED_ROWS)
 
     def _connect(self) -> sqlite3.Connection:
         """A connection for reads: read-only (``mode=ro``) when the store is."""
@@ -302,7 +320,35 @@ class SqliteStore:
 
     def upsert_many(self, records: list[MemoryRecord]) -> None:
         if records:
-            self._write(_UPSERT, [(*to_row(r, self._no_priority), epoch(r.concluded_at)) for r in records])
+            rows = [(*to_row(r, self._no_priority), epoch(r.concluded_at)) for r in records]
+            self._upserts.submit("upsert", rows, size=len(rows))
+
+    def _upsert_batch(self, _kind: object, requests: list[list[tuple[object, ...]]]) -> list[Exception | None]:
+        """Write the upserts of callers that waited together; one result per caller (None, or its error).
+
+        With hundreds of runs in flight, concluded cases arrive together, and
+        one statement a case made the writer win the GIL back once per case
+        while holding the write lock, with every other writer queued behind
+        it: their rows are one statement here. A combined statement that fails
+        (a bad row) must not fail the other callers' rows: each caller's rows
+        are then written on their own, and only the bad one's caller gets the error.
+        """
+        rows = [row for request in requests for row in request]
+        if len(requests) > 1 and len({(row[0], row[1]) for row in rows}) == len(rows):
+            try:
+                with self._writing(begin=False) as conn:
+                    conn.execute(_combined_upsert(len(rows)), [value for row in rows for value in row])
+                return [None] * len(requests)
+            except Exception as e:  # noqa: BLE001 - retried per caller below, where the error reaches its caller
+                log.debug("combined upsert of %d rows failed, writing them per caller: %s", len(rows), e)
+        results: list[Exception | None] = []
+        for request in requests:
+            try:
+                self._write(_UPSERT, request)
+                results.append(None)
+            except Exception as e:  # noqa: BLE001 - the caller's own error, raised in its thread
+                results.append(e)
+        return results
 
     def get(self, vin: str, session_id: str) -> MemoryRecord | None:
         rows = self._query(f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND session_id = ?", (vin, session_id))
