@@ -197,10 +197,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vd-store-writes-") as tmp:
         # Untimed: the first store of a process pays for imports and first statements.
         for mode in MODES:
-            run_level(1, mode, batch[:64], 0, Path(tmp) / "warm-up")
-        for threads in args.threads:
-            # The modes alternate within a level, so both see the same machine.
-            for mode in MODES:
+            run_level(1, mode, batch[:512], 0, Path(tmp) / "warm-up")
+        for i, threads in enumerate(args.threads):
+            # Both modes within a level, so both see the same machine; which goes first alternates by level.
+            for mode in MODES if i % 2 == 0 else MODES[::-1]:
                 print(f"{threads} writer threads, {mode}: {args.writes} upserts ...", flush=True)
                 levels.append(run_level(threads, mode, batch, args.busy, Path(tmp)))
     load = os.getloadavg()[0]
@@ -210,8 +210,9 @@ def main() -> None:
     )
     print(f"{'writers':>8} {'mode':>10} {'upserts/s':>10} {'p50 ms':>8} {'p95 ms':>8} {'CPU ms/write':>13} "
           f"{'rows/call':>10} {'combined / one each':>20}")  # fmt: skip
-    for lv in levels:
-        other = next(o for o in levels if o.threads == lv.threads and o.mode == "one each")
+    for i, lv in enumerate(levels):
+        pair = levels[i - i % 2 : i - i % 2 + 2]  # the level's two modes, run one after the other
+        other = next(o for o in pair if o.mode == "one each")
         ratio = f"{lv.writes_per_s / other.writes_per_s:.2f}x" if lv.mode == "combined" else ""
         per_call = f"{lv.writes / lv.calls:.1f}" if lv.calls else "1"
         print(f"{lv.threads:>8} {lv.mode:>10} {lv.writes_per_s:>10.0f} {lv.p50_ms:>8.2f} {lv.p95_ms:>8.2f} "
