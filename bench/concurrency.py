@@ -51,6 +51,7 @@ sys.path.insert(0, str(REPO_ROOT))
 from bench.procstat import tree_cpu_s  # noqa: E402
 from devtools.browser import free_port  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
+from devtools.prometheus import UNREACHABLE, scrape  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 
 # Exactly 2 calls per run with the offline decision: U0140 is confirmed by
@@ -182,20 +183,13 @@ METRIC = "flink_taskmanager_job_task_operator_vdoctor_"
 
 def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float, ...]]:
     """p50 and p95 in ms of the job's microsecond histograms ``names`` (empty if the endpoint is not up)."""
-    import re
-    import urllib.request
-
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
-            text = resp.read().decode()
-    except OSError:
+        samples = scrape(port, timeout_s=2.0)
+    except UNREACHABLE:
         return {}
     found: dict[str, tuple[float, ...]] = {}
     for name in names:
-        quantile = {
-            q: float(v) / 1000.0
-            for q, v in re.findall(rf'^{METRIC}{name}{{[^}}]*quantile="([0-9.]+)"[^}}]*}} (\S+)$', text, re.M)
-        }
+        quantile = {labels.get("quantile"): value / 1000.0 for labels, value in samples.get(METRIC + name, [])}
         if "0.5" in quantile and "0.95" in quantile:
             found[name] = (quantile["0.5"], quantile["0.95"])
     return found

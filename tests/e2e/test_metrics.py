@@ -9,7 +9,6 @@ of docker/grafana/dashboards/vdoctor.json names must be one the job exports.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -17,11 +16,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from devtools.prometheus import UNREACHABLE, scrape
 from tests.conftest import REPO_ROOT
 from tests.services.kafka_flink import free_port
 from vdoctor.errors import EventError
@@ -40,23 +39,6 @@ COUNTERS = ["runs", "llm_calls", "tool_calls", "model_failures", "prompt_tokens"
 GAUGES = ["runs_in_flight", "runs_queued", "runs_per_second", "summaries_checked", "summaries_passed_first_time",
           "summaries_repaired", "summaries_retried", "summary_fidelity_failed"]  # fmt: skip
 HISTOGRAMS = ["model_latency_ms", "run_latency_ms", "recall_latency_us", "l3_write_latency_us", "l3_embed_latency_us"]
-SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-LABEL = re.compile(r'(\w+)="([^"]*)"')
-# A scrape before the endpoint is up, or while it goes away (a reply cut short: http.client.IncompleteRead).
-UNREACHABLE = (OSError, http.client.HTTPException)
-
-
-def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Every sample of the endpoint, by metric name: [(labels, value)]."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
-    samples: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for line in text.splitlines():
-        found = SAMPLE.match(line)
-        if found:
-            labels = dict(LABEL.findall(found.group(2) or ""))
-            samples.setdefault(found.group(1), []).append((labels, float(found.group(3))))
-    return samples
 
 
 def scrape_until_done(port: int, job: subprocess.Popen[bytes]) -> None:
@@ -113,9 +95,16 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[di
     lines = [
         "{not json",  # parse
         json.dumps({"type": "alert", "vin": "TOO-SHORT"}),  # validate
-        json.dumps({"type": "recheck", "event_id": "r-x", "vin": "LSVAU2180N2183294",  # process: unknown session
-                    "session_id": "LSVAU2180N2183294-20200101T000000", "ts": "2026-09-01T00:00:00Z",
-                    "recheck_ok": True}),
+        json.dumps(
+            {
+                "type": "recheck",
+                "event_id": "r-x",
+                "vin": "LSVAU2180N2183294",  # process: unknown session
+                "session_id": "LSVAU2180N2183294-20200101T000000",
+                "ts": "2026-09-01T00:00:00Z",
+                "recheck_ok": True,
+            }
+        ),
         *valid_demo_lines(400),
     ]
     alerts = work / "alerts.jsonl"
