@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.conftest import wait_until
 from vdoctor.combining import Combiner
 
 pytestmark = pytest.mark.unit
@@ -31,13 +32,6 @@ class GatedRun:
         if self.raise_call:
             raise RuntimeError("the whole call failed")
         return [ValueError(f"bad item {i}") if i in self.fail_items else 2 * i for i in items]
-
-
-def wait_until(check: object, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_a_lone_caller_runs_its_own_request_at_once() -> None:

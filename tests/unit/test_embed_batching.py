@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from tests.conftest import wait_until
 from vdoctor.assembly import embedder as embedder_from
 from vdoctor.embedders import EmbedderConfig, open_embedder
 from vdoctor.embedders.batching import CoalescingEmbedder
@@ -192,13 +193,6 @@ class GatedModel(SlowModel):
             self.gates.append(gate)
         assert gate.wait(10), "the test never let the call finish"
         return super()._call(kind, texts)
-
-
-def wait_until(check: object, timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
 
 
 def test_the_longest_waiter_calls_the_model_next() -> None:

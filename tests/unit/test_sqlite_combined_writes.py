@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import wait_until
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import SimilarQuery
@@ -33,13 +33,6 @@ def rec(i: int, concluded_at: datetime = T0, summary: str = "") -> MemoryRecord:
     )  # fmt: skip
 
 
-def wait_until(check: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
 def upsert_together(store: SqliteStore, records: list[MemoryRecord]) -> list[Future[None]]:
     """Upsert each record from its own thread while the write lock is held: the first record's caller
     writes alone (it waits for the lock), the others wait together and are written by the next call.
@@ -47,9 +40,11 @@ def upsert_together(store: SqliteStore, records: list[MemoryRecord]) -> list[Fut
     pool = ThreadPoolExecutor(len(records))
     with store._lock:
         futures = [pool.submit(store.upsert, records[0])]
-        wait_until(lambda: store._upserts._busy)  # the first caller holds the call, waiting for the lock
+        wait_until(
+            lambda: store._upserts._busy, timeout_s=10.0
+        )  # the first caller holds the call, waiting for the lock
         futures += [pool.submit(store.upsert, r) for r in records[1:]]
-        wait_until(lambda: store._upserts.waiting == len(records) - 1)
+        wait_until(lambda: store._upserts.waiting == len(records) - 1, timeout_s=10.0)
     pool.shutdown(wait=True)
     return futures
 
