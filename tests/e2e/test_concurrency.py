@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.browser import free_port
 from devtools.model_server import ModelServer, ServerConfig
 from tests.conftest import REPO_ROOT
 
@@ -230,14 +231,6 @@ def test_runs_in_flight_at_a_checkpoint_restart_at_once_after_a_restore(tmp_path
     second = diagnoses(tmp_path / "out2")
     assert {d["vin"] for d in second} >= group_a
     assert len({d["event_id"] for d in second}) == len(second)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get_json(url: str) -> object:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.browser import free_port
 from devtools.prometheus import UNREACHABLE, scrape
 from tests.conftest import REPO_ROOT
-from tests.services.kafka_flink import free_port
 from vdoctor.errors import EventError
 from vdoctor.events import parse_event
 

@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
+from devtools.browser import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SERVICES = REPO_ROOT / ".services"
 KAFKA_LIB = SERVICES / "kafka" / "lib"
@@ -29,12 +31,6 @@ FLINK_START_TIMEOUT_S = 120
 
 class ServiceError(RuntimeError):
     """A test service could not start; the message says why and how to install it."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _port_open(port: int) -> bool:

@@ -12,6 +12,7 @@ applied again.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import sqlite3
@@ -49,6 +50,7 @@ from vdoctor.stores.sqlite_schema import (
     RECORD_FIELDS,
     SCHEMA_VERSION,
     migrate,
+    next_seq,
     no_priority_marker,
 )
 from vdoctor.stores.vecindex import PARALLEL_MIN_ROWS, SeriesVectorIndex
@@ -88,8 +90,10 @@ _UPSERT = f"{_UPSERT_HEAD}({_UPSERT_VALUES}, {NEXT_SEQ}){_UPSERT_TAIL}"
 MAX_COMBINED_ROWS = 64
 
 
+@functools.lru_cache(maxsize=MAX_COMBINED_ROWS)
 def _combined_upsert(rows: int) -> str:
-    values = (f"({_UPSERT_VALUES}, {NEXT_SEQ.replace('+ 1', f'+ {k}')})" for k in range(1, rows + 1))
+    """The statement upserting ``rows`` rows (built once per size)."""
+    values = (f"({_UPSERT_VALUES}, {next_seq(k)})" for k in range(1, rows + 1))
     return _UPSERT_HEAD + ", ".join(values) + _UPSERT_TAIL
 
 

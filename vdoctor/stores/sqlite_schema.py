@@ -143,10 +143,16 @@ UPDATE case_memory SET
 WHERE version_from IS NULL
 """
 
+
 # Every statement that changes a row stamps it with the next change seq, and
 # the trigger moves vd_meta's seq along, in the statement's own transaction:
 # a one-record write is a single statement (``SqliteStore._write``).
-NEXT_SEQ = "(SELECT CAST(value AS INTEGER) + 1 FROM vd_meta WHERE key = 'seq')"
+def next_seq(step: int = 1) -> str:
+    """The stored change seq plus ``step``, as a scalar subquery (a combined write's k-th row takes k)."""
+    return f"(SELECT CAST(value AS INTEGER) + {int(step)} FROM vd_meta WHERE key = 'seq')"
+
+
+NEXT_SEQ = next_seq()
 _TRIGGERS = [
     "CREATE INDEX IF NOT EXISTS idx_seq ON case_memory (seq)",
     *(
