@@ -337,6 +337,53 @@ def test_recall_sees_every_change_to_a_row_it_decoded_before(tmp_path: Path) -> 
     other.close()
 
 
+def test_rows_decoded_before_are_not_read_again(tmp_path: Path) -> None:
+    """A recall first reads which rows pass and their change seqs; only rows not decoded at that seq are
+    read whole (their vectors and texts were most of a recall's reading)."""
+    store = SqliteStore(str(tmp_path / "m.db"))
+    store.upsert_many([rec(i, [1.0, i / 10]) for i in range(6)])
+    whole: list[str] = []
+    run = store._query
+
+    def seen(sql: str, params: Any = ()) -> Any:
+        if "summary_vec" in sql and "rowid IN" in sql:
+            whole.append(json.loads(params["ids"]) if isinstance(params, dict) else sql)
+        return run(sql, params)
+
+    store._query = seen  # type: ignore[method-assign]
+    first = [(s.record.vin, s.score) for s in store.similar(q([1.0, 0.0]))]
+    assert len(first) == 6 and len(whole) == 1 and len(whole[0]) == 6
+    assert [(s.record.vin, s.score) for s in store.similar(q([1.0, 0.0]))] == first
+    assert len(whole) == 1  # the second recall read no row whole
+    store.upsert(rec(2, [1.0, 0.2], summary="rewritten"))
+    got = {s.record.vin[-1]: s.record.summary for s in store.similar(q([1.0, 0.0]))}
+    assert got["2"] == "rewritten" and len(whole) == 2 and len(whole[1]) == 1  # only the changed row
+    store.close()
+
+
+def test_a_row_changed_between_the_two_reads_is_taken_as_it_is_now(tmp_path: Path) -> None:
+    """Another writer changes rows after the recall read their seqs and before it reads them whole: the
+    rewritten row is returned as rewritten, the one invalidated in between not at all."""
+    path = str(tmp_path / "m.db")
+    store, other = SqliteStore(path), SqliteStore(path)
+    store.upsert_many([rec(1, [1.0, 0.0]), rec(2, [0.8, 0.6]), rec(3, [0.6, 0.8])])
+    run = store._query
+
+    def racing(sql: str, params: Any = ()) -> Any:
+        rows = run(sql, params)
+        if sql.startswith("SELECT rowid, seq FROM case_memory"):
+            store._query = run  # type: ignore[method-assign]
+            other.upsert(rec(1, [1.0, 0.0], summary="rewritten meanwhile"))
+            other.soft_delete(rec(3, [1.0]).vin, NOW - timedelta(days=1))
+        return rows
+
+    store._query = racing  # type: ignore[method-assign]
+    got = {s.record.vin[-1]: s.record.summary for s in store.similar(q([1.0, 0.0]))}
+    assert got == {"1": "rewritten meanwhile", "2": "case 2"}
+    store.close()
+    other.close()
+
+
 def test_decoded_records_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sqlite_store, "DECODED_ROWS", 4)
     store = SqliteStore(str(tmp_path / "m.db"))

@@ -429,22 +429,35 @@ class SqliteStore:
         ):
             if not ids:
                 continue
-            rows = self._query(
-                # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
-                # The ids travel as one JSON parameter, so the statement's text never changes: every
-                # distinct text is a prepared statement that each thread's connection caches (128 of
-                # them): with the ids written into the SQL, sqlite's own memory grew by 116 MB between
-                # events 4,000 and 14,053 of a 4,000-vehicle fleet at 64 threads (bench/engine_memory.py).
-                f"SELECT rowid, seq, {select} FROM {table} NOT INDEXED "
-                f"WHERE rowid IN (SELECT value FROM json_each(:ids)) {where}{as_of}",
-                {**params, "ids": json.dumps(sorted(ids))},
-            )
-            for row in rows:
-                key = sign * as_int(row[0])
-                record = self._decoded.record(key, as_int(row[1]), row[2:]).as_of(query.as_of)
-                if query.admits(record):
-                    found[key] = record
+            # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
+            # The ids travel as one JSON parameter, so the statement's text never changes: every
+            # distinct text is a prepared statement that each thread's connection caches (128 of
+            # them): with the ids written into the SQL, sqlite's own memory grew by 116 MB between
+            # events 4,000 and 14,053 of a 4,000-vehicle fleet at 64 threads (bench/engine_memory.py).
+            rows_of = f"FROM {table} NOT INDEXED WHERE rowid IN (SELECT value FROM json_each(:ids)) {where}{as_of}"
+            # First which rows pass, and their change seqs: a row decoded before at the same seq is
+            # not read again (its vector and texts were most of the time the read took).
+            unread = []
+            for rowid, seq in self._query(f"SELECT rowid, seq {rows_of}", {**params, "ids": json.dumps(sorted(ids))}):
+                key = sign * as_int(rowid)
+                known = self._decoded.get(key, as_int(seq))
+                if known is None:
+                    unread.append(as_int(rowid))
+                else:
+                    self._admit(query, key, known, found)
+            if unread:
+                # A row that changed since the first statement is read as it is now, filtered again.
+                for row in self._query(f"SELECT rowid, seq, {select} {rows_of}", {**params, "ids": json.dumps(unread)}):
+                    key = sign * as_int(row[0])
+                    self._admit(query, key, self._decoded.record(key, as_int(row[1]), row[2:]), found)
         return found
+
+    @staticmethod
+    def _admit(query: SimilarQuery, key: int, record: MemoryRecord, found: dict[int, MemoryRecord]) -> None:
+        """Add ``record`` to ``found``, taken as of the query's time, if the query admits it."""
+        record = record.as_of(query.as_of)
+        if query.admits(record):
+            found[key] = record
 
     @staticmethod
     def _ranked(hits: list[tuple[int, float]], records: dict[int, MemoryRecord], k: int) -> list[Scored]:

@@ -121,6 +121,14 @@ class DecodedRows:
     def __len__(self) -> int:
         return len(self._records)
 
+    def get(self, key: int, seq: int) -> MemoryRecord | None:
+        """The record decoded for (key, seq), if it still is here."""
+        with self._lock:
+            found = self._records.get((key, seq))
+            if found is not None:
+                self._records.move_to_end((key, seq))
+            return found
+
     def record(self, key: int, seq: int, row: Sequence[object]) -> MemoryRecord:
         """The record of ``row`` (a ``RECORD_COLUMNS`` row), decoded once per (key, seq)."""
         with self._lock:
