@@ -14,7 +14,7 @@ import pytest
 from vdoctor.records import MemoryRecord
 from vdoctor.retrieval.bm25 import Bm25Corpus
 from vdoctor.retrieval.tokens import TOKENIZER
-from vdoctor.stores import SimilarQuery
+from vdoctor.stores import SimilarQuery, lexindex
 from vdoctor.stores.lexindex import SeriesLexicalIndex
 from vdoctor.stores.sqlite import SqliteStore
 from vdoctor.stores.vecindex import OPEN_END
@@ -183,3 +183,33 @@ def test_scores_count_only_the_versions_a_session_may_be_given_at_its_time() -> 
             assert got[i] == pytest.approx(expected[j], rel=1e-9)
     # The later versions alone, in any order, change nothing at 100.
     assert scores(sorted(docs, key=lambda i: (spans[i][0], -i))) == pytest.approx(got)
+
+
+def test_one_pass_and_term_by_term_scoring_agree_to_the_last_bit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query's postings are scored in one pass up to ONE_PASS_POSTINGS and term by term beyond it (one
+    pass over a million-record series' common terms would hold ~100 MB at once): the two give the same
+    rows and the same float scores, with dead documents, masked vehicles, spans and terms none of whose
+    documents is visible."""
+    rng = np.random.default_rng(11)
+    vocab = [f"w{i}" for i in range(60)]
+    index = SeriesLexicalIndex()
+    for i in range(2500):
+        words = [str(w) for w in rng.choice(vocab, size=int(rng.integers(2, 15)))]
+        start = int(rng.integers(0, 300))
+        index.apply(i, "S", f"V{i % 97}", (start, start + int(rng.integers(1, 400))), " ".join(words))
+    for i in range(0, 2500, 7):
+        index.apply(i, "S", f"V{i % 97}", None, None)  # dead, postings kept until compaction
+    index.apply(9000, "S", "V1", (0, 10), "rare w3")  # "rare": its only document is masked or out of span
+    queries = [
+        [str(w) for w in rng.choice([*vocab, "rare", "absent"], size=int(rng.integers(1, 25)))] for _ in range(80)
+    ]
+
+    ats = [int(a) for a in rng.integers(0, 700, size=len(queries))]
+
+    def run(one_pass_limit: int) -> list[list[tuple[int, float]]]:
+        monkeypatch.setattr(lexindex, "ONE_PASS_POSTINGS", one_pass_limit)
+        return [index.search("S", f"V{j % 97}", q, 10, at) for j, (q, at) in enumerate(zip(queries, ats, strict=True))]
+
+    one_pass, term_by_term = run(1 << 30), run(0)
+    assert one_pass == term_by_term  # tuples of (rowid, float): exact equality
+    assert sum(len(r) for r in one_pass) > 400
