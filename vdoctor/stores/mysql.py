@@ -64,7 +64,7 @@ class MySqlDialect:
 
     def decode_vec(self, raw: object) -> list[float]:
         data = raw if isinstance(raw, bytes | bytearray | memoryview) else str(raw).encode("latin-1")
-        return [float(x) for x in np.frombuffer(bytes(data), dtype=np.float32)]
+        return list(np.frombuffer(bytes(data), dtype=np.float32).tolist())
 
     def upsert(self, store: SqlStore, rows: list[tuple[MemoryRecord, datetime]]) -> None:
         marks = "(" + ", ".join(["%s"] * len(WRITE_COLUMNS)) + ")"
