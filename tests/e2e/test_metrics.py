@@ -150,8 +150,8 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[di
     assert job.returncode == 0, f"{output[-3000:]}\nthe Flink log's errors:\n{flink_errors(flink_log)}"
     assert latest, f"the job never served metrics on port {port}:\n{output[-3000:]}"
     last: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for (name, labels), value in latest.items():
-        last.setdefault(name, []).append((dict(labels), value))
+    for (name, label_items), value in latest.items():
+        last.setdefault(name, []).append((dict(label_items), value))
     return last
 
 
