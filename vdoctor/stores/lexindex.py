@@ -50,8 +50,9 @@ _GROWTH = 1.5
 _COMPACT_MIN_DEAD = 1024
 _DOC_ARRAYS = ("rowids", "vins", "starts", "ends", "lengths")
 # A query's postings scored in one pass up to this many, term by term beyond: one pass saves the numpy
-# calls of each term (0.65x the time at 160 postings a query, 0.88-0.99x at 15,000-76,000) but not the
-# arithmetic, and holds several arrays of this length at once (bench/lexical_search.py: 1.02x at 153,000).
+# calls of each term but not the arithmetic, and holds several arrays of this length at once
+# (bench/lexical_search.py: 0.65-0.66x the time at 160 postings a query, 0.88-0.99x at 15,000-76,000,
+# 1.02-1.05x at 153,000).
 ONE_PASS_POSTINGS = 1 << 17
 
 

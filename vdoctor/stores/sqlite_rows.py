@@ -131,11 +131,9 @@ class DecodedRows:
 
     def record(self, key: int, seq: int, row: Sequence[object]) -> MemoryRecord:
         """The record of ``row`` (a ``RECORD_COLUMNS`` row), decoded once per (key, seq)."""
-        with self._lock:
-            found = self._records.get((key, seq))
-            if found is not None:
-                self._records.move_to_end((key, seq))
-                return found
+        found = self.get(key, seq)
+        if found is not None:
+            return found
         record = from_row(row)
         with self._lock:
             self._records[(key, seq)] = record
