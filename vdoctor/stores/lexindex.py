@@ -157,10 +157,7 @@ class _Part:
         norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths[:n] / avg)
         postings = [np.frombuffer(self.docs[t], dtype=np.int32) for t in term_ids]
         tfs = [np.frombuffer(self.tfs[t], dtype=np.uint16) for t in term_ids]
-        if sum(map(len, postings)) <= ONE_PASS_POSTINGS:
-            scores = _scores_one_pass(postings, tfs, visible, count, norm)
-        else:
-            scores = _scores_per_term(postings, tfs, visible, count, norm)
+        scores = _bm25_scores(postings, tfs, visible, count, norm)
         scores[~visible] = 0.0
         hits = contenders(scores, np.flatnonzero(scores > 0), k)
         # Equal scores are common here (cases of one fault told alike): the cut at k breaks ties by the
@@ -179,39 +176,32 @@ def _idf(count: int, df: int) -> float:
     return math.log1p((count - df + 0.5) / (df + 0.5))
 
 
-def _scores_per_term(
+def _bm25_scores(
     postings: list[npt.NDArray[np.int32]],
     tfs: list[npt.NDArray[np.uint16]],
     visible: npt.NDArray[np.bool_],
     count: int,
     norm: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
-    """BM25 of every document, one term at a time (postings too long to score in one pass)."""
-    scores = np.zeros(len(visible), dtype=np.float64)
-    for docs, tf16 in zip(postings, tfs, strict=True):
-        df = int(np.count_nonzero(visible[docs]))
-        if not df:
-            continue
-        # Scored over the whole posting list (no copy of the visible part); the others are zeroed by the caller.
-        tf = tf16.astype(np.float64)
-        scores[docs] += _idf(count, df) * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
-    return scores
+    """BM25 of every document for the query terms whose postings are given; the caller zeroes the invisible.
 
-
-def _scores_one_pass(
-    postings: list[npt.NDArray[np.int32]],
-    tfs: list[npt.NDArray[np.uint16]],
-    visible: npt.NDArray[np.bool_],
-    count: int,
-    norm: npt.NDArray[np.float64],
-) -> npt.NDArray[np.float64]:
-    """The same scores as ``_scores_per_term``, to the last bit, with every term's postings in one array.
-
-    A handful of numpy calls instead of a handful per term: at fleet sizes (a few thousand versions per
-    series, ~20 terms per query) the calls, not the arithmetic, were most of a search. Each document's
-    contributions are still added in the terms' order, starting from zero. A term none of whose documents
-    is visible adds only to documents the caller zeroes.
+    Up to ``ONE_PASS_POSTINGS`` postings in all, every term's postings go into one array, scored with a
+    handful of numpy calls instead of a handful per term: at fleet sizes (a few thousand versions per
+    series, ~20-30 terms per query) the calls, not the arithmetic, were most of a search. Each document's
+    contributions are still added in the terms' order, starting from zero, so both ways give the same
+    scores to the last bit. (A term none of whose documents is visible adds only to documents the caller
+    zeroes; term by term it is skipped.)
     """
+    if sum(map(len, postings)) > ONE_PASS_POSTINGS:
+        scores = np.zeros(len(visible), dtype=np.float64)
+        for docs, tf16 in zip(postings, tfs, strict=True):
+            df = int(np.count_nonzero(visible[docs]))
+            if not df:
+                continue
+            # Scored over the whole posting list (no copy of the visible part).
+            tf = tf16.astype(np.float64)
+            scores[docs] += _idf(count, df) * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
+        return scores
     lengths = np.fromiter(map(len, postings), dtype=np.intp, count=len(postings))
     firsts = np.zeros(len(postings), dtype=np.intp)
     np.cumsum(lengths[:-1], out=firsts[1:])
