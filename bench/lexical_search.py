@@ -7,10 +7,10 @@ one pass would hold several arrays of that length at once. The two give the
 same scores to the last bit (``tests/unit/test_sqlite_lexical_index.py``).
 
 This bench builds one series' index per size from the vehicle retrieval
-set's texts (``bench/vehicle_faults.py``: every alert text of every fault,
-with its code, root cause and fix from the knowledge pack, as a stored
-case's lexical text holds them; repeated over as many vehicles as the size
-needs, a fifth of them rewritten once so the index holds dead documents) and
+set's cases (``bench/vehicle_retrieval.py``, 3 per fault: alert text, code,
+root cause, fix and summary, indexed as the job indexes a stored case,
+``retrieval.text.record_text``), repeated over as many vehicles as the size
+needs, a fifth of them rewritten once so the index holds dead documents, and
 asks it the set's symptom queries (Chinese and English, as a session opening
 describes a fault), k = 20 as the job's recall does, each vehicle asking in
 turn (its own documents masked). Both ways answer every query, alternating
@@ -36,9 +36,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from vehicle_faults import FAULTS  # noqa: E402
+from vehicle_retrieval import build as vehicle_set  # noqa: E402
 
-from vdoctor.retrieval.text import case_text  # noqa: E402
+from vdoctor.retrieval.text import record_text  # noqa: E402
 from vdoctor.retrieval.tokens import query_terms, token_text  # noqa: E402
 from vdoctor.stores import lexindex  # noqa: E402
 from vdoctor.stores.lexindex import SeriesLexicalIndex  # noqa: E402
@@ -47,16 +47,6 @@ from vdoctor.stores.vecindex import OPEN_END  # noqa: E402
 K = 20  # the job's lexical candidates per recall (retrieval.cases)
 TERM_BY_TERM = 0  # ONE_PASS_POSTINGS that sends every query term by term
 ONE_PASS = 1 << 62  # ... and one that sends every query in one pass
-
-
-def case_texts() -> list[str]:
-    pack = json.loads((REPO_ROOT / "vdoctor" / "knowledge" / "dtc_pack.json").read_text(encoding="utf-8"))
-    known = {c["code"]: c for c in pack["codes"]}
-    return [
-        token_text(case_text(alert, [code], known[code]["root_cause"], known[code]["fix_action"], ""))
-        for code, (alerts, _) in FAULTS.items()
-        for alert in alerts
-    ]
 
 
 def build(size: int, texts: list[str]) -> SeriesLexicalIndex:
@@ -76,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     args = parser.parse_args(argv)
 
-    texts = case_texts()
-    queries = [query_terms(q) for _, qs in FAULTS.values() for q in qs]
+    cases, asked = vehicle_set(per_fault=3, seed=7)
+    texts = [token_text(record_text(r)) for r in cases]
+    queries = [query_terms(q.text) for q in asked]
     print(f"{len(texts)} case texts, {len(queries)} queries ({sum(map(len, queries)) / len(queries):.1f} terms "
           f"on average), k = {K}; ONE_PASS_POSTINGS = {lexindex.ONE_PASS_POSTINGS:,}")  # fmt: skip
     head = f"{'versions':>9} {'postings/query':>15} {'term by term us':>16} {'one pass us':>12} {'ratio':>6}"

@@ -40,9 +40,8 @@ def upsert_together(store: SqliteStore, records: list[MemoryRecord]) -> list[Fut
     pool = ThreadPoolExecutor(len(records))
     with store._lock:
         futures = [pool.submit(store.upsert, records[0])]
-        wait_until(
-            lambda: store._upserts._busy, timeout_s=10.0
-        )  # the first caller holds the call, waiting for the lock
+        # The first caller holds the call, waiting for the lock.
+        wait_until(lambda: store._upserts._busy, timeout_s=10.0)
         futures += [pool.submit(store.upsert, r) for r in records[1:]]
         wait_until(lambda: store._upserts.waiting == len(records) - 1, timeout_s=10.0)
     pool.shutdown(wait=True)

@@ -203,7 +203,6 @@ def test_one_pass_and_term_by_term_scoring_agree_to_the_last_bit(monkeypatch: py
     queries = [
         [str(w) for w in rng.choice([*vocab, "rare", "absent"], size=int(rng.integers(1, 25)))] for _ in range(80)
     ]
-
     ats = [int(a) for a in rng.integers(0, 700, size=len(queries))]
 
     def run(one_pass_limit: int) -> list[list[tuple[int, float]]]:

@@ -342,12 +342,12 @@ def test_rows_decoded_before_are_not_read_again(tmp_path: Path) -> None:
     read whole (their vectors and texts were most of a recall's reading)."""
     store = SqliteStore(str(tmp_path / "m.db"))
     store.upsert_many([rec(i, [1.0, i / 10]) for i in range(6)])
-    whole: list[str] = []
+    whole: list[list[int]] = []  # the row ids of each statement that read rows whole
     run = store._query
 
     def seen(sql: str, params: Any = ()) -> Any:
         if "summary_vec" in sql and "rowid IN" in sql:
-            whole.append(json.loads(params["ids"]) if isinstance(params, dict) else sql)
+            whole.append(json.loads(params["ids"]))
         return run(sql, params)
 
     store._query = seen  # type: ignore[method-assign]

@@ -51,8 +51,8 @@ _COMPACT_MIN_DEAD = 1024
 _DOC_ARRAYS = ("rowids", "vins", "starts", "ends", "lengths")
 # A query's postings scored in one pass up to this many, term by term beyond: one pass saves the numpy
 # calls of each term but not the arithmetic, and holds several arrays of this length at once
-# (bench/lexical_search.py: 0.65-0.66x the time at 160 postings a query, 0.88-0.99x at 15,000-76,000,
-# 1.02-1.05x at 153,000).
+# (bench/lexical_search.py: 0.71-0.74x the time at 160 postings a query, 0.86-1.02x at 15,000-77,000,
+# 1.01-1.02x at 154,000).
 ONE_PASS_POSTINGS = 1 << 17
 
 
@@ -192,7 +192,8 @@ def _bm25_scores(
     scores to the last bit. (A term none of whose documents is visible adds only to documents the caller
     zeroes; term by term it is skipped.)
     """
-    if sum(map(len, postings)) > ONE_PASS_POSTINGS:
+    sizes = [len(docs) for docs in postings]
+    if sum(sizes) > ONE_PASS_POSTINGS:
         scores = np.zeros(len(visible), dtype=np.float64)
         for docs, tf16 in zip(postings, tfs, strict=True):
             df = int(np.count_nonzero(visible[docs]))
@@ -202,12 +203,11 @@ def _bm25_scores(
             tf = tf16.astype(np.float64)
             scores[docs] += _idf(count, df) * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
         return scores
-    lengths = np.fromiter(map(len, postings), dtype=np.intp, count=len(postings))
-    firsts = np.zeros(len(postings), dtype=np.intp)
-    np.cumsum(lengths[:-1], out=firsts[1:])
+    firsts = np.zeros(len(sizes), dtype=np.intp)
+    np.cumsum(sizes[:-1], out=firsts[1:])
     docs = np.concatenate(postings)
     dfs = np.add.reduceat(visible[docs], firsts, dtype=np.intp).tolist()
-    idf = np.repeat(np.array([_idf(count, df) for df in dfs], dtype=np.float64), lengths)
+    idf = np.repeat(np.array([_idf(count, df) for df in dfs], dtype=np.float64), sizes)
     tf = np.concatenate(tfs).astype(np.float64)
     weights = idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
     # (With weights, bincount's sums are float64; its stubs say integers.)
