@@ -92,6 +92,29 @@ def test_callers_that_wait_share_one_call_and_each_gets_its_own_rows() -> None:
     assert embedder.calls == len(model.calls) and embedder.texts == len(texts)
 
 
+def test_a_text_left_by_many_callers_for_one_call_is_embedded_once() -> None:
+    """An alert storm: many vehicles open sessions on the same alert at once."""
+    model = GatedModel()
+    embedder = CoalescingEmbedder(model)
+    texts = ["first"] + ["battery module offline"] * 12 + ["coolant low", "coolant low", "first"]
+    with ThreadPoolExecutor(len(texts)) as pool:
+        first = pool.submit(embedder.embed_queries, [texts[0]])
+        wait_until(lambda: len(model.gates) == 1)  # the first caller is in the model; the rest wait
+        rest = [pool.submit(embedder.embed_queries, [text]) for text in texts[1:]]
+        wait_until(lambda: embedder.waiting == len(texts) - 1)
+        model.gates[0].set()
+        wait_until(lambda: len(model.gates) == 2)
+        model.gates[1].set()
+        got = [first.result(5), *(f.result(5) for f in rest)]
+    assert model.calls[1] == ("embed_queries", ["battery module offline", "coolant low", "first"])
+    for text, rows in zip(texts, got, strict=True):
+        np.testing.assert_array_equal(rows, SlowModel.row("embed_queries", text)[None, :])
+    assert embedder.repeats == len(texts) - 1 - 3
+    # One caller's own repeats, alone: one model row per distinct text, every row in place.
+    rows = CoalescingEmbedder(SlowModel()).embed(["x", "y", "x"])
+    np.testing.assert_array_equal(rows, np.stack([SlowModel.row("embed", t) for t in ("x", "y", "x")]))
+
+
 def test_stored_texts_and_queries_never_share_a_call() -> None:
     model = SlowModel(seconds=0.02)
     embedder = CoalescingEmbedder(model)

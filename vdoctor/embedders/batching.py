@@ -9,10 +9,10 @@ instead of queueing for the model one by one, callers leave their texts with
 a ``vdoctor.combining.Combiner``: a caller that finds the model idle embeds
 at once, with whatever other callers left waiting; one that finds it busy
 waits, and is served by the next call (up to ``MAX_BATCH`` texts). Nothing
-waits for a batch to fill. Stored texts (``embed``) and queries
-(``embed_queries``) go in separate model calls, since some models embed the
-two differently (e5's prefixes). A model error reaches every caller whose
-texts were in that call.
+waits for a batch to fill. A text left more than once for the same call is
+embedded once. Stored texts (``embed``) and queries (``embed_queries``) go
+in separate model calls, since some models embed the two differently (e5's
+prefixes). A model error reaches every caller whose texts were in that call.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ class CoalescingEmbedder:
         self.dim = model.dim
         self.max_batch = max_batch
         self._calls: Combiner[list[str], Vectors] = Combiner(self._run, max_batch)
+        # Texts not sent to the model because the same text was in the same call.
+        self.repeats = 0
 
     @property
     def calls(self) -> int:
@@ -67,9 +69,17 @@ class CoalescingEmbedder:
         return self._calls.submit(kind, list(texts), size=len(texts))
 
     def _run(self, kind: object, requests: list[list[str]]) -> list[Vectors]:
-        """One model call for every request's texts; each request gets its rows."""
+        """One model call for every request's distinct texts; each request gets its rows."""
         texts = [text for request in requests for text in request]
-        rows = self.model.embed(texts) if kind == "embed" else self.model.embed_queries(texts)
+        # A text asked for more than once in one call goes to the model once: in an alert
+        # storm many vehicles open sessions on the same alert text at the same moment, and
+        # their recall queries (not yet in the query cache) land in the same call.
+        distinct = list(dict.fromkeys(texts))
+        rows = self.model.embed(distinct) if kind == "embed" else self.model.embed_queries(distinct)
+        self.repeats += len(texts) - len(distinct)
+        if len(distinct) < len(texts):
+            row_of = {text: i for i, text in enumerate(distinct)}
+            rows = rows[[row_of[text] for text in texts]]
         if len(requests) == 1:
             return [rows]
         out, start = [], 0
