@@ -9,6 +9,14 @@ latency L the ideal is c / (2 x L) runs/s. Each level names its own latency
 (``C@MS``): real models answer in 1-5 s, so hundreds of runs in flight are
 what keeps a subtask busy.
 
+Every vehicle sends the same alert (one text, one code), and vehicles whose
+runs move in step (they start together, and every call takes the same time)
+ask the embedder for the same recall query and the same case text at the
+same moment: a storm, whose repeated texts the embedder sends to the model
+once. ``--distinct-texts`` gives each vehicle's alert its own module number,
+so no recall query or case text is shared: the embedder's worst case, as
+with a real model that words every cause its own way.
+
 The rate is measured at the model server, from the first request to the last
 reply (one latency after the last request): Flink's start-up is left out, the operator's own overhead (state,
 timers, completion, the engine's memory work) is in. All levels run in the same
@@ -57,6 +65,7 @@ from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 # Exactly 2 calls per run with the offline decision: U0140 is confirmed by
 # repetition, so each alert looks the code up, then answers.
 CODE = "U0140"
+ALERT_TEXT = "CAN bus communication lost with battery module"
 CALLS_PER_RUN = 2
 ALERTS_PER_VIN = 4
 VIN_ALPHABET = "0123456789ABCDEFGHJKLMNPRSTUVWXYZ"
@@ -141,7 +150,8 @@ def vin(i: int) -> str:
     return "LSVBENCH000" + "".join(reversed(digits))
 
 
-def write_alerts(path: Path, vins: int) -> int:
+def write_alerts(path: Path, vins: int, distinct: bool = False) -> int:
+    """``ALERTS_PER_VIN`` alerts per vehicle, all of one code; ``distinct``: each vehicle's alert text its own."""
     lines = []
     for k in range(ALERTS_PER_VIN):
         for v in range(vins):
@@ -153,7 +163,7 @@ def write_alerts(path: Path, vins: int) -> int:
                         "vin": vin(v),
                         "series": "EV-A",
                         "ts": f"2026-11-01T{8 + k:02d}:00:00Z",
-                        "alert_text": "CAN bus communication lost with battery module",
+                        "alert_text": f"{ALERT_TEXT} {v + 1}" if distinct else ALERT_TEXT,
                         "dtc_codes": [CODE],
                         "signals": {"can_timeout_s": 0.2},
                     }
@@ -201,7 +211,9 @@ def parse_level(text: str, default_latency_ms: float) -> tuple[int, float]:
     return int(c), float(ms) if ms else default_latency_ms
 
 
-def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, rate_factor: float = 0.0) -> Level:
+def run_level(
+    concurrency: int, latency_ms: float, seconds: float, work: Path, rate_factor: float = 0.0, distinct: bool = False
+) -> Level:
     bound = concurrency / (CALLS_PER_RUN * latency_ms / 1000.0)
     # Enough alerts to keep the level busy for ~`seconds` at the bound; at
     # least 4 per in-flight slot so that start and drain are a small share.
@@ -210,7 +222,7 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, r
     out.mkdir(parents=True, exist_ok=True)
     (out / "memory.db").unlink(missing_ok=True)
     alerts = out / "alerts.jsonl"
-    events = write_alerts(alerts, vins)
+    events = write_alerts(alerts, vins, distinct)
     responder = TimedResponder()
     metrics_port = free_port()
     histograms: dict[str, tuple[float, ...]] = {}
@@ -254,7 +266,7 @@ def run_level(concurrency: int, latency_ms: float, seconds: float, work: Path, r
                  write_ms=histograms.get("l3_write_latency_us", ()))  # fmt: skip
 
 
-def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Path) -> Level:
+def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Path, distinct: bool = False) -> Level:
     """The same workload through the engine and KeyedRunPool in this process, without Flink.
 
     Separates what scheduling and the engine's own CPU cost from what the
@@ -277,7 +289,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
     out = work / f"pool-c{concurrency}-{latency_ms:g}ms"
     out.mkdir(parents=True, exist_ok=True)
     (out / "memory.db").unlink(missing_ok=True)
-    events = write_alerts(out / "alerts.jsonl", vins)
+    events = write_alerts(out / "alerts.jsonl", vins, distinct)
     server = subprocess.Popen(
         [sys.executable, "-m", "devtools.model_server", "--latency-ms", str(latency_ms)],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True,
@@ -380,6 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-factor", type=float, default=0.0,
                         help="stream the file at this multiple of the bound (events/s) instead of all at once: "
                         "events arrive while runs finish, as from Kafka")  # fmt: skip
+    parser.add_argument("--distinct-texts", action="store_true",
+                        help="each vehicle's alert text names its own battery module, so no two vehicles' recall "
+                        "queries or case texts are alike and the embedder shares none (by default every vehicle "
+                        "sends the same alert, and the texts of runs in step go to the model once)")  # fmt: skip
     parser.add_argument("--out", default=str(REPO_ROOT / "out" / "bench"))
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -390,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         trials = []
         for trial in range(1, args.repeat + 1):
             print(f"concurrency {c} @ {latency:g} ms, trial {trial}/{args.repeat}: starting the job", flush=True)
-            trials.append(run_level(c, latency, args.seconds, out / "work", args.rate_factor))
+            trials.append(run_level(c, latency, args.seconds, out / "work", args.rate_factor, args.distinct_texts))
             print(f"  ratio {trials[-1].ratio:.3f}, {trials[-1].cpu_ms_per_run:.1f} ms CPU per run", flush=True)
         levels.append(median_trial(trials))
     pool_only = None
@@ -399,11 +415,13 @@ def main(argv: list[str] | None = None) -> int:
         trials = []
         for trial in range(1, args.repeat + 1):
             print(f"concurrency {c} @ {latency:g} ms: the run pool alone (no Flink), trial {trial}/{args.repeat}")
-            trials.append(run_pool_only(c, latency, args.seconds, out / "work"))
+            trials.append(run_pool_only(c, latency, args.seconds, out / "work", args.distinct_texts))
         pool_only = median_trial(trials)
     print(f"\n{CALLS_PER_RUN} model calls per run, parallelism 1, thread mode, {os.cpu_count()} cores; "
           f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")  # fmt: skip
     print(f"median trial of {args.repeat}; 'trials' gives the lowest and highest ratio; 'load' at the trial's end")
+    if args.distinct_texts:
+        print("every vehicle's alert text its own (--distinct-texts): no recall query or case text is shared")
     if args.rate_factor:
         print(f"input streamed at {args.rate_factor:g} x the bound (events/s), not read all at once")
     print(f"{'level':>16} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'trials':>10} "
