@@ -343,6 +343,7 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
     ax.set_xlabel("runs in flight @ model latency")
     ax.set_ylabel("runs / s per subtask (median trial)")
     ax.set_title("Diagnosis runs per second vs. the ideal bound")
+    ax.set_ylim(0, 1.3 * max(lv.bound for lv in levels))  # room for the labels and the pool's note above the bars
     ax.legend(fontsize=8, loc="lower right")
     ax2.bar(xs, [lv.cpu_ms_per_run for lv in levels], color="#cc6677")
     ax2.set_xticks(xs, [lv.label for lv in levels])
