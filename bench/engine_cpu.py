@@ -29,6 +29,10 @@ skipped; its time then shows under "engine, other".
     .venv/bin/python bench/engine_cpu.py --model openai --vins 300
     .venv/bin/python bench/engine_cpu.py --workload concurrency --vins 300   # bench/concurrency.py's alerts
 
+The same run goes first without any clock, in a fresh process: its process
+CPU per alert, less the model's time from the timed run, is the engine's
+total without the clocks' own cost (printed below the table).
+
 Prints the table and writes out/bench/engine_cpu.json. Not a model of
 throughput under Flink: the operator's own per-run cost (timer callbacks,
 state access) is measured by bench/concurrency.py.
@@ -95,6 +99,22 @@ class StageClock:
 
         timed.__wrapped_by_stage__ = stage  # type: ignore[attr-defined]
         return timed
+
+
+class NoClock(StageClock):
+    """The loop's own stages, not timed (``--no-stages``)."""
+
+    def enter(self, stage: str, opaque: bool = False) -> None:
+        pass
+
+    def leave(self) -> None:
+        pass
+
+
+def without_stages(argv: list[str]) -> float:
+    """Process CPU ms per alert of the same run in a fresh interpreter with no stage clocks."""
+    done = subprocess.run([sys.executable, __file__, *argv, "--no-stages"], check=True, capture_output=True, text=True)
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["process_ms_per_alert"])
 
 
 def _resolve(path: str) -> tuple[Any, str, Any] | None:
@@ -194,13 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", choices=["offline", "openai"], default="offline")
     parser.add_argument("--embedder", default="", help="VDOCTOR_EMBEDDER for the engine (default: the product's)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
+    parser.add_argument("--no-stages", action="store_true",
+                        help="no stage clocks: print only the process CPU per alert as JSON (the main run does this "
+                             "first, in a fresh interpreter, for the total without the clocks' own cost)")  # fmt: skip
     args = parser.parse_args(argv)
+    plain_ms = None if args.no_stages else without_stages(sys.argv[1:] if argv is None else argv)
 
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
     from vdoctor.memory.session import DedupState
 
-    clock = StageClock()
+    clock = NoClock() if args.no_stages else StageClock()
     model_stage = "HTTP client + reply parsing" if args.model == "openai" else f"{MODEL} (offline decision)"
     server = None
     with tempfile.TemporaryDirectory(prefix="vdoctor-engine-cpu-") as tmp:
@@ -220,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
             base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
         try:
             engine = build(args.model, work / "memory.db", base_url, args.embedder)
-            missing = instrument(clock, TARGETS)
-            instrument_parts(clock, engine, model_stage)
+            missing = [] if args.no_stages else instrument(clock, TARGETS)
+            if not args.no_stages:
+                instrument_parts(clock, engine, model_stage)
             lines = fleet.read_text(encoding="utf-8").splitlines()
             carries: dict[str, tuple[Any, Any]] = {}
             pending: dict[str, list[str]] = {}
@@ -265,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
                 server.terminate()
                 server.communicate()
 
+    if args.no_stages:
+        print(json.dumps({"process_ms_per_alert": cpu / alerts * 1000, "alerts": alerts}))
+        return 0
     model_s = sum(v for k, v in clock.own.items() if k == model_stage)
     engine_s = sum(v for k, v in clock.own.items() if k != model_stage)
     own: Counter[str] = Counter()
@@ -288,11 +316,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'engine total (model excluded)':<36} {engine_s / alerts * 1000:>9.3f}")
     print(f"{model_stage:<36} {model_s / alerts * 1000:>9.3f}   (shown apart)")
     print(f"process CPU {cpu / alerts * 1000:.3f} ms/alert (clock overhead included), wall {wall:.1f} s")
+    plain_engine_ms = (plain_ms or 0.0) - model_s / alerts * 1000
+    print(f"without the stage clocks (the same run, first, in a fresh process): process CPU {plain_ms:.3f} ms/alert, "
+          f"engine {plain_engine_ms:.3f} with the model's {model_s / alerts * 1000:.3f} taken off "
+          f"({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
     print(f"alerts/s per core: {alerts / engine_s:.0f} engine only, {alerts / (engine_s + model_s):.0f} with the model")
     cache = engine.embedder
     if hasattr(cache, "hits") and hasattr(cache, "misses") and cache.hits + cache.misses:
+        share = cache.hits / (cache.hits + cache.misses)
         print(f"query vectors from the cache (embedders/cache.py): {cache.hits} of {cache.hits + cache.misses} "
-              f"queries ({cache.hits / (cache.hits + cache.misses):.0%}); the others embedded by the model")  # fmt: skip
+              f"queries ({share:.0%}); the others embedded by the model")  # fmt: skip
     for m in missing:
         print(f"note: not found (renamed?), its time is in '{OTHER}': {m}")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -303,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
         "calls_per_alert": {k: v / alerts for k, v in clock.calls.items()},
         "engine_ms_per_alert": engine_s / alerts * 1000, "model_ms_per_alert": model_s / alerts * 1000,
         "alerts_per_s_per_core": alerts / engine_s, "missing": missing,
+        "without_stage_clocks": {"process_ms_per_alert": plain_ms, "engine_ms_per_alert": plain_engine_ms},
     }, indent=2))  # fmt: skip
     return 0
 
