@@ -326,7 +326,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
                  cpu / len(calls) * 1000.0, os.getloadavg()[0])  # fmt: skip
 
 
-def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> None:
+def plot(levels: list[Level], path: Path, pool_only: Level | None = None, distinct: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -342,7 +342,7 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None) -> Non
     ax.set_xticks(xs, [lv.label for lv in levels])
     ax.set_xlabel("runs in flight @ model latency")
     ax.set_ylabel("runs / s per subtask (median trial)")
-    ax.set_title("Diagnosis runs per second vs. the ideal bound")
+    ax.set_title("Diagnosis runs per second vs. the ideal bound" + (" (--distinct-texts)" if distinct else ""))
     ax.set_ylim(0, 1.3 * max(lv.bound for lv in levels))  # room for the labels and the pool's note above the bars
     ax.legend(fontsize=8, loc="lower right")
     ax2.bar(xs, [lv.cpu_ms_per_run for lv in levels], color="#cc6677")
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     if pool_only is not None:
         rows.append(pool_only.__dict__ | {"ratio": pool_only.ratio, "trials": list(pool_only.trials), "flink": False})
     (out / "concurrency.json").write_text(json.dumps(rows, indent=2))
-    plot(levels, out / "concurrency.png", pool_only)
+    plot(levels, out / "concurrency.png", pool_only, args.distinct_texts)
     print(f"plot: {out / 'concurrency.png'}")
     return 0
 
