@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="no stage clocks: print only the process CPU per alert as JSON (the main run does this "
                              "first, in a fresh interpreter, for the total without the clocks' own cost)")  # fmt: skip
     args = parser.parse_args(argv)
-    plain_ms = None if args.no_stages else without_stages(sys.argv[1:] if argv is None else argv)
+    plain_ms = 0.0 if args.no_stages else without_stages(sys.argv[1:] if argv is None else argv)
 
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
@@ -244,8 +244,9 @@ def main(argv: list[str] | None = None) -> int:
             base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
         try:
             engine = build(args.model, work / "memory.db", base_url, args.embedder)
-            missing = [] if args.no_stages else instrument(clock, TARGETS)
+            missing: list[str] = []
             if not args.no_stages:
+                missing = instrument(clock, TARGETS)
                 instrument_parts(clock, engine, model_stage)
             lines = fleet.read_text(encoding="utf-8").splitlines()
             carries: dict[str, tuple[Any, Any]] = {}
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'engine total (model excluded)':<36} {engine_s / alerts * 1000:>9.3f}")
     print(f"{model_stage:<36} {model_s / alerts * 1000:>9.3f}   (shown apart)")
     print(f"process CPU {cpu / alerts * 1000:.3f} ms/alert (clock overhead included), wall {wall:.1f} s")
-    plain_engine_ms = (plain_ms or 0.0) - model_s / alerts * 1000
+    plain_engine_ms = plain_ms - model_s / alerts * 1000
     print(f"without the stage clocks (the same run, first, in a fresh process): process CPU {plain_ms:.3f} ms/alert, "
           f"engine {plain_engine_ms:.3f} with the model's {model_s / alerts * 1000:.3f} taken off "
           f"({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
