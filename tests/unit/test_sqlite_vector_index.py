@@ -67,6 +67,9 @@ def test_index_is_saved_on_close_and_reused(tmp_path: Path) -> None:
     reopened = SqliteStore(db)
     loaded = SeriesVectorIndex.load(tmp_path / "m.db.vecindex", reopened._epoch)
     assert loaded is not None and len(loaded) == 2 and loaded.seq == meta["seq"]
+    # Each row keeps the change seq of the version it holds (recall relies on it, see below).
+    row_seqs = dict(reopened._conn.execute("SELECT rowid, seq FROM case_memory").fetchall())
+    assert {r: loaded.seq_of(r) for r in (1, 2, 3)} == {1: row_seqs[1], 2: row_seqs[2], 3: None}
     assert hits(reopened, [0.0, 1.0]) == [("02", 1.0), ("01", 0.0)]
     reopened.close()
 
@@ -338,15 +341,17 @@ def test_recall_sees_every_change_to_a_row_it_decoded_before(tmp_path: Path) -> 
 
 
 def test_rows_decoded_before_are_not_read_again(tmp_path: Path) -> None:
-    """A recall first reads which rows pass and their change seqs; only rows not decoded at that seq are
-    read whole (their vectors and texts were most of a recall's reading)."""
+    """The index knows the change seq of every row it holds: a hit decoded before at that seq is not
+    read from the file again (its vector and texts were most of a recall's reading), and a recall
+    whose hits were all decoded before runs no statement for them at all."""
     store = SqliteStore(str(tmp_path / "m.db"))
     store.upsert_many([rec(i, [1.0, i / 10]) for i in range(6)])
-    whole: list[list[int]] = []  # the row ids of each statement that read rows whole
+    whole: list[list[int]] = []  # the row ids of each statement that read rows
     run = store._query
 
     def seen(sql: str, params: Any = ()) -> Any:
-        if "summary_vec" in sql and "rowid IN" in sql:
+        if "rowid IN" in sql:
+            assert "summary_vec" in sql  # rows are read whole or not at all
             whole.append(json.loads(params["ids"]))
         return run(sql, params)
 
@@ -354,32 +359,55 @@ def test_rows_decoded_before_are_not_read_again(tmp_path: Path) -> None:
     first = [(s.record.vin, s.score) for s in store.similar(q([1.0, 0.0]))]
     assert len(first) == 6 and len(whole) == 1 and len(whole[0]) == 6
     assert [(s.record.vin, s.score) for s in store.similar(q([1.0, 0.0]))] == first
-    assert len(whole) == 1  # the second recall read no row whole
+    assert len(whole) == 1  # the second recall read no row
     store.upsert(rec(2, [1.0, 0.2], summary="rewritten"))
     got = {s.record.vin[-1]: s.record.summary for s in store.similar(q([1.0, 0.0]))}
     assert got["2"] == "rewritten" and len(whole) == 2 and len(whole[1]) == 1  # only the changed row
     store.close()
 
 
-def test_a_row_changed_between_the_two_reads_is_taken_as_it_is_now(tmp_path: Path) -> None:
-    """Another writer changes rows after the recall read their seqs and before it reads them whole: the
-    rewritten row is returned as rewritten, the one invalidated in between not at all."""
+def _race_before_reading(store: SqliteStore, change: Any) -> None:
+    """Run ``change`` once, after the next recall's search and before it reads its hits' rows."""
+    read = store._records
+
+    def racing(*args: Any) -> Any:
+        store._records = read  # type: ignore[method-assign]
+        change()
+        return read(*args)
+
+    store._records = racing  # type: ignore[method-assign]
+
+
+def test_a_row_changed_after_the_search_is_read_as_it_is_now_unless_decoded_at_the_searched_version(
+    tmp_path: Path,
+) -> None:
+    """Another writer changes rows after a recall searched and before it reads the hits. A hit not
+    decoded before is read as it is now: the rewritten row comes back rewritten, the one invalidated
+    meanwhile not at all. A hit decoded before at the version the search ranked is that version, so a
+    recall over decoded rows returns what its search saw; the next recall sees the changes."""
     path = str(tmp_path / "m.db")
     store, other = SqliteStore(path), SqliteStore(path)
     store.upsert_many([rec(1, [1.0, 0.0]), rec(2, [0.8, 0.6]), rec(3, [0.6, 0.8])])
-    run = store._query
 
-    def racing(sql: str, params: Any = ()) -> Any:
-        rows = run(sql, params)
-        if sql.startswith("SELECT rowid, seq FROM case_memory"):
-            store._query = run  # type: ignore[method-assign]
-            other.upsert(rec(1, [1.0, 0.0], summary="rewritten meanwhile"))
+    def change(summary: str) -> Any:
+        def run() -> None:
+            other.upsert(rec(1, [1.0, 0.0], summary=summary))
             other.soft_delete(rec(3, [1.0]).vin, NOW - timedelta(days=1))
-        return rows
 
-    store._query = racing  # type: ignore[method-assign]
-    got = {s.record.vin[-1]: s.record.summary for s in store.similar(q([1.0, 0.0]))}
-    assert got == {"1": "rewritten meanwhile", "2": "case 2"}
+        return run
+
+    def summaries() -> dict[str, str]:
+        return {s.record.vin[-1]: s.record.summary for s in store.similar(q([1.0, 0.0]))}
+
+    _race_before_reading(store, change("rewritten meanwhile"))
+    assert len(store._decoded) == 0
+    assert summaries() == {"1": "rewritten meanwhile", "2": "case 2"}
+
+    other.upsert(rec(3, [0.6, 0.8]))  # valid again, as a new version
+    assert summaries() == {"1": "rewritten meanwhile", "2": "case 2", "3": "case 3"}  # all three decoded now
+    _race_before_reading(store, change("rewritten once more"))
+    assert summaries() == {"1": "rewritten meanwhile", "2": "case 2", "3": "case 3"}  # as the search saw them
+    assert summaries() == {"1": "rewritten once more", "2": "case 2"}
     store.close()
     other.close()
 

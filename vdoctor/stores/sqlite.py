@@ -398,58 +398,63 @@ class SqliteStore:
             since = min(index.seq, lexicon.seq)
             changed = "recheck_ok, verified_ts, version_from, invalid_ts"
             rows = self._query(
-                f"SELECT rowid, series, vin, {changed}, NULL, summary_vec, embedder, search_tokens "
+                f"SELECT rowid, series, vin, {changed}, NULL, summary_vec, embedder, search_tokens, seq "
                 "FROM case_memory WHERE seq > ? ORDER BY seq",
                 (since,),
             )
             # Archived versions are named by their negated rowid.
             rows += self._query(
-                f"SELECT -rowid, series, vin, {changed}, version_to, summary_vec, embedder, search_tokens "
+                f"SELECT -rowid, series, vin, {changed}, version_to, summary_vec, embedder, search_tokens, seq "
                 "FROM case_history WHERE seq > ?",
                 (since,),
             )
-            for rowid, series, vin, ok, verified, start, invalid, end, vec, model, tokens in rows:
+            for rowid, series, vin, ok, verified, start, invalid, end, vec, model, tokens, seq in rows:
                 span = eligible_span(ok, verified, start, invalid, end)
                 vector = np.frombuffer(vec, dtype=np.float32) if span else None  # type: ignore[call-overload]
                 key = int(rowid), str(series), str(vin)  # type: ignore[call-overload]
-                index.apply(*key, span, vector, str(model))
+                index.apply(*key, span, vector, str(model), as_int(seq))
                 lexicon.apply(*key, span, str(tokens) if span else None)
             index.seq = lexicon.seq = db_seq
         return index, lexicon
 
-    def _records(self, query: SimilarQuery, rowids: set[int]) -> dict[int, MemoryRecord]:
-        """The rows named (positive rowids: current versions, negative: archived) that pass every filter
-        again, each taken as of the query's time and admitted by it."""
+    def _records(
+        self, query: SimilarQuery, rowids: set[int], seqs: Mapping[int, int | None]
+    ) -> dict[int, MemoryRecord]:
+        """The rows named (positive rowids: current versions, negative: archived) that pass every filter,
+        each taken as of the query's time and admitted by it.
+
+        ``seqs`` holds the change seq at which the search's index held each row. A row decoded before
+        at that seq is that very version, and the index found it under the same filters the statement
+        below applies (series, vehicle, verdict, and the version's span around the query's time), so
+        it is not read again: only ``query.admits`` checks it once more. Every other row is read as it
+        is now and filtered again (a row that changed since the search is taken in its new version).
+        """
         params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
         found: dict[int, MemoryRecord] = {}
-        for table, select, as_of, ids, sign in (
-            ("case_memory", _RECALL_COLUMNS, _AS_OF, [r for r in rowids if r > 0], 1),
-            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, [-r for r in rowids if r < 0], -1),
+        for table, select, as_of, sign in (
+            ("case_memory", _RECALL_COLUMNS, _AS_OF, 1),
+            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, -1),
         ):
-            if not ids:
+            unread = []
+            for key in sorted(r for r in rowids if (r > 0) == (sign > 0)):
+                seq = seqs.get(key)
+                known = None if seq is None else self._decoded.get(key, seq)
+                if known is None:
+                    unread.append(sign * key)
+                else:
+                    self._admit(query, key, known, found)
+            if not unread:
                 continue
-            # NOT INDEXED: the winners are fetched by rowid, never by scanning idx_similar's series.
+            # NOT INDEXED: the rows are fetched by rowid, never by scanning idx_similar's series.
             # The ids travel as one JSON parameter, so the statement's text never changes: every
             # distinct text is a prepared statement that each thread's connection caches (128 of
             # them): with the ids written into the SQL, sqlite's own memory grew by 116 MB between
             # events 4,000 and 14,053 of a 4,000-vehicle fleet at 64 threads (bench/engine_memory.py).
             rows_of = f"FROM {table} NOT INDEXED WHERE rowid IN (SELECT value FROM json_each(:ids)) {where}{as_of}"
-            # First which rows pass, and their change seqs: a row decoded before at the same seq is
-            # not read again (its vector and texts were most of the time the read took).
-            unread = []
-            for rowid, seq in self._query(f"SELECT rowid, seq {rows_of}", {**params, "ids": json.dumps(sorted(ids))}):
-                key = sign * as_int(rowid)
-                known = self._decoded.get(key, as_int(seq))
-                if known is None:
-                    unread.append(as_int(rowid))
-                else:
-                    self._admit(query, key, known, found)
-            if unread:
-                # A row that changed since the first statement is read as it is now, filtered again.
-                for row in self._query(f"SELECT rowid, seq, {select} {rows_of}", {**params, "ids": json.dumps(unread)}):
-                    key = sign * as_int(row[0])
-                    self._admit(query, key, self._decoded.record(key, as_int(row[1]), row[2:]), found)
+            for row in self._query(f"SELECT rowid, seq, {select} {rows_of}", {**params, "ids": json.dumps(unread)}):
+                key = sign * as_int(row[0])
+                self._admit(query, key, self._decoded.record(key, as_int(row[1]), row[2:]), found)
         return found
 
     @staticmethod
@@ -468,19 +473,25 @@ class SqliteStore:
         return found[:k]
 
     def _search(
-        self, query: SimilarQuery, dense_k: int, lexical_k: int, meanwhile: Callable[[Hits], None] | None = None
-    ) -> tuple[Hits, Hits]:
-        """Both indexes' hits (rowid, score) for one query, under one catch-up.
+        self,
+        query: SimilarQuery,
+        dense_k: int,
+        lexical_k: int,
+        meanwhile: Callable[[Hits, Mapping[int, int | None]], None] | None = None,
+    ) -> tuple[Hits, Hits, dict[int, int | None]]:
+        """Both indexes' hits (rowid, score) for one query, under one catch-up, and the change seq of
+        each hit's version in the index (``SeriesVectorIndex.seq_of``), read under the same guard.
 
-        ``meanwhile`` is given the lexical hits as soon as they are known when
-        the dense scan runs on other threads (a large series), and runs while
-        that scan still does (the caller reads their rows).
+        ``meanwhile`` is given the lexical hits and their seqs as soon as they
+        are known when the dense scan runs on other threads (a large series),
+        and runs while that scan still does (the caller reads their rows).
         """
         terms = query_terms(query.text) if lexical_k > 0 else []
         at = epoch(query.as_of)
         # The change seq is read before the guard: when the indexes are current
         # (the usual case), the guard is held for the searches alone.
         db_seq = self._seq()
+        seqs: dict[int, int | None] = {}
         with self._index_guard:
             index, lexicon = self._catch_up(db_seq)
             if dense_k > 0:
@@ -500,11 +511,13 @@ class SqliteStore:
             pending = helpers.submit(dense_hits) if dense_k > 0 and terms and large else None
             try:
                 lexical = lexicon.search(query.series, query.exclude_vin, terms, lexical_k, at) if terms else []
+                seqs.update((rowid, index.seq_of(rowid)) for rowid, _ in lexical)
                 if meanwhile is not None and lexical and pending is not None:
-                    meanwhile(lexical)
+                    meanwhile(lexical, seqs)
             finally:
                 dense = pending.result() if pending is not None else dense_hits()
-        return dense, lexical
+            seqs.update((rowid, index.seq_of(rowid)) for rowid, _ in dense)
+        return dense, lexical, seqs
 
     def _helpers(self) -> ThreadPoolExecutor:
         """Two threads for a query's scans: its dense scan and half of that scan, while the caller runs the
@@ -526,13 +539,13 @@ class SqliteStore:
         records: dict[int, MemoryRecord] = {}
         read: set[int] = set()
 
-        def read_rows(hits: Hits) -> None:
+        def read_rows(hits: Hits, seqs: Mapping[int, int | None]) -> None:
             rowids = {rowid for rowid, _ in hits} - read
-            records.update(self._records(query, rowids))
+            records.update(self._records(query, rowids, seqs))
             read.update(rowids)
 
-        dense, lexical = self._search(query, dense_k, lexical_k, meanwhile=read_rows)
-        read_rows(dense + lexical)
+        dense, lexical, seqs = self._search(query, dense_k, lexical_k, meanwhile=read_rows)
+        read_rows(dense + lexical, seqs)
         return self._ranked(dense, records, dense_k), self._ranked(lexical, records, lexical_k)
 
     # -- updates ---------------------------------------------------------------------------

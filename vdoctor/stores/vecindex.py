@@ -18,7 +18,9 @@ archived versions (the ``case_history`` table) by their negated rowid. The
 index follows the database through a change sequence: every write stamps its
 row with the next ``seq``; the index remembers the highest ``seq`` it has
 applied and catches up on rows with a higher one. On disk it is a folder of
-``.npy`` files plus ``meta.json`` (database epoch, seq, the parts' series and dimensions, embedder names). On start it
+``.npy`` files plus ``meta.json`` (database epoch, seq, the parts' series and dimensions, embedder names). Each row
+also keeps the change seq it was applied at, so that recall can tell whether a record it decoded before is still
+the version the index ranked (``seq_of``). On start it
 is loaded if it belongs to this database and is not ahead of it, caught up
 incrementally, and rebuilt from the table when missing, foreign or corrupt.
 """
@@ -52,7 +54,7 @@ def _blas_controller() -> ThreadpoolController:
     return _controller
 
 
-INDEX_FORMAT = 3
+INDEX_FORMAT = 4
 # The end of a span that is still open.
 OPEN_END = int(np.iinfo(np.int64).max)
 # Growth factor of a series matrix: amortised O(1) appends without holding
@@ -100,6 +102,8 @@ class _Series:
     ends: npt.NDArray[np.int64] = field(init=False)
     # Which embedder made each vector: an index into the index's ``model_names``.
     models: npt.NDArray[np.int64] = field(init=False)
+    # The change seq of the row's version that was applied (-1: not known).
+    seqs: npt.NDArray[np.int64] = field(init=False)
     size: int = 0
 
     def __post_init__(self) -> None:
@@ -118,7 +122,9 @@ class _Series:
             new[: self.size] = old[: self.size]
             setattr(self, name, new)
 
-    def append(self, rowid: int, vin_h: int, span: tuple[int, int], vector: npt.NDArray[np.float32], model: int) -> int:
+    def append(
+        self, rowid: int, vin_h: int, span: tuple[int, int], vector: npt.NDArray[np.float32], model: int, seq: int
+    ) -> int:
         self._grow(self.size + 1)
         slot = self.size
         self.vectors[slot] = vector
@@ -126,6 +132,7 @@ class _Series:
         self.vins[slot] = vin_h
         self.starts[slot], self.ends[slot] = span
         self.models[slot] = model
+        self.seqs[slot] = seq
         self.size += 1
         return slot
 
@@ -143,7 +150,7 @@ class _Series:
         return moved
 
 
-_ROW_ARRAYS = ("rowids", "vins", "starts", "ends", "models")
+_ROW_ARRAYS = ("rowids", "vins", "starts", "ends", "models", "seqs")
 
 
 class SeriesVectorIndex:
@@ -177,12 +184,14 @@ class SeriesVectorIndex:
         span: tuple[int, int] | None,
         vector: npt.NDArray[np.float32] | None,
         model: str = "",
+        seq: int = -1,
     ) -> None:
         """Bring one row up to date: present (with this vector and span) iff it is ever eligible for similar recall.
 
         ``span`` is the event time [start, end) in which the row is verified
         and valid; None (or an empty span) when it never is. ``model`` names
-        the embedder that made the vector.
+        the embedder that made the vector, ``seq`` the change seq of the
+        row's version (-1: not known).
         """
         self._discard(rowid)
         if span is None or span[0] >= span[1] or vector is None:
@@ -192,9 +201,18 @@ class SeriesVectorIndex:
         if part is None:
             part = self._parts[key] = _Series(key[1])
         model_id = self._model_id(model)
-        self._where[rowid] = (key, part.append(rowid, vin_hash(vin), span, vector, model_id))
+        self._where[rowid] = (key, part.append(rowid, vin_hash(vin), span, vector, model_id, seq))
         counts = self._models.setdefault(series, {})
         counts[model_id] = counts.get(model_id, 0) + 1
+
+    def seq_of(self, rowid: int) -> int | None:
+        """The change seq of the row's version in the index; None if the row is not here or its seq is not known."""
+        hit = self._where.get(rowid)
+        if hit is None:
+            return None
+        key, slot = hit
+        seq = int(self._parts[key].seqs[slot])
+        return seq if seq >= 0 else None
 
     def _discard(self, rowid: int) -> None:
         hit = self._where.pop(rowid, None)
