@@ -28,6 +28,13 @@ skipped; its time then shows under "engine, other".
     .venv/bin/python bench/engine_cpu.py                     # 600 vehicles, offline model (~1 minute)
     .venv/bin/python bench/engine_cpu.py --model openai --vins 300
     .venv/bin/python bench/engine_cpu.py --workload concurrency --vins 300   # bench/concurrency.py's alerts
+    .venv/bin/python bench/engine_cpu.py --embed-child       # the embedding model in its child process, as in the job
+
+By default the embedding model runs in this process, so its CPU is in the
+"embedding" stage. With ``--embed-child`` it runs in its child process, as
+the job runs it: the stage is then the interpreter's side of each call
+(the shared calls, the query cache, the pipe), and the child's CPU over the
+same events is printed apart.
 
 The same run goes first without any clock, in a fresh process: its process
 CPU per alert, less the model's time from the timed run, is the engine's
@@ -56,6 +63,8 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+
+from bench.procstat import children_cpu_s  # noqa: E402
 
 MODEL = "model"
 OTHER = "engine, other"
@@ -189,14 +198,14 @@ def instrument_parts(clock: StageClock, engine: Any, model_stage: str) -> None:
             setattr(store, name, clock.wrap(getattr(store, name), f"{STORE}: {name}"))
 
 
-def build(model: str, db: Path, base_url: str | None, embedder: str) -> Any:
+def build(model: str, db: Path, base_url: str | None, embedder: str, embed_child: bool = False) -> Any:
     from vdoctor.assembly import build_engine
     from vdoctor.settings import load_settings
 
     env = {"VDOCTOR_MEMORY_URL": f"sqlite:///{db}", "VDOCTOR_KNOWLEDGE_URL": "memory://", "VDOCTOR_MODEL": model,
-           # The embedding model in this process (not the job's child process), so that its CPU
-           # (this bench) and its memory (bench/engine_memory.py) are counted here.
-           "VDOCTOR_EMBED_CHILD_PROCESS": "false"}  # fmt: skip
+           # By default the embedding model runs in this process (not in the job's child process), so
+           # that its CPU (this bench) and its memory (bench/engine_memory.py) are counted here.
+           "VDOCTOR_EMBED_CHILD_PROCESS": "true" if embed_child else "false"}  # fmt: skip
     if embedder:
         env["VDOCTOR_EMBEDDER"] = embedder
     if base_url:
@@ -213,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--model", choices=["offline", "openai"], default="offline")
     parser.add_argument("--embedder", default="", help="VDOCTOR_EMBEDDER for the engine (default: the product's)")
+    parser.add_argument("--embed-child", action="store_true",
+                        help="the embedding model in its child process, as the job runs it: the engine's figures "
+                             "are then this interpreter's, and the child's CPU is printed apart")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     parser.add_argument("--no-stages", action="store_true",
                         help="no stage clocks: print only the process CPU per alert as JSON (the main run does this "
@@ -243,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
                                       cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
             base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
         try:
-            engine = build(args.model, work / "memory.db", base_url, args.embedder)
+            engine = build(args.model, work / "memory.db", base_url, args.embedder, args.embed_child)
+            not_embedding = {server.pid} if server is not None else set()
             missing: list[str] = []
             if not args.no_stages:
                 missing = instrument(clock, TARGETS)
@@ -253,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             pending: dict[str, list[str]] = {}
             alerts = events = 0
             cpu0, wall0 = time.process_time(), time.perf_counter()
+            child0 = children_cpu_s(os.getpid(), exclude=not_embedding)
             for line in lines:
                 try:
                     event = parse_event(line)
@@ -285,6 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 _ = "[" + ",".join(rest) + "]" if rest else None
                 clock.leave()
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            child = children_cpu_s(os.getpid(), exclude=not_embedding) - child0
             engine.close()
         finally:
             if server is not None:
@@ -292,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
                 server.communicate()
 
     if args.no_stages:
-        print(json.dumps({"process_ms_per_alert": cpu / alerts * 1000, "alerts": alerts}))
+        print(json.dumps({"process_ms_per_alert": cpu / alerts * 1000, "child_ms_per_alert": child / alerts * 1000,
+                          "alerts": alerts}))  # fmt: skip
         return 0
     model_s = sum(v for k, v in clock.own.items() if k == model_stage)
     engine_s = sum(v for k, v in clock.own.items() if k != model_stage)
@@ -322,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
           f"engine {plain_engine_ms:.3f} with the model's {model_s / alerts * 1000:.3f} taken off "
           f"({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
     print(f"alerts/s per core: {alerts / engine_s:.0f} engine only, {alerts / (engine_s + model_s):.0f} with the model")
+    if args.embed_child:
+        print(f"the embedding child process (not in the figures above): {child / alerts * 1000:.3f} ms CPU per alert")
     cache = engine.embedder
     if hasattr(cache, "hits") and hasattr(cache, "misses") and cache.hits + cache.misses:
         share = cache.hits / (cache.hits + cache.misses)
@@ -338,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         "engine_ms_per_alert": engine_s / alerts * 1000, "model_ms_per_alert": model_s / alerts * 1000,
         "alerts_per_s_per_core": alerts / engine_s, "missing": missing,
         "without_stage_clocks": {"process_ms_per_alert": plain_ms, "engine_ms_per_alert": plain_engine_ms},
+        "embed_child": args.embed_child, "child_ms_per_alert": child / alerts * 1000,
     }, indent=2))  # fmt: skip
     return 0
 

@@ -37,13 +37,22 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def _cpu_ticks(pid: int) -> int:
+    """Clock ticks of CPU (user + system) a process has used so far; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) used so far by a process and all its descendants."""
-    total = 0
-    for p in _tree(pid):
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(_cpu_ticks(p) for p in _tree(pid)) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s(pid: int, exclude: set[int] | frozenset[int] = frozenset()) -> float:
+    """CPU seconds used so far by a process's descendants (itself left out), but for the children in ``exclude``
+    and their own descendants."""
+    left_out = {p for c in exclude for p in _tree(c)} | {pid}
+    return sum(_cpu_ticks(p) for p in _tree(pid) if p not in left_out) / os.sysconf("SC_CLK_TCK")
