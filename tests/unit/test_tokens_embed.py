@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
@@ -42,6 +44,30 @@ def test_estimating_counter_on_hand_counted_text(text: str, expected: int) -> No
 def test_count_tokens_uses_the_default_counter_and_is_additive_over_whitespace() -> None:
     assert count_tokens("压差187mV") == 4
     assert count_tokens("压差187mV Hello, world!") == 4 + 6
+
+
+# Every kind of character the estimate tells apart: letters, digits, CJK, full-width
+# marks, the ideographic space (a token, though whitespace), other marks, letters
+# outside ASCII, emoji, whitespace.
+ALPHABET = "aZqQ09电池，（\u3000.:_-/é😀 \n\t"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_estimate_keeps_the_two_properties_budgets_rely_on(seed: int) -> None:
+    # Budgets skip counting a text shorter than them (``at_most_one_per_char``) and add up
+    # the counts of parts joined by newlines (``additive``): both must hold for any text.
+    rng = random.Random(seed)
+    counter = EstimatingCounter()
+    assert counter.at_most_one_per_char and counter.additive
+    for _ in range(300):
+        texts = ["".join(rng.choices(ALPHABET, k=rng.randint(0, 40))) for _ in range(rng.randint(1, 4))]
+        for text in texts:
+            assert counter.count(text) <= len(text)
+        assert all(
+            counter.count(sep.join(texts)) == sum(counter.count(t) for t in texts) for sep in ("\n", "\n\n", " ")
+        )
+    # Text of one token per character reaches the bound.
+    assert counter.count("电池，（.") == len("电池，（.")
 
 
 # -- embedder -------------------------------------------------------------------

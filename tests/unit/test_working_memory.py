@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -314,3 +315,72 @@ def test_a_trend_is_bounded_keeping_its_first_and_newest_readings() -> None:
     values = trend.text.split(": ")[1].split()
     assert len(values) == MAX_TREND_POINTS
     assert values[:2] == ["0", "11"] and values[-1] == str(MAX_TREND_POINTS + 9)
+
+
+# -- the budget check's shortcut -----------------------------------------------------------
+
+
+class WholeTextCounter:
+    """The offline estimate with neither of its shortcuts: every budget check counts the whole context."""
+
+    name = "estimate-whole-text"
+
+    def count(self, text: str) -> int:
+        return EstimatingCounter().count(text)
+
+
+# Pieces of rounds, most of them a token per character (CJK text, marks, codes) so that
+# contexts just under the trigger in tokens are just over it in characters; words and
+# numbers make the two part.
+PIECES = ["电池包单体压差过大", "，", "P0A7F", "(!)", "电芯", "。", "压差187mV", "electrical ", "46.5 "]
+WEIGHTS = [4, 4, 4, 4, 4, 4, 1, 1, 1]
+
+
+def random_round(rng: random.Random, i: int) -> Round:
+    def text(n: int) -> str:
+        return "".join(rng.choices(PIECES, WEIGHTS, k=n))
+
+    return Round(ts=ts(i % 24), user=f"alert {i} {text(rng.randint(1, 10))}", assistant=text(rng.randint(10, 150)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_trigger_folds_as_a_whole_text_count_would_over_a_long_random_session(seed: int) -> None:
+    # The estimate decides a context shorter (in characters) than the trigger is under it
+    # without counting it; a twin that counts the whole text every time must fold at the
+    # same rounds into the same state, and the count must be the from-scratch one throughout.
+    rng = random.Random(seed)
+    fast = WorkingMemory(WorkingState(), budget_tokens=2000, counter=EstimatingCounter())
+    whole = WorkingMemory(WorkingState(), budget_tokens=2000, counter=WholeTextCounter())
+    assert getattr(fast.counter, "at_most_one_per_char", False) and getattr(fast.counter, "additive", False)
+    by_tokens = 0
+    for i in range(300):
+        if rng.random() < 0.05:
+            fast.end_stage()
+            whole.end_stage()
+        else:
+            r = random_round(rng, i)
+            folds, within_rounds = fast.state.threshold_folds, len(fast.state.rounds) < KEEP_ROUNDS
+            fast.add_round(r.model_copy())
+            whole.add_round(r.model_copy())
+            by_tokens += within_rounds and fast.state.threshold_folds > folds
+        assert fast.state == whole.state, f"diverged at step {i}"
+        assert fast.tokens() == whole.tokens() == EstimatingCounter().count(fast.render())
+    # The trigger, not the round count, folded the context many times.
+    assert by_tokens > 50
+
+
+def test_the_trigger_folds_as_a_whole_text_count_would_at_the_boundary() -> None:
+    # A context of about one token per character, swept across the trigger one character at
+    # a time: where the characters are many more than the trigger the count decides, and
+    # there too a from-scratch count of the whole text must give the same folds.
+    budget = 3000  # trigger at 2100 tokens
+    folded = 0
+    for n in range(2000, 2200):
+        round_ = Round(ts=ts(1), user="P0A7F", assistant="电池包单体压差过大，" * (n // 10) + "。" * (n % 10))
+        fast = WorkingMemory(WorkingState(), budget_tokens=budget, counter=EstimatingCounter())
+        whole = WorkingMemory(WorkingState(), budget_tokens=budget, counter=WholeTextCounter())
+        fast.add_round(round_.model_copy())
+        whole.add_round(round_.model_copy())
+        assert fast.state == whole.state, f"diverged at {n} characters"
+        folded += fast.state.threshold_folds
+    assert 0 < folded < 2200 - 2000  # the sweep crossed the trigger

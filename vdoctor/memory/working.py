@@ -66,6 +66,8 @@ CONCLUSION_CHARS = 80
 # A clipped line must not end inside a number, code or URI: a cut 46.5 would
 # read as an invented 46.
 _TAIL_TOKEN_RE = re.compile(r"[A-Za-z0-9_.:/@%\-]+$")
+# What separates the parts of the rendered context.
+_BLANK_LINE = "\n\n"
 
 
 class Round(BaseModel):
@@ -243,9 +245,25 @@ class WorkingMemory:
                 *extract_key_facts(round_.assistant, round_.ts),
             ]
         )
-        while len(self.state.rounds) > self.keep_rounds or self.tokens() > COMPRESS_AT * self.budget_tokens:
+        while len(self.state.rounds) > self.keep_rounds or self._past_trigger():
             if not self.compress_oldest_half():
                 break
+
+    def _past_trigger(self) -> bool:
+        """True when the context passes ``COMPRESS_AT`` of the budget.
+
+        With a counter that never gives more tokens than characters
+        (``EstimatingCounter``), a context with fewer characters than the
+        trigger is under it without being counted: most sessions, most rounds.
+        """
+        limit = COMPRESS_AT * self.budget_tokens
+        parts = self._parts()
+        if getattr(self.counter, "at_most_one_per_char", False):
+            # The length of ``render()``: the parts and the blank lines between them.
+            chars = sum(map(len, parts))
+            if chars <= limit:
+                return False
+        return self._count(parts) > limit
 
     def compress_oldest_half(self) -> bool:
         """Fold the oldest half of the verbatim rounds into the rolling summary.
@@ -320,7 +338,7 @@ class WorkingMemory:
 
     def render(self, current: str = "") -> str:
         """The working context as text: summary, recent rounds, ``current``, key facts last."""
-        return "\n\n".join(self._parts(current))
+        return _BLANK_LINE.join(self._parts(current))
 
     def _parts(self, current: str = "") -> list[str]:
         parts = []
@@ -339,6 +357,10 @@ class WorkingMemory:
         """Tokens of ``render()``. With an additive counter (``EstimatingCounter``: parts joined by blank
         lines count as the sum of their counts) each part is counted on its own, so the parts that did not
         change since the last count (earlier rounds, the summary) come from the counter's cache."""
+        return self._count(self._parts())
+
+    def _count(self, parts: list[str]) -> int:
+        """Tokens of ``parts`` joined as ``render()`` joins them."""
         if getattr(self.counter, "additive", False):
-            return sum(self.counter.count(part) for part in self._parts())
-        return self.counter.count(self.render())
+            return sum(self.counter.count(part) for part in parts)
+        return self.counter.count(_BLANK_LINE.join(parts))

@@ -42,10 +42,14 @@ class EstimatingCounter:
 
     Additive: the count of texts joined by whitespace is the sum of their
     counts (no piece spans whitespace), so a budget can be kept part by part.
+    Bounded by length: every token is at least one character, so a text never
+    costs more tokens than it has characters, and a text shorter than a
+    budget fits it without being counted.
     """
 
     name = "estimate"
     additive = True
+    at_most_one_per_char = True
 
     def count(self, text: str) -> int:
         return _cached_estimate(text) if len(text) <= _CACHE_MAX_CHARS else _estimate(text)
