@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -251,3 +252,31 @@ def test_a_milestone_is_rendered_as_not_concluded_and_the_offline_model_never_ta
     assert _parse_memory(text) == {}
     final = recall_entry("own", milestone.model_copy(update={"kind": RecordKind.FINAL, "priority": "P2"}))
     assert RecallEntry.parse_block(final.render())[0].priority == "P2"
+
+
+class WholeTextCounter:
+    """The offline estimate without its additivity: the rendered memory is counted as one text."""
+
+    name = "estimate-whole-text"
+
+    def count(self, text: str) -> int:
+        return COUNTER.count(text)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_rendered_memorys_tokens_are_its_count_whatever_is_kept(seed: int) -> None:
+    # The estimate's total comes from the blocks' own counts (it is additive); it must be
+    # the count of the rendered text, as a counter that counts the whole text finds it.
+    rng = random.Random(seed)
+    words = ["电池包单体压差过大", "weak cell group", "P0A7F", "187mV", "，", "balance the pack"]
+    for _ in range(40):
+        records = [
+            record(rng.choice([VIN_A, VIN_B]), n, " ".join(rng.choices(words, k=rng.randint(1, 40)))[:300])
+            for n in range(rng.randint(0, 8))
+        ]
+        own, similar = records[: len(records) // 2], records[len(records) // 2 :]
+        budget = rng.randint(0, 900)
+        out = render_within_budget(own, similar, budget=budget, counter=COUNTER)
+        whole = render_within_budget(own, similar, budget=budget, counter=WholeTextCounter())
+        assert (out.text, out.own, out.similar) == (whole.text, whole.own, whole.similar)
+        assert out.tokens == whole.tokens == COUNTER.count(out.text) <= budget

@@ -144,7 +144,9 @@ def render_within_budget(
             used += cost
     if out.own or out.similar:
         out.text = "\n".join(blocks)
-        out.tokens = counter.count(out.text)
+        # ``used`` budgeted one token more per block, for the newline after it; an additive
+        # counter's count of the blocks joined by newlines is the sum of theirs, which is the rest.
+        out.tokens = used - len(blocks) if getattr(counter, "additive", False) else counter.count(out.text)
     return out
 
 
