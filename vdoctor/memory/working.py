@@ -260,7 +260,7 @@ class WorkingMemory:
         parts = self._parts()
         if getattr(self.counter, "at_most_one_per_char", False):
             # The length of ``render()``: the parts and the blank lines between them.
-            chars = sum(map(len, parts))
+            chars = sum(map(len, parts)) + len(_BLANK_LINE) * max(len(parts) - 1, 0)
             if chars <= limit:
                 return False
         return self._count(parts) > limit
