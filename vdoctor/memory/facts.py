@@ -37,6 +37,8 @@ from vdoctor.lines import FactKind, KeyFact, fmt_num
 CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
 # Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
 URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
+# The same, captured: ``split`` then gives the text between URIs and the URIs in one pass.
+_URI_SPLIT_RE = re.compile(f"({URI_RE.pattern})", re.ASCII)
 # A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %.
 _READING_RE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])", re.ASCII)
 # A signal assignment in free text: a snake_case name with at least one
@@ -57,6 +59,12 @@ def fold_case(text: str) -> str:
     and the dot above that follows the i of a folded capital İ.
     """
     return text.casefold().replace("ı", "i").replace("\u0307", "")
+
+
+def split_uris(text: str) -> tuple[str, list[str]]:
+    """``URI_RE.sub(" ", text)`` and ``URI_RE.findall(text)``, from one scan of ``text``."""
+    parts = _URI_SPLIT_RE.split(text)
+    return " ".join(parts[::2]), parts[1::2]
 
 
 class _ClausePattern:

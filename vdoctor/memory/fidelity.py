@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vdoctor.memory.facts import URI_RE as _URI_RE
+from vdoctor.memory.facts import split_uris
 from vdoctor.memory.meaning import check_case
 from vdoctor.memory.request import SummaryRequest
 
@@ -69,11 +69,6 @@ class FidelityReport:
         return ", ".join(problems) or "ok"
 
 
-def _strip_uris(text: str) -> str:
-    # Numbers inside a URI (VIN digits, timestamps) are checked as whole URIs.
-    return _URI_RE.sub(" ", text)
-
-
 def check_summary(
     summary: str, required: list[str], source: str, max_chars: int | None = None, carried: str = ""
 ) -> FidelityReport:
@@ -90,13 +85,15 @@ def check_summary(
     report = FidelityReport()
     report.too_long = max_chars is not None and len(summary) > max_chars
     report.missing = [fact for fact in required if fact not in summary and fact not in carried]
-    source_numbers = set(_NUMBER_RE.findall(_strip_uris(source)))
+    # Numbers inside a URI (VIN digits, timestamps) are checked as whole URIs.
+    source_plain, source_uris = split_uris(source)
+    plain, uris = split_uris(summary)
+    source_numbers = set(_NUMBER_RE.findall(source_plain))
     source_codes = set(_CODE_RE.findall(source))
-    source_uris = set(_URI_RE.findall(source))
-    plain = _strip_uris(summary)
+    known_uris = set(source_uris)
     report.invented = [n for n in _NUMBER_RE.findall(plain) if n not in source_numbers]
     report.invented += [c for c in _CODE_RE.findall(plain) if c not in source_codes]
-    report.invented += [u for u in _URI_RE.findall(summary) if u not in source_uris]
+    report.invented += [u for u in uris if u not in known_uris]
     report.ratio = len(source) / max(1, len(summary))
     if len(source) > COMPRESSION_MIN_SOURCE_CHARS:
         report.ratio_ok = report.ratio >= MIN_COMPRESSION

@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field
 
 from vdoctor.lines import NUM, ReadingSpan, SummaryLine
-from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, URI_RE
+from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, split_uris
 from vdoctor.memory.request import CaseDecision, SummaryRequest
 from vdoctor.units import unit_symbols
 
@@ -106,16 +106,12 @@ def _times(text: str) -> set[str]:
     return {f"{d} {hm}" for d, hm in _TIME_RE.findall(text)}
 
 
-def _strip(text: str) -> str:
-    """``text`` without URIs and confirmation phrases, which are checked whole."""
-    return _CONFIRM_RE.sub(" ", URI_RE.sub(" ", text))
-
-
-def _check_readings(summary: str, request: SummaryRequest, decision: CaseDecision, out: CaseFindings) -> None:
+def _check_readings(stripped: str, request: SummaryRequest, decision: CaseDecision, out: CaseFindings) -> None:
+    """``stripped``: the summary without URIs and confirmation phrases, which are checked whole."""
     expected = {s.name: s for span in decision.spans for s in ReadingSpan.find_all(span)}
     required = {s.name for span in request.readings for s in ReadingSpan.find_all(span)}
     omitted = {s.name for fact in request.omitted for s in ReadingSpan.find_all(fact)}
-    written = ReadingSpan.find_all(_strip(summary))
+    written = ReadingSpan.find_all(stripped)
     stated = set(written)
     for name, span in expected.items():
         n = len(span.values())
@@ -126,18 +122,25 @@ def _check_readings(summary: str, request: SummaryRequest, decision: CaseDecisio
             out.readings_omitted += n
         else:
             out.missing.append(span.render())
-    source_values: dict[str, set[str]] = {}
-    for name, value in _ASSIGN_RE.findall(request.source):
-        source_values.setdefault(name, set()).add(value)
+    source_values: dict[str, set[str]] | None = None  # read from the source when first needed
+
+    def in_source() -> dict[str, set[str]]:
+        nonlocal source_values
+        if source_values is None:
+            source_values = {}
+            for name, value in _ASSIGN_RE.findall(request.source):
+                source_values.setdefault(name, set()).add(value)
+        return source_values
+
     for span in written:
         known = expected.get(span.name)
-        if known is None and span.name not in source_values:
+        if known is None and span.name not in in_source():
             out.invented.append(f"reading of {span.name}, a signal the session never had")
         elif span.render() != f"{span.name}={span.first}" and known is not None:
             # Arrows or a unit: a claim about the signal's key readings and unit.
             if span != known:
                 out.contradicted.append(f"{span.render()} is not the session's {known.render()}")
-        elif span.first not in source_values.get(span.name, set()) | set(known.values() if known else []):
+        elif not (known and span.first in known.values()) and span.first not in in_source().get(span.name, ()):
             out.invented.append(f"{span.name}={span.first}")
 
 
@@ -182,6 +185,11 @@ def _content(text: str) -> set[str]:
 
 
 def _check_claims(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+    # A clause is part of a line cut at non-word characters, so a mark found in
+    # a clause is found in the whole summary too: without one, no clause states
+    # a cause or fix (most summaries; their clauses need not be read).
+    if not (_CAUSE_MARK.search(summary) or _FIX_MARK.search(summary)):
+        return
     cause, fix = _content(decision.root_cause), _content(decision.fix_action)
     for line in summary.splitlines():
         for clause in _CLAUSE_SPLIT.split(line):
@@ -198,33 +206,51 @@ def _check_claims(summary: str, decision: CaseDecision, out: CaseFindings) -> No
                 out.contradicted.append(f"cause or fix that is not the session's: '{clause.strip()[:80]}'")
 
 
-def _check_words(summary: str, source: str, out: CaseFindings) -> None:
-    plain = _TIME_RE.sub(" ", _strip(summary))
+def _check_words(summary: str, stripped: str, source: str, out: CaseFindings) -> None:
+    """``stripped``: ``summary`` without URIs and confirmation phrases, which are checked whole.
+
+    The source is read only for what the summary leaves to check: most summary
+    words are format or function words, and most summaries have no snake_case
+    name outside a reading and no Chinese.
+    """
+    plain = _TIME_RE.sub(" ", stripped)
     plain = _SPAN_OR_ASSIGN.sub(" ", plain)
-    allowed = _words(source) | FORMAT_WORDS | FUNCTION_WORDS | _UNIT_WORDS
-    stray = sorted(_words(CODE_RE.sub(" ", _SNAKE_RE.sub(" ", plain))) - allowed)
+    stray = _words(CODE_RE.sub(" ", _SNAKE_RE.sub(" ", plain))) - _FORMAT_UNIT_FUNCTION_WORDS
     if stray:
-        out.invented.append("words not in the source: " + ", ".join(stray[:8]))
-    snakes = set(_SNAKE_RE.findall(source))
-    out.invented += [f"name {s}" for s in sorted(set(_SNAKE_RE.findall(plain)) - snakes)]
-    pairs = _cjk_pairs(summary) - _cjk_pairs(source) - _cjk_pairs(FORMAT_CJK)
+        stray -= _words(source)
+    if stray:
+        out.invented.append("words not in the source: " + ", ".join(sorted(stray)[:8]))
+    names = set(_SNAKE_RE.findall(plain))
+    if names:
+        names -= set(_SNAKE_RE.findall(source))
+    out.invented += [f"name {s}" for s in sorted(names)]
+    pairs = _cjk_pairs(summary) - _FORMAT_CJK_PAIRS
+    if pairs:
+        pairs -= _cjk_pairs(source)
     if pairs:
         out.invented.append("Chinese not in the source: " + ", ".join(sorted(pairs)[:8]))
 
 
 _SPAN_OR_ASSIGN = re.compile(rf"(?<![A-Za-z0-9_])[a-z][a-z0-9_]*={NUM}\S*")
+_FORMAT_UNIT_FUNCTION_WORDS = FORMAT_WORDS | FUNCTION_WORDS | _UNIT_WORDS
+_FORMAT_CJK_PAIRS = frozenset(_cjk_pairs(FORMAT_CJK))
 
 
 def check_case(summary: str, request: SummaryRequest) -> CaseFindings:
     """Readings, times and meaning of a case summary against its request (see the module docstring)."""
     out = CaseFindings()
-    out.invented += [f"time {t}" for t in sorted(_times(URI_RE.sub(" ", summary)) - _times(request.source))]
+    plain = split_uris(summary)[0]
+    times = _times(plain)
+    if times:
+        times -= _times(request.source)
+    out.invented += [f"time {t}" for t in sorted(times)]
     decision = request.decision
     if decision is None:
         return out
-    _check_readings(summary, request, decision, out)
+    stripped = _CONFIRM_RE.sub(" ", plain)  # confirmation phrases are checked whole
+    _check_readings(stripped, request, decision, out)
     _check_conclusion(summary, decision, out)
     _check_states(summary, decision, out)
     _check_claims(summary, decision, out)
-    _check_words(summary, request.source, out)
+    _check_words(summary, stripped, request.source, out)
     return out

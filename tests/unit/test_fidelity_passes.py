@@ -1,0 +1,101 @@
+"""The fidelity check reads each text once where it can, and the source only for what a summary leaves to check.
+
+These pin the places where a shared pass or a skipped read could change a
+finding: URIs split off in one scan, the cause/fix clauses found from the
+whole summary, and the source's readings, words, names and Chinese read only
+when a summary states something that is not already known.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vdoctor.memory.facts import URI_RE, split_uris
+from vdoctor.memory.meaning import check_case
+from vdoctor.memory.request import CaseDecision, SummaryRequest
+
+pytestmark = pytest.mark.unit
+
+VIN = "LSVAU2180N2183294"
+
+
+@pytest.mark.parametrize(
+    ("text", "plain", "uris"),
+    [
+        ("no uri here", "no uri here", []),
+        (
+            "证据signal://V1/x_mv@2026-11-01T10:15:30Z. then dtc://P0A7F,case://V/s-1",
+            "证据 . then  , ",
+            ["signal://V1/x_mv@2026-11-01T10:15:30Z", "dtc://P0A7F", "case://V/s-1"],
+        ),
+        ("dtc://P0A7F\ndtc://U0111", " \n ", ["dtc://P0A7F", "dtc://U0111"]),
+        ("xdtc://P0A7F dtc://", "xdtc://P0A7F dtc://", []),  # no word boundary; nothing after the scheme
+    ],
+)
+def test_split_uris_gives_the_text_without_uris_and_the_uris(text: str, plain: str, uris: list[str]) -> None:
+    assert split_uris(text) == (plain, uris)
+    assert split_uris(text) == (URI_RE.sub(" ", text), URI_RE.findall(text))
+
+
+SOURCE = "\n".join(
+    [
+        "2026-11-01 08:15 | alert P0A7F cell_voltage_diff_mv=87 pack_temp_c=42 fan_duty_raw=3 | investigating | -",
+        "2026-11-01 10:15 | alert P0A7F cell_voltage_diff_mv=187 pack_temp_c=44 | concluded P2 conf 0.80 | -",
+        "readings: cell_voltage_diff_mv=87→187mV pack_temp_c=42→44°C",
+        "怀疑线束松动",
+    ]
+)
+DECISION = CaseDecision(
+    root_cause="A weak cell group self-discharges.",
+    fix_action="Balance the pack.",
+    priority="P2",
+    confidence="0.80",
+    codes=["P0A7F"],
+    spans=["cell_voltage_diff_mv=87→187mV", "pack_temp_c=42→44°C"],
+)
+GOOD = "\n".join(
+    [
+        "readings: cell_voltage_diff_mv=87→187mV pack_temp_c=42→44°C",
+        "2026-11-01 10:15 | concluded P0A7F | P2 conf 0.80 | -",
+    ]
+)
+REQUEST = SummaryRequest(kind="case", source=SOURCE, required=[], events=[], decision=DECISION)
+
+
+def findings(summary: str) -> tuple[list[str], list[str], list[str]]:
+    case = check_case(summary, REQUEST)
+    return case.missing, case.invented, case.contradicted
+
+
+def test_the_faithful_summary_has_no_findings() -> None:
+    assert findings(GOOD) == ([], [], [])
+
+
+def test_a_fix_word_inside_a_uri_still_makes_its_clause_a_claim() -> None:
+    # The clauses are read from the summary as written, URIs included: the
+    # URI's own words (the VIN's letters) are no words of the cause or fix.
+    line = f"2026-11-01 10:15 | note | - | case://{VIN}/fix-1"
+    assert findings(f"{GOOD}\n{line}")[2] == [f"cause or fix that is not the session's: 'case://{VIN}/fix-1'"]
+
+
+def test_a_cause_mark_right_after_a_clause_end_is_found() -> None:
+    assert findings(f"{GOOD}\nnote;due to harness")[2] == ["cause or fix that is not the session's: 'due to harness'"]
+    assert findings(f"{GOOD}\n备注。由于线束")[2] == ["cause or fix that is not the session's: '由于线束'"]
+
+
+def test_a_bare_reading_is_checked_against_the_sources_readings_beyond_the_key_ones() -> None:
+    # 42 and 44 are pack_temp_c's key readings, 3 is a reading of a signal with no span.
+    assert findings(f"{GOOD}\nalso pack_temp_c=44 fan_duty_raw=3") == ([], [], [])
+    assert findings(f"{GOOD}\nalso pack_temp_c=43 fan_duty_raw=4")[1] == ["pack_temp_c=43", "fan_duty_raw=4"]
+    assert findings(f"{GOOD}\nalso coolant_temp_c=90")[1] == [
+        "reading of coolant_temp_c, a signal the session never had"
+    ]
+
+
+def test_words_names_and_chinese_are_checked_against_the_source() -> None:
+    # "alert" is a format word, "cell" and "pack" are words of the source's
+    # snake_case names, 结论 is a format word and 怀疑线束 is the source's.
+    assert findings(f"{GOOD}\nalert cell pack 怀疑线束 结论") == ([], [], [])
+    assert findings(f"{GOOD}\ncorroded cell strap")[1] == ["words not in the source: corroded, strap"]
+    assert findings(f"{GOOD}\nrule fan_duty_raw rule coolant_temp_c")[1] == ["name coolant_temp_c"]
+    assert findings(f"{GOOD}\n线束腐蚀")[1] == ["Chinese not in the source: 束腐, 腐蚀"]
