@@ -8,8 +8,12 @@ when a summary states something that is not already known.
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
+from vdoctor.memory import facts, fidelity, meaning
 from vdoctor.memory.facts import URI_RE, split_uris
 from vdoctor.memory.meaning import check_case
 from vdoctor.memory.request import CaseDecision, SummaryRequest
@@ -99,3 +103,31 @@ def test_words_names_and_chinese_are_checked_against_the_source() -> None:
     assert findings(f"{GOOD}\ncorroded cell strap")[1] == ["words not in the source: corroded, strap"]
     assert findings(f"{GOOD}\nrule fan_duty_raw rule coolant_temp_c")[1] == ["name coolant_temp_c"]
     assert findings(f"{GOOD}\n线束腐蚀")[1] == ["Chinese not in the source: 束腐, 腐蚀"]
+
+
+# -- patterns written to start with their first character --------------------------------
+
+# Each fast pattern and the plain form it must match exactly (see facts.CODE_RE).
+PLAIN_FORMS = {
+    "code": (facts.CODE_RE, re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)),
+    "number": (fidelity._NUMBER_RE, re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?", re.ASCII)),
+    "time": (
+        meaning._TIME_RE,
+        re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}Z?)?(?!\d)"),
+    ),
+}
+PIECES = [
+    "P0A7F", "U0111", "C", "B12", "xP0A7F", "报", "压差", "-", "--", ".", "_", "a", "Z", "T", " ", "\n", ":",
+    "1", "12", "187", "-3.5", "0.80", "2026", "2026-11-01", "2026-11-01 08:15", "2026-11-01T08:15:30Z",
+    "08:15", ":30", "٣", "١٢٣٤-٠١-٠٢ ٠٨:١٥",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN_FORMS))
+def test_a_pattern_written_from_its_first_character_matches_its_plain_form(name: str) -> None:
+    fast, plain = PLAIN_FORMS[name]
+    rng = random.Random(name)
+    for _ in range(3000):
+        text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 30)))
+        assert fast.findall(text) == plain.findall(text), text
+        assert fast.sub("#", text) == plain.sub("#", text), text

@@ -34,7 +34,11 @@ from vdoctor.lines import FactKind, KeyFact, fmt_num
 
 # re.ASCII throughout: CJK characters count as \w in Python, so a plain \b or
 # (?<!\w) would miss 压差187mV, 报P0A7F or 证据signal://... in Chinese text.
-CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
+# A pattern run over every text starts with its first character and looks
+# behind that character after it: ``[PCBU](?<!\w[PCBU])`` is ``\b[PCBU]``. The
+# scan skips fast to a leading character class; a leading \b or lookbehind is
+# tried at every position (twice the time on a case's source).
+CODE_RE = re.compile(r"[PCBU](?<!\w[PCBU])[0-9A-F]{4}\b", re.ASCII)
 # Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
 URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
 # The same, captured: ``split`` then gives the text between URIs and the URIs in one pass.

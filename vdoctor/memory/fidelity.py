@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from vdoctor.memory.facts import split_uris
+from vdoctor.memory.facts import CODE_RE, split_uris
 from vdoctor.memory.meaning import check_case
 from vdoctor.memory.request import SummaryRequest
 
@@ -24,9 +24,10 @@ COMPRESSION_MIN_SOURCE_CHARS = 1500
 MIN_COMPRESSION = 5.0
 
 # re.ASCII: CJK characters count as \w in Python, and without it the 187 of
-# 压差187mV (or the code of 报P0A7F) would never be checked at all.
-_NUMBER_RE = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?", re.ASCII)
-_CODE_RE = re.compile(r"\b[PCBU][0-9A-F]{4}\b", re.ASCII)
+# 压差187mV (or the code of 报P0A7F) would never be checked at all. The number
+# is (?<![\w.])-?\d+(?:\.\d+)?, written to start with its first character (see
+# facts.CODE_RE): - or a digit, what must not precede it, the rest.
+_NUMBER_RE = re.compile(r"[-\d](?<![\w.][-\d])(?:(?<=-)\d+|(?<=\d)\d*)(?:\.\d+)?", re.ASCII)
 
 
 @dataclass
@@ -89,10 +90,10 @@ def check_summary(
     source_plain, source_uris = split_uris(source)
     plain, uris = split_uris(summary)
     source_numbers = set(_NUMBER_RE.findall(source_plain))
-    source_codes = set(_CODE_RE.findall(source))
+    source_codes = set(CODE_RE.findall(source))
     known_uris = set(source_uris)
     report.invented = [n for n in _NUMBER_RE.findall(plain) if n not in source_numbers]
-    report.invented += [c for c in _CODE_RE.findall(plain) if c not in source_codes]
+    report.invented += [c for c in CODE_RE.findall(plain) if c not in source_codes]
     report.invented += [u for u in uris if u not in known_uris]
     report.ratio = len(source) / max(1, len(summary))
     if len(source) > COMPRESSION_MIN_SOURCE_CHARS:

@@ -47,7 +47,8 @@ from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, split_uris
 from vdoctor.memory.request import CaseDecision, SummaryRequest
 from vdoctor.units import unit_symbols
 
-_TIME_RE = re.compile(r"(?<!\d)(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}Z?)?(?!\d)")
+# (?<!\d)(\d{4}-\d{2}-\d{2}) ..., written to start with its first digit (see facts.CODE_RE).
+_TIME_RE = re.compile(r"(\d(?<!\d\d)\d{3}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}Z?)?(?!\d)")
 _CONFIRM_RE = re.compile(rf"confirmed (?:[a-z][a-z0-9_]*={NUM}(?:>=|<=){NUM}|repeat \d+)")
 _ASSIGN_RE = re.compile(rf"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=({NUM})")
 _SNAKE_RE = re.compile(r"(?<![A-Za-z0-9_])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![A-Za-z0-9_])")
