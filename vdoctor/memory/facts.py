@@ -43,11 +43,18 @@ CODE_RE = re.compile(r"[PCBU](?<!\w[PCBU])[0-9A-F]{4}\b", re.ASCII)
 URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
 # The same, captured: ``split`` then gives the text between URIs and the URIs in one pass.
 _URI_SPLIT_RE = re.compile(f"({URI_RE.pattern})", re.ASCII)
-# A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %.
-_READING_RE = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])", re.ASCII)
+# A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %. The number is
+# (?<![\w.])(-?\d+(?:\.\d+)?), written to start with its first character (see CODE_RE).
+_READING_RE = re.compile(
+    r"([-\d](?<![\w.][-\d])(?:(?<=-)\d+|(?<=\d)\d*)(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])",
+    re.ASCII,
+)
 # A signal assignment in free text: a snake_case name with at least one
 # underscore (any unit, or none; ``vdoctor.units``), then = or : and a number.
 _SIGNAL_RE = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+)\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
+# What every signal assignment contains: the scan above tries every word of a text
+# (a lowercase first letter is too common to skip to), this one only each underscore.
+_SIGNAL_GATE = re.compile(r"_[a-z0-9]+\s*[=:]\s*-?\d", re.ASCII)
 # Sentence pieces: clauses end at . ; 。 ； or a line break (a comma does not
 # end one: "suspected the harness, ruled out" is one fact).
 _CLAUSE = r"[^.;。；\n]"
@@ -118,10 +125,15 @@ _VOID_RE = _ClausePattern(
     _VOID_KEY, ("void", "overturned", "revoked", "withdrawn", "作废", "推翻", "撤销"), 80, rf"{_CLAUSE}{{0,60}}", re.I
 )
 _DECISION_RE = _ClausePattern(_DECISION_KEY, ("confidence",), 120)
+# What every decision keyword contains: JSON's "confidence": 0.8 has the word, not the keyword.
+_DECISION_GATE = re.compile(r"confidence\s*[=:]?\s*[01]")
 _ID_RE = re.compile(r"(?<![A-Za-z0-9_])(?:WO|TK|RO|TICK|ORD|工单)[-#: ]?\d{3,}(?:-\d+)*(?![A-Za-z0-9_])")
+# What every ticket id starts with: a scan for it skips fast to the first letters.
+_ID_GATE = re.compile(r"WO|TK|RO|TICK|ORD|工单")
 # A part, connector, board or pin id: capitals and digits (X12, CSC3, K2-4); not
-# a trouble code, not a VIN (17 characters), not a priority (P2).
-_PART_RE = re.compile(r"(?<![A-Za-z0-9_\-./:@])[A-Z][A-Z0-9]*\d[A-Z0-9]*(?:-[A-Z0-9]+)*(?![A-Za-z0-9_])", re.ASCII)
+# a trouble code, not a VIN (17 characters), not a priority (P2). Written to start
+# with its first character (see CODE_RE): (?<![A-Za-z0-9_\-./:@])[A-Z]...
+_PART_RE = re.compile(r"[A-Z](?<![A-Za-z0-9_\-./:@][A-Z])[A-Z0-9]*\d[A-Z0-9]*(?:-[A-Z0-9]+)*(?![A-Za-z0-9_])", re.ASCII)
 MIN_PART_ID = 3
 VIN_LENGTH = 17
 # A numbered item: a word and a number (cell 37, module 4, step-4, pin #3), the number whole.
@@ -133,12 +145,14 @@ _NOT_ITEMS = frozenset(
     "confidence conf".split()
 )
 # A count of things: a number and a plural noun phrase (96 sense lines, 3 cells), or 96根采样线.
-_COUNT_RE = re.compile(r"(?<![\w.])(\d{1,6}) ((?:[a-z]{2,} )?[a-z]{2,}s)\b", re.ASCII)
-_COUNT_ZH_RE = re.compile(r"(?<![A-Za-z0-9_.])(\d{1,6}) ?([个条根节次处颗路块片组][\u4e00-\u9fff]{0,4})")
+# Both written to start with their first digit (see CODE_RE): (?<![\w.])(\d{1,6}) ...
+_COUNT_RE = re.compile(r"(\d(?<![\w.]\d)\d{0,5}) ((?:[a-z]{2,} )?[a-z]{2,}s)\b", re.ASCII)
+_COUNT_ZH_RE = re.compile(r"(\d(?<![A-Za-z0-9_.]\d)\d{0,5}) ?([个条根节次处颗路块片组][\u4e00-\u9fff]{0,4})")
 # A change stated in text: from 62 to 187 mV, 从62升至187mV (both values are readings).
+# f(?<!\wf)rom is \bfrom, written to start with its first character (see CODE_RE).
 _UNIT = r"(?:mV|V|A|kPa|rpm|km|ms|s|%|℃|°C)"
 _FROM_TO_RE = re.compile(
-    rf"\bfrom (-?\d+(?:\.\d+)?) ?{_UNIT}? to (-?\d+(?:\.\d+)?) ?({_UNIT})"
+    rf"f(?<!\wf)rom (-?\d+(?:\.\d+)?) ?{_UNIT}? to (-?\d+(?:\.\d+)?) ?({_UNIT})"
     rf"|从(-?\d+(?:\.\d+)?)\S{{0,3}}?(?:升至|降至|升到|降到|增至|减至|到|至)(-?\d+(?:\.\d+)?) ?({_UNIT})"
 )
 
@@ -153,29 +167,30 @@ def extract_text_facts(text: str, when: str = "") -> list[KeyFact]:
     facts: list[KeyFact] = []
     for code in CODE_RE.findall(text):
         facts.append(KeyFact.code(code))
-    for name, value in _SIGNAL_RE.findall(text):
+    for name, value in _SIGNAL_RE.findall(text) if _SIGNAL_GATE.search(text) else ():
         facts.append(KeyFact(FactKind.READING, f"{name}={value}", at=when))
     for value, unit in _READING_RE.findall(text):
         facts.append(KeyFact(FactKind.READING, f"{value}{unit}", at=when))
-    for uri in URI_RE.findall(text):
+    plain, uris = split_uris(text)
+    for uri in uris:
         facts.append(KeyFact(FactKind.EVIDENCE, uri))
     folded = fold_case(text)  # for both case-blind patterns
     for match in _EXCLUDED_RE.findall(text, folded):
         facts.append(KeyFact(FactKind.EXCLUDED, match.strip(), at=when))
     for match in _VOID_RE.findall(text, folded):
         facts.append(KeyFact(FactKind.VOID, match.strip(), at=when))
-    for match in _DECISION_RE.findall(text):
+    for match in _DECISION_RE.findall(text) if _DECISION_GATE.search(text) else ():
         facts.append(KeyFact(FactKind.DECISION, match.strip(), at=when))
-    for ident in _ID_RE.findall(text):
+    for ident in _ID_RE.findall(text) if _ID_GATE.search(text) else ():
         facts.append(KeyFact(FactKind.ID, ident))
-    facts += _items_and_counts(text, when)
+    facts += _items_and_counts(plain, when)
     return facts
 
 
-def _items_and_counts(text: str, when: str) -> list[KeyFact]:
-    """Part ids, numbered items, counts, and the two readings of a stated change."""
+def _items_and_counts(plain: str, when: str) -> list[KeyFact]:
+    """Part ids, numbered items, counts, and the two readings of a stated change, in ``plain``: a text
+    without its URIs (``split_uris``)."""
     facts: list[KeyFact] = []
-    plain = URI_RE.sub(" ", text)
     for ident in _PART_RE.findall(plain):
         if len(ident) >= MIN_PART_ID and len(ident) != VIN_LENGTH and not CODE_RE.fullmatch(ident):
             facts.append(KeyFact(FactKind.ID, ident))
