@@ -9,6 +9,7 @@ mass, angle, ratios); extend it here, in one place.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # suffix (after the last underscores of the name) -> unit symbol, as people write it.
@@ -97,6 +98,12 @@ _SUFFIXES = sorted(UNITS, key=len, reverse=True)
 SIGNAL_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
+# Names whose unit is remembered: a fleet reports a few hundred signal names, and every
+# reading span (ReadingSpan.of) asks again; the suffix scan tries up to every suffix.
+UNIT_CACHE_NAMES = 4096
+
+
+@functools.lru_cache(maxsize=UNIT_CACHE_NAMES)
 def unit_of(name: str) -> str | None:
     """The unit a signal name declares by its suffix, or None when the suffix is not a known unit."""
     for suffix in _SUFFIXES:

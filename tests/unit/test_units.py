@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdoctor.units import unit_of
+from vdoctor.units import UNIT_CACHE_NAMES, unit_of
 
 pytestmark = pytest.mark.unit
 
@@ -33,3 +33,10 @@ def test_known_suffixes_name_their_unit(name: str, unit: str) -> None:
 @pytest.mark.parametrize("name", ["cell_voltage_diff", "wheel_slip_ratio", "odometer", "mv", "x_zz"])
 def test_an_unknown_suffix_or_a_bare_unit_is_unknown(name: str) -> None:
     assert unit_of(name) is None
+
+
+def test_units_are_remembered_for_at_most_the_bound_of_names() -> None:
+    names = [f"signal_{i}_mv" for i in range(UNIT_CACHE_NAMES + 10)]
+    assert [unit_of(name) for name in names] == ["mV"] * len(names)
+    assert [unit_of(name) for name in names[-3:]] == ["mV"] * 3  # remembered
+    assert unit_of.cache_info().currsize <= UNIT_CACHE_NAMES
