@@ -16,6 +16,8 @@ import pytest
 
 from vdoctor.memory import facts
 
+pytestmark = pytest.mark.unit
+
 PATTERNS = {"excluded": facts._EXCLUDED_RE, "void": facts._VOID_RE, "decision": facts._DECISION_RE}
 PIECES = [
     "ruled out", "Excluded", "not the cause", "排除", "已排除", "不是原因", "void", "voided", "VOIDED", "avoid",
