@@ -87,6 +87,13 @@ def test_a_cause_mark_right_after_a_clause_end_is_found() -> None:
     assert findings(f"{GOOD}\n备注。由于线束")[2] == ["cause or fix that is not the session's: '由于线束'"]
 
 
+def test_a_cause_mark_in_any_case_is_found() -> None:
+    # re.I lets the long s (ſ) match s and the dotless ı match i, as it does
+    # everywhere in a line; the whole-summary test must too.
+    assert findings(f"{GOOD}\nCAUſE: harness")[2] == ["cause or fix that is not the session's: 'CAUſE: harness'"]
+    assert findings(f"{GOOD}\nFıXED harness")[2] == ["cause or fix that is not the session's: 'FıXED harness'"]
+
+
 def test_a_bare_reading_is_checked_against_the_sources_readings_beyond_the_key_ones() -> None:
     # 42 and 44 are pack_temp_c's key readings, 3 is a reading of a signal with no span.
     assert findings(f"{GOOD}\nalso pack_temp_c=44 fan_duty_raw=3") == ([], [], [])

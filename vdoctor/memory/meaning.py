@@ -43,7 +43,7 @@ import re
 from dataclasses import dataclass, field
 
 from vdoctor.lines import NUM, ReadingSpan, SummaryLine
-from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, split_uris
+from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, fold_case, split_uris
 from vdoctor.memory.request import CaseDecision, SummaryRequest
 from vdoctor.units import unit_symbols
 
@@ -61,6 +61,8 @@ _PRIORITY_RE = re.compile(r"\bP[123]\b")
 _CONF_RE = re.compile(r"\bconf(?:idence)?\s*[=:]?\s*(\d(?:\.\d+)?)\b", re.I)
 _CAUSE_MARK = re.compile(r"\b(?:root cause|causes?|caused by|due to|because)\b|原因|根因|导致|由于", re.I)
 _FIX_MARK = re.compile(r"\b(?:fix(?:ed)?|repair(?:ed)?|remedy)\b|修复|维修|处置", re.I)
+# A word of every cause or fix mark, in fold_case form: a text without one has no mark.
+_CLAIM_WORDS = ("cause", "due to", "原因", "根因", "导致", "由于", "fix", "repair", "remedy", "修复", "维修", "处置")
 _CLAUSE_SPLIT = re.compile(r" \| |[;；。]\s*")
 
 # Words the summary format itself uses (typed lines, the prompt's vocabulary).
@@ -188,8 +190,10 @@ def _content(text: str) -> set[str]:
 def _check_claims(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
     # A clause is part of a line cut at non-word characters, so a mark found in
     # a clause is found in the whole summary too: without one, no clause states
-    # a cause or fix (most summaries; their clauses need not be read).
-    if not (_CAUSE_MARK.search(summary) or _FIX_MARK.search(summary)):
+    # a cause or fix (most summaries; their clauses need not be read). The
+    # substring test is a tenth of the time of the case-blind marks' scan.
+    folded = fold_case(summary)
+    if not any(word in folded for word in _CLAIM_WORDS):
         return
     cause, fix = _content(decision.root_cause), _content(decision.fix_action)
     for line in summary.splitlines():
