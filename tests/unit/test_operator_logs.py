@@ -15,6 +15,8 @@ import pytest
 from operators import logs
 from vdoctor.settings import load_settings
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture(autouse=True)
 def _restore_levels() -> Iterator[None]:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 from vdoctor.embedders.base import Vectors
 from vdoctor.embedders.cache import QueryCache
 from vdoctor.embedders.hashing import HashingEmbedder
+
+pytestmark = pytest.mark.unit
 
 
 class Counting:
