@@ -432,12 +432,12 @@ class SqliteStore:
         params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
         found: dict[int, MemoryRecord] = {}
-        for table, select, as_of, sign in (
-            ("case_memory", _RECALL_COLUMNS, _AS_OF, 1),
-            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, -1),
+        for table, select, as_of, keys, sign in (
+            ("case_memory", _RECALL_COLUMNS, _AS_OF, [r for r in rowids if r > 0], 1),
+            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, [r for r in rowids if r < 0], -1),
         ):
             unread = []
-            for key in sorted(r for r in rowids if (r > 0) == (sign > 0)):
+            for key in sorted(keys):
                 seq = seqs.get(key)
                 known = None if seq is None else self._decoded.get(key, seq)
                 if known is None:
