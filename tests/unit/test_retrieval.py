@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pytest
+import snowballstemmer  # type: ignore[import-untyped]
 
 from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
 from vdoctor.retrieval.hybrid import W_DENSE, W_LEXICAL, ChannelScores, fuse, minmax
 from vdoctor.retrieval.text import case_text, dense_text, summary_words
+from vdoctor.retrieval import tokens as tokens_mod
 from vdoctor.retrieval.tokens import query_terms, stem, token_text, tokens
 
 pytestmark = pytest.mark.unit
@@ -29,6 +32,20 @@ def test_english_text_is_lower_cased_without_function_words_and_stemmed() -> Non
     assert stem("bus") == "bus" and stem("12345") == "12345" and stem("p0a7f") == "p0a7f"
     # Codes and numbers are tokens too; mixed text keeps its order.
     assert tokens("P0A7F 压差187mV") == ["p0a7f", "压", "差", "压差", "187mv"]
+
+
+def test_words_kept_off_the_stemmer_are_the_stemmers_own_stems() -> None:
+    # Words ending in a digit or without a vowel skip Porter2 (readings, odometers, VINs): it must agree.
+    rnd = random.Random(7)
+    letters, alnum = "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz0123456789"
+    words = ["30220km", "223mv", "299rpm", "03t01", "lsvau2a45n3245692", "12v", "3s", "2xy", "ies1", "sses9"]
+    words += ["".join(rnd.choice(alnum) for _ in range(rnd.randint(1, 12))) for _ in range(20_000)]
+    words += ["".join(rnd.choice(letters) for _ in range(rnd.randint(1, 8))) + "9" for _ in range(5_000)]
+    stemmer = snowballstemmer.stemmer("english")
+    skipped = [w for w in words if tokens_mod._own_stem(w)]
+    assert len(skipped) > 10_000
+    assert [stem(w) for w in skipped] == [stemmer.stemWord(w) for w in skipped] == skipped
+    assert tokens("odometer 30220km at 2026-03-04T01") == ["odomet", "30220km", "2026", "03", "04t01"]
 
 
 def test_query_terms_are_distinct_and_token_text_is_space_joined() -> None:

@@ -43,12 +43,20 @@ STOPWORDS = frozenset(
 _STEMS_CACHED = 1 << 16
 _ENGLISH = snowballstemmer.stemmer("english")
 _STEM_LOCK = threading.Lock()
+# Porter2 only rewrites letter suffixes and needs a vowel (or a "y") to rewrite one: a word ending in a digit
+# ("lsvau2a45n3245692", "03t01") or with neither ("30220km", "223mv") is its own stem. A fleet's readings,
+# odometers and VINs are such words, and they rarely repeat, so they would miss the cache every time.
+_NEEDS_STEMMER_RE = re.compile(r"[aeiouy]")
+
+
+def _own_stem(word: str) -> bool:
+    return word[-1].isdigit() or not _NEEDS_STEMMER_RE.search(word)
 
 
 @lru_cache(maxsize=_STEMS_CACHED)
 def stem(word: str) -> str:
     """A word's Porter2 stem; numbers stay as they are."""
-    if word.isdigit():
+    if _own_stem(word):
         return word
     with _STEM_LOCK:  # a stemmer object keeps its word while it works: one caller at a time
         return str(_ENGLISH.stemWord(word))
@@ -61,7 +69,11 @@ def tokens(text: str) -> list[str]:
         if run[0] >= "\u3400":
             out.extend(run)
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
-        elif run not in STOPWORDS:
+        elif run in STOPWORDS:
+            continue
+        elif _own_stem(run):  # kept out of the stem cache: readings and VINs seldom come twice
+            out.append(run)
+        else:
             out.append(stem(run))
     return out
 
