@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import snowballstemmer  # type: ignore[import-untyped]
 
+from vdoctor.retrieval import tokens as tokens_mod
 from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
 from vdoctor.retrieval.hybrid import W_DENSE, W_LEXICAL, ChannelScores, fuse, minmax
 from vdoctor.retrieval.text import case_text, dense_text, summary_words
-from vdoctor.retrieval import tokens as tokens_mod
 from vdoctor.retrieval.tokens import query_terms, stem, token_text, tokens
 
 pytestmark = pytest.mark.unit
