@@ -176,7 +176,7 @@ class DiagnosisEngine:
             session.memory = MemoryUse(degraded=True)
             return session
         stats.recall_ms = (time.perf_counter() - started) * 1000.0
-        stats.recalled_own, stats.recalled_similar = len(found.own_refs), len(found.similar_refs)
+        stats.recalled_own, stats.recalled_similar = len(found.own), len(found.similar)
         session.memory_text = found.text
         if found.similar_skipped and not self._told_skipped:
             # Once per engine: every session of such a store would say the same.

@@ -55,6 +55,13 @@ def summary_time(ts: datetime) -> str:
     return ts.strftime(SUMMARY_TIME)
 
 
+def day(ts: datetime) -> str:
+    """The date as ``YYYY-MM-DD`` (what ``%Y-%m-%d`` writes)."""
+    # date.isoformat is several times faster than strftime and writes the same
+    # from year 1000 on; strftime (glibc) leaves an earlier year unpadded.
+    return ts.date().isoformat() if ts.year >= 1000 else ts.strftime("%Y-%m-%d")
+
+
 def short_time(when: str) -> str:
     """An ISO time (2026-11-01T10:15:30Z) in summary-line form (2026-11-01 10:15)."""
     return when[:16].replace("T", " ") if len(when) >= 16 else (when or "-")

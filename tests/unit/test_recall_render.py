@@ -227,6 +227,42 @@ def test_reranker_adds_code_overlap_to_the_fused_score() -> None:
     assert [s.record.vin for s in plain] == ["A", "B", "C"]
 
 
+def test_reranker_equals_the_plain_jaccard_and_sort_over_random_candidates() -> None:
+    """The reranker skips the Jaccard where no code is shared; its ranking, scores and parts are the plain one's."""
+    from vdoctor.memory.recall import PART_CODES, W_CODES, OverlapReranker
+    from vdoctor.stores.base import Scored
+
+    def plain(codes: list[str], candidates: list[Scored], k: int) -> list[Scored]:
+        query = set(codes)
+        out = []
+        for cand in candidates:
+            rec = set(cand.record.dtc_codes)
+            union = query | rec
+            term = W_CODES * (len(query & rec) / len(union) if union else 0.0)
+            out.append(Scored(cand.record, cand.score + term, {**cand.parts, PART_CODES: term}))
+        out.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
+        return out[:k]
+
+    rng = random.Random(5)
+    pool = ["P0A7F", "U0100", "P0171", "B1000"]
+    for _ in range(300):
+        n = rng.randrange(0, 12)
+        # Few distinct vins and scores: ties on the score and on the vin are common.
+        cands = [
+            Scored(
+                _cand(rng.choice("ABC"), 0.0, "s", rng.sample(pool, rng.randrange(0, 3))).record,
+                rng.choice([0.0, 0.25, 0.5]),
+                {"fused": 0.1},
+            )
+            for _ in range(n)
+        ]
+        codes = rng.sample(pool, rng.randrange(0, 3)) * rng.choice([1, 2])  # a code may repeat
+        k = rng.randrange(0, n + 2)
+        got, want = OverlapReranker().rerank("q", codes, cands, k), plain(codes, cands, k)
+        assert [(s.record, s.score, dict(s.parts)) for s in got] == [(s.record, s.score, dict(s.parts)) for s in want]
+        assert [id(s.record) for s in got] == [id(s.record) for s in want]
+
+
 def test_a_milestone_is_rendered_as_not_concluded_and_the_offline_model_never_takes_it_for_a_fault() -> None:
     from vdoctor.lines import RecallEntry
     from vdoctor.memory.recall import recall_entry

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
-from vdoctor.lines import MEMORY_HEADER, RecallEntry
+from vdoctor.lines import MEMORY_HEADER, RecallEntry, day
 from vdoctor.records import MemoryRecord, MemoryRef, RecordKind
 from vdoctor.retrieval.cases import case_candidates
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES
@@ -55,15 +55,20 @@ class OverlapReranker:
 
     def rerank(self, text: str, codes: list[str], candidates: list[Scored], k: int) -> list[Scored]:
         query_codes = set(codes)
-        rescored = []
-        for cand in candidates:
-            rec_codes = set(cand.record.dtc_codes)
-            union = query_codes | rec_codes
-            code_overlap = len(query_codes & rec_codes) / len(union) if union else 0.0
-            term = W_CODES * code_overlap
-            rescored.append(Scored(cand.record, cand.score + term, {**cand.parts, PART_CODES: term}))
-        rescored.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
-        return rescored[:k]
+        # Sorted as (-score, vin, session_id), then arrival (a stable sort's order); then the term and candidate.
+        rescored: list[tuple[float, str, str, int, float, Scored]] = []
+        for i, cand in enumerate(candidates):
+            # Most candidates share no code with the query (or it has none): their term is
+            # 0.0, as the Jaccard below gives it, without building the union.
+            term = 0.0
+            record = cand.record
+            if query_codes and not query_codes.isdisjoint(record.dtc_codes):
+                rec_codes = set(record.dtc_codes)
+                term = W_CODES * (len(query_codes & rec_codes) / len(query_codes | rec_codes))
+            rescored.append((-(cand.score + term), record.vin, record.session_id, i, term, cand))
+        rescored.sort()
+        # Only the top k leave with their score parts (a candidate's parts and this term).
+        return [Scored(c.record, -neg, {**c.parts, PART_CODES: term}) for neg, _, _, _, term, c in rescored[:k]]
 
 
 @dataclass
@@ -104,7 +109,7 @@ def recall_entry(kind: Literal["own", "similar"], record: MemoryRecord) -> Recal
         kind=kind,
         vin=record.vin,
         session_id=record.session_id,
-        concluded=f"{record.concluded_at:%Y-%m-%d}",
+        concluded=day(record.concluded_at),
         codes=tuple(record.dtc_codes),
         priority=record.priority,
         recheck_ok=record.recheck_ok,
