@@ -72,8 +72,9 @@ class StepResult:
     stats: RunStats = field(default_factory=RunStats)
 
 
-def signal_uri(vin: str, name: str, alert: AlertEvent) -> str:
-    return f"signal://{vin}/{name}@{iso(alert.ts)}"
+def signal_uri(vin: str, name: str, when: str) -> str:
+    """The evidence URI of a reading of signal ``name`` at ``when`` (``iso`` of the alert's time)."""
+    return f"signal://{vin}/{name}@{when}"
 
 
 class DiagnosisEngine:
@@ -205,8 +206,9 @@ class DiagnosisEngine:
         session.last_event_at = max(session.last_event_at, alert.ts)
         for code in alert.dtc_codes:
             session.codes[code] = session.codes.get(code, 0) + 1
+        when = iso(alert.ts)
         for name, value in alert.signals.items():
-            session.add_reading(Reading(name=name, value=value, ts=alert.ts, uri=signal_uri(alert.vin, name, alert)))
+            session.add_reading(Reading(name=name, value=value, ts=alert.ts, uri=signal_uri(alert.vin, name, when)))
 
         working = WorkingMemory(
             session.working,
@@ -222,7 +224,7 @@ class DiagnosisEngine:
         if run.error is not None:
             log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
         answer = run.answer
-        self._remember_round(working, alert, run)
+        self._remember_round(working, alert, when, run)
         session.note_answer(answer.priority, answer.root_cause, answer.codes, answer.confidence)
 
         flags = list(run.flags)
@@ -270,8 +272,7 @@ class DiagnosisEngine:
         )
         return session, diagnosis
 
-    def _remember_round(self, working: WorkingMemory, alert: AlertEvent, run: AgentRun) -> None:
-        when = iso(alert.ts)
+    def _remember_round(self, working: WorkingMemory, alert: AlertEvent, when: str, run: AgentRun) -> None:
         # The alert's own text on its first line: a clause read from it (an
         # exclusion, a void conclusion) must not run on into the codes.
         user = alert.alert_text + "\n" + " ".join(alert.dtc_codes)

@@ -47,18 +47,24 @@ def fmt_num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+# The three formats below are written by isoformat, two to five times faster than
+# strftime and the same from year 1000 on (the wall time, whatever the zone, to the
+# second or minute); strftime (glibc) leaves an earlier year unpadded, so such a
+# time goes through strftime.
+
+
 def iso(ts: datetime) -> str:
-    return ts.strftime(ISO_TIME)
+    """The time as ``ISO_TIME`` writes it: ``2026-11-01T10:15:30Z``."""
+    return ts.isoformat()[:19] + "Z" if ts.year >= 1000 else ts.strftime(ISO_TIME)
 
 
 def summary_time(ts: datetime) -> str:
-    return ts.strftime(SUMMARY_TIME)
+    """The time as ``SUMMARY_TIME`` writes it: ``2026-11-01 10:15``."""
+    return ts.isoformat(" ", "minutes")[:16] if ts.year >= 1000 else ts.strftime(SUMMARY_TIME)
 
 
 def day(ts: datetime) -> str:
-    """The date as ``YYYY-MM-DD`` (what ``%Y-%m-%d`` writes)."""
-    # date.isoformat is several times faster than strftime and writes the same
-    # from year 1000 on; strftime (glibc) leaves an earlier year unpadded.
+    """The date as ``%Y-%m-%d`` writes it: ``2026-11-01``."""
     return ts.date().isoformat() if ts.year >= 1000 else ts.strftime("%Y-%m-%d")
 
 
@@ -478,10 +484,12 @@ class RecallEntry:
 
 ALERT_FENCE = "```json alert\n"
 CODES_SEEN_PREFIX = "codes seen: "
+# ``json.dumps(body, ensure_ascii=False)`` without building an encoder per call.
+_ALERT_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def render_alert_block(body: dict[str, Any]) -> str:
-    return ALERT_FENCE + json.dumps(body, ensure_ascii=False) + "\n```"
+    return ALERT_FENCE + _ALERT_JSON(body) + "\n```"
 
 
 def parse_alert_block(text: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The time formats of typed lines: their fast paths write what strftime writes."""
+"""The time formats of typed lines: isoformat from year 1000 on writes what strftime writes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from vdoctor.lines import day
+from vdoctor.lines import ISO_TIME, SUMMARY_TIME, day, iso, summary_time
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +35,9 @@ def _times() -> list[datetime]:
 def test_day_writes_what_strftime_writes() -> None:
     for ts in _times():
         assert day(ts) == f"{ts:%Y-%m-%d}"
+
+
+def test_iso_and_summary_time_write_what_strftime_writes() -> None:
+    for ts in _times():
+        assert iso(ts) == ts.strftime(ISO_TIME)
+        assert summary_time(ts) == ts.strftime(SUMMARY_TIME)

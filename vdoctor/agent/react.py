@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from vdoctor.agent.tools import Toolbox
 from vdoctor.errors import ModelError
@@ -23,6 +23,8 @@ MAX_ITERATIONS = 6
 # Output flag of a run whose model call failed for good.
 MODEL_FAILED = "model_failed"
 _JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
+# ``json.dumps(arguments, ensure_ascii=False)`` without building an encoder per call.
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class FinalAnswer(BaseModel):
@@ -31,11 +33,12 @@ class FinalAnswer(BaseModel):
     fix_action: str | None = None
     priority: Priority | None = None
     confidence: float = 0.0
-    codes: list[str] = []
-    evidence: list[str] = []
-    excluded: list[str] = []
+    # Mutable defaults by factory: a literal [] is deep-copied on every validation.
+    codes: list[str] = Field(default_factory=list)
+    evidence: list[str] = Field(default_factory=list)
+    excluded: list[str] = Field(default_factory=list)
     # Earlier conclusions the model now overturns: kept in key facts as void.
-    voided: list[str] = []
+    voided: list[str] = Field(default_factory=list)
 
 
 @dataclass
@@ -60,10 +63,13 @@ def parse_answer(content: str) -> FinalAnswer | None:
         answer = FinalAnswer.model_validate(json.loads(match.group(0)))
     except (ValueError, ValidationError):
         return None
+    # The answer was just validated and is this call's own: it is corrected in place.
     if answer.phase is Phase.CONCLUDED and not (answer.root_cause and answer.fix_action and answer.priority):
         # A conclusion without a cause, a fix and a priority is only a guess.
-        return answer.model_copy(update={"phase": Phase.INVESTIGATING})
-    return answer.model_copy(update={"confidence": min(1.0, max(0.0, answer.confidence))})
+        answer.phase = Phase.INVESTIGATING
+    else:
+        answer.confidence = min(1.0, max(0.0, answer.confidence))
+    return answer
 
 
 def run_react(
@@ -89,7 +95,7 @@ def run_react(
             transcript.append(Message(role="assistant", content=response.content or "", tool_calls=response.tool_calls))
             for call in response.tool_calls:
                 run.tool_calls += 1
-                run.tools_used.append(f"{call.name}({json.dumps(call.arguments, ensure_ascii=False)})")
+                run.tools_used.append(f"{call.name}({_ARGUMENTS_JSON(call.arguments)})")
                 result = toolbox.call(call.name, call.arguments)
                 transcript.append(Message(role="tool", content=result, tool_call_id=call.id))
             continue

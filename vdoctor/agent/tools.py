@@ -25,6 +25,8 @@ MAX_READINGS_RETURNED = 12
 MAX_CODES_PER_LOOKUP = 8
 MAX_QUERY_CHARS = 500
 MAX_HIT_CHARS = 400
+# A tool result as ``json.dumps(result, ensure_ascii=False, sort_keys=True)`` writes it, without an encoder per call.
+_RESULT_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True).encode
 
 
 @dataclass(frozen=True)
@@ -158,4 +160,4 @@ class Toolbox:
             result: dict[str, Any] = {"error": f"unknown tool {name!r}; tools: {', '.join(self._tools)}"}
         else:
             result = tool.run(self.context, arguments)
-        return json.dumps(result, ensure_ascii=False, sort_keys=True)
+        return _RESULT_JSON(result)

@@ -137,15 +137,15 @@ def _condense(facts: list[KeyFact]) -> list[KeyFact]:
     groups: dict[str, list[tuple[int, float]]] = {}
     drop: set[int] = set()
     first_clause: set[tuple[FactKind, str]] = set()
-    # First and latest by the reading's time (a tool may return an old reading late), then by arrival.
-    order = sorted(range(len(facts)), key=lambda i: (facts[i].at, i))
-    for i in order:
-        fact = facts[i]
-        reading = fact.reading()
-        if reading is not None:
-            groups.setdefault(reading[0], []).append((i, reading[1]))
+    # Each fact's reading parsed once. First and latest by the reading's time (a
+    # tool may return an old reading late), then by arrival.
+    parsed = [(i, found) for i, fact in enumerate(facts) if (found := fact.reading()) is not None]
+    parsed.sort(key=lambda r: (facts[r[0]].at, r[0]))
+    for i, (group, value) in parsed:
+        groups.setdefault(group, []).append((i, value))
+    is_reading = {i for i, _ in parsed}
     for i, fact in enumerate(facts):
-        if fact.reading() is not None:
+        if i in is_reading:
             continue
         if fact.kind in CLAUSE_KINDS:
             identity = (fact.kind, fact.text)
