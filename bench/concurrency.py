@@ -281,7 +281,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
     from vdoctor.knowledge import load_pack
     from vdoctor.memory.session import DedupState
     from vdoctor.models.openai import OpenAIChatModel
-    from vdoctor.runs import KeyedRunPool
+    from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
     from vdoctor.stores import open_store
 
     bound = concurrency / (CALLS_PER_RUN * latency_ms / 1000.0)
@@ -298,6 +298,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
         url = (server.stdout.readline() if server.stdout else "").split()[-1]
         model = OpenAIChatModel("bench", SecretStr("bench-key-not-secret"), url)
         engine = DiagnosisEngine(open_store(f"sqlite:///{out / 'memory.db'}"), model, HashingEmbedder(), load_pack())
+        tune_gc_for_runs()  # as the operator does
 
         def step(key: str, carry: tuple[Any, Any], item: tuple[object, str]) -> tuple[tuple[Any, Any], int]:
             result = engine.on_event(carry[0], carry[1], item[0], item[1])  # type: ignore[arg-type]

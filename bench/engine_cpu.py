@@ -36,6 +36,11 @@ the job runs it: the stage is then the interpreter's side of each call
 (the shared calls, the query cache, the pipe), and the child's CPU over the
 same events is printed apart.
 
+The cyclic garbage collector is set as the job's diagnosis operator sets it
+once its engine is built (``vdoctor.runs.tune_gc_for_runs``: what is loaded
+is frozen out of collections, young collections every 20,000 objects);
+``--default-gc`` keeps Python's defaults.
+
 The same run goes first without any clock, in a fresh process: its process
 CPU per alert, less the model's time from the timed run, is the engine's
 total without the clocks' own cost (printed below the table).
@@ -225,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embed-child", action="store_true",
                         help="the embedding model in its child process, as the job runs it: the engine's figures "
                              "are then this interpreter's, and the child's CPU is printed apart")  # fmt: skip
+    parser.add_argument("--default-gc", action="store_true",
+                        help="Python's default cyclic GC settings instead of the job's (tune_gc_for_runs)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     parser.add_argument("--no-stages", action="store_true",
                         help="no stage clocks: print only the process CPU per alert as JSON (the main run does this "
@@ -235,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
     from vdoctor.memory.session import DedupState
+    from vdoctor.runs import tune_gc_for_runs
 
     clock = NoClock() if args.no_stages else StageClock()
     model_stage = "HTTP client + reply parsing" if args.model == "openai" else f"{MODEL} (offline decision)"
@@ -256,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
         try:
             engine = build(args.model, work / "memory.db", base_url, args.embedder, args.embed_child)
+            if not args.default_gc:
+                tune_gc_for_runs()  # as the job's operator does once its engine is built (runs in flight)
             not_embedding = {server.pid} if server is not None else set()
             missing: list[str] = []
             if not args.no_stages:

@@ -39,7 +39,6 @@ in arrival order. The operator thread owns all Flink state:
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import os
@@ -61,7 +60,7 @@ from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
 from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.replay_order import replay_admission
-from vdoctor.runs import KeyedRunPool
+from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
 from vdoctor.settings import Settings, with_secrets
 
 # Flink's TTL runs on processing time and only bounds the state's size; the
@@ -76,13 +75,6 @@ TICK_MS = 20
 # At the end of a bounded input the operator waits for finished runs in
 # slices of this length (it wakes at once when one finishes).
 END_WAIT_S = 1.0
-# Cyclic GC in thread mode stops every worker while it runs. What open()
-# loads (the knowledge pack, the vector index, modules) lives as long as the
-# operator, so it is frozen out of collections; and a young generation of
-# 20,000 objects (Python's default is 700) makes collections rarer. In the
-# run-pool benchmark's process this cut GC pauses from ~310 ms to ~50 ms per
-# 1,920 runs, the longest from 72 ms to 25 ms.
-GC_GEN0_THRESHOLD = 20_000
 # The final watermark of a bounded input; an event-time timer here fires only at end of input.
 END_OF_INPUT = 2**63 - 1
 
@@ -155,9 +147,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.engine = build_engine(settings)
         self.inline = settings.runtime.concurrency == 1
         if not self.inline:
-            gc.freeze()
-            _, gen1, gen2 = gc.get_threshold()
-            gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+            tune_gc_for_runs()
             admission = None
             if settings.runtime.deterministic:
                 admission = replay_admission(store_was_empty=self.engine.store.count() == 0)
