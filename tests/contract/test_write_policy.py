@@ -14,6 +14,7 @@ from tests.unit.test_engine import SID_1, T0, VIN, Harness, alert, recheck
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
+from vdoctor.memory.write_policy import set_recheck
 from vdoctor.models.offline import OfflineModel
 from vdoctor.records import Phase, RecordKind
 from vdoctor.stores.base import MemoryStore
@@ -65,6 +66,23 @@ def test_recheck_of_a_merged_session_lands_on_the_merged_record(h: Harness, stor
     assert result.dead_letters == []
     record = store.get(VIN, SID_1)
     assert record is not None and record.recheck_ok is True
+
+
+def test_recheck_of_a_sessions_own_record_is_one_write_and_an_unknown_session_none(
+    h: Harness, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    reads: list[str] = []
+    for name in ("get", "history"):
+        read = getattr(store, name)
+        monkeypatch.setattr(store, name, lambda *args, _name=name, _read=read: reads.append(_name) or _read(*args))
+    assert set_recheck(store, VIN, SID_1, True, T0 + timedelta(days=2))
+    assert reads == []  # the record is not read before its write
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is True
+    reads.clear()
+    assert not set_recheck(store, VIN, "no-such-session", True, T0 + timedelta(days=3))
+    assert reads == ["get", "history"]  # only then are merged sessions looked through
 
 
 def test_long_session_writes_milestones_superseded_by_the_final_record(h: Harness, store: MemoryStore) -> None:

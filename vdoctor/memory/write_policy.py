@@ -105,7 +105,16 @@ def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str
 
 
 def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
-    """Store a recheck (event time ``at``) for a session, following merges. False when no record holds it."""
+    """Store a recheck (event time ``at``) for a session, following merges. False when no record holds it.
+
+    The session's own record is tried first: a store's ``set_recheck`` is
+    False exactly when no record has that key, so the usual recheck (of a
+    session not merged away) is one write, not a read of the record and then
+    the write. Only a session with no record of its own is looked up among
+    the merged ones (``record_key_for_session``).
+    """
+    if store.set_recheck(vin, session_id, ok, at):
+        return True
     key = record_key_for_session(store, vin, session_id)
     if key is None:
         return False
