@@ -1,0 +1,58 @@
+"""The output and long-term records: what their validation accepts, and the JSON their defaults give."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from vdoctor.records import Diagnosis, MemoryRecord, Phase
+
+pytestmark = pytest.mark.unit
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def record(**fields: Any) -> MemoryRecord:
+    base: dict[str, Any] = dict(
+        vin="V", session_id="s", series="S", concluded_at=AT, summary="x", summary_vec=[1.0],
+        root_cause="c", fix_action="f", priority="P1", prompt_version="p", updated_at=datetime(2026, 1, 2, tzinfo=UTC),
+    )  # fmt: skip
+    return MemoryRecord(**(base | fields))
+
+
+@pytest.mark.parametrize("vec", [[0.5, math.nan], [math.inf], [0.5, -math.inf], [math.inf, -math.inf], []])
+def test_a_vector_with_a_value_that_is_not_finite_is_refused(vec: list[float]) -> None:
+    with pytest.raises(ValidationError, match="finite floats"):
+        record(summary_vec=vec)
+
+
+def test_finite_values_whose_sum_overflows_are_still_a_valid_vector() -> None:
+    """The check sums the vector first; a sum that overflowed is not taken for a value that is not finite."""
+    assert record(summary_vec=[1e308, 1e308, -1.0]).summary_vec == [1e308, 1e308, -1.0]
+
+
+def test_list_and_model_defaults_give_the_json_they_always_gave_and_are_never_shared() -> None:
+    # The JSON of the release whose defaults were literals (state and output compatibility).
+    diagnosis = Diagnosis(vin="V", series="S", event_id="e", session_id="s", phase=Phase.INVESTIGATING)
+    assert diagnosis.model_dump_json() == (
+        '{"vin":"V","series":"S","event_id":"e","session_id":"s","phase":"INVESTIGATING","priority":null,'
+        '"root_cause":null,"fix_action":null,"confidence":0.0,"evidence":[],"llm_calls":0,"tool_calls":0,'
+        '"prompt_tokens":0,"completion_tokens":0,"latency_ms":0.0,"model_latency_ms":0.0,'
+        '"memory":{"injected":false,"tokens":0,"own":[],"similar":[],"degraded":false},"flags":[]}'
+    )
+    assert record().model_dump_json() == (
+        '{"vin":"V","session_id":"s","series":"S","concluded_at":"2026-01-01T00:00:00Z","summary":"x",'
+        '"summary_vec":[1.0],"root_cause":"c","fix_action":"f","priority":"P1","dtc_codes":[],"recheck_ok":null,'
+        '"prompt_version":"p","valid":true,"updated_at":"2026-01-02T00:00:00Z","kind":"final","merged_sessions":[],'
+        '"source":"","omitted":[],"opened_ts":null,"verified_ts":null,"invalid_ts":null,"alert_text":"",'
+        '"embedder":""}'
+    )
+    other = Diagnosis(vin="W", series="S", event_id="f", session_id="t", phase=Phase.INVESTIGATING)
+    diagnosis.flags.append("x")
+    diagnosis.memory.own.append(record().ref())
+    assert other.flags == [] and other.memory.own == []
+    assert diagnosis.model_fields_set == {"vin", "series", "event_id", "session_id", "phase"}
