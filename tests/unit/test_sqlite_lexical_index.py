@@ -211,4 +211,5 @@ def test_one_pass_and_term_by_term_scoring_agree_to_the_last_bit(monkeypatch: py
 
     one_pass, term_by_term = run(1 << 30), run(0)
     assert one_pass == term_by_term  # tuples of (rowid, float): exact equality
+    assert all(type(rowid) is int and type(score) is float for hits in one_pass for rowid, score in hits)
     assert sum(len(r) for r in one_pass) > 400

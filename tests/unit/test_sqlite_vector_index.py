@@ -171,6 +171,9 @@ def test_index_growth_and_removal_keep_every_row_findable() -> None:
     for i in (1, 2, 298, 299):
         top = index.search("S", "nobody", vectors[i], 200, at=1)
         assert {r for r, _ in top} == {j for j in range(300) if j % 3}
+        # Plain Python numbers (the hits are converted a column at a time), the masked rows left out.
+        assert all(type(r) is int and type(s) is float for r, s in top)
+        assert index.search("S", "V1", vectors[i], 200, at=1) == [(r, s) for r, s in top if r % 30 != 1]
         # Every score is the row's own inner product with the query (no slot mixed up)...
         for rowid, score in top:
             assert score == pytest.approx(float(vectors[rowid] @ vectors[i]), rel=1e-4, abs=1e-5)

@@ -31,6 +31,7 @@ import math
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, cast
 
@@ -153,10 +154,11 @@ class _Part:
         term_ids = [t for t in map(self.terms.get, dict.fromkeys(terms)) if t is not None]
         if not term_ids:
             return []
-        avg = float(self.lengths[:n][visible].mean()) or 1.0
+        # The mean as numpy takes it (an exact integer sum over the count), without its own calls.
+        avg = int(self.lengths[:n][visible].sum()) / count or 1.0
         norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths[:n] / avg)
-        postings = [np.frombuffer(self.docs[t], dtype=np.int32) for t in term_ids]
-        tfs = [np.frombuffer(self.tfs[t], dtype=np.uint16) for t in term_ids]
+        postings = [self.docs[t] for t in term_ids]
+        tfs = [self.tfs[t] for t in term_ids]
         scores = _bm25_scores(postings, tfs, visible, count, norm)
         scores[~visible] = 0.0
         hits = contenders(scores, np.flatnonzero(scores > 0), k)
@@ -169,7 +171,8 @@ class _Part:
             last = hits[order[k - 1]]
             tied = (scores[hits[order[k:]]] == scores[last]) & (self.vins[hits[order[k:]]] == self.vins[last])
             order = np.concatenate([order[:k], order[k:][tied]])
-        return [(int(self.rowids[hits[i]]), float(scores[hits[i]])) for i in order]
+        best = hits[order]
+        return list(zip(self.rowids[best].tolist(), scores[best].tolist(), strict=True))
 
 
 def _idf(count: int, df: int) -> float:
@@ -177,13 +180,14 @@ def _idf(count: int, df: int) -> float:
 
 
 def _bm25_scores(
-    postings: list[npt.NDArray[np.int32]],
-    tfs: list[npt.NDArray[np.uint16]],
+    postings: list[array[int]],
+    tfs: list[array[int]],
     visible: npt.NDArray[np.bool_],
     count: int,
     norm: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
-    """BM25 of every document for the query terms whose postings are given; the caller zeroes the invisible.
+    """BM25 of every document for the query terms whose postings (document numbers, ``_Part.docs``) and
+    term frequencies (``_Part.tfs``) are given; the caller zeroes the invisible.
 
     Up to ``ONE_PASS_POSTINGS`` postings in all, every term's postings go into one array, scored with a
     handful of numpy calls instead of a handful per term: at fleet sizes (a few thousand versions per
@@ -195,23 +199,24 @@ def _bm25_scores(
     sizes = [len(docs) for docs in postings]
     if sum(sizes) > ONE_PASS_POSTINGS:
         scores = np.zeros(len(visible), dtype=np.float64)
-        for docs, tf16 in zip(postings, tfs, strict=True):
+        for term_docs, term_tfs in zip(postings, tfs, strict=True):
+            docs = np.frombuffer(term_docs, dtype=np.int32)
             df = int(np.count_nonzero(visible[docs]))
             if not df:
                 continue
             # Scored over the whole posting list (no copy of the visible part).
-            tf = tf16.astype(np.float64)
+            tf = np.frombuffer(term_tfs, dtype=np.uint16).astype(np.float64)
             scores[docs] += _idf(count, df) * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
         return scores
-    firsts = np.zeros(len(sizes), dtype=np.intp)
-    np.cumsum(sizes[:-1], out=firsts[1:])
-    docs = np.concatenate(postings)
+    firsts = np.array([0, *accumulate(sizes[:-1])], dtype=np.intp)
+    # The terms' arrays joined as bytes: one numpy call, not one view per term and a concatenation.
+    docs = np.frombuffer(b"".join(postings), dtype=np.int32)
     dfs = np.add.reduceat(visible[docs], firsts, dtype=np.intp).tolist()
     idf = np.repeat(np.array([_idf(count, df) for df in dfs], dtype=np.float64), sizes)
-    tf = np.concatenate(tfs).astype(np.float64)
+    tf = np.frombuffer(b"".join(tfs), dtype=np.uint16).astype(np.float64)
     weights = idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
     # (With weights, bincount's sums are float64; its stubs say integers.)
-    return cast(npt.NDArray[np.float64], np.bincount(docs, weights=weights, minlength=len(visible)))
+    return cast("npt.NDArray[np.float64]", np.bincount(docs, weights=weights, minlength=len(visible)))
 
 
 def _int_array(values: npt.NDArray[np.integer[Any]]) -> array[int]:
