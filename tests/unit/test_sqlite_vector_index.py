@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import SimilarQuery, vecindex
@@ -181,6 +182,32 @@ def test_index_growth_and_removal_keep_every_row_findable() -> None:
         alive = [j for j in range(300) if j % 3]
         brute = sorted(alive, key=lambda j: -float(vectors[j] @ vectors[i]))[:5]
         assert [r for r, _ in index.search("S", "nobody", vectors[i], 5, at=1)] == brute
+
+
+def test_scans_run_blas_on_one_thread_from_the_first_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A matrix-vector product is memory-bound: the first scan limits BLAS to one thread for the process,
+    and it stays so (no limit and restore around each scan)."""
+
+    def blas_threads() -> set[int]:
+        return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+
+    index = SeriesVectorIndex()
+    index.apply(1, "S", "V1", (0, OPEN_END), np.asarray([1.0, 0.0], dtype=np.float32))
+    during: list[set[int]] = []
+    matmul = np.matmul
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        during.append(blas_threads())
+        return matmul(*args, **kwargs)
+
+    with threadpool_limits(limits=2, user_api="blas"):  # the library's setting, set back when the test ends
+        monkeypatch.setattr(vecindex, "_blas_pinned", False)  # as in a process that has not scanned yet
+        with monkeypatch.context() as patch:
+            patch.setattr(vecindex.np, "matmul", watched)
+            for _ in range(2):
+                assert index.search("S", "V2", np.asarray([1.0, 0.0], dtype=np.float32), 1, at=1) == [(1, 1.0)]
+        assert during == [{1}, {1}]
+        assert blas_threads() == {1}
 
 
 def test_a_scan_split_over_a_helper_thread_finds_what_one_thread_finds() -> None:

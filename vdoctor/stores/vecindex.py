@@ -32,26 +32,37 @@ import json
 import logging
 import os
 import shutil
+import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 log = logging.getLogger(__name__)
 # A matrix-vector product is memory-bound: BLAS threads do not speed it up,
-# and on busy cores their spin-waits made a scan 2-3x slower (bench/).
+# and on busy cores their spin-waits made a scan 2-3x slower (bench/). So from
+# the first scan on, the process runs BLAS on one thread for good, as it does
+# once an embedding model loads (``embedders.threads``). Limiting each scan and
+# setting BLAS back after it (threadpoolctl's ``limit``) cost ~25 us of ctypes
+# calls a scan in a job's process, ~40% of a fleet-sized series' search, and two
+# threads doing so at once could leave one's scan on the library's default.
 _BLAS_THREADS = 1
-_controller: ThreadpoolController | None = None
+_blas_pinned = False
+_blas_lock = threading.Lock()
 
 
-def _blas_controller() -> ThreadpoolController:
-    global _controller
-    if _controller is None:
-        _controller = ThreadpoolController()
-    return _controller
+def _pin_blas_threads() -> None:
+    global _blas_pinned
+    if _blas_pinned:
+        return
+    with _blas_lock:
+        if not _blas_pinned:
+            # Not a context: the limit stays (the limiter object is dropped, the setting is not).
+            threadpool_limits(limits=_BLAS_THREADS, user_api="blas")
+            _blas_pinned = True
 
 
 INDEX_FORMAT = 4
@@ -263,14 +274,14 @@ class SeriesVectorIndex:
         n = part.size
         scores = np.empty(n, dtype=np.float32)
         query = vector.astype(np.float32, copy=False)
-        with _blas_controller().limit(limits=_BLAS_THREADS, user_api="blas"):
-            half, other = 0, None
-            if helper is not None and n >= PARALLEL_MIN_ROWS:
-                half = n // 2
-                other = helper.submit(np.matmul, part.vectors[:half], query, out=scores[:half])
-            np.matmul(part.vectors[half:n], query, out=scores[half:])
-            if other is not None:
-                other.result()
+        _pin_blas_threads()
+        half, other = 0, None
+        if helper is not None and n >= PARALLEL_MIN_ROWS:
+            half = n // 2
+            other = helper.submit(np.matmul, part.vectors[:half], query, out=scores[:half])
+        np.matmul(part.vectors[half:n], query, out=scores[half:])
+        if other is not None:
+            other.result()
         hidden = part.vins[:n] == vin_hash(exclude_vin)
         hidden |= part.starts[:n] > at
         hidden |= part.ends[:n] <= at
