@@ -330,13 +330,22 @@ class ReadingSpan:
     @staticmethod
     def find_all(text: str) -> list[ReadingSpan]:
         """Every ``name=value...`` span written in ``text`` (a bare ``name=value`` is a one-value span)."""
-        out = []
-        for m in _SPAN_RE.finditer(text):
-            name, first, latest, low, high, unit = m.groups()
-            latest = latest or first
-            lo, hi = sorted((first, latest), key=float)
-            out.append(ReadingSpan(name, first, latest, low or lo, high or hi, unit or ""))
-        return out
+        return list(_find_spans(text))
+
+
+# A case's spans are read back from their rendered text three times (its
+# decision's spans and its request's readings by the fidelity check, the
+# readings line by the summarizer): each text is parsed once. The spans are
+# frozen; each caller gets a list of its own.
+@functools.lru_cache(maxsize=4096)
+def _find_spans(text: str) -> tuple[ReadingSpan, ...]:
+    out = []
+    for m in _SPAN_RE.finditer(text):
+        name, first, latest, low, high, unit = m.groups()
+        latest = latest or first
+        lo, hi = sorted((first, latest), key=float)
+        out.append(ReadingSpan(name, first, latest, low or lo, high or hi, unit or ""))
+    return tuple(out)
 
 
 READINGS_PREFIX = "readings: "

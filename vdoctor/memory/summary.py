@@ -106,14 +106,17 @@ def _kept_facts(session: SessionState) -> list[tuple[str, str, str]]:
     ]
 
 
-def render_source(session: SessionState) -> str:
-    """The full session as text: what the summary must be faithful to."""
+def render_source(session: SessionState, spans: list[ReadingSpan] | None = None) -> str:
+    """The full session as text: what the summary must be faithful to.
+
+    ``spans``: ``session.spans()`` when the caller has them already.
+    """
     lines = [e.line().render() for e in session.timeline]
     lines += [f"{short_time(when)} | {kind} | {text}" for kind, text, when in _kept_facts(session)]
     if session.codes:
         lines.append(render_codes_seen(session.codes))
     if session.signals:
-        lines.append(READINGS_PREFIX + " ".join(s.render() for s in session.spans()))
+        lines.append(READINGS_PREFIX + " ".join(s.render() for s in (session.spans() if spans is None else spans)))
     lines += [f"reading {r.name}={fmt_num(r.value)} @{iso(r.ts)} {r.uri}" for r in session.readings]
     if session.conclusion:
         lines.append(session.conclusion.model_dump_json())
@@ -302,7 +305,7 @@ def summarize_case(
         excluded=[text for kind, text, _ in kept if kind == FactKind.EXCLUDED.value],
         spans=[s.render() for s in spans],
     )
-    request = _request(plan, decision, "\n".join([render_source(session), *definitions, *rules]), named)
+    request = _request(plan, decision, "\n".join([render_source(session, spans), *definitions, *rules]), named)
     checked = summarize_checked(summarizer or OfflineSummarizer(), request, metrics)
     return CaseSummary(
         text=checked.text,
