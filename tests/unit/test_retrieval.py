@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import snowballstemmer  # type: ignore[import-untyped]
 
 from vdoctor.retrieval import tokens as tokens_mod
 from vdoctor.retrieval.bm25 import Bm25Corpus, top_scored
-from vdoctor.retrieval.hybrid import W_DENSE, W_LEXICAL, ChannelScores, fuse, minmax
+from vdoctor.retrieval.hybrid import W_DENSE, W_LEXICAL, ChannelScores, fuse, fuse_columns, minmax
 from vdoctor.retrieval.text import case_text, dense_text, summary_words
 from vdoctor.retrieval.tokens import query_terms, stem, token_text, tokens
 
@@ -121,3 +122,72 @@ def test_fusion_scales_each_channel_over_the_union_and_weighs_them() -> None:
     assert fused["dense only"] == pytest.approx(W_DENSE * 0.5)
     assert minmax({"a": 3.0, "b": 3.0}) == {"a": 1.0, "b": 1.0} and minmax({}) == {}
     assert fuse({}) == {}
+
+
+def test_fusion_by_columns_equals_fusion_by_mapping_over_random_scores() -> None:
+    """``fuse_columns`` gives every candidate exactly ``fuse``'s score, ties and missing BM25 included."""
+    rng = random.Random(11)
+    for _ in range(500):
+        n = rng.randrange(0, 8)
+        # Few distinct values: ties, a channel all equal, and BM25 of 0 beside a missing one are common.
+        lexical = [rng.choice([None, 0.0, 1.5, 3.0, rng.uniform(0, 9)]) for _ in range(n)]
+        dense = [rng.choice([0.25, 0.5, rng.uniform(-1, 1)]) for _ in range(n)]
+        weights = rng.choice([(W_LEXICAL, W_DENSE), (0.3, 0.7)])
+        channels = {i: ChannelScores(lex, den) for i, (lex, den) in enumerate(zip(lexical, dense, strict=True))}
+        want = fuse(channels, *weights)
+        assert fuse_columns(lexical, dense, *weights) == [want[i] for i in range(n)]
+
+
+def test_case_candidates_equal_the_plain_union_fusion_and_sort_over_random_channels() -> None:
+    """``case_candidates`` keeps its candidates by columns; its ranking, scores and parts are the plain mapping's."""
+    from vdoctor.records import MemoryRecord
+    from vdoctor.retrieval.cases import PART_DENSE, PART_FUSED, PART_LEXICAL, case_candidates
+    from vdoctor.stores.base import Scored, SimilarQuery
+
+    def plain(query: SimilarQuery, dense: list[Scored], lexical: list[Scored]) -> list[Scored]:
+        found = {(s.record.vin, s.record.session_id): s for s in dense}
+        scores = {key: ChannelScores(None, s.score) for key, s in found.items()}
+        vector = np.asarray(query.vector, dtype=np.float32)
+        for s in lexical:
+            key = (s.record.vin, s.record.session_id)
+            if key in scores:
+                scores[key] = ChannelScores(s.score, scores[key].dense)
+            else:
+                found[key] = s
+                dense_score = float(np.asarray(s.record.summary_vec, dtype=np.float32) @ vector)
+                scores[key] = ChannelScores(s.score, dense_score)
+        fused = fuse(scores)
+        out = []
+        for key, s in found.items():
+            parts = {PART_DENSE: scores[key].dense, PART_FUSED: fused[key]}
+            if scores[key].lexical is not None:
+                parts[PART_LEXICAL] = float(scores[key].lexical or 0.0)
+            out.append(Scored(s.record, fused[key], parts))
+        out.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
+        return out
+
+    class Channels:
+        def __init__(self, dense: list[Scored], lexical: list[Scored]) -> None:
+            self.answer = dense, lexical
+
+        def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+            return self.answer
+
+    def rec(vin: str, session: str, vec: list[float]) -> MemoryRecord:
+        return MemoryRecord.model_construct(vin=vin, session_id=session, summary_vec=vec, embedder="")
+
+    rng = random.Random(13)
+    for _ in range(300):
+        # Few vins, sessions and scores: ties on the score, on the vin, and records in both channels are common.
+        pool = [rec(v, s, [rng.choice([0.0, 0.5, 1.0]) for _ in range(3)]) for v in "AB" for s in "xyz"]
+        records = rng.sample(pool, rng.randrange(0, len(pool) + 1))
+        dense = [Scored(r, rng.choice([0.1, 0.5, 0.9])) for r in records[: rng.randrange(0, len(records) + 1)]]
+        in_lexical = rng.sample(records, rng.randrange(0, len(records) + 1))
+        lexical = [Scored(r, rng.choice([0.0, 2.0, 4.0])) for r in in_lexical]
+        vector = np.asarray([rng.choice([0.5, 1.0]) for _ in range(3)], dtype=np.float32)
+        query = SimilarQuery("Q", "EV-A", vector, 5, datetime(2026, 11, 1, tzinfo=UTC))
+        got = case_candidates(Channels(dense, lexical), query)  # type: ignore[arg-type]
+        want = plain(query, dense, lexical)
+        assert [(id(s.record), s.score, list(s.parts.items())) for s in got] == [
+            (id(s.record), s.score, list(s.parts.items())) for s in want
+        ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES, ChannelScores, fuse
+from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES, fuse_columns
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery, check_dimensions, check_embedders
 
 # Names of a candidate's score parts (``Scored.parts``): each channel's own score, and the fused one.
@@ -29,27 +29,43 @@ def case_candidates(
 ) -> list[Scored]:
     """The union of both channels' top candidates, best fused score first (ties by vin, session id)."""
     dense, lexical = store.channels(query, dense_k, lexical_k)
-    found = {(s.record.vin, s.record.session_id): s for s in dense}
-    scores = {key: ChannelScores(None, s.score) for key, s in found.items()}
-    only_lexical = [s for s in lexical if (s.record.vin, s.record.session_id) not in found]
+    # Candidate i, by columns: the dense hits in their order, then the lexical-only ones in theirs.
+    index: dict[tuple[str, str], int] = {}
+    found: list[Scored] = []
+    keys: list[tuple[str, str]] = []
+    dense_scores: list[float] = []
+    for s in dense:
+        key = (s.record.vin, s.record.session_id)
+        if (i := index.get(key)) is not None:
+            found[i], dense_scores[i] = s, s.score
+        else:
+            index[key] = len(found)
+            found.append(s)
+            keys.append(key)
+            dense_scores.append(s.score)
+    lexical_scores: list[float | None] = [None] * len(found)
+    only_lexical = [s for s in lexical if (s.record.vin, s.record.session_id) not in index]
     # Their vectors were not compared with the query's by the store: the same checks apply here.
     check_dimensions(query, {len(s.record.summary_vec) for s in only_lexical})
     check_embedders(query, {s.record.embedder for s in only_lexical})
     vector = np.asarray(query.vector, dtype=np.float32)
     for s in lexical:
         key = (s.record.vin, s.record.session_id)
-        if key in scores:
-            scores[key] = ChannelScores(s.score, scores[key].dense)
+        if (i := index.get(key)) is not None:
+            lexical_scores[i] = s.score
         else:
-            found[key] = s
-            dense_score = float(np.asarray(s.record.summary_vec, dtype=np.float32) @ vector)
-            scores[key] = ChannelScores(s.score, dense_score)
-    fused = fuse(scores)
+            index[key] = len(found)
+            found.append(s)
+            keys.append(key)
+            lexical_scores.append(s.score)
+            dense_scores.append(float(np.asarray(s.record.summary_vec, dtype=np.float32) @ vector))
+    fused = fuse_columns(lexical_scores, dense_scores)
+    # (vin, session_id) is unique among the candidates: the index never decides an order.
+    ranked = sorted(zip([-f for f in fused], keys, range(len(found)), strict=True))
     out = []
-    for key, s in found.items():
-        parts = {PART_DENSE: scores[key].dense, PART_FUSED: fused[key]}
-        if scores[key].lexical is not None:
-            parts[PART_LEXICAL] = float(scores[key].lexical or 0.0)
-        out.append(Scored(s.record, fused[key], parts))
-    out.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
+    for _, _, i in ranked:
+        parts = {PART_DENSE: dense_scores[i], PART_FUSED: fused[i]}
+        if (lex := lexical_scores[i]) is not None:
+            parts[PART_LEXICAL] = float(lex or 0.0)
+        out.append(Scored(found[i].record, fused[i], parts))
     return out

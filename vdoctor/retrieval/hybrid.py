@@ -21,7 +21,7 @@ hurt).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -58,6 +58,28 @@ def fuse(scores: Mapping[K, ChannelScores], w_lexical: float = W_LEXICAL, w_dens
     lexical = minmax({key: s.lexical or 0.0 for key, s in scores.items()})
     dense = minmax({key: s.dense for key, s in scores.items()})
     return {key: w_lexical * lexical[key] + w_dense * dense[key] for key in scores}
+
+
+def fuse_columns(
+    lexical: Sequence[float | None], dense: Sequence[float], w_lexical: float = W_LEXICAL, w_dense: float = W_DENSE
+) -> list[float]:
+    """``fuse`` over candidates given as columns (candidate i: ``lexical[i]``, ``dense[i]``): the same scores, in
+    that order, without a mapping and a ``ChannelScores`` per candidate (every session's recall fuses its own)."""
+    return [
+        w_lexical * lex + w_dense * den
+        for lex, den in zip(_scaled([v or 0.0 for v in lexical]), _scaled(dense), strict=True)
+    ]
+
+
+def _scaled(values: Sequence[float]) -> list[float]:
+    """``minmax`` of a column: the same arithmetic, value by value."""
+    if not values:
+        return []
+    lo, hi = min(values), max(values)
+    if hi <= lo:
+        return [1.0] * len(values)
+    span = hi - lo
+    return [(v - lo) / span for v in values]
 
 
 T = TypeVar("T")
