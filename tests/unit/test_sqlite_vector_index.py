@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
+from vdoctor.embedders import threads
 from vdoctor.records import MemoryRecord
 from vdoctor.stores import SimilarQuery, vecindex
 from vdoctor.stores import sqlite as sqlite_store
@@ -201,7 +202,7 @@ def test_scans_run_blas_on_one_thread_from_the_first_on(monkeypatch: pytest.Monk
         return matmul(*args, **kwargs)
 
     with threadpool_limits(limits=2, user_api="blas"):  # the library's setting, set back when the test ends
-        monkeypatch.setattr(vecindex, "_blas_pinned", False)  # as in a process that has not scanned yet
+        monkeypatch.setattr(threads, "_pinned", False)  # as in a process that has neither scanned nor loaded a model
         with monkeypatch.context() as patch:
             patch.setattr(vecindex.np, "matmul", watched)
             for _ in range(2):

@@ -34,6 +34,8 @@ _pinned = False
 def pin_blas_threads() -> None:
     """Limit BLAS to ``EMBED_THREADS`` threads for the rest of the process (idempotent)."""
     global _pinned
+    if _pinned:  # every vector scan calls this: no lock once pinned
+        return
     with _lock:
         if not _pinned:
             # Not a context: the limit stays (the limiter object is dropped, the setting is not).

@@ -98,6 +98,11 @@ def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str
     """The session id of the record holding this session: itself, or the record it was merged into."""
     if store.get(vin, session_id) is not None:
         return session_id
+    return _merged_into(store, vin, session_id)
+
+
+def _merged_into(store: MemoryStore, vin: str, session_id: str) -> str | None:
+    """The session id of the record this session was merged into, if any."""
     for record in store.history(vin):
         if session_id in record.merged_sessions:
             return record.session_id
@@ -111,11 +116,11 @@ def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: dat
     False exactly when no record has that key, so the usual recheck (of a
     session not merged away) is one write, not a read of the record and then
     the write. Only a session with no record of its own is looked up among
-    the merged ones (``record_key_for_session``).
+    the merged ones.
     """
     if store.set_recheck(vin, session_id, ok, at):
         return True
-    key = record_key_for_session(store, vin, session_id)
+    key = _merged_into(store, vin, session_id)
     if key is None:
         return False
     return store.set_recheck(vin, key, ok, at)

@@ -43,20 +43,23 @@ STOPWORDS = frozenset(
 _STEMS_CACHED = 1 << 16
 _ENGLISH = snowballstemmer.stemmer("english")
 _STEM_LOCK = threading.Lock()
-# Porter2 only rewrites letter suffixes and needs a vowel (or a "y") to rewrite one: a word ending in a digit
-# ("lsvau2a45n3245692", "03t01") or with neither ("30220km", "223mv") is its own stem. A fleet's readings,
-# odometers and VINs are such words, and they rarely repeat, so they would miss the cache every time.
+# Porter2 only rewrites letter suffixes and needs a vowel (or a "y") to rewrite one: a run of [a-z0-9] ending
+# in a digit ("lsvau2a45n3245692", "03t01") or with neither ("30220km", "223mv") is its own stem. A fleet's
+# readings, odometers and VINs are such runs, and they rarely repeat, so ``tokens`` keeps them off the
+# stemmer and its cache, which they would miss every time. (Only for such runs: with an apostrophe, say,
+# Porter2 rewrites a word without a vowel, so ``stem`` itself does not take this shortcut.)
 _NEEDS_STEMMER_RE = re.compile(r"[aeiouy]")
 
 
 def _own_stem(word: str) -> bool:
+    """Whether a non-empty run of [a-z0-9] is its own Porter2 stem by the rule above."""
     return word[-1].isdigit() or not _NEEDS_STEMMER_RE.search(word)
 
 
 @lru_cache(maxsize=_STEMS_CACHED)
 def stem(word: str) -> str:
     """A word's Porter2 stem; numbers stay as they are."""
-    if _own_stem(word):
+    if word.isdigit():
         return word
     with _STEM_LOCK:  # a stemmer object keeps its word while it works: one caller at a time
         return str(_ENGLISH.stemWord(word))

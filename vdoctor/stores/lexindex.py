@@ -154,7 +154,7 @@ class _Part:
         term_ids = [t for t in map(self.terms.get, dict.fromkeys(terms)) if t is not None]
         if not term_ids:
             return []
-        # The mean as numpy takes it (an exact integer sum over the count), without its own calls.
+        # The mean without numpy's own calls: the integer sum is exact, and so is numpy's float64 sum below 2**53.
         avg = int(self.lengths[:n][visible].sum()) / count or 1.0
         norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths[:n] / avg)
         postings = [self.docs[t] for t in term_ids]

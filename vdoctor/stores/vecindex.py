@@ -32,37 +32,24 @@ import json
 import logging
 import os
 import shutil
-import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+from vdoctor.embedders.threads import pin_blas_threads
 
 log = logging.getLogger(__name__)
 # A matrix-vector product is memory-bound: BLAS threads do not speed it up,
 # and on busy cores their spin-waits made a scan 2-3x slower (bench/). So from
-# the first scan on, the process runs BLAS on one thread for good, as it does
-# once an embedding model loads (``embedders.threads``). Limiting each scan and
-# setting BLAS back after it (threadpoolctl's ``limit``) cost ~25 us of ctypes
-# calls a scan in a job's process, ~40% of a fleet-sized series' search, and two
-# threads doing so at once could leave one's scan on the library's default.
-_BLAS_THREADS = 1
-_blas_pinned = False
-_blas_lock = threading.Lock()
-
-
-def _pin_blas_threads() -> None:
-    global _blas_pinned
-    if _blas_pinned:
-        return
-    with _blas_lock:
-        if not _blas_pinned:
-            # Not a context: the limit stays (the limiter object is dropped, the setting is not).
-            threadpool_limits(limits=_BLAS_THREADS, user_api="blas")
-            _blas_pinned = True
+# the first scan on, the process runs BLAS on one thread for good, the same
+# pin an in-process embedding model sets when it loads (``embedders.threads``).
+# Limiting each scan and setting BLAS back after it (threadpoolctl's ``limit``)
+# cost ~25 us of ctypes calls a scan in a job's process, ~40% of a fleet-sized
+# series' search, and two threads doing so at once could leave one's scan on
+# the library's default.
 
 
 INDEX_FORMAT = 4
@@ -274,7 +261,7 @@ class SeriesVectorIndex:
         n = part.size
         scores = np.empty(n, dtype=np.float32)
         query = vector.astype(np.float32, copy=False)
-        _pin_blas_threads()
+        pin_blas_threads()
         half, other = 0, None
         if helper is not None and n >= PARALLEL_MIN_ROWS:
             half = n // 2
