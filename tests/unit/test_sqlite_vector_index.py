@@ -185,6 +185,22 @@ def test_index_growth_and_removal_keep_every_row_findable() -> None:
         assert [r for r, _ in index.search("S", "nobody", vectors[i], 5, at=1)] == brute
 
 
+def test_a_search_gives_its_hits_seqs_as_seq_of_gives_them() -> None:
+    index = SeriesVectorIndex()
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(120, 8)).astype(np.float32)
+    for i, v in enumerate(vectors):
+        index.apply(i, "S", f"V{i % 12}", (0, OPEN_END), v, seq=-1 if i % 5 == 0 else 1000 + i)
+    for i in range(0, 120, 4):  # removals move rows between slots: a seq must follow its row
+        index.apply(i, "S", f"V{i % 12}", None, None)
+    for k in (1, 7, 200):
+        seqs: dict[int, int | None] = {}
+        top = index.search("S", "V3", vectors[5], k, at=1, seqs=seqs)
+        assert top == index.search("S", "V3", vectors[5], k, at=1)
+        assert seqs == {rowid: index.seq_of(rowid) for rowid, _ in top}
+    assert None in seqs.values() and 1001 in seqs.values()  # all rows at k=200: an unknown seq, and a known one
+
+
 def test_scans_run_blas_on_one_thread_from_the_first_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """A matrix-vector product is memory-bound: the first scan limits BLAS to one thread for the process,
     and it stays so (no limit and restore around each scan)."""

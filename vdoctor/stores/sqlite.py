@@ -492,6 +492,7 @@ class SqliteStore:
         # (the usual case), the guard is held for the searches alone.
         db_seq = self._seq()
         seqs: dict[int, int | None] = {}
+        dense_seqs: dict[int, int | None] = {}
         with self._index_guard:
             index, lexicon = self._catch_up(db_seq)
             if dense_k > 0:
@@ -502,7 +503,9 @@ class SqliteStore:
             def dense_hits() -> Hits:
                 if dense_k <= 0:
                     return []
-                return index.search(query.series, query.exclude_vin, query.vector, dense_k, at, helper=helpers)
+                return index.search(
+                    query.series, query.exclude_vin, query.vector, dense_k, at, helper=helpers, seqs=dense_seqs
+                )
 
             # The scans are numpy work that lets go of the GIL, and a scan is memory-bound: the dense one, split
             # in two threads, runs beside the lexical one and the reading of its rows (at 1M records, one after
@@ -516,7 +519,7 @@ class SqliteStore:
                     meanwhile(lexical, seqs)
             finally:
                 dense = pending.result() if pending is not None else dense_hits()
-            seqs.update((rowid, index.seq_of(rowid)) for rowid, _ in dense)
+            seqs.update(dense_seqs)
         return dense, lexical, seqs
 
     def _helpers(self) -> ThreadPoolExecutor:

@@ -248,12 +248,14 @@ class SeriesVectorIndex:
         k: int,
         at: int,
         helper: Executor | None = None,
+        seqs: dict[int, int | None] | None = None,
     ) -> list[tuple[int, float]]:
         """Top-k (rowid, inner product) of the series at event time ``at`` (more when tied at the k-th); the excluded
         VIN's rows masked out.
 
         ``helper``: a thread that scores half of the rows meanwhile (a scan is
         memory-bound, and two cores read memory almost twice as fast as one).
+        ``seqs``: given, it gets each hit's ``seq_of``, read a column at a time.
         """
         part = self._parts.get((series, int(vector.shape[0])))
         if part is None or part.size == 0 or k <= 0:
@@ -282,7 +284,10 @@ class SeriesVectorIndex:
         idx = idx[np.argsort(-scores[idx], kind="stable")]
         idx = idx[np.isfinite(scores[idx])]
         # Converted a column at a time: per hit, numpy's scalars cost more than the scan (~100 rows a series).
-        return list(zip(part.rowids[idx].tolist(), scores[idx].tolist(), strict=True))
+        rowids = part.rowids[idx].tolist()
+        if seqs is not None:
+            seqs.update(zip(rowids, [seq if seq >= 0 else None for seq in part.seqs[idx].tolist()], strict=True))
+        return list(zip(rowids, scores[idx].tolist(), strict=True))
 
     # -- persistence ---------------------------------------------------------------
 
