@@ -55,6 +55,14 @@ def test_query_terms_are_distinct_and_token_text_is_space_joined() -> None:
     assert tokens("") == [] and tokens("the, of; and!") == []
 
 
+def test_query_terms_kept_by_text_are_the_plain_terms_and_each_caller_gets_its_own_list() -> None:
+    for text in ["Battery pack temp high P0A7F, pack_temp_c=58°C", "电池温度过高 电池温度", "the the a", ""]:
+        first = query_terms(text)
+        assert first == list(dict.fromkeys(tokens(text)))
+        first.append("changed by a caller")
+        assert query_terms(text) == list(dict.fromkeys(tokens(text)))
+
+
 def test_case_text_is_the_parts_one_per_line_without_empty_ones() -> None:
     assert case_text("电池压差过大", ["P0A7F", "P0A80"], "weak cell", "", "line 1\nline 2") == (
         "电池压差过大\nP0A7F P0A80\nweak cell\nline 1\nline 2"

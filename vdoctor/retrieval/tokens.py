@@ -88,4 +88,11 @@ def token_text(text: str) -> str:
 
 def query_terms(text: str) -> list[str]:
     """The distinct tokens of a query, in first-seen order (a term counts once in a query)."""
-    return list(dict.fromkeys(tokens(text)))
+    return list(_query_terms(text))
+
+
+@lru_cache(maxsize=4096)
+def _query_terms(text: str) -> tuple[str, ...]:
+    # Kept by text: in an alert storm many sessions open on the same alert (half of the queries repeat on a
+    # generated fleet, as for the query vectors' cache, ``embedders/cache.py``).
+    return tuple(dict.fromkeys(tokens(text)))
