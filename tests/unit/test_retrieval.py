@@ -199,22 +199,3 @@ def test_case_candidates_equal_the_plain_union_fusion_and_sort_over_random_chann
         assert [(id(s.record), s.score, list(s.parts.items())) for s in got] == [
             (id(s.record), s.score, list(s.parts.items())) for s in want
         ]
-
-
-def test_a_records_vector_array_is_made_once_per_list_and_equals_the_conversion() -> None:
-    from vdoctor.retrieval.cases import VectorArrays
-
-    arrays = VectorArrays(capacity=4)
-    rng = random.Random(5)
-    lists = [[rng.uniform(-1, 1) for _ in range(8)] for _ in range(6)]
-    for vector in lists:
-        assert np.array_equal(arrays.of(vector), np.asarray(vector, dtype=np.float32))
-    last = lists[-1]
-    assert arrays.of(last) is arrays.of(last)  # kept: the same array
-    twin = list(last)  # equal values, another list: its own entry, never another list's array
-    assert arrays.of(twin) is not arrays.of(last)
-    assert np.array_equal(arrays.of(twin), arrays.of(last))
-    assert len(arrays._kept) <= 4
-    misses = arrays.misses
-    arrays.of(lists[0])  # let go to keep four: made again
-    assert arrays.misses == misses + 1

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vdoctor.embedders import Embedder, embedder_id
+from vdoctor.identity import KeptByIdentity
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
 from vdoctor.lines import MEMORY_HEADER, RecallEntry, day
@@ -121,7 +122,16 @@ def recall_entry(kind: Literal["own", "similar"], record: MemoryRecord) -> Recal
 
 
 def render_record(kind: Literal["own", "similar"], record: MemoryRecord) -> str:
-    return recall_entry(kind, record).render()
+    return (_RENDERED_OWN if kind == "own" else _RENDERED_SIMILAR)(record)
+
+
+# Rendered once per record object: a similar case is the same decoded record at every session that finds it.
+_RENDERED_OWN: KeptByIdentity[MemoryRecord, str] = KeptByIdentity(
+    lambda record: recall_entry("own", record).render(), capacity=256
+)
+_RENDERED_SIMILAR: KeptByIdentity[MemoryRecord, str] = KeptByIdentity(
+    lambda record: recall_entry("similar", record).render(), capacity=256
+)
 
 
 def render_within_budget(

@@ -10,11 +10,10 @@ a lexical score of 0 (``hybrid``).
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import numpy.typing as npt
 
+from vdoctor.identity import KeptByIdentity
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES, fuse_columns
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery, check_dimensions, check_embedders
 
@@ -24,39 +23,17 @@ PART_DENSE = "dense.cosine"
 PART_FUSED = "fused"
 
 
-class VectorArrays:
-    """float32 arrays of records' vectors, kept by the identity of the vector's list.
-
-    A candidate found only by the lexical channel is scored against the query
-    here, and its vector (a list of 512 floats) cost ~9 us to convert for a
-    dot product of under 1 us. The embedded store hands out the same decoded
-    record, and so the same list, to every recall that finds it (a record
-    taken as of an earlier time is a shallow copy: the same list too), so the
-    array is made once. An entry holds its list, so an id is never taken for a
-    new list's while it is here; records are never changed in place.
-    """
-
-    def __init__(self, capacity: int = 512) -> None:
-        self._capacity = capacity
-        self._kept: dict[int, tuple[list[float], npt.NDArray[np.float32]]] = {}
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
-
-    def of(self, vector: list[float]) -> npt.NDArray[np.float32]:
-        kept = self._kept.get(id(vector))
-        if kept is not None and kept[0] is vector:
-            self.hits += 1
-            return kept[1]
-        self.misses += 1
-        array = np.asarray(vector, dtype=np.float32)
-        with self._lock:
-            self._kept[id(vector)] = (vector, array)
-            while len(self._kept) > self._capacity:
-                del self._kept[next(iter(self._kept))]
-        return array
+def _as_array(vector: list[float]) -> npt.NDArray[np.float32]:
+    array = np.asarray(vector, dtype=np.float32)
+    array.flags.writeable = False  # shared by every recall that finds the record
+    return array
 
 
-_VECTORS = VectorArrays()
+# A candidate found only by the lexical channel is scored against the query here, and converting its
+# vector (a list of 512 floats) cost ~9 us for a dot product of under 1 us. The embedded store hands
+# out the same decoded record, and so the same list, to every recall that finds it (a record taken as
+# of an earlier time is a shallow copy: the same list too): the array is made once per list.
+_ARRAYS: KeptByIdentity[list[float], npt.NDArray[np.float32]] = KeptByIdentity(_as_array, capacity=512)
 
 
 def case_candidates(
@@ -96,7 +73,7 @@ def case_candidates(
             found.append(s)
             keys.append(key)
             lexical_scores.append(s.score)
-            dense_scores.append(float(_VECTORS.of(s.record.summary_vec) @ vector))
+            dense_scores.append(float(_ARRAYS(s.record.summary_vec) @ vector))
     fused = fuse_columns(lexical_scores, dense_scores)
     # (vin, session_id) is unique among the candidates: the index never decides an order.
     ranked = sorted(zip([-f for f in fused], keys, range(len(found)), strict=True))
