@@ -138,6 +138,9 @@ MIN_PART_ID = 3
 VIN_LENGTH = 17
 # A numbered item: a word and a number (cell 37, module 4, step-4, pin #3), the number whole.
 _ITEM_RE = re.compile(r"\b([A-Za-z]{3,})(?: #?|[#-])(\d{1,4})(?![\d.]?\d)(?![A-Za-z_])", re.ASCII)
+# What every numbered item contains, a letter, a separator and a digit, found from the digit:
+# the scan above tries every word of a text, this one only each digit.
+_ITEM_GATE = re.compile(r"\d(?:(?<=[A-Za-z][ #-]\d)|(?<=[A-Za-z] #\d))", re.ASCII)
 # Words before a number that name no item (the number is a quantity or a time).
 _NOT_ITEMS = frozenset(
     "the and for from with about than into over under after before within around all per via are was were has had "
@@ -148,6 +151,7 @@ _NOT_ITEMS = frozenset(
 # Both written to start with their first digit (see CODE_RE): (?<![\w.])(\d{1,6}) ...
 _COUNT_RE = re.compile(r"(\d(?<![\w.]\d)\d{0,5}) ((?:[a-z]{2,} )?[a-z]{2,}s)\b", re.ASCII)
 _COUNT_ZH_RE = re.compile(r"(\d(?<![A-Za-z0-9_.]\d)\d{0,5}) ?([个条根节次处颗路块片组][\u4e00-\u9fff]{0,4})")
+_COUNT_ZH_GATE = re.compile(r"[个条根节次处颗路块片组]")
 # A change stated in text: from 62 to 187 mV, 从62升至187mV (both values are readings).
 # f(?<!\wf)rom is \bfrom, written to start with its first character (see CODE_RE).
 _UNIT = r"(?:mV|V|A|kPa|rpm|km|ms|s|%|℃|°C)"
@@ -195,14 +199,18 @@ def _items_and_counts(plain: str, when: str) -> list[KeyFact]:
         if len(ident) >= MIN_PART_ID and len(ident) != VIN_LENGTH and not CODE_RE.fullmatch(ident):
             facts.append(KeyFact(FactKind.ID, ident))
     numbered: set[int] = set()  # where an item's number starts: "cell 37 keeps" is no count of keeps
-    for m in _ITEM_RE.finditer(plain):
+    for m in _ITEM_RE.finditer(plain) if _ITEM_GATE.search(plain) else ():
         if m.group(1).lower() not in _NOT_ITEMS:
             facts.append(KeyFact(FactKind.ID, m.group(0).lower()))
             numbered.add(m.start(2))
-    for m in [*_COUNT_RE.finditer(plain), *_COUNT_ZH_RE.finditer(plain)]:
+    # A Chinese count needs its measure word: an ASCII text (isascii is a flag of
+    # the string, no scan) has none, and a search for it skips fast to one.
+    chinese = not plain.isascii() and _COUNT_ZH_GATE.search(plain)
+    for m in [*_COUNT_RE.finditer(plain), *(_COUNT_ZH_RE.finditer(plain) if chinese else ())]:
         if m.start(1) not in numbered:
             facts.append(KeyFact(FactKind.COUNT, m.group(0)))
-    for m in _FROM_TO_RE.finditer(plain):
+    # Every stated change contains "from " or 从: a substring test skips the scan of most texts.
+    for m in _FROM_TO_RE.finditer(plain) if "from " in plain or "从" in plain else ():
         low, high, unit = (m.group(1), m.group(2), m.group(3)) if m.group(1) else (m.group(4), m.group(5), m.group(6))
         facts += [KeyFact(FactKind.READING, f"{value}{unit}", at=when) for value in (low, high)]
     return facts
