@@ -135,17 +135,11 @@ class KeyFact:
 
     def reading(self) -> tuple[str, float] | None:
         """(group, value) of a reading: the signal name, or the unit of a reading from free text."""
-        found = self.reading_text()
-        return (found[0], float(found[1])) if found else None
+        return _reading(self.text) if self.kind is FactKind.READING else None
 
     def reading_text(self) -> tuple[str, str] | None:
         """(group, value as written) of a reading."""
-        if self.kind is not FactKind.READING:
-            return None
-        m = _READING_TEXT_RE.match(self.text)
-        if m is None:
-            return None
-        return m.group(1) or m.group(3), m.group(2)
+        return _reading_text(self.text) if self.kind is FactKind.READING else None
 
     @classmethod
     def trend(cls, group: str, values: list[str]) -> KeyFact:
@@ -156,6 +150,22 @@ class KeyFact:
     def parse(line: str) -> KeyFact:
         """The fact a rendered line stands for (``ValueError`` for a line of no known kind)."""
         return _parse_fact(line)
+
+
+# A reading's text is read on every event it stays a key fact (for its trend and for
+# condensing): each text is parsed once.
+@functools.lru_cache(maxsize=8192)
+def _reading_text(text: str) -> tuple[str, str] | None:
+    m = _READING_TEXT_RE.match(text)
+    if m is None:
+        return None
+    return m.group(1) or m.group(3), m.group(2)
+
+
+@functools.lru_cache(maxsize=8192)
+def _reading(text: str) -> tuple[str, float] | None:
+    found = _reading_text(text)
+    return (found[0], float(found[1])) if found else None
 
 
 _KINDS = {k.value: k for k in FactKind}

@@ -273,12 +273,5 @@ def dedupe(facts: list[KeyFact]) -> list[KeyFact]:
     for f in facts:
         if f.kind is FactKind.CODE and len(f.note) > len(richest.get(f.text, "")):
             richest[f.text] = f.note
-    out: list[KeyFact] = []
-    seen: set[KeyFact] = set()
-    for fact in facts:
-        if fact.kind is FactKind.CODE and fact.note != richest.get(fact.text, ""):
-            continue
-        if fact not in seen:
-            seen.add(fact)
-            out.append(fact)
-    return out
+    # dict.fromkeys keeps the first of equal facts, in order, hashing each fact once.
+    return list(dict.fromkeys(f for f in facts if f.kind is not FactKind.CODE or f.note == richest.get(f.text, "")))
