@@ -138,3 +138,26 @@ def test_a_pattern_written_from_its_first_character_matches_its_plain_form(name:
         text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 30)))
         assert fast.findall(text) == plain.findall(text), text
         assert fast.sub("#", text) == plain.sub("#", text), text
+
+
+def _plain_times_not_in(text: str, source: str) -> set[str]:
+    """``meaning._times_not_in`` as it was: every time of the source found by a scan of the whole source."""
+
+    def times(of: str) -> set[str]:
+        return {f"{d} {hm}" for d, hm in meaning._TIME_RE.findall(of)}
+
+    return times(text) - times(source)
+
+
+def test_the_times_not_in_the_source_are_those_of_a_scan_of_the_whole_source() -> None:
+    rng = random.Random("times")
+    texts = ["".join(rng.choice(PIECES) for _ in range(rng.randint(0, 30))) for _ in range(3000)]
+    pairs = [(rng.choice(texts), rng.choice(texts)) for _ in range(6000)]
+    # A summary's times taken from the source too, with text around them.
+    pairs += [(text, rng.choice(texts) + text + rng.choice(PIECES)) for text in texts]
+    pairs += [(text, text[1:] + text[:1]) for text in texts]
+    found = [_plain_times_not_in(text, source) for text, source in pairs]
+    assert sum(bool(f) for f in found) > 500  # times not in the source ...
+    assert sum(bool(meaning._TIME_RE.search(text)) and not f for (text, _), f in zip(pairs, found, strict=True)) > 500
+    for (text, source), plain in zip(pairs, found, strict=True):
+        assert meaning._times_not_in(text, source) == plain, (text, source)

@@ -105,8 +105,30 @@ def _cjk_pairs(text: str) -> set[str]:
     return pairs
 
 
-def _times(text: str) -> set[str]:
-    return {f"{d} {hm}" for d, hm in _TIME_RE.findall(text)}
+def _times_not_in(text: str, source: str) -> set[str]:
+    """The times of ``text`` (``YYYY-MM-DD HH:MM``, as ``_TIME_RE`` finds them) that are no time of ``source``.
+
+    A match of ``_TIME_RE`` starts at none of the characters of another
+    (after its first digit, no run of four digits), so the source's times are
+    exactly the places where the pattern matches: found here from each place
+    that holds a time's text, not by scanning the whole source.
+    """
+    out: set[str] = set()
+    for d, hm in set(_TIME_RE.findall(text)):
+        if not any(_time_at(source, f"{d}{sep}{hm}", d, hm) for sep in " T"):
+            out.add(f"{d} {hm}")
+    return out
+
+
+def _time_at(source: str, needle: str, d: str, hm: str) -> bool:
+    """Whether ``_TIME_RE`` matches ``d`` and ``hm`` at some place of ``source`` that holds ``needle``."""
+    at = source.find(needle)
+    while at >= 0:
+        m = _TIME_RE.match(source, at)
+        if m is not None and m.group(1) == d and m.group(2) == hm:
+            return True
+        at = source.find(needle, at + 1)
+    return False
 
 
 def _check_readings(stripped: str, request: SummaryRequest, decision: CaseDecision, out: CaseFindings) -> None:
@@ -245,10 +267,7 @@ def check_case(summary: str, request: SummaryRequest) -> CaseFindings:
     """Readings, times and meaning of a case summary against its request (see the module docstring)."""
     out = CaseFindings()
     plain = split_uris(summary)[0]
-    times = _times(plain)
-    if times:
-        times -= _times(request.source)
-    out.invented += [f"time {t}" for t in sorted(times)]
+    out.invented += [f"time {t}" for t in sorted(_times_not_in(plain, request.source))]
     decision = request.decision
     if decision is None:
         return out
