@@ -161,3 +161,23 @@ def test_the_times_not_in_the_source_are_those_of_a_scan_of_the_whole_source() -
     assert sum(bool(meaning._TIME_RE.search(text)) and not f for (text, _), f in zip(pairs, found, strict=True)) > 500
     for (text, source), plain in zip(pairs, found, strict=True):
         assert meaning._times_not_in(text, source) == plain, (text, source)
+
+
+@pytest.mark.parametrize("name", ["number", "code"])
+def test_a_summarys_numbers_and_codes_found_in_the_source_are_those_of_a_scan_of_it(name: str) -> None:
+    pattern = fidelity._NUMBER_RE if name == "number" else facts.CODE_RE
+    rng = random.Random(name)
+    texts = ["".join(rng.choice(PIECES) for _ in range(rng.randint(0, 40))) for _ in range(3000)]
+    for source in texts:
+        summary = rng.choice(texts) + "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 5)))
+        tokens = pattern.findall(summary) + pattern.findall(source[: rng.randint(0, len(source))])
+        assert fidelity._tokens_in(pattern, source, tokens) == set(tokens) & set(pattern.findall(source)), source
+
+
+def test_a_number_found_right_after_a_sign_is_no_number_of_the_source() -> None:
+    # findall gives -5 here, not 5; after a word character the sign is no sign and 5 is a number.
+    assert fidelity._tokens_in(fidelity._NUMBER_RE, "x -5", ["5", "-5"]) == {"-5"}
+    assert fidelity._tokens_in(fidelity._NUMBER_RE, "x-5", ["5", "-5"]) == {"5"}
+    # Past the lookups the source is read whole: same answer.
+    assert fidelity._tokens_in(fidelity._NUMBER_RE, "15 25 35 45 55 65 5", ["5"]) == {"5"}
+    assert fidelity._tokens_in(fidelity._NUMBER_RE, "15 25 35 45 55 65", ["5"]) == set()

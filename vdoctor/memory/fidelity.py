@@ -89,16 +89,59 @@ def check_summary(
     # Numbers inside a URI (VIN digits, timestamps) are checked as whole URIs.
     source_plain, source_uris = split_uris(source)
     plain, uris = split_uris(summary)
-    source_numbers = set(_NUMBER_RE.findall(source_plain))
-    source_codes = set(CODE_RE.findall(source))
+    numbers = _NUMBER_RE.findall(plain)
+    source_numbers = _tokens_in(_NUMBER_RE, source_plain, numbers)
+    codes = CODE_RE.findall(plain)
+    source_codes = _tokens_in(CODE_RE, source, codes)
     known_uris = set(source_uris)
-    report.invented = [n for n in _NUMBER_RE.findall(plain) if n not in source_numbers]
-    report.invented += [c for c in CODE_RE.findall(plain) if c not in source_codes]
+    report.invented = [n for n in numbers if n not in source_numbers]
+    report.invented += [c for c in codes if c not in source_codes]
     report.invented += [u for u in uris if u not in known_uris]
     report.ratio = len(source) / max(1, len(summary))
     if len(source) > COMPRESSION_MIN_SOURCE_CHARS:
         report.ratio_ok = report.ratio >= MIN_COMPRESSION
     return report
+
+
+# Places of the source a summary's number or code is looked up at before the
+# source is read whole (a number that is not the source's may be part of many).
+_LOOKUPS = 4
+
+
+def _tokens_in(pattern: re.Pattern[str], source: str, tokens: list[str]) -> set[str]:
+    """Those of ``tokens`` that ``pattern.findall(source)`` gives (``_NUMBER_RE`` or ``CODE_RE``).
+
+    A summary has a few numbers and codes, the source many: each is looked up
+    at the places of the source that hold its text, and the source is read
+    whole only when one of them is undecided after ``_LOOKUPS`` places.
+    """
+    found: set[str] = set()
+    for token in set(tokens):
+        verdict = _token_at(pattern, source, token)
+        if verdict is None:
+            return set(tokens) & set(pattern.findall(source))
+        if verdict:
+            found.add(token)
+    return found
+
+
+def _token_at(pattern: re.Pattern[str], source: str, token: str) -> bool | None:
+    """Whether ``pattern.findall(source)`` gives ``token``; None when ``_LOOKUPS`` places did not tell.
+
+    findall gives the match at every place where the pattern matches, except
+    a place inside an earlier match. A match of either pattern holds no place
+    where another can start but the one after a number's sign: a match at
+    ``at`` is found unless a "-" before it starts a match too.
+    """
+    at = source.find(token)
+    for _ in range(_LOOKUPS):
+        if at < 0:
+            return False
+        m = pattern.match(source, at)
+        if m is not None and m.group() == token and not (source[at - 1 : at] == "-" and pattern.match(source, at - 1)):
+            return True
+        at = source.find(token, at + 1)
+    return None if at >= 0 else False
 
 
 def check_request(summary: str, request: SummaryRequest) -> FidelityReport:
