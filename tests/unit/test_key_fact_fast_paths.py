@@ -1,4 +1,4 @@
-"""Key facts' cheaper paths give what the plain ones gave: a reading's group and value, and dedupe."""
+"""Key facts' cheaper paths give what the plain ones gave: a reading's group and value, dedupe, a fold's facts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import re
 import pytest
 
 from vdoctor.lines import FactKind, KeyFact
-from vdoctor.memory.facts import dedupe
+from vdoctor.memory.facts import dedupe, extract_text_facts
+from vdoctor.memory.request import SummaryRequest
+from vdoctor.memory.working import Round, WorkingMemory, WorkingState
 
 pytestmark = pytest.mark.unit
 
@@ -83,3 +85,51 @@ def test_dedupe_keeps_what_the_plain_loop_kept() -> None:
         assert kept == _plain_dedupe(facts), facts
         # The very objects, first of their equals: state holds what was first read.
         assert all(a is b for a, b in zip(kept, _plain_dedupe(facts), strict=True))
+
+
+class _Capturing:
+    """A summarizer that keeps each request and writes its event lines."""
+
+    name = "capturing"
+
+    def __init__(self) -> None:
+        self.requests: list[SummaryRequest] = []
+
+    def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
+        self.requests.append(request)
+        return "\n".join(e.render() for e in request.events)
+
+
+ROUND_PIECES = [
+    "P0A7F", "U0111 ", "cell_voltage_diff_mv=187", " soc_pct=44", " 46.5℃", " from 62 to 187 mV", " X12", " cell 37",
+    " 96 sense lines", " WO-12345", " confidence 0.8", " suspected the harness, ruled out", ". ", "\n",
+    " signal://V1/soc_pct@2026-11-01T10:15:30Z", " dtc://P0A7F", " voided step 4", " 压差187mV", " 3根采样线",
+]  # fmt: skip
+
+
+def test_a_folds_required_facts_are_those_of_the_deduped_facts_of_each_round() -> None:
+    rng = random.Random("fold")
+    for _ in range(300):
+        rounds = [
+            Round(
+                ts=f"2026-11-01T0{i}:00:00Z",
+                user="".join(rng.choice(ROUND_PIECES) for _ in range(rng.randint(0, 8))),
+                assistant="".join(rng.choice(ROUND_PIECES) for _ in range(rng.randint(0, 8))),
+            )
+            for i in range(rng.randint(1, 4))
+        ]
+        texts = [(r.user, r.ts) for r in rounds] + [(r.assistant, r.ts) for r in rounds]
+        read = [f for text, when in texts for f in extract_text_facts(text, when)]
+        # What lets the fold go without dedupe: no fact read from text carries a code definition.
+        assert all(f.note == "" for f in read if f.kind is FactKind.CODE)
+        state = WorkingState(rounds=rounds, key_facts=rng.sample(read, k=len(read) // 2))
+        kept = set(state.key_facts)
+        plain = [
+            fact.payload
+            for r in rounds
+            for fact in dedupe([*extract_text_facts(r.user, r.ts), *extract_text_facts(r.assistant, r.ts)])
+            if fact.kind is not FactKind.READING or fact in kept
+        ]
+        summarizer = _Capturing()
+        WorkingMemory(state, summarizer=summarizer).end_stage()
+        assert summarizer.requests[0].required == list(dict.fromkeys(plain)), rounds

@@ -314,12 +314,16 @@ class WorkingMemory:
         # Every key fact of the folded rounds must survive, in the summary or in
         # the key facts; readings that the key facts let go (neither first,
         # lowest, highest nor latest of their signal) are not key numbers.
+        # (Facts read from text carry no code definition, so no dedupe is needed:
+        # it would drop only equal facts, whose payloads dict.fromkeys drops below.)
         kept = set(self.state.key_facts)
-        required: list[str] = []
-        for r in rounds:
-            for fact in dedupe([*extract_key_facts(r.user, r.ts), *extract_key_facts(r.assistant, r.ts)]):
-                if fact.kind is not FactKind.READING or fact in kept:
-                    required.append(fact.payload)
+        required = [
+            fact.payload
+            for r in rounds
+            for text in (r.user, r.assistant)
+            for fact in _text_facts(text, r.ts)
+            if fact.kind is not FactKind.READING or fact in kept
+        ]
         request = SummaryRequest(
             kind="rolling",
             source=source,
