@@ -161,12 +161,19 @@ class ChildProcessEmbedder:
             while view:
                 view = view[os.write(stdin.fileno(), view) :]
         got = os.readv(stdout.fileno(), [header, vectors.data])
-        if got == _HEADER.size + vectors.nbytes and header == expected:
+        if got >= _HEADER.size and header == expected:
+            # The vectors asked for; a large reply (more than a pipe holds) comes in parts.
+            flat, done = vectors.data.cast("B"), got - _HEADER.size
+            while done < vectors.nbytes:
+                more = os.readv(stdout.fileno(), [flat[done:]])
+                if not more:
+                    raise BrokenPipeError("the embedding child exited")
+                done += more
             return vectors
-        return self._rest_of_reply(bytes(header) + vectors.tobytes()[: max(0, got - _HEADER.size)], got)
+        return self._other_reply(bytes(header) + vectors.tobytes()[: max(0, got - _HEADER.size)], got)
 
-    def _rest_of_reply(self, start: bytes, got: int) -> Vectors:
-        """A reply whose first read was not all the vectors asked for: a part of them, or an error."""
+    def _other_reply(self, start: bytes, got: int) -> Vectors:
+        """A reply that is not the vectors asked for (an error), or whose header came in parts."""
         reply = self._read(_HEADER.size, start[:got])
         rows, size = _HEADER.unpack_from(reply)
         if rows < 0:
