@@ -224,7 +224,9 @@ class DiagnosisEngine:
         if run.error is not None:
             log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
         answer = run.answer
-        self._remember_round(working, alert, when, run)
+        # The alert's event line, every signal named: the round's; the timeline's too when it names few enough.
+        event = alert_event(alert.dtc_codes, alert.signals)
+        self._remember_round(working, alert, when, run, event)
         session.note_answer(answer.priority, answer.root_cause, answer.codes, answer.confidence)
 
         flags = list(run.flags)
@@ -242,7 +244,7 @@ class DiagnosisEngine:
                     codes=answer.codes or list(session.codes),
                 )
             )
-        self._add_timeline(session, alert, answer.phase, answer.priority, answer.confidence, answer.evidence)
+        self._add_timeline(session, alert, answer.phase, answer.priority, answer.confidence, answer.evidence, event)
         if session.phase is Phase.CONCLUDED:
             flags += self._write_case(session, working, stats)
         else:
@@ -272,7 +274,7 @@ class DiagnosisEngine:
         )
         return session, diagnosis
 
-    def _remember_round(self, working: WorkingMemory, alert: AlertEvent, when: str, run: AgentRun) -> None:
+    def _remember_round(self, working: WorkingMemory, alert: AlertEvent, when: str, run: AgentRun, event: str) -> None:
         # The alert's own text on its first line: a clause read from it (an
         # exclusion, a void conclusion) must not run on into the codes.
         user = alert.alert_text + "\n" + " ".join(alert.dtc_codes)
@@ -290,7 +292,6 @@ class DiagnosisEngine:
         facts += extract_answer_facts(run.answer.model_dump(mode="json"), when)
         answer = run.answer
         conclusion = conclusion_text(answer.phase is Phase.CONCLUDED, answer.priority, answer.confidence)
-        event = alert_event(alert.dtc_codes, alert.signals)
         evidence = answer.evidence[0] if answer.evidence else "-"
         working.add_round(
             Round(ts=when, user=user, assistant=assistant, event=event, conclusion=conclusion, evidence=evidence),
@@ -305,8 +306,13 @@ class DiagnosisEngine:
         priority: str | None,
         confidence: float,
         evidence: list[str],
+        full_event: str,
     ) -> None:
-        event = alert_event(alert.dtc_codes, alert.signals, TIMELINE_SIGNALS)
+        # ``full_event`` is ``alert_event`` with every signal: the same line when there are no more than shown.
+        if len(alert.signals) <= TIMELINE_SIGNALS:
+            event = full_event
+        else:
+            event = alert_event(alert.dtc_codes, alert.signals, TIMELINE_SIGNALS)
         conclusion = conclusion_text(phase is Phase.CONCLUDED, priority, confidence, with_confidence=False)
         uri = evidence[0] if evidence else (f"dtc://{alert.dtc_codes[0]}" if alert.dtc_codes else "-")
         session.add_timeline(TimelineEntry(ts=alert.ts, event=event, conclusion=conclusion, evidence=uri))

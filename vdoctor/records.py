@@ -155,6 +155,9 @@ class MemoryRecord(BaseModel):
     def _second_precision(cls, value: datetime | None) -> datetime | None:
         if value is None:
             return None
+        if value.tzinfo is UTC and not value.microsecond:
+            # The usual case (an event's time, utc_now()): what the conversion below returns.
+            return value
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value.astimezone(UTC).replace(microsecond=0)
