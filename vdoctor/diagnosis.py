@@ -289,7 +289,7 @@ class DiagnosisEngine:
         facts += [KeyFact.signal(k, v, when) for k, v in alert.signals.items()]
         for content in tool_lines:
             facts += extract_tool_facts(content, when)
-        facts += extract_answer_facts(run.answer.model_dump(mode="json"), when)
+        facts += extract_answer_facts(run.answer.json_dict(), when)
         answer = run.answer
         conclusion = conclusion_text(answer.phase is Phase.CONCLUDED, answer.priority, answer.confidence)
         evidence = answer.evidence[0] if answer.evidence else "-"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -81,3 +82,32 @@ def test_tool_results_and_the_alert_block_are_what_json_dumps_writes() -> None:
     assert "压差" in box.call("signal_history", {"signal": "cell_voltage_diff_mv"})
     body = {"event_id": "e1", "alert_text": "电池压差 high", "dtc_codes": ["P0A7F"], "signals": {"a": 1.5, "b": 2.0}}
     assert render_alert_block(body) == ALERT_FENCE + json.dumps(body, ensure_ascii=False) + "\n```"
+
+
+def test_answer_json_dict_is_model_dump_in_json_mode() -> None:
+    rng = random.Random(7)
+    answers = [FinalAnswer(phase=Phase.INVESTIGATING)]
+    for _ in range(500):
+        answers.append(
+            FinalAnswer(
+                phase=rng.choice(list(Phase)),
+                root_cause=rng.choice([None, "", "cell imbalance", "压差过大"]),
+                fix_action=rng.choice([None, "", "replace the module"]),
+                priority=rng.choice([None, "P1", "P2", "P3"]),
+                confidence=rng.choice([0.0, -0.0, 0.8, 1.0, -0.5, 3.0, math.nan, math.inf, -math.inf, rng.random()]),
+                codes=rng.sample(["P0A7F", "P0AA6", "B1318"], rng.randint(0, 3)),
+                evidence=rng.sample(["dtc://P0A7F", "signal://V/x@t", "case://V/s"], rng.randint(0, 3)),
+                excluded=rng.sample(["coolant leak", "sensor fault"], rng.randint(0, 2)),
+                voided=rng.sample(["cell imbalance"], rng.randint(0, 1)),
+            )
+        )
+    parsed = parse_answer(json.dumps({"phase": "CONCLUDED", "confidence": 0.8, "codes": ["P0A7F"]}))
+    assert parsed is not None
+    answers.append(parsed)
+    for answer in answers:
+        fast, plain = answer.json_dict(), answer.model_dump(mode="json")
+        # repr: NaN is not equal to itself, and -0.0 equals 0.0; the types too (the phase a plain str).
+        assert repr(fast) == repr(plain)
+        assert [type(v) for v in fast.values()] == [type(v) for v in plain.values()]
+        for key in ("codes", "evidence", "excluded", "voided"):
+            assert fast[key] is not getattr(answer, key)  # copies, as the dump's are
