@@ -163,7 +163,8 @@ class MemoryRecord(BaseModel):
         return value.astimezone(UTC).replace(microsecond=0)
 
     @model_validator(mode="after")
-    def _event_times_agree(self) -> MemoryRecord:
+    def _consistent(self) -> MemoryRecord:
+        # One validator for the record's rules (a Python validator is a call on every record built).
         # A verdict or an invalidation without its time counts from the
         # conclusion (the earliest it can be): records built by hand and rows
         # of older stores read the same on every backend.
@@ -177,6 +178,9 @@ class MemoryRecord(BaseModel):
                 raise ValueError("invalid_ts is set on a valid record")
         elif self.invalid_ts is None:
             self.invalid_ts = self.concluded_at
+        if self.kind is RecordKind.FINAL and self.priority is None:
+            # A final record is a conclusion; only a milestone may not have a priority yet.
+            raise ValueError("a final record needs a priority; only a milestone may have none yet")
         return self
 
     @field_validator("summary_vec")
@@ -190,13 +194,6 @@ class MemoryRecord(BaseModel):
         if not vec or not (math.isfinite(sum(vec)) or bool(np.isfinite(np.asarray(vec, dtype=np.float64)).all())):
             raise ValueError("summary_vec must be a non-empty list of finite floats")
         return vec
-
-    @model_validator(mode="after")
-    def _final_has_priority(self) -> MemoryRecord:
-        # A final record is a conclusion; only a milestone may not have a priority yet.
-        if self.kind is RecordKind.FINAL and self.priority is None:
-            raise ValueError("a final record needs a priority; only a milestone may have none yet")
-        return self
 
     @classmethod
     def from_store(cls, **fields: Any) -> MemoryRecord:

@@ -69,6 +69,8 @@ class SummaryRequest:
 # dataclasses.asdict writes it but without its recursive deep copy (nearly half
 # the time of writing a request; the fields are strings and lists of strings).
 _DECISION_FIELDS = tuple(f.name for f in fields(CaseDecision))
+# ``json.dumps(body, ensure_ascii=False)`` without building an encoder per call.
+_REQUEST_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def request_to_json(request: SummaryRequest) -> str:
@@ -85,7 +87,7 @@ def request_to_json(request: SummaryRequest) -> str:
         "omitted": request.omitted,
         "decision": {name: getattr(d, name) for name in _DECISION_FIELDS} if (d := request.decision) else None,
     }
-    return json.dumps(body, ensure_ascii=False)
+    return _REQUEST_JSON(body)
 
 
 def request_from_json(text: str) -> SummaryRequest:

@@ -73,14 +73,20 @@ def summary_words(summary: str) -> str:
 
     Signal names, units and trouble codes stay (``soc_pct``, ``°C``, ``P0A7F``).
     """
-    lines = []
-    for line in summary.splitlines():
-        bare = _NUMBER_RE.sub(" ", _TIME_RE.sub(" ", _ADDRESS_RE.sub(" ", line)))
-        # What a value leaves behind ("soc_pct=", ">=", "|") is punctuation: only words with a letter stay.
-        words = [w.strip(_LEFT_BEHIND) for w in bare.split() if any(ch.isalpha() for ch in w)]
-        if words:
-            lines.append(" ".join(words))
-    return "\n".join(lines)
+    # No match of the three patterns holds a line break nor reads across one (a break is
+    # neither a word character nor a ``.``), so they run once over the whole summary.
+    bare = _NUMBER_RE.sub(" ", _TIME_RE.sub(" ", _ADDRESS_RE.sub(" ", summary)))
+    return "\n".join(filter(None, map(_line_words, bare.splitlines())))
+
+
+@lru_cache(maxsize=4096)
+def _line_words(bare: str) -> str:
+    """A summary line's words, its addresses, times and numbers gone ("" when none is left).
+
+    What a value leaves behind ("soc_pct=", ">=", "|") is punctuation: only words with a
+    letter stay. The lines left recur across cases (``readings: soc_pct= %``): kept by text.
+    """
+    return " ".join([w.strip(_LEFT_BEHIND) for w in bare.split() if any(ch.isalpha() for ch in w)])
 
 
 def dense_text(alert_text: str, codes: Sequence[str], root_cause: str, fix_action: str, summary: str) -> str:
