@@ -499,3 +499,43 @@ def test_threads_of_two_stores_write_one_file_at_once_and_every_write_lands(tmp_
     assert first.get(rec(103, [1.0]).vin, rec(103, [1.0]).session_id).recheck_ok is False  # type: ignore[union-attr]
     first.close()
     second.close()
+
+
+def test_recall_over_decoded_rows_gives_what_reading_every_row_gives(tmp_path: Path) -> None:
+    """Both channels' hits at many event times, among versions verified, rechecked, invalidated and archived
+    later than some of those times: the rows decoded before, taken as of the query's time inline
+    (``_records``), are the records that reading every hit from the file gives, and each hit's seq, the
+    lexical ones taken from the dense scan where it found them too, is the index's ``seq_of``."""
+    store = SqliteStore(str(tmp_path / "m.db"))
+    rng = np.random.default_rng(17)
+    words = ["pump", "coolant", "leak", "fan", "relay", "fuse", "bms", "cell"]
+
+    def alert() -> str:
+        return " ".join(str(w) for w in rng.choice(words, size=3))
+
+    for i in range(40):
+        store.upsert(rec(i, rng.normal(size=4).tolist(), alert_text=alert(), verified_ts=T0 + timedelta(hours=i)))
+    for i in range(0, 40, 3):
+        store.set_recheck(rec(i, [1.0]).vin, rec(i, [1.0]).session_id, bool(i % 2), T0 + timedelta(hours=60 + i))
+    for i in range(1, 40, 5):
+        store.soft_delete(rec(i, [1.0]).vin, T0 + timedelta(hours=80 + i))
+    for i in range(2, 40, 7):
+        store.upsert(rec(i, rng.normal(size=4).tolist(), alert_text=alert(), concluded_at=T0 + timedelta(hours=90)))
+    checked = as_of_copies = 0
+    for hour in range(0, 130, 3):
+        query = dataclasses.replace(
+            q(rng.normal(size=4).tolist(), k=20, exclude=rec(hour % 40, [1.0]).vin),
+            as_of=T0 + timedelta(hours=hour),
+            text=alert(),
+        )
+        dense, lexical, seqs = store._search(query, 20, 20)
+        index = store._index
+        assert index is not None and seqs == {r: index.seq_of(r) for r, _ in dense + lexical}
+        rowids = {r for r, _ in dense + lexical}
+        store._records(query, rowids, seqs)  # decodes what was not decoded yet
+        known = store._records(query, rowids, seqs)
+        assert known == store._records(query, rowids, {})  # every row read from the file
+        checked += len(known)
+        as_of_copies += sum(store._decoded.get(k, seqs[k] or -1) not in (None, r) for k, r in known.items())
+    assert checked > 200 and as_of_copies > 0
+    store.close()

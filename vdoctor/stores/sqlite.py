@@ -432,6 +432,7 @@ class SqliteStore:
         params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
         found: dict[int, MemoryRecord] = {}
+        decoded, at, admits = self._decoded.get, query.as_of, query.admits
         for table, select, as_of, keys, sign in (
             ("case_memory", _RECALL_COLUMNS, _AS_OF, [r for r in rowids if r > 0], 1),
             ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, [r for r in rowids if r < 0], -1),
@@ -439,11 +440,17 @@ class SqliteStore:
             unread = []
             for key in sorted(keys):
                 seq = seqs.get(key)
-                known = None if seq is None else self._decoded.get(key, seq)
+                known = None if seq is None else decoded(key, seq)
                 if known is None:
                     unread.append(sign * key)
-                else:
-                    self._admit(query, key, known, found)
+                    continue
+                # ``_admit`` inline (its calls were a good part of a recall's per-candidate cost): the version
+                # taken as of the query's time only when something in it happened later.
+                verified, invalid = known.verified_ts, known.invalid_ts
+                if (verified is not None and verified > at) or (invalid is not None and invalid > at):
+                    known = known.as_of(at)
+                if admits(known):
+                    found[key] = known
             if not unread:
                 continue
             # NOT INDEXED: the rows are fetched by rowid, never by scanning idx_similar's series.
@@ -512,13 +519,18 @@ class SqliteStore:
             # the other they took 16, 9 and 5 ms at p50).
             large = index.rows(query.series, len(query.vector)) >= PARALLEL_MIN_ROWS
             pending = helpers.submit(dense_hits) if dense_k > 0 and terms and large else None
+            # Without a scan running beside it, the dense one runs first: most lexical hits are dense hits as
+            # well, and their seqs (the same ``seq_of``) then come by column with them, not one by one.
+            dense = dense_hits() if pending is None else []
+            known = dense_seqs if pending is None else {}
             try:
                 lexical = lexicon.search(query.series, query.exclude_vin, terms, lexical_k, at) if terms else []
-                seqs.update((rowid, index.seq_of(rowid)) for rowid, _ in lexical)
+                seqs.update((rowid, index.seq_of(rowid)) for rowid, _ in lexical if rowid not in known)
                 if meanwhile is not None and lexical and pending is not None:
                     meanwhile(lexical, seqs)
             finally:
-                dense = pending.result() if pending is not None else dense_hits()
+                if pending is not None:
+                    dense = pending.result()
             seqs.update(dense_seqs)
         return dense, lexical, seqs
 
