@@ -232,8 +232,12 @@ class DiagnosisEngine:
         flags = list(run.flags)
         concluded = answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority
         if concluded:
-            # Stage trigger: the investigation is over, its rounds become summary lines.
-            working.end_stage()
+            # Stage trigger: the investigation is over, its rounds become summary lines. A case not written
+            # yet is written below, where the whole session is compressed into its case summary
+            # (``close_session``): that replaces what a fold of these rounds would write, so the fold (a call
+            # of the summary model, and its check) is left to ``close_session``, which does not make it.
+            if session.l3_written:
+                working.end_stage()
             session.conclude(
                 Conclusion(
                     root_cause=answer.root_cause,

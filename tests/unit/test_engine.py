@@ -405,3 +405,30 @@ def test_run_stats_report_a_failed_write(pack: KnowledgePack) -> None:
     concluded = h.send(alert("e-2", T0 + timedelta(hours=2), signals={"cell_voltage_diff_mv": 187}))
     assert "l3_write_failed" in concluded.diagnoses[0].flags
     assert concluded.stats.write_failed and concluded.stats.write_ms is not None
+
+
+def test_a_conclusion_written_at_once_is_summarised_as_a_case_without_folding_its_rounds_first(
+    store: InMemoryStore, pack: KnowledgePack
+) -> None:
+    from vdoctor.memory.summarizer import OfflineSummarizer
+    from vdoctor.memory.request import SummaryRequest
+
+    kinds: list[str] = []
+
+    class Counting(OfflineSummarizer):
+        def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
+            kinds.append(request.kind)
+            return super().summarize(request, feedback)
+
+    h = Harness(
+        DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=pack, summarizer=Counting())
+    )
+    conclude_first_case(h)
+    # One summary, the case's: a fold of the concluding stage's rounds (a summary model's call) would be
+    # replaced by the case summary in the same event, so it is not made.
+    assert kinds == ["case"]
+    session = h.session()
+    assert session is not None and store.count() == 1
+    working = session.working
+    assert (working.stage_folds, working.session_folds, working.rounds) == (0, 1, [])
+    assert working.summary_lines == store.get(VIN, SID_1).summary.splitlines()  # type: ignore[union-attr]

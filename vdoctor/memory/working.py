@@ -175,8 +175,9 @@ class WorkingMemory:
     ``keep_rounds`` rounds) the oldest half of the verbatim rounds is folded
     into the rolling summary; ``end_stage`` folds every round when the
     investigation is over; ``close_session`` replaces everything with the
-    case summary when the session concludes. Every fold goes through the
-    summarizer and the fidelity check.
+    case summary when the session concludes (its rounds are not folded
+    first: the case summary would replace that fold at once). Every fold
+    goes through the summarizer and the fidelity check.
     """
 
     def __init__(
@@ -294,8 +295,13 @@ class WorkingMemory:
             self.state.stage_folds += 1
 
     def close_session(self, case_summary: str) -> None:
-        """The session concluded: the whole session is compressed into its case summary."""
-        self.end_stage()
+        """The session concluded: the whole session is compressed into its case summary.
+
+        The verbatim rounds go with the rest, unfolded: a summary of them would be replaced at once by the
+        case summary, which is made from the whole session. (Their key facts were taken when they were
+        added, and stay.)
+        """
+        self.state.rounds = []
         self.state.summary_lines = case_summary.splitlines()
         self.state.session_folds += 1
         self.state.compressions += 1
