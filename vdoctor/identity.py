@@ -22,7 +22,13 @@ V = TypeVar("V")
 
 
 class KeptByIdentity(Generic[K, V]):
-    """``make(obj)``, computed once per object while it is kept (thread-safe; ``make`` may run twice in a race)."""
+    """``make(obj)``, computed once per object while it is kept, the oldest entry out first.
+
+    Threads may share one: an entry is added under a lock, and ``make`` may run twice for one object in a
+    race. ``hits`` and ``misses`` are counted without the lock (figures for a bench, not exact under
+    threads). With a store that returns a new record object on every query (the server backends), nothing
+    is found again: the entries, bounded by ``capacity``, then only keep objects alive for a while.
+    """
 
     def __init__(self, make: Callable[[K], V], capacity: int) -> None:
         self._make = make

@@ -221,6 +221,8 @@ class MemoryRecord(BaseModel):
         happened to that version after ``at`` (its verdict, its invalidation),
         so that nothing from the future reaches a prompt.
         """
+        # The embedded store's recall takes the same test inline for the records it decoded before
+        # (``SqliteStore._records``): a rule added here goes there too.
         update: dict[str, object] = {}
         if self.verified_ts is not None and self.verified_ts > at:
             update.update(recheck_ok=None, verified_ts=None)

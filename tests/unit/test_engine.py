@@ -19,7 +19,9 @@ from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.errors import StoreError
 from vdoctor.events import parse_event
 from vdoctor.knowledge import KnowledgePack, load_pack
+from vdoctor.memory.request import SummaryRequest
 from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.memory.summarizer import OfflineSummarizer
 from vdoctor.models.offline import OfflineModel
 from vdoctor.records import DeadLetter, Diagnosis, MemoryRef, Phase
 from vdoctor.retrieval.text import case_text, dense_text
@@ -410,9 +412,6 @@ def test_run_stats_report_a_failed_write(pack: KnowledgePack) -> None:
 def test_a_conclusion_written_at_once_is_summarised_as_a_case_without_folding_its_rounds_first(
     store: InMemoryStore, pack: KnowledgePack
 ) -> None:
-    from vdoctor.memory.summarizer import OfflineSummarizer
-    from vdoctor.memory.request import SummaryRequest
-
     kinds: list[str] = []
 
     class Counting(OfflineSummarizer):

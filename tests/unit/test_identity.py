@@ -50,7 +50,7 @@ def test_a_kept_rendering_is_the_records_own_for_either_kind() -> None:
     for _ in range(2):  # the second round comes from what was kept
         for rec in (first, second):
             for kind in ("own", "similar"):
-                assert render_record(kind, rec) == recall_entry(kind, rec).render()  # type: ignore[arg-type]
+                assert render_record(kind, rec) == recall_entry(kind, rec).render()
     changed = first.model_copy(update={"recheck_ok": False})  # a new version is a new object
     assert render_record("similar", changed) == recall_entry("similar", changed).render()
     assert render_record("similar", changed) != render_record("similar", first)

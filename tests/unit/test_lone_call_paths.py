@@ -11,6 +11,7 @@ import pytest
 
 from tests.unit.test_query_cache import Counting
 from vdoctor.combining import Combiner
+from vdoctor.embedders.base import Vectors
 from vdoctor.embedders.cache import QueryCache
 
 pytestmark = pytest.mark.unit
@@ -34,7 +35,7 @@ def test_one_query_gets_what_the_general_path_gives_with_the_same_counts_and_ord
 
 def test_a_model_that_answers_one_query_with_other_than_one_row_fails_the_call() -> None:
     class TwoRows(Counting):
-        def embed_queries(self, texts: list[str]) -> np.ndarray:  # type: ignore[override]
+        def embed_queries(self, texts: list[str]) -> Vectors:
             return np.zeros((2, self.dim), dtype=np.float32)
 
     cache = QueryCache(TwoRows())

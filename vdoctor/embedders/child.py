@@ -22,7 +22,8 @@ Frames: a request is a 4-byte big-endian length, then one byte (1: queries,
 0: stored texts) and each text as a 4-byte big-endian length and its UTF-8
 bytes; a reply is two big-endian int32 (rows, dim) and rows x dim float32s,
 or (-1, n) and an n-byte UTF-8 error. The child's first reply, before any
-request, names the model: (0, dim) and the name's JSON.
+request, names the model: (0, n) and an n-byte JSON object with its name
+and dim, or (1, n) and an n-byte error if the model could not load.
 
 The parent's side of a call is this interpreter's whole cost of an
 embedding, and most of it is the wait: the two context switches, and the
@@ -31,7 +32,8 @@ steps around them run on cold caches (frombuffer and a header's unpack took
 packed without JSON, written with one system call, and the reply read
 whole, straight into the vectors, with one more. On ``bench/engine_cpu.py
 --embed-child``'s calls (one text each) the parent's CPU per call went
-from ~90 to ~79 us (5 runs each way, alternating).
+from ~90 to ~79 us (5 runs each way, alternating, without the liveness
+check each call still makes: ~1 us).
 """
 
 from __future__ import annotations
@@ -144,9 +146,10 @@ class ChildProcessEmbedder:
                 raise
 
     def _exchange(self, request: bytes, rows: int) -> Vectors:
-        """One request and its reply, with the lock held; a child not running is started first (one that
-        has exited is found by the write: a broken pipe, and ``_call`` sends the request again)."""
-        if self._proc is None:
+        """One request and its reply, with the lock held; a child not running (never started, or exited since
+        the last call) is started first, so a child that died while idle does not use up ``_call``'s retry."""
+        if self._proc is None or self._proc.poll() is not None:  # poll: one waitpid(WNOHANG), ~1 us
+            self._stop()
             self._start()
         stdin, stdout = self._pipes()
         # Everything a reply needs is made before the wait: the thread wakes from it on cold caches, where

@@ -445,7 +445,8 @@ class SqliteStore:
                     unread.append(sign * key)
                     continue
                 # ``_admit`` inline (its calls were a good part of a recall's per-candidate cost): the version
-                # taken as of the query's time only when something in it happened later.
+                # taken as of the query's time only when something in it happened later (``MemoryRecord.as_of``'s
+                # own test: a rule added there goes here too).
                 verified, invalid = known.verified_ts, known.invalid_ts
                 if (verified is not None and verified > at) or (invalid is not None and invalid > at):
                     known = known.as_of(at)
