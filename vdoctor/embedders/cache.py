@@ -59,14 +59,8 @@ class QueryCache:
             else:
                 self.misses += 1
         if row is None:
-            (fresh,) = self.model.embed_queries([text])
-            row = fresh.copy()  # not a view that would keep the whole batch alive
-            row.setflags(write=False)
-            with self._lock:
-                self._vectors[text] = row
-                self._vectors.move_to_end(text)
-                while len(self._vectors) > self.size:
-                    self._vectors.popitem(last=False)
+            (fresh,) = self.model.embed_queries([text])  # a model that gives other than one row fails the call
+            row = self._keep({text: fresh})[text]
         return row.reshape(1, -1).copy()  # what np.stack([row]) gives: a new array of its own
 
     def _many(self, texts: list[str]) -> Vectors:
@@ -81,16 +75,21 @@ class QueryCache:
             self.misses += len(missing)
             self.hits += len(texts) - len(missing)
         if missing:
-            fresh = dict(zip(missing, self.model.embed_queries(missing), strict=True))
-            with self._lock:
-                for text, row in fresh.items():
-                    kept = row.copy()  # not a view that would keep the whole batch alive
-                    kept.setflags(write=False)
-                    self._vectors[text] = kept
-                    self._vectors.move_to_end(text)
-                while len(self._vectors) > self.size:
-                    self._vectors.popitem(last=False)
+            fresh = self._keep(dict(zip(missing, self.model.embed_queries(missing), strict=True)))
             rows = [fresh[t] if row is None else row for t, row in zip(texts, rows, strict=True)]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([row for row in rows if row is not None])
+
+    def _keep(self, fresh: dict[str, Vectors]) -> dict[str, Vectors]:
+        """Keep the model's new rows (newest last; the least recently used go past ``size``); returns the kept rows."""
+        kept: dict[str, Vectors] = {}
+        with self._lock:
+            for text, row in fresh.items():
+                kept[text] = row.copy()  # not a view that would keep the whole batch alive
+                kept[text].setflags(write=False)
+                self._vectors[text] = kept[text]
+                self._vectors.move_to_end(text)
+            while len(self._vectors) > self.size:
+                self._vectors.popitem(last=False)
+        return kept

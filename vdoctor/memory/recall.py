@@ -122,13 +122,11 @@ def recall_entry(kind: Literal["own", "similar"], record: MemoryRecord) -> Recal
 
 
 def render_record(kind: Literal["own", "similar"], record: MemoryRecord) -> str:
-    return (_RENDERED_OWN if kind == "own" else _RENDERED_SIMILAR)(record)
+    # A similar case is the same decoded record at every session that finds it: rendered once per record
+    # object. A vehicle's own history is read afresh at each of its sessions, so it is rendered each time.
+    return _RENDERED_SIMILAR(record) if kind == "similar" else recall_entry(kind, record).render()
 
 
-# Rendered once per record object: a similar case is the same decoded record at every session that finds it.
-_RENDERED_OWN: KeptByIdentity[MemoryRecord, str] = KeptByIdentity(
-    lambda record: recall_entry("own", record).render(), capacity=256
-)
 _RENDERED_SIMILAR: KeptByIdentity[MemoryRecord, str] = KeptByIdentity(
     lambda record: recall_entry("similar", record).render(), capacity=256
 )
