@@ -120,6 +120,15 @@ _RECALL_COLUMNS = _COLUMNS.replace(", source,", ", '' AS source,")
 _AS_OF = "version_from <= :at AND concluded_at <= :at AND (invalid_ts IS NULL OR invalid_ts > :at)"
 _AS_OF_ARCHIVED = _AS_OF + " AND version_to > :at"
 _VERIFIED = "recheck_ok = 1 AND verified_ts <= :at"
+# A vehicle's own records as of :at, keyed as recall's candidates are (archived versions by their negated
+# rowid), so both share the decoded rows. At most one version of a record holds at a time: the current
+# ones and the archived ones are disjoint, and the newest :limit of each are enough. One statement: most
+# vehicles have no archived version, and a second statement cost as much as the first.
+_OWN_TAIL = " AND vin = :vin AND concluded_at >= :since ORDER BY concluded_at DESC, session_id DESC LIMIT :limit"
+_OWN_HISTORY = (
+    f"SELECT * FROM (SELECT rowid, seq, {_RECALL_COLUMNS} FROM case_memory WHERE {_AS_OF}{_OWN_TAIL}) UNION ALL "
+    f"SELECT * FROM (SELECT -rowid, seq, {HISTORY_SELECT} FROM case_history WHERE {_AS_OF_ARCHIVED}{_OWN_TAIL})"
+)
 
 
 def _version_of(row: Sequence[object]) -> RecordVersion:
@@ -360,12 +369,8 @@ class SqliteStore:
 
     def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
         params = {"vin": vin, "since": epoch(since), "at": epoch(as_of), "limit": int(limit)}
-        # At most one version of a record holds at a time: the current ones and the
-        # archived ones are disjoint, and the newest ``limit`` of both are enough.
-        tail = " AND vin = :vin AND concluded_at >= :since ORDER BY concluded_at DESC, session_id DESC LIMIT :limit"
-        rows = self._query(f"SELECT {_RECALL_COLUMNS} FROM case_memory WHERE {_AS_OF}{tail}", params)
-        rows += self._query(f"SELECT {HISTORY_SELECT} FROM case_history WHERE {_AS_OF_ARCHIVED}{tail}", params)
-        found = [from_row(r).as_of(as_of) for r in rows]
+        decoded = self._decoded.record
+        found = [decoded(as_int(r[0]), as_int(r[1]), r[2:]).as_of(as_of) for r in self._query(_OWN_HISTORY, params)]
         return newest_first([r for r in found if r.vin == vin and r.valid], limit)
 
     # -- similar cases: the vector index -------------------------------------------------

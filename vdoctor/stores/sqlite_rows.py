@@ -105,8 +105,10 @@ class DecodedRows:
 
     Recall reads its candidates' rows (about 30 per session open on a fleet
     replay, up to 100) to rerank them, and most of them are read again by the
-    next session of the same series. Decoding a row (its vector into floats,
-    three JSON lists, the times, the model) was most of a recall's own CPU.
+    next session of the same series; own history reads a vehicle's records
+    again at each of its session opens (two in three come from here on a
+    replay). Decoding a row (its vector into floats, three JSON lists, the
+    times, the model) was most of a recall's own CPU.
     Every statement that changes a row stamps it with the next change seq, so
     a row read with a seq already seen holds what was decoded then: no entry
     can be stale. A record is immutable, so threads share it. About 16 KB each
