@@ -47,6 +47,19 @@ class Scored:
     parts: Mapping[str, float] = field(default_factory=dict, compare=False)
 
 
+_new_object = object.__new__
+
+
+def scored(record: MemoryRecord, score: float) -> Scored:
+    """``Scored(record, score)`` with its fields set at once: a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__`` (~0.5 us, this ~0.2 us; the embedded store makes one per hit
+    of both of a recall's channels, ~70 a recall)."""
+    made = _new_object(Scored)
+    fields = made.__dict__
+    fields["record"], fields["score"], fields["parts"] = record, score, {}
+    return made
+
+
 class EmbedderMismatch(StoreError):
     """The records searched were embedded by another model than the query.
 

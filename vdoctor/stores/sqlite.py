@@ -40,6 +40,7 @@ from vdoctor.stores.base import (
     check_dimensions,
     check_embedders,
     newest_first,
+    scored,
 )
 from vdoctor.stores.lexindex import SeriesLexicalIndex
 from vdoctor.stores.sqlite_rows import DecodedRows, as_int, eligible_span, epoch, from_epoch, from_row, to_row
@@ -481,7 +482,7 @@ class SqliteStore:
     def _ranked(hits: list[tuple[int, float]], records: dict[int, MemoryRecord], k: int) -> list[Scored]:
         """The hits whose rows passed, best first; ties broken by the record, never by insertion order
         (deterministic replays)."""
-        found = [Scored(records[rowid], score) for rowid, score in hits if rowid in records]
+        found = [scored(records[rowid], score) for rowid, score in hits if rowid in records]
         found.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
         return found[:k]
 

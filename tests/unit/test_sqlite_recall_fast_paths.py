@@ -1,0 +1,52 @@
+"""The embedded store's recall fast paths against the plain forms they replace."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from vdoctor.records import MemoryRecord
+from vdoctor.stores.base import Scored, scored
+from vdoctor.stores.sqlite import SqliteStore
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def record(vin: str, session: str) -> MemoryRecord:
+    return MemoryRecord(
+        vin=vin, session_id=session, series="EV-A", concluded_at=T0, summary="s", summary_vec=[1.0, 0.0],
+        root_cause="pump", fix_action="fix", priority="P2", prompt_version="v1", updated_at=T0,
+    )  # fmt: skip
+
+
+def test_scored_is_the_dataclass_made_by_its_constructor() -> None:
+    # A field added to Scored must be set by ``scored`` as well.
+    assert [f.name for f in dataclasses.fields(Scored)] == ["record", "score", "parts"]
+    r = record("V1", "V1-s")
+    for score in (0.0, -0.0, 1.5, -2.25, float("inf")):
+        made, plain = scored(r, score), Scored(r, score)
+        assert type(made) is Scored and made == plain and repr(made) == repr(plain)
+        assert vars(made) == vars(plain) and made.record is r and made.parts == {}
+        assert dataclasses.replace(made, score=1.0) == Scored(r, 1.0)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            made.score = 2.0  # type: ignore[misc]
+    assert scored(r, 0.0).parts is not scored(r, 0.0).parts  # a dict of its own, as the default factory makes
+
+
+def test_ranked_orders_the_hits_as_the_plain_sort_of_constructed_scores() -> None:
+    rng = random.Random(9)
+    records = {i: record(f"V{rng.randint(0, 5)}", f"S{rng.randint(0, 5)}") for i in range(-20, 40)}
+    for _ in range(500):
+        hits = [(rng.randint(-25, 45), rng.choice([0.5, 0.25, rng.random()])) for _ in range(rng.randint(0, 40))]
+        k = rng.randint(0, 45)
+        plain = [Scored(records[rowid], score) for rowid, score in hits if rowid in records]
+        plain.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
+        ranked = SqliteStore._ranked(hits, records, k)
+        assert ranked == plain[:k]
+        # The very records in the very order, tied ones too.
+        assert all(a.record is b.record for a, b in zip(ranked, plain[:k], strict=True))
