@@ -11,6 +11,7 @@ import pytest
 from vdoctor.records import MemoryRecord
 from vdoctor.stores.base import Scored, scored
 from vdoctor.stores.sqlite import SqliteStore
+from vdoctor.stores.sqlite_rows import DecodedRows
 
 pytestmark = pytest.mark.unit
 
@@ -36,6 +37,26 @@ def test_scored_is_the_dataclass_made_by_its_constructor() -> None:
         with pytest.raises(dataclasses.FrozenInstanceError):
             made.score = 2.0  # type: ignore[misc]
     assert scored(r, 0.0).parts is not scored(r, 0.0).parts  # a dict of its own, as the default factory makes
+
+
+def test_get_many_finds_and_refreshes_what_get_does_key_by_key() -> None:
+    rng = random.Random(3)
+    one, many = DecodedRows(40), DecodedRows(40)
+    for step in range(2000):
+        if rng.random() < 0.5:
+            key, seq = rng.randint(-30, 30), rng.randint(0, 3)
+            row = record(f"V{key}", f"S{seq}")
+            for rows in (one, many):  # ``record`` decodes the row: both keep the same record object
+                rows._records[(key, seq)] = row
+                rows._records.move_to_end((key, seq))
+                while len(rows._records) > rows._capacity:
+                    rows._records.popitem(last=False)
+        else:
+            keys = sorted(rng.sample(range(-30, 31), rng.randint(0, 12)))
+            seqs = {k: rng.choice([None, 0, 1, 2, 3]) for k in keys if rng.random() < 0.9}
+            plain = [None if seqs.get(k) is None else one.get(k, seqs[k]) for k in keys]  # type: ignore[arg-type]
+            assert many.get_many(keys, seqs) == plain, step
+        assert list(many._records) == list(one._records), step  # the same least recently used order
 
 
 def test_ranked_orders_the_hits_as_the_plain_sort_of_constructed_scores() -> None:

@@ -438,15 +438,13 @@ class SqliteStore:
         params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
         found: dict[int, MemoryRecord] = {}
-        decoded, at, admits = self._decoded.get, query.as_of, query.admits
+        at, admits = query.as_of, query.admits
         for table, select, as_of, keys, sign in (
-            ("case_memory", _RECALL_COLUMNS, _AS_OF, [r for r in rowids if r > 0], 1),
-            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, [r for r in rowids if r < 0], -1),
+            ("case_memory", _RECALL_COLUMNS, _AS_OF, sorted(r for r in rowids if r > 0), 1),
+            ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, sorted(r for r in rowids if r < 0), -1),
         ):
             unread = []
-            for key in sorted(keys):
-                seq = seqs.get(key)
-                known = None if seq is None else decoded(key, seq)
+            for key, known in zip(keys, self._decoded.get_many(keys, seqs), strict=True):
                 if known is None:
                     unread.append(sign * key)
                     continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
@@ -130,6 +130,19 @@ class DecodedRows:
             if found is not None:
                 self._records.move_to_end((key, seq))
             return found
+
+    def get_many(self, keys: Sequence[int], seqs: Mapping[int, int | None]) -> list[MemoryRecord | None]:
+        """``get(key, seqs[key])`` for each key in turn (None where its seq is not known), under one lock."""
+        records = self._records
+        found: list[MemoryRecord | None] = []
+        with self._lock:
+            for key in keys:
+                seq = seqs.get(key)
+                record = None
+                if seq is not None and (record := records.get((key, seq))) is not None:
+                    records.move_to_end((key, seq))
+                found.append(record)
+        return found
 
     def record(self, key: int, seq: int, row: Sequence[object]) -> MemoryRecord:
         """The record of ``row`` (a ``RECORD_COLUMNS`` row), decoded once per (key, seq)."""
