@@ -6,6 +6,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pytest
 
 from vdoctor.embedders import embedder_id
@@ -261,6 +262,48 @@ def test_reranker_equals_the_plain_jaccard_and_sort_over_random_candidates() -> 
         got, want = OverlapReranker().rerank("q", codes, cands, k), plain(codes, cands, k)
         assert [(s.record, s.score, dict(s.parts)) for s in got] == [(s.record, s.score, dict(s.parts)) for s in want]
         assert [id(s.record) for s in got] == [id(s.record) for s in want]
+
+
+def test_the_plain_recall_path_takes_the_records_the_scored_candidates_and_the_reranker_take() -> None:
+    """``similar_top`` (columns, one sort) takes the records ``similar_candidates`` + ``OverlapReranker`` take."""
+    from vdoctor.memory.recall import OverlapReranker, similar_candidates, similar_top
+    from vdoctor.stores.base import Scored, SimilarQuery
+
+    class Channels:
+        def __init__(self, dense: list[Scored], lexical: list[Scored]) -> None:
+            self.answer = dense, lexical
+
+        def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+            return self.answer
+
+    rng = random.Random(17)
+    codes_pool = ["P0A7F", "U0100", "P0171"]
+    at = datetime(2026, 11, 5, tzinfo=UTC)
+    for _ in range(400):
+        # Few vins, sessions, scores and vectors: ties, records in both channels, and records the
+        # query does not admit (its own vin, another series, not verified, later than the query).
+        pool = []
+        for vin in "QAB":
+            for s in "xyz":
+                pool.append(
+                    MemoryRecord.model_construct(
+                        vin=vin, session_id=f"{vin}-{s}", series=rng.choice(["EV-A", "EV-A", "EV-B"]),
+                        concluded_at=at - timedelta(days=rng.choice([-1, 1, 2])), valid=True,
+                        recheck_ok=rng.choice([True, True, None]), verified_ts=at - timedelta(days=rng.choice([0, 1])),
+                        summary_vec=[rng.choice([0.0, 0.5, 1.0]) for _ in range(3)], embedder="",
+                        dtc_codes=rng.sample(codes_pool, rng.randrange(0, 3)),
+                    )
+                )  # fmt: skip
+        records = rng.sample(pool, rng.randrange(0, len(pool) + 1))
+        dense = [Scored(r, rng.choice([0.1, 0.5, 0.9])) for r in records[: rng.randrange(0, len(records) + 1)]]
+        lexical = [Scored(r, rng.choice([0.0, 2.0, 4.0])) for r in rng.sample(records, rng.randrange(len(records) + 1))]
+        vector = np.asarray([rng.choice([0.5, 1.0]) for _ in range(3)], dtype=np.float32)
+        query = SimilarQuery("Q", "EV-A", vector, 5, at)
+        store: Any = Channels(dense, lexical)
+        codes = rng.sample(codes_pool, rng.randrange(0, 3))
+        k = rng.randrange(0, 8)
+        want = OverlapReranker().rerank("q", codes, similar_candidates(store, query), k)
+        assert [id(r) for r in similar_top(store, query, codes, k)] == [id(s.record) for s in want]
 
 
 def test_a_milestone_is_rendered_as_not_concluded_and_the_offline_model_never_takes_it_for_a_fault() -> None:

@@ -28,7 +28,7 @@ from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
 from vdoctor.lines import MEMORY_HEADER, RecallEntry, day
 from vdoctor.records import MemoryRecord, MemoryRef, RecordKind
-from vdoctor.retrieval.cases import case_candidates
+from vdoctor.retrieval.cases import candidate_columns, case_candidates
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES
 from vdoctor.stores.base import EmbedderMismatch, MemoryStore, Scored, SimilarQuery
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
@@ -55,21 +55,30 @@ class OverlapReranker:
     """The fused retrieval score plus trouble-code overlap."""
 
     def rerank(self, text: str, codes: list[str], candidates: list[Scored], k: int) -> list[Scored]:
-        query_codes = set(codes)
-        # Sorted as (-score, vin, session_id), then arrival (a stable sort's order); then the term and candidate.
-        rescored: list[tuple[float, str, str, int, float, Scored]] = []
-        for i, cand in enumerate(candidates):
-            # Most candidates share no code with the query (or it has none): their term is
-            # 0.0, as the Jaccard below gives it, without building the union.
-            term = 0.0
-            record = cand.record
-            if query_codes and not query_codes.isdisjoint(record.dtc_codes):
-                rec_codes = set(record.dtc_codes)
-                term = W_CODES * (len(query_codes & rec_codes) / len(query_codes | rec_codes))
-            rescored.append((-(cand.score + term), record.vin, record.session_id, i, term, cand))
-        rescored.sort()
+        top = overlap_top(codes, [c.record for c in candidates], [c.score for c in candidates], k)
         # Only the top k leave with their score parts (a candidate's parts and this term).
-        return [Scored(c.record, -neg, {**c.parts, PART_CODES: term}) for neg, _, _, _, term, c in rescored[:k]]
+        return [
+            Scored(candidates[i].record, score, {**candidates[i].parts, PART_CODES: term}) for i, score, term in top
+        ]
+
+
+def overlap_top(
+    codes: list[str], records: list[MemoryRecord], scores: list[float], k: int
+) -> list[tuple[int, float, float]]:
+    """``OverlapReranker``'s top ``k`` of candidates given by columns: (index, new score, code term), best first."""
+    query_codes = set(codes)
+    # Sorted as (-score, vin, session_id), then arrival (a stable sort's order); then the term.
+    rescored: list[tuple[float, str, str, int, float]] = []
+    for i, record in enumerate(records):
+        # Most candidates share no code with the query (or it has none): their term is
+        # 0.0, as the Jaccard below gives it, without building the union.
+        term = 0.0
+        if query_codes and not query_codes.isdisjoint(record.dtc_codes):
+            rec_codes = set(record.dtc_codes)
+            term = W_CODES * (len(query_codes & rec_codes) / len(query_codes | rec_codes))
+        rescored.append((-(scores[i] + term), record.vin, record.session_id, i, term))
+    rescored.sort()
+    return [(i, -neg, term) for neg, _, _, i, term in rescored[:k]]
 
 
 @dataclass
@@ -177,6 +186,22 @@ def similar_candidates(store: MemoryStore, query: SimilarQuery) -> list[Scored]:
     return [c for c in candidates if query.admits(c.record)]
 
 
+def similar_top(store: MemoryStore, query: SimilarQuery, codes: list[str], k: int) -> list[MemoryRecord]:
+    """``similar_candidates`` reranked by ``OverlapReranker`` to its top ``k``: the same records, in the same order.
+
+    What a session's recall uses when nothing asks for the score parts: the candidates stay
+    columns, never ranked by their fused score alone (the rerank's order decides), and only the
+    records of the top ``k`` are taken (no ``Scored`` per candidate, ~45 a session).
+    """
+    found = candidate_columns(store, query)
+    # The same check as ``similar_candidates``'s, on every candidate.
+    admitted = [i for i, record in enumerate(found.records) if query.admits(record)]
+    records = [found.records[i] for i in admitted]
+    # (vin, session_id) is unique among the candidates, so the rerank's order never comes to the
+    # index, which differs from the ranked list's.
+    return [records[i] for i, _, _ in overlap_top(codes, records, [found.fused[i] for i in admitted], k)]
+
+
 def own_history(store: MemoryStore, vin: str, at: datetime) -> list[MemoryRecord]:
     """The vehicle's own records as of ``at`` (its own only, checked again)."""
     own = store.own_history(vin, at - OWN_HISTORY_WINDOW, OWN_HISTORY_LIMIT, as_of=at)
@@ -206,18 +231,27 @@ def recall(
     vector = embedder.embed_queries([query])[0]
     asked = SimilarQuery(vin, series, vector, DENSE_CANDIDATES, at, text=query, embedder=embedder_id(embedder))
     skipped = ""
+    # The default ranking, with nothing asking for the stages' scores: only the top records are taken.
+    plain = reranker is None and trace is None
+    candidates: list[Scored] = []
+    similar: list[MemoryRecord] = []
     try:
-        candidates = similar_candidates(store, asked)
+        if plain:
+            similar = similar_top(store, asked, codes, SIMILAR_TOP)
+        else:
+            candidates = similar_candidates(store, asked)
     except EmbedderMismatch as e:
         # A store written with another embedder (until ``memory reembed`` has run):
         # the vehicle's own history needs no vectors and is still given.
-        candidates, skipped = [], str(e)
-    ranker = reranker or OverlapReranker()
-    reranked = ranker.rerank(query, codes, candidates, SIMILAR_TOP)
-    if trace is not None:
-        trace.query, trace.codes, trace.vector, trace.reranker = query, list(codes), vector, ranker
-        trace.own, trace.candidates, trace.reranked = list(own), list(candidates), list(reranked)
-    out = render_within_budget(own, [s.record for s in reranked], budget, counter)
+        skipped = str(e)
+    if not plain:
+        ranker = reranker or OverlapReranker()
+        reranked = ranker.rerank(query, codes, candidates, SIMILAR_TOP)
+        similar = [s.record for s in reranked]
+        if trace is not None:
+            trace.query, trace.codes, trace.vector, trace.reranker = query, list(codes), vector, ranker
+            trace.own, trace.candidates, trace.reranked = list(own), list(candidates), list(reranked)
+    out = render_within_budget(own, similar, budget, counter)
     out.similar_skipped = skipped
     return out
 
