@@ -343,6 +343,8 @@ class DiagnosisEngine:
             log.warning("summary of %s failed fidelity: %s", session.session_id, case.report.describe())
             return flags
         c = session.conclusion
+        # Before the embedding call: the request was just read by the fidelity check, and is still in the caches.
+        source = self._bounded_source(case)
         # Embedded as what a later session finds it by: the symptom as reported, codes, cause, fix, the summary's words.
         text = dense_text(session.alert_text, c.codes, c.root_cause, c.fix_action, case.text)
         vector = self._embed_record(text, stats)
@@ -359,7 +361,7 @@ class DiagnosisEngine:
             priority=c.priority,
             dtc_codes=c.codes,
             prompt_version=SUMMARY_PROMPT_VERSION,
-            source=self._bounded_source(case),
+            source=source,
             omitted=case.omitted,
             alert_text=session.alert_text,
             embedder=embedder_id(self.embedder),
