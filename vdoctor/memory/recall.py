@@ -55,20 +55,24 @@ class OverlapReranker:
     """The fused retrieval score plus trouble-code overlap."""
 
     def rerank(self, text: str, codes: list[str], candidates: list[Scored], k: int) -> list[Scored]:
-        top = overlap_top(codes, [c.record for c in candidates], [c.score for c in candidates], k)
+        ranked = overlap_ranked(codes, [c.record for c in candidates], [c.score for c in candidates])
         # Only the top k leave with their score parts (a candidate's parts and this term).
         return [
-            Scored(candidates[i].record, score, {**candidates[i].parts, PART_CODES: term}) for i, score, term in top
+            Scored(candidates[i].record, -neg, {**candidates[i].parts, PART_CODES: term})
+            for neg, _, _, i, term in ranked[:k]
         ]
 
 
-def overlap_top(
-    codes: list[str], records: list[MemoryRecord], scores: list[float], k: int
-) -> list[tuple[int, float, float]]:
-    """``OverlapReranker``'s top ``k`` of candidates given by columns: (index, new score, code term), best first."""
+def overlap_ranked(
+    codes: list[str], records: list[MemoryRecord], scores: list[float]
+) -> list[tuple[float, str, str, int, float]]:
+    """Candidates given by columns in ``OverlapReranker``'s order, best first.
+
+    Each as (-(score + code term), vin, session_id, index, code term): sorted as (-score, vin,
+    session_id), then arrival (a stable sort's order).
+    """
     query_codes = set(codes)
-    # Sorted as (-score, vin, session_id), then arrival (a stable sort's order); then the term.
-    rescored: list[tuple[float, str, str, int, float]] = []
+    ranked: list[tuple[float, str, str, int, float]] = []
     for i, record in enumerate(records):
         # Most candidates share no code with the query (or it has none): their term is
         # 0.0, as the Jaccard below gives it, without building the union.
@@ -76,9 +80,9 @@ def overlap_top(
         if query_codes and not query_codes.isdisjoint(record.dtc_codes):
             rec_codes = set(record.dtc_codes)
             term = W_CODES * (len(query_codes & rec_codes) / len(query_codes | rec_codes))
-        rescored.append((-(scores[i] + term), record.vin, record.session_id, i, term))
-    rescored.sort()
-    return [(i, -neg, term) for neg, _, _, i, term in rescored[:k]]
+        ranked.append((-(scores[i] + term), record.vin, record.session_id, i, term))
+    ranked.sort()
+    return ranked
 
 
 @dataclass
@@ -194,12 +198,19 @@ def similar_top(store: MemoryStore, query: SimilarQuery, codes: list[str], k: in
     records of the top ``k`` are taken (no ``Scored`` per candidate, ~45 a session).
     """
     found = candidate_columns(store, query)
-    # The same check as ``similar_candidates``'s, on every candidate.
-    admitted = [i for i, record in enumerate(found.records) if query.admits(record)]
-    records = [found.records[i] for i in admitted]
-    # (vin, session_id) is unique among the candidates, so the rerank's order never comes to the
-    # index, which differs from the ranked list's.
-    return [records[i] for i, _, _ in overlap_top(codes, records, [found.fused[i] for i in admitted], k)]
+    records = found.records
+    top: list[MemoryRecord] = []
+    # A candidate's place in the rerank's order does not depend on which others pass the check (its
+    # fused score is fused over all of them, as ``similar_candidates`` fuses it, and (vin, session_id)
+    # is unique, so the index never decides): the top k of those that pass are the first k to pass,
+    # in that order. Each is checked as ``similar_candidates`` checks every candidate; the ones ranked
+    # below them are never taken, and are not checked.
+    for _, _, _, i, _ in overlap_ranked(codes, records, found.fused):
+        if len(top) >= k:
+            break
+        if query.admits(records[i]):
+            top.append(records[i])
+    return top
 
 
 def own_history(store: MemoryStore, vin: str, at: datetime) -> list[MemoryRecord]:
