@@ -133,3 +133,13 @@ def test_a_folds_required_facts_are_those_of_the_deduped_facts_of_each_round() -
         summarizer = _Capturing()
         WorkingMemory(state, summarizer=summarizer).end_stage()
         assert summarizer.requests[0].required == list(dict.fromkeys(plain)), rounds
+
+
+def test_each_kind_under_its_plain_name_is_the_kind_itself() -> None:
+    # The per-fact paths compare kinds by identity with these names: each must be its member, no copy.
+    from vdoctor import lines
+
+    named = {name: getattr(lines, name) for name in dir(lines) if name.endswith("_FACT")}
+    assert set(named) == {f"{kind.name}_FACT" for kind in FactKind if kind is not FactKind.TREND}
+    for name, kind in named.items():
+        assert kind is FactKind[name.removesuffix("_FACT")]

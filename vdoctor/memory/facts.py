@@ -30,7 +30,18 @@ import json
 import re
 from typing import Any
 
-from vdoctor.lines import FactKind, KeyFact, fmt_num
+from vdoctor.lines import (
+    CODE_FACT,
+    COUNT_FACT,
+    DECISION_FACT,
+    EVIDENCE_FACT,
+    EXCLUDED_FACT,
+    ID_FACT,
+    READING_FACT,
+    VOID_FACT,
+    KeyFact,
+    fmt_num,
+)
 
 # re.ASCII throughout: CJK characters count as \w in Python, so a plain \b or
 # (?<!\w) would miss 压差187mV, 报P0A7F or 证据signal://... in Chinese text.
@@ -172,21 +183,21 @@ def extract_text_facts(text: str, when: str = "") -> list[KeyFact]:
     for code in CODE_RE.findall(text):
         facts.append(KeyFact.code(code))
     for name, value in _SIGNAL_RE.findall(text) if _SIGNAL_GATE.search(text) else ():
-        facts.append(KeyFact(FactKind.READING, f"{name}={value}", at=when))
+        facts.append(KeyFact(READING_FACT, f"{name}={value}", at=when))
     for value, unit in _READING_RE.findall(text):
-        facts.append(KeyFact(FactKind.READING, f"{value}{unit}", at=when))
+        facts.append(KeyFact(READING_FACT, f"{value}{unit}", at=when))
     plain, uris = split_uris(text)
     for uri in uris:
-        facts.append(KeyFact(FactKind.EVIDENCE, uri))
+        facts.append(KeyFact(EVIDENCE_FACT, uri))
     folded = fold_case(text)  # for both case-blind patterns
     for match in _EXCLUDED_RE.findall(text, folded):
-        facts.append(KeyFact(FactKind.EXCLUDED, match.strip(), at=when))
+        facts.append(KeyFact(EXCLUDED_FACT, match.strip(), at=when))
     for match in _VOID_RE.findall(text, folded):
-        facts.append(KeyFact(FactKind.VOID, match.strip(), at=when))
+        facts.append(KeyFact(VOID_FACT, match.strip(), at=when))
     for match in _DECISION_RE.findall(text) if _DECISION_GATE.search(text) else ():
-        facts.append(KeyFact(FactKind.DECISION, match.strip(), at=when))
+        facts.append(KeyFact(DECISION_FACT, match.strip(), at=when))
     for ident in _ID_RE.findall(text) if _ID_GATE.search(text) else ():
-        facts.append(KeyFact(FactKind.ID, ident))
+        facts.append(KeyFact(ID_FACT, ident))
     facts += _items_and_counts(plain, when)
     return facts
 
@@ -197,22 +208,22 @@ def _items_and_counts(plain: str, when: str) -> list[KeyFact]:
     facts: list[KeyFact] = []
     for ident in _PART_RE.findall(plain):
         if len(ident) >= MIN_PART_ID and len(ident) != VIN_LENGTH and not CODE_RE.fullmatch(ident):
-            facts.append(KeyFact(FactKind.ID, ident))
+            facts.append(KeyFact(ID_FACT, ident))
     numbered: set[int] = set()  # where an item's number starts: "cell 37 keeps" is no count of keeps
     for m in _ITEM_RE.finditer(plain) if _ITEM_GATE.search(plain) else ():
         if m.group(1).lower() not in _NOT_ITEMS:
-            facts.append(KeyFact(FactKind.ID, m.group(0).lower()))
+            facts.append(KeyFact(ID_FACT, m.group(0).lower()))
             numbered.add(m.start(2))
     # A Chinese count needs its measure word: an ASCII text (isascii is a flag of
     # the string, no scan) has none, and a search for it skips fast to one.
     chinese = not plain.isascii() and _COUNT_ZH_GATE.search(plain)
     for m in [*_COUNT_RE.finditer(plain), *(_COUNT_ZH_RE.finditer(plain) if chinese else ())]:
         if m.start(1) not in numbered:
-            facts.append(KeyFact(FactKind.COUNT, m.group(0)))
+            facts.append(KeyFact(COUNT_FACT, m.group(0)))
     # Every stated change contains "from " or 从: a substring test skips the scan of most texts.
     for m in _FROM_TO_RE.finditer(plain) if "from " in plain or "从" in plain else ():
         low, high, unit = (m.group(1), m.group(2), m.group(3)) if m.group(1) else (m.group(4), m.group(5), m.group(6))
-        facts += [KeyFact(FactKind.READING, f"{value}{unit}", at=when) for value in (low, high)]
+        facts += [KeyFact(READING_FACT, f"{value}{unit}", at=when) for value in (low, high)]
     return facts
 
 
@@ -237,7 +248,7 @@ def extract_tool_facts(result: str, when: str = "") -> list[KeyFact]:
             # The reading's URI is signal://<vin>/<signal>@<ts>: the fact names
             # both, so the URI itself becomes a key fact only when it is cited.
             at = str(reading.get("ts", ""))
-            facts.append(KeyFact(FactKind.READING, f"{signal}={_num(reading['value'])}", at=at))
+            facts.append(KeyFact(READING_FACT, f"{signal}={_num(reading['value'])}", at=at))
     # Whatever else the tool said in prose (notes, ticket ids) is read as text.
     rest = {k: v for k, v in data.items() if k not in ("codes", "readings", "signal", "unknown")}
     if rest:
@@ -254,15 +265,15 @@ def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[KeyFact
     phase = answer.get("phase")
     # The confidence as the answer wrote it (0.8, not 0.80): numbers stay verbatim.
     if answer.get("root_cause") and isinstance(conf, int | float):
-        facts.append(KeyFact(FactKind.DECISION, f"{phase} {answer['root_cause']} (confidence {_num(conf)})", at=when))
+        facts.append(KeyFact(DECISION_FACT, f"{phase} {answer['root_cause']} (confidence {_num(conf)})", at=when))
     elif phase == "INVESTIGATING" and codes and isinstance(conf, int | float):
-        facts.append(KeyFact(FactKind.DECISION, f"INVESTIGATING {' '.join(codes)} (confidence {_num(conf)})", at=when))
+        facts.append(KeyFact(DECISION_FACT, f"INVESTIGATING {' '.join(codes)} (confidence {_num(conf)})", at=when))
     for uri in answer.get("evidence", []) if isinstance(answer.get("evidence"), list) else []:
-        facts.append(KeyFact(FactKind.EVIDENCE, str(uri)))
+        facts.append(KeyFact(EVIDENCE_FACT, str(uri)))
     for hypothesis in answer.get("excluded", []) if isinstance(answer.get("excluded"), list) else []:
-        facts.append(KeyFact(FactKind.EXCLUDED, str(hypothesis), at=when))
+        facts.append(KeyFact(EXCLUDED_FACT, str(hypothesis), at=when))
     for voided in answer.get("voided", []) if isinstance(answer.get("voided"), list) else []:
-        facts.append(KeyFact(FactKind.VOID, str(voided), at=when))
+        facts.append(KeyFact(VOID_FACT, str(voided), at=when))
     return facts
 
 
@@ -271,7 +282,7 @@ def dedupe(facts: list[KeyFact]) -> list[KeyFact]:
     (``code X`` to ``code X: definition``, that to ``code X: definition; confirm ...; priority P2``)."""
     richest: dict[str, str] = {}
     for f in facts:
-        if f.kind is FactKind.CODE and len(f.note) > len(richest.get(f.text, "")):
+        if f.kind is CODE_FACT and len(f.note) > len(richest.get(f.text, "")):
             richest[f.text] = f.note
     # dict.fromkeys keeps the first of equal facts, in order, hashing each fact once.
-    return list(dict.fromkeys(f for f in facts if f.kind is not FactKind.CODE or f.note == richest.get(f.text, "")))
+    return list(dict.fromkeys(f for f in facts if f.kind is not CODE_FACT or f.note == richest.get(f.text, "")))

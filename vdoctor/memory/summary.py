@@ -36,8 +36,10 @@ from datetime import datetime
 
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.lines import (
+    EXCLUDED_FACT,
     NUM,
     READINGS_PREFIX,
+    VOID_FACT,
     Confirmation,
     FactKind,
     KeyFact,
@@ -99,11 +101,7 @@ class CaseSummary:
 
 def _kept_facts(session: SessionState) -> list[tuple[str, str, str]]:
     """(kind, text, time) of the session's overturned conclusions and excluded hypotheses."""
-    return [
-        (f.kind.value, f.payload, f.at)
-        for f in session.working.key_facts
-        if f.kind in (FactKind.VOID, FactKind.EXCLUDED)
-    ]
+    return [(f.kind.value, f.payload, f.at) for f in session.working.key_facts if f.kind in (VOID_FACT, EXCLUDED_FACT)]
 
 
 def render_source(session: SessionState, spans: list[ReadingSpan] | None = None) -> str:

@@ -26,7 +26,7 @@ import re
 from pydantic import BaseModel, Field
 
 from vdoctor.limits import WORKING_BUDGET_TOKENS
-from vdoctor.lines import CLAUSE_KINDS, FactKind, KeyFact, KeyFactField, SummaryLine
+from vdoctor.lines import CLAUSE_KINDS, READING_FACT, FactKind, KeyFact, KeyFactField, SummaryLine
 from vdoctor.memory.facts import URI_RE, dedupe, extract_text_facts
 from vdoctor.memory.summarizer import (
     FidelityMetrics,
@@ -165,7 +165,7 @@ def _condense(facts: list[KeyFact]) -> list[KeyFact]:
 
 def _fact_rank(fact: KeyFact) -> int:
     # Readings are the most numerous and the first to give way at the cap.
-    return 1 if fact.kind is FactKind.READING else 0
+    return 1 if fact.kind is READING_FACT else 0
 
 
 class WorkingMemory:
@@ -328,7 +328,7 @@ class WorkingMemory:
             for r in rounds
             for text in (r.user, r.assistant)
             for fact in _text_facts(text, r.ts)
-            if fact.kind is not FactKind.READING or fact in kept
+            if fact.kind is not READING_FACT or fact in kept
         ]
         request = SummaryRequest(
             kind="rolling",
