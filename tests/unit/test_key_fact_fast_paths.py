@@ -7,7 +7,10 @@ import re
 
 import pytest
 
+from tests.unit.test_fact_scans import random_texts
+from vdoctor import lines
 from vdoctor.lines import FactKind, KeyFact
+from vdoctor.memory import working
 from vdoctor.memory.facts import dedupe, extract_text_facts
 from vdoctor.memory.request import SummaryRequest
 from vdoctor.memory.working import Round, WorkingMemory, WorkingState
@@ -137,9 +140,23 @@ def test_a_folds_required_facts_are_those_of_the_deduped_facts_of_each_round() -
 
 def test_each_kind_under_its_plain_name_is_the_kind_itself() -> None:
     # The per-fact paths compare kinds by identity with these names: each must be its member, no copy.
-    from vdoctor import lines
-
     named = {name: getattr(lines, name) for name in dir(lines) if name.endswith("_FACT")}
     assert set(named) == {f"{kind.name}_FACT" for kind in FactKind if kind is not FactKind.TREND}
     for name, kind in named.items():
         assert kind is FactKind[name.removesuffix("_FACT")]
+
+
+def test_a_text_read_once_gives_each_time_the_facts_a_reading_at_that_time_gives() -> None:
+    # ``working._text_facts`` reads a text once whatever its time and gives its facts that time.
+    texts = random_texts("by text", 1500)
+    texts += ["confidence 0.8; ruled out the harness; void: step 4 voided; 62 to 187mV", "cell_voltage_diff_mv=187"]
+    rng = random.Random("by text")
+    working._text_facts.cache_clear()
+    working._facts_by_text.cache_clear()
+    timed = 0
+    for text in [*texts, *texts]:  # each text twice, at other times
+        when = rng.choice(["", "T1", "2026-11-01T08:15:30Z", "2026-11-01T08:16:00Z"])
+        read = working._text_facts(text, when)
+        assert list(read) == extract_text_facts(text, when), (text, when)
+        timed += any(f.at for f in read)
+    assert timed > 300

@@ -114,7 +114,19 @@ def extract_key_facts(text: str, when: str = "") -> list[KeyFact]:
 # the summary a few rounds later; the second reading comes from here.
 @functools.lru_cache(maxsize=2048)
 def _text_facts(text: str, when: str) -> tuple[KeyFact, ...]:
-    return tuple(extract_text_facts(text, when))
+    # The facts of a text depend on ``when`` only by the time they carry: a text
+    # seen before at another time (a model's usual answer, an empty tool result)
+    # is read once, its facts given this time.
+    return tuple(KeyFact(f.kind, f.text, f.note, when) if f.at == _WHEN else f for f in _facts_by_text(text))
+
+
+# Stands for the time while a text is read: no real time is written so.
+_WHEN = "\0when"
+
+
+@functools.lru_cache(maxsize=2048)
+def _facts_by_text(text: str) -> tuple[KeyFact, ...]:
+    return tuple(extract_text_facts(text, _WHEN))
 
 
 def _clip(text: str, limit: int) -> str:
