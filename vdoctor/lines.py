@@ -332,10 +332,19 @@ class ReadingSpan:
 
     def values(self) -> list[str]:
         """The distinct readings the span states (first, lowest, highest, latest), in that order."""
-        return list(dict.fromkeys([self.first, self.lowest, self.highest, self.latest]))
+        out = [self.first]
+        for value in (self.lowest, self.highest, self.latest):
+            if value not in out:
+                out.append(value)
+        return out
+
+    @property
+    def bare(self) -> bool:
+        """Whether the span renders as ``name=value``: one reading, no unit."""
+        return self.latest == self.first == self.lowest == self.highest and not self.unit
 
     def render(self) -> str:
-        lo, hi = sorted((self.first, self.latest), key=float)
+        lo, hi = _ends(self.first, self.latest)
         out = f"{self.name}={self.first}"
         if self.latest != self.first:
             out += TO_LATEST + self.latest
@@ -364,9 +373,15 @@ def _find_spans(text: str) -> tuple[ReadingSpan, ...]:
     for m in _SPAN_RE.finditer(text):
         name, first, latest, low, high, unit = m.groups()
         latest = latest or first
-        lo, hi = sorted((first, latest), key=float)
+        lo, hi = _ends(first, latest)
         out.append(ReadingSpan(name, first, latest, low or lo, high or hi, unit or ""))
     return tuple(out)
+
+
+def _ends(first: str, latest: str) -> tuple[str, str]:
+    """``sorted((first, latest), key=float)`` without the sort's call: the lower reading, then the higher
+    (the first when they are equal)."""
+    return (latest, first) if float(latest) < float(first) else (first, latest)
 
 
 READINGS_PREFIX = "readings: "

@@ -37,6 +37,32 @@ def test_a_span_texts_parse_is_kept_and_each_caller_gets_its_own_list() -> None:
         assert ReadingSpan.find_all(text) == plain  # the kept parse is not the caller's list
 
 
+# Readings as spans write them: equal as numbers but not as text (5, 5.0), signs, exponents.
+SPAN_VALUES = ["5", "5.0", "-5", "0", "-0", "0.5", "12", "187", "62", "1e-05", "-3.25", "nan"]
+
+
+def _plain_render(span: ReadingSpan) -> str:
+    """``ReadingSpan.render`` as it was: the first and latest reading sorted as numbers."""
+    lo, hi = sorted((span.first, span.latest), key=float)
+    out = f"{span.name}={span.first}"
+    out += f"→{span.latest}" if span.latest != span.first else ""
+    out += f"↓{span.lowest}" if span.lowest != lo else ""
+    return out + (f"↑{span.highest}" if span.highest != hi else "") + span.unit
+
+
+def test_a_spans_readings_rendering_and_parse_are_those_of_the_sorting_forms() -> None:
+    rng = random.Random("spans")
+    for _ in range(5000):
+        first, latest, lowest, highest = (rng.choice(SPAN_VALUES) for _ in range(4))
+        span = ReadingSpan("soc_pct", first, latest, lowest, highest, rng.choice(["", "%", "mV"]))
+        assert span.values() == list(dict.fromkeys([first, lowest, highest, latest]))
+        text = span.render()
+        assert text == _plain_render(span)
+        assert span.bare == (text == f"soc_pct={first}")
+        if "nan" not in text:  # a span's text holds numbers only
+            assert _find_spans.__wrapped__(text) == (span,), text
+
+
 def test_a_cases_source_from_its_spans_is_the_source_from_the_session() -> None:
     for extra in (0, 3):
         session = wide_session(extra)

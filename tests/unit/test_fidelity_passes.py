@@ -181,3 +181,18 @@ def test_a_number_found_right_after_a_sign_is_no_number_of_the_source() -> None:
     # Past the lookups the source is read whole: same answer.
     assert fidelity._tokens_in(fidelity._NUMBER_RE, "15 25 35 45 55 65 5", ["5"]) == {"5"}
     assert fidelity._tokens_in(fidelity._NUMBER_RE, "15 25 35 45 55 65", ["5"]) == set()
+
+
+def test_a_requests_checks_on_one_split_of_the_summary_find_what_each_check_finds_alone() -> None:
+    rng = random.Random("one split")
+    lines = [*GOOD.splitlines(), f"x signal://{VIN}/pack_temp_c@2026-11-01T10:15:30Z 44", "dtc://P0A7F. 43 ruled out"]
+    for _ in range(300):
+        summary = "\n".join(rng.choice(lines) + rng.choice(PIECES) for _ in range(rng.randint(0, 4)))
+        request = SummaryRequest(kind=rng.choice(["case", "rolling"]), source=SOURCE, required=["P0A7F", "44"],
+                                 events=[], decision=DECISION)  # fmt: skip
+        report = fidelity.check_request(summary, request)
+        alone = fidelity.check_summary(summary, request.required, SOURCE, request.max_chars)
+        case = check_case(summary, request) if request.kind == "case" else meaning.CaseFindings()
+        assert report.missing == alone.missing + [m for m in case.missing if m not in alone.missing]
+        assert report.invented == alone.invented + case.invented
+        assert report.contradicted == case.contradicted

@@ -71,7 +71,12 @@ class FidelityReport:
 
 
 def check_summary(
-    summary: str, required: list[str], source: str, max_chars: int | None = None, carried: str = ""
+    summary: str,
+    required: list[str],
+    source: str,
+    max_chars: int | None = None,
+    carried: str = "",
+    split: tuple[str, list[str]] | None = None,
 ) -> FidelityReport:
     """Check ``summary`` against its ``source``.
 
@@ -81,14 +86,15 @@ def check_summary(
     ``COMPRESSION_MIN_SOURCE_CHARS`` must be compressed ``MIN_COMPRESSION``:1;
     with ``max_chars`` the summary must also fit in that many characters.
     ``carried``: text kept verbatim beside the summary (the working context's
-    key-facts region); a required fact found there is not lost.
+    key-facts region); a required fact found there is not lost. ``split``:
+    ``split_uris(summary)`` when the caller has it already.
     """
     report = FidelityReport()
     report.too_long = max_chars is not None and len(summary) > max_chars
     report.missing = [fact for fact in required if fact not in summary and fact not in carried]
     # Numbers inside a URI (VIN digits, timestamps) are checked as whole URIs.
     source_plain, source_uris = split_uris(source)
-    plain, uris = split_uris(summary)
+    plain, uris = split_uris(summary) if split is None else split
     numbers = _NUMBER_RE.findall(plain)
     source_numbers = _tokens_in(_NUMBER_RE, source_plain, numbers)
     codes = CODE_RE.findall(plain)
@@ -147,10 +153,11 @@ def _token_at(pattern: re.Pattern[str], source: str, token: str) -> bool | None:
 def check_request(summary: str, request: SummaryRequest) -> FidelityReport:
     """Every check that applies to ``request``: the verbatim and invention checks, and for a case its
     readings, times and decision records (``meaning.check_case``)."""
-    report = check_summary(summary, request.required, request.source, request.max_chars, request.carried)
+    split = split_uris(summary)  # for both checks
+    report = check_summary(summary, request.required, request.source, request.max_chars, request.carried, split)
     if request.kind != "case":
         return report
-    case = check_case(summary, request)
+    case = check_case(summary, request, split[0])
     report.missing += [m for m in case.missing if m not in report.missing]
     report.invented += case.invented
     report.contradicted += case.contradicted
