@@ -212,19 +212,15 @@ def _split_at(rest: str) -> tuple[str, str]:
 
 def as_fact(value: Any) -> KeyFact:
     """A ``KeyFact`` from itself or its rendered line (session state stores lines)."""
+    if isinstance(value, str):  # first: a restored state's facts are lines
+        return _parse_fact(value)
     if isinstance(value, KeyFact):
         return value
-    if isinstance(value, str):
-        return KeyFact.parse(value)
     raise ValueError(f"expected a key fact line, got {type(value).__name__}")
 
 
-def _render_fact(fact: KeyFact) -> str:
-    return fact.render()
-
-
 # A key fact as a pydantic field: typed in Python, its rendered line in JSON state.
-KeyFactField = Annotated[KeyFact, PlainValidator(as_fact), PlainSerializer(_render_fact, return_type=str)]
+KeyFactField = Annotated[KeyFact, PlainValidator(as_fact), PlainSerializer(KeyFact.render, return_type=str)]
 
 
 # -- summary lines -------------------------------------------------------------------
