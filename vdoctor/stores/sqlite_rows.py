@@ -125,11 +125,7 @@ class DecodedRows:
 
     def get(self, key: int, seq: int) -> MemoryRecord | None:
         """The record decoded for (key, seq), if it still is here."""
-        with self._lock:
-            found = self._records.get((key, seq))
-            if found is not None:
-                self._records.move_to_end((key, seq))
-            return found
+        return self.get_many([key], {key: seq})[0]
 
     def get_many(self, keys: Sequence[int], seqs: Mapping[int, int | None]) -> list[MemoryRecord | None]:
         """``get(key, seqs[key])`` for each key in turn (None where its seq is not known), under one lock."""
