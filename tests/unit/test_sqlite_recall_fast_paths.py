@@ -9,8 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import Scored, scored
-from vdoctor.stores.sqlite import SqliteStore
+from vdoctor.stores.base import Scored, ranked_hits, scored
 from vdoctor.stores.sqlite_rows import DecodedRows
 
 pytestmark = pytest.mark.unit
@@ -67,7 +66,7 @@ def test_ranked_orders_the_hits_as_the_plain_sort_of_constructed_scores() -> Non
         k = rng.randint(0, 45)
         plain = [Scored(records[rowid], score) for rowid, score in hits if rowid in records]
         plain.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
-        ranked = SqliteStore._ranked(hits, records, k)
+        ranked = ranked_hits(hits, records, k)
         assert ranked == plain[:k]
         # The very records in the very order, tied ones too.
         assert all(a.record is b.record for a, b in zip(ranked, plain[:k], strict=True))

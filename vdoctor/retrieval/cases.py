@@ -18,7 +18,15 @@ import numpy.typing as npt
 from vdoctor.identity import KeptByIdentity
 from vdoctor.records import MemoryRecord
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES, fuse_columns
-from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery, check_dimensions, check_embedders
+from vdoctor.stores.base import (
+    ChannelHits,
+    MemoryStore,
+    Scored,
+    SimilarQuery,
+    channel_hits,
+    check_dimensions,
+    check_embedders,
+)
 
 # Names of a candidate's score parts (``Scored.parts``): each channel's own score, and the fused one.
 PART_LEXICAL = "lexical.bm25"
@@ -69,7 +77,13 @@ def candidate_columns(
     dense_k: int = DENSE_CANDIDATES,
 ) -> CandidateColumns:
     """The union of both channels' top candidates with their fused scores, unranked (``case_candidates`` ranks)."""
-    dense, lexical = store.channels(query, dense_k, lexical_k)
+    hits = channel_hits(store, query, dense_k, lexical_k)
+    if hits is not None:
+        if (found := _hit_columns(query, hits)) is not None:
+            return found
+        dense, lexical = hits.ranked()
+    else:
+        dense, lexical = store.channels(query, dense_k, lexical_k)
     # The dense hits in their order, then the lexical-only ones in theirs.
     index: dict[tuple[str, str], int] = {}
     records: list[MemoryRecord] = []
@@ -100,6 +114,62 @@ def candidate_columns(
             records.append(record)
             keys.append(key)
             lexical_scores.append(s.score)
+    return _scored_columns(query, records, keys, lexical_scores, dense_scores, only_lexical)
+
+
+def _hit_columns(query: SimilarQuery, hits: ChannelHits) -> CandidateColumns | None:
+    """``candidate_columns`` of a store's unranked hits, without ranking either channel; None when a ranking
+    could change which candidates there are (then ask ``hits.ranked()``).
+
+    The candidates are the same, with the same scores, only in another order, which no caller reads
+    (the fusion's min-max is taken over all of them, and every ranking after it breaks ties by (vin,
+    session_id), unique among them): unless a channel has more passing hits than its k (tied at the k-th,
+    the ranking decides which stay) or two rows are versions of the same record (the ranking decides
+    which one the candidate is).
+    """
+    passed = hits.records
+    # The hits that passed, the dense ones first, by row id: a row found by both is one candidate.
+    at: dict[int, int] = {}
+    records: list[MemoryRecord] = []
+    dense_scores: list[float] = []
+    for rowid, score in hits.dense:
+        if (record := passed.get(rowid)) is not None:
+            at[rowid] = len(records)
+            records.append(record)
+            dense_scores.append(score)
+    found_dense = len(records)
+    if found_dense > hits.dense_k or len(at) < found_dense:
+        return None
+    lexical_scores: list[float | None] = [None] * found_dense
+    found_lexical = 0
+    for rowid, score in hits.lexical:
+        if (record := passed.get(rowid)) is not None:
+            found_lexical += 1
+            if (i := at.get(rowid)) is None:
+                at[rowid] = len(records)
+                records.append(record)
+                lexical_scores.append(score)
+            elif i < found_dense:
+                lexical_scores[i] = score
+            else:
+                return None  # one row twice among the lexical hits
+    keys = [(r.vin, r.session_id) for r in records]
+    if found_lexical > hits.lexical_k or len(set(keys)) < len(keys):
+        return None
+    return _scored_columns(query, records, keys, lexical_scores, dense_scores, records[found_dense:])
+
+
+def _scored_columns(
+    query: SimilarQuery,
+    records: list[MemoryRecord],
+    keys: list[tuple[str, str]],
+    lexical_scores: list[float | None],
+    dense_scores: list[float],
+    only_lexical: list[MemoryRecord],
+) -> CandidateColumns:
+    """The candidates with their fused scores, once the lexical-only ones (the last of ``records``, found
+    as ``only_lexical``) have their dense scores."""
+    found_dense = len(dense_scores)
     if only_lexical:
         # Their vectors were not compared with the query's by the store: the same checks apply here.
         check_dimensions(query, {len(r.summary_vec) for r in only_lexical})

@@ -60,6 +60,47 @@ def scored(record: MemoryRecord, score: float) -> Scored:
     return made
 
 
+def ranked_hits(hits: list[tuple[int, float]], records: Mapping[int, MemoryRecord], k: int) -> list[Scored]:
+    """A channel's hits (row id, score) whose rows passed (``records``), best first, at most ``k``; ties broken by
+    the record, never by the order the hits came in (deterministic replays)."""
+    found = [scored(records[rowid], score) for rowid, score in hits if rowid in records]
+    found.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
+    return found[:k]
+
+
+@dataclass(frozen=True)
+class ChannelHits:
+    """Both channels of one query by columns, before their ranking (what a store that holds both indexes
+    side by side found): each channel's hits as (row id, score) in the order its index gave them, and the
+    record of every hit whose row passed every filter (a hit without one is not a candidate).
+
+    ``ranked()`` is ``MemoryStore.channels``; a caller that needs no order (recall ranks by its own scores)
+    can take the columns as they are (``retrieval.cases.candidate_columns``).
+    """
+
+    dense: list[tuple[int, float]]
+    lexical: list[tuple[int, float]]
+    records: Mapping[int, MemoryRecord]
+    dense_k: int
+    lexical_k: int
+
+    def ranked(self) -> tuple[list[Scored], list[Scored]]:
+        """``MemoryStore.channels`` of the same query."""
+        return (
+            ranked_hits(self.dense, self.records, self.dense_k),
+            ranked_hits(self.lexical, self.records, self.lexical_k),
+        )
+
+
+def channel_hits(store: object, query: SimilarQuery, dense_k: int, lexical_k: int) -> ChannelHits | None:
+    """``store.channel_hits`` when the backend offers it (the embedded store), else None (ask ``channels``).
+
+    Optional, and so not part of ``MemoryStore``: a wrapper forwards it with this.
+    """
+    fast = getattr(store, "channel_hits", None)
+    return None if fast is None else fast(query, dense_k, lexical_k)
+
+
 class EmbedderMismatch(StoreError):
     """The records searched were embedded by another model than the query.
 
@@ -162,6 +203,7 @@ class MemoryStore(Protocol):
 
         A backend holding both indexes side by side reads the union of their
         winners once; the others call the two in turn (``separate_channels``).
+        The embedded store also gives them unranked, by columns (``channel_hits``).
         """
         ...
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery, StaleVersion
+from vdoctor.stores.base import ChannelHits, MemoryStore, Scored, SimilarQuery, StaleVersion, channel_hits
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +111,10 @@ class RetryingStore:
 
     def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
         return self.inner.channels(query, dense_k, lexical_k)
+
+    def channel_hits(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> ChannelHits | None:
+        """The inner store's ``channel_hits``, None when it has none (``base.channel_hits``)."""
+        return channel_hits(self.inner, query, dense_k, lexical_k)
 
     # -- maintenance (``memory reembed``): a CLI's, straight through ---------------------
 

@@ -34,13 +34,13 @@ from vdoctor.retrieval.text import dense_text
 from vdoctor.retrieval.tokens import query_terms
 from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_versions
 from vdoctor.stores.base import (
+    ChannelHits,
     Scored,
     SimilarQuery,
     StaleVersion,
     check_dimensions,
     check_embedders,
     newest_first,
-    scored,
 )
 from vdoctor.stores.lexindex import SeriesLexicalIndex
 from vdoctor.stores.sqlite_rows import DecodedRows, as_int, eligible_span, epoch, from_epoch, from_row, to_row
@@ -476,14 +476,6 @@ class SqliteStore:
         if query.admits(record):
             found[key] = record
 
-    @staticmethod
-    def _ranked(hits: list[tuple[int, float]], records: dict[int, MemoryRecord], k: int) -> list[Scored]:
-        """The hits whose rows passed, best first; ties broken by the record, never by insertion order
-        (deterministic replays)."""
-        found = [scored(records[rowid], score) for rowid, score in hits if rowid in records]
-        found.sort(key=lambda s: (-s.score, s.record.vin, s.record.session_id))
-        return found[:k]
-
     def _search(
         self,
         query: SimilarQuery,
@@ -554,6 +546,11 @@ class SqliteStore:
         return self.channels(query, 0, query.k)[1]
 
     def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        return self.channel_hits(query, dense_k, lexical_k).ranked()
+
+    def channel_hits(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> ChannelHits:
+        """``channels`` by columns, unranked (``ChannelHits``): recall ranks the candidates by their fused
+        scores, so it needs neither a ``Scored`` per hit nor each channel sorted."""
         # The two channels' winners overlap (on a fleet replay, most lexical hits are dense hits as well):
         # their rows are read once.
         records: dict[int, MemoryRecord] = {}
@@ -566,7 +563,7 @@ class SqliteStore:
 
         dense, lexical, seqs = self._search(query, dense_k, lexical_k, meanwhile=read_rows)
         read_rows(dense + lexical, seqs)
-        return self._ranked(dense, records, dense_k), self._ranked(lexical, records, lexical_k)
+        return ChannelHits(dense, lexical, records, dense_k, lexical_k)
 
     # -- updates ---------------------------------------------------------------------------
 
