@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import Scored, ranked_hits, scored
-from vdoctor.stores.sqlite_rows import DecodedRows
+from vdoctor.stores.base import Scored, SimilarQuery, ranked_hits, scored
+from vdoctor.stores.sqlite_rows import NEVER, DecodedRows, admission
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +47,7 @@ def test_get_many_finds_and_refreshes_what_get_does_key_by_key() -> None:
             key, seq = rng.randint(-30, 30), rng.randint(0, 3)
             row = record(f"V{key}", f"S{seq}")
             for rows in (one, many):  # ``record`` decodes the row: both keep the same record object
-                rows._records[(key, seq)] = row
+                rows._records[(key, seq)] = row, admission(row)
                 rows._records.move_to_end((key, seq))
                 while len(rows._records) > rows._capacity:
                     rows._records.popitem(last=False)
@@ -70,3 +71,29 @@ def test_ranked_orders_the_hits_as_the_plain_sort_of_constructed_scores() -> Non
         assert ranked == plain[:k]
         # The very records in the very order, tied ones too.
         assert all(a.record is b.record for a, b in zip(ranked, plain[:k], strict=True))
+
+
+def test_admission_admits_what_admits_does_of_the_record_as_of_the_query() -> None:
+    rng = random.Random(4)
+    days = [None, *(T0 + timedelta(days=d) for d in range(-2, 3))]
+    for _ in range(4000):
+        # Records as a row decodes them (not validated: a verdict without its time, an invalidation time on a
+        # valid record), and queries of their vehicle or another, their series or another, before and after.
+        valid = rng.random() < 0.7
+        invalid = rng.choice(days) if rng.random() < 0.5 else None
+        if not valid and invalid is None and rng.random() < 0.9:
+            invalid = rng.choice(days[1:])  # as ``MemoryRecord.from_store`` fills it
+        row = MemoryRecord.model_construct(
+            vin=rng.choice(["V1", "V2"]), session_id="s", series=rng.choice(["EV-A", "EV-B"]),
+            concluded_at=rng.choice(days[1:]), summary="s", summary_vec=[1.0, 0.0], root_cause="pump",
+            fix_action="fix", priority="P2", prompt_version="v1", updated_at=T0, valid=valid, invalid_ts=invalid,
+            recheck_ok=rng.choice([True, True, False, None]), verified_ts=rng.choice(days),
+        )  # fmt: skip
+        at = rng.choice(days[1:]) + timedelta(hours=rng.choice([-1, 0, 1]))  # type: ignore[operator]
+        query = SimilarQuery(rng.choice(["V1", "V2"]), rng.choice(["EV-A", "EV-B"]), np.zeros(2), 5, at)
+        vin, series, since, until, invalid_ts = admission(row)
+        admitted = vin != query.exclude_vin and series == query.series and since <= at and (until is None or at < until)
+        assert admitted == query.admits(row.as_of(at)), (row, at)
+        if admitted:  # taken as of ``at`` by a copy exactly when ``as_of`` copies it
+            assert (invalid_ts is not None and invalid_ts > at) == (row.as_of(at) is not row)
+    assert admission(record("V1", "s"))[2] == NEVER  # never verified: never admitted

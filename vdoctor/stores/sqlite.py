@@ -432,30 +432,29 @@ class SqliteStore:
         ``seqs`` holds the change seq at which the search's index held each row. A row decoded before
         at that seq is that very version, and the index found it under the same filters the statement
         below applies (series, vehicle, verdict, and the version's span around the query's time), so
-        it is not read again: only ``query.admits`` checks it once more. Every other row is read as it
-        is now and filtered again (a row that changed since the search is taken in its new version).
+        it is not read again: only ``query.admits`` checks it once more (by the record's ``admission``,
+        worked out when it was decoded). Every other row is read as it is now and filtered again (a row
+        that changed since the search is taken in its new version).
         """
         params = {"series": query.series, "vin": query.exclude_vin, "at": epoch(query.as_of)}
         where = f"AND series = :series AND vin <> :vin AND {_VERIFIED} AND "
         found: dict[int, MemoryRecord] = {}
-        at, admits = query.as_of, query.admits
+        at, vin, series = query.as_of, query.exclude_vin, query.series
         for table, select, as_of, keys, sign in (
             ("case_memory", _RECALL_COLUMNS, _AS_OF, sorted(r for r in rowids if r > 0), 1),
             ("case_history", HISTORY_SELECT, _AS_OF_ARCHIVED, sorted(r for r in rowids if r < 0), -1),
         ):
             unread = []
-            for key, known in zip(keys, self._decoded.get_many(keys, seqs), strict=True):
-                if known is None:
+            for key, entry in zip(keys, self._decoded.entries(keys, seqs), strict=True):
+                if entry is None:
                     unread.append(sign * key)
                     continue
-                # ``_admit`` inline (its calls were a good part of a recall's per-candidate cost): the version
-                # taken as of the query's time only when something in it happened later (``MemoryRecord.as_of``'s
-                # own test: a rule added there goes here too).
-                verified, invalid = known.verified_ts, known.invalid_ts
-                if (verified is not None and verified > at) or (invalid is not None and invalid > at):
-                    known = known.as_of(at)
-                if admits(known):
-                    found[key] = known
+                # ``_admit`` by the record's admission (``query.admits`` of it as of the query's time, and its
+                # calls were a good part of a recall's per-candidate cost); taken as of that time (a copy) only
+                # when it was invalidated later.
+                known, (of_vin, of_series, since, until, invalid) = entry
+                if of_vin != vin and of_series == series and since <= at and (until is None or at < until):
+                    found[key] = known if invalid is None or invalid <= at else known.as_of(at)
             if not unread:
                 continue
             # NOT INDEXED: the rows are fetched by rowid, never by scanning idx_similar's series.

@@ -100,6 +100,28 @@ def from_row(row: Sequence[object]) -> MemoryRecord:
     )
 
 
+# No event time is at or after this one: the start of a record that no session ever gets.
+NEVER = datetime.max.replace(tzinfo=UTC)
+# When a similar-case query admits a decoded record (``admission``): (vin, series, since, until, invalid_ts).
+Admission = tuple[str, str, datetime, datetime | None, datetime | None]
+
+
+def admission(record: MemoryRecord) -> Admission:
+    """When ``query.admits(record.as_of(query.as_of))`` holds, worked out once per decoded record.
+
+    It holds exactly when the query's vehicle is not ``vin``, its series is ``series`` and ``since <= at``
+    and (``until`` is None or ``at < until``), ``at`` being its time: ``as_of`` drops a verdict given after
+    ``at`` and an invalidation after it, and ``admits`` then wants the verdict true, given and the case
+    concluded by ``at``, and the record valid. ``invalid_ts``: the record is taken as of ``at`` (a copy)
+    when it is after ``at``. A rule added to ``SimilarQuery.admits`` or ``MemoryRecord.as_of`` goes here too.
+    """
+    verified, invalid = record.verified_ts, record.invalid_ts
+    since = NEVER
+    if record.recheck_ok is True and verified is not None and (record.valid or invalid is not None):
+        since = max(verified, record.concluded_at)
+    return record.vin, record.series, since, None if record.valid else invalid, invalid
+
+
 class DecodedRows:
     """Records decoded from their rows, kept by (row id, change seq), least recently used out first.
 
@@ -117,7 +139,8 @@ class DecodedRows:
 
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
-        self._records: OrderedDict[tuple[int, int], MemoryRecord] = OrderedDict()
+        # Each with its ``admission``, worked out when it is decoded.
+        self._records: OrderedDict[tuple[int, int], tuple[MemoryRecord, Admission]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -129,15 +152,21 @@ class DecodedRows:
 
     def get_many(self, keys: Sequence[int], seqs: Mapping[int, int | None]) -> list[MemoryRecord | None]:
         """``get(key, seqs[key])`` for each key in turn (None where its seq is not known), under one lock."""
+        return [None if entry is None else entry[0] for entry in self.entries(keys, seqs)]
+
+    def entries(
+        self, keys: Sequence[int], seqs: Mapping[int, int | None]
+    ) -> list[tuple[MemoryRecord, Admission] | None]:
+        """``get_many`` with each record's ``admission``."""
         records = self._records
-        found: list[MemoryRecord | None] = []
+        found: list[tuple[MemoryRecord, Admission] | None] = []
         with self._lock:
             for key in keys:
                 seq = seqs.get(key)
-                record = None
-                if seq is not None and (record := records.get((key, seq))) is not None:
+                entry = None
+                if seq is not None and (entry := records.get((key, seq))) is not None:
                     records.move_to_end((key, seq))
-                found.append(record)
+                found.append(entry)
         return found
 
     def record(self, key: int, seq: int, row: Sequence[object]) -> MemoryRecord:
@@ -146,8 +175,9 @@ class DecodedRows:
         if found is not None:
             return found
         record = from_row(row)
+        entry = record, admission(record)
         with self._lock:
-            self._records[(key, seq)] = record
+            self._records[(key, seq)] = entry
             while len(self._records) > self._capacity:
                 self._records.popitem(last=False)
         return record
