@@ -138,7 +138,7 @@ def _hit_columns(query: SimilarQuery, hits: ChannelHits) -> CandidateColumns | N
             records.append(record)
             dense_scores.append(score)
     found_dense = len(records)
-    if found_dense > hits.dense_k or len(at) < found_dense:
+    if found_dense > hits.dense_k or len(at) < found_dense:  # (the latter: one row twice among the dense hits)
         return None
     lexical_scores: list[float | None] = [None] * found_dense
     found_lexical = 0

@@ -148,7 +148,8 @@ class DecodedRows:
 
     def get(self, key: int, seq: int) -> MemoryRecord | None:
         """The record decoded for (key, seq), if it still is here."""
-        return self.get_many([key], {key: seq})[0]
+        entry = self.entries([key], {key: seq})[0]
+        return None if entry is None else entry[0]
 
     def get_many(self, keys: Sequence[int], seqs: Mapping[int, int | None]) -> list[MemoryRecord | None]:
         """``get(key, seqs[key])`` for each key in turn (None where its seq is not known), under one lock."""
