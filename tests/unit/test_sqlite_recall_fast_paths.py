@@ -75,22 +75,24 @@ def test_ranked_orders_the_hits_as_the_plain_sort_of_constructed_scores() -> Non
 
 def test_admission_admits_what_admits_does_of_the_record_as_of_the_query() -> None:
     rng = random.Random(4)
-    days = [None, *(T0 + timedelta(days=d) for d in range(-2, 3))]
+    times = [T0 + timedelta(days=d) for d in range(-2, 3)]
+    days: list[datetime | None] = [None, *times]
     for _ in range(4000):
         # Records as a row decodes them (not validated: a verdict without its time, an invalidation time on a
         # valid record), and queries of their vehicle or another, their series or another, before and after.
         valid = rng.random() < 0.7
         invalid = rng.choice(days) if rng.random() < 0.5 else None
         if not valid and invalid is None and rng.random() < 0.9:
-            invalid = rng.choice(days[1:])  # as ``MemoryRecord.from_store`` fills it
+            invalid = rng.choice(times)  # as ``MemoryRecord.from_store`` fills it
         row = MemoryRecord.model_construct(
             vin=rng.choice(["V1", "V2"]), session_id="s", series=rng.choice(["EV-A", "EV-B"]),
-            concluded_at=rng.choice(days[1:]), summary="s", summary_vec=[1.0, 0.0], root_cause="pump",
+            concluded_at=rng.choice(times), summary="s", summary_vec=[1.0, 0.0], root_cause="pump",
             fix_action="fix", priority="P2", prompt_version="v1", updated_at=T0, valid=valid, invalid_ts=invalid,
             recheck_ok=rng.choice([True, True, False, None]), verified_ts=rng.choice(days),
         )  # fmt: skip
-        at = rng.choice(days[1:]) + timedelta(hours=rng.choice([-1, 0, 1]))  # type: ignore[operator]
-        query = SimilarQuery(rng.choice(["V1", "V2"]), rng.choice(["EV-A", "EV-B"]), np.zeros(2), 5, at)
+        at = rng.choice(times) + timedelta(hours=rng.choice([-1, 0, 1]))
+        vector = np.zeros(2, dtype=np.float32)
+        query = SimilarQuery(rng.choice(["V1", "V2"]), rng.choice(["EV-A", "EV-B"]), vector, 5, at)
         vin, series, since, until, invalid_ts = admission(row)
         admitted = vin != query.exclude_vin and series == query.series and since <= at and (until is None or at < until)
         assert admitted == query.admits(row.as_of(at)), (row, at)
