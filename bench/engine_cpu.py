@@ -193,6 +193,8 @@ TARGETS: dict[str, list[str]] = {
         "vdoctor.memory.fidelity:check_summary",
     ],
     "tools": ["vdoctor.agent.tools:Toolbox.call"],
+    # The stored session, read by the engine when its alert continues it (the operator hands it over unread).
+    SERDE: ["vdoctor.memory.session:StoredSession.load", "vdoctor.memory.session:StoredSession.accepts_alert_at"],
     "knowledge search": ["vdoctor.knowledge.search:KnowledgeBase.search"],
 }  # fmt: skip
 
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
-    from vdoctor.memory.session import DedupState, SessionState
+    from vdoctor.memory.session import DedupState, StoredSession
     from vdoctor.runs import tune_gc_for_runs
 
     clock = NoClock() if args.no_stages else StageClock()
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                     session, dedup = carries.get(event.vin, (None, DedupState()))
                 else:  # the operator's _carry_from_state
                     session_json, dedup_json = stored.get(event.vin, (None, None))
-                    session = SessionState.model_validate_json(session_json) if session_json else None
+                    session = StoredSession(session_json) if session_json else None
                     dedup = DedupState.model_validate_json(dedup_json) if dedup_json else DedupState()
                 clock.leave()
                 result = engine.on_event(session, dedup, parsed, line)

@@ -58,7 +58,7 @@ from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
-from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.memory.session import DedupState, SessionState, StoredSession
 from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
 from vdoctor.settings import Settings, with_secrets
@@ -79,7 +79,8 @@ END_WAIT_S = 1.0
 END_OF_INPUT = 2**63 - 1
 
 Item = tuple[str, str]  # (event json, raw line)
-Carry = tuple[SessionState | None, DedupState]
+# A vehicle's session: as stored (parsed by the engine only if its event continues it), live, or none.
+Carry = tuple[SessionState | StoredSession | None, DedupState]
 
 
 @dataclass
@@ -235,7 +236,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
 
     def _carry_from_state(self) -> Carry:
         stored = self.session_state.value()
-        session = SessionState.model_validate_json(stored) if stored else None
+        session = StoredSession(stored) if stored else None
         dedup_raw = self.dedup_state.value()
         dedup = DedupState.model_validate_json(dedup_raw) if dedup_raw else DedupState()
         return session, dedup

@@ -24,7 +24,15 @@ from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
 from vdoctor.lines import KeyFact, alert_event, conclusion_text, fmt_num, iso
 from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
 from vdoctor.memory.recall import SessionRecall
-from vdoctor.memory.session import Conclusion, DedupState, Reading, SessionState, TimelineEntry, opening_text
+from vdoctor.memory.session import (
+    Conclusion,
+    DedupState,
+    Reading,
+    SessionState,
+    StoredSession,
+    TimelineEntry,
+    opening_text,
+)
 from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer, request_to_json
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, milestone_summary, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
@@ -64,7 +72,8 @@ class RunStats:
 
 @dataclass
 class StepResult:
-    session: SessionState | None
+    # A stored session the event did not read comes back as it was given (``StoredSession``).
+    session: SessionState | StoredSession | None
     dedup: DedupState
     diagnoses: list[Diagnosis] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
@@ -121,9 +130,14 @@ class DiagnosisEngine:
 
     # -- events ---------------------------------------------------------------
 
-    def on_event(self, session: SessionState | None, dedup: DedupState, event: Event, raw: str) -> StepResult:
+    def on_event(
+        self, session: SessionState | StoredSession | None, dedup: DedupState, event: Event, raw: str
+    ) -> StepResult:
+        """The event's run. A ``StoredSession`` (the job's state) is parsed only for an alert that continues it."""
         if not dedup.check_and_add(event.event_id, event.ts):
             return StepResult(session=session, dedup=dedup, duplicate=True)
+        if isinstance(session, StoredSession) and isinstance(event, AlertEvent) and session.accepts_alert_at(event.ts):
+            session = session.load()
         try:
             if isinstance(event, AlertEvent):
                 stats = RunStats()
@@ -197,10 +211,11 @@ class DiagnosisEngine:
         return entry.definition_en if entry else ""
 
     def _on_alert(
-        self, session: SessionState | None, alert: AlertEvent, stats: RunStats
+        self, session: SessionState | StoredSession | None, alert: AlertEvent, stats: RunStats
     ) -> tuple[SessionState, Diagnosis]:
         started = time.perf_counter()
-        if session is None or not session.accepts_alert_at(alert.ts):
+        # A stored session here is one the alert does not continue (``on_event`` parsed any other).
+        if not isinstance(session, SessionState) or not session.accepts_alert_at(alert.ts):
             session = self._open_session(alert, stats)
         session.alerts += 1
         session.last_event_at = max(session.last_event_at, alert.ts)

@@ -120,7 +120,7 @@ class SessionState(BaseModel):
         return now - self.last_event_at > SESSION_TTL
 
     def accepts_alert_at(self, now: datetime) -> bool:
-        return self.phase is Phase.INVESTIGATING and not self.expired_at(now)
+        return _accepts_alert_at(self.phase, self.last_event_at, now)
 
     def add_reading(self, reading: Reading) -> None:
         self.readings.append(reading)
@@ -165,6 +165,49 @@ class SessionState(BaseModel):
             raise ValueError(f"cannot conclude a session in phase {self.phase}; allowed: INVESTIGATING")
         self.phase = Phase.CONCLUDED
         self.conclusion = conclusion
+
+
+def _accepts_alert_at(phase: Phase, last_event_at: datetime, now: datetime) -> bool:
+    """Whether an alert at ``now`` continues a session in ``phase`` whose last event was at ``last_event_at``."""
+    return phase is Phase.INVESTIGATING and not now - last_event_at > SESSION_TTL
+
+
+class _SessionHead(BaseModel):
+    """The fields of a stored session that decide whether an alert continues it (the rest is not read)."""
+
+    phase: Phase = Phase.INVESTIGATING
+    last_event_at: datetime
+
+
+class StoredSession:
+    """A session as the job's keyed state holds it, ``SessionState``'s JSON, parsed only when an alert continues it.
+
+    Most events that find a stored session do not continue it: a recheck or a
+    duplicate hands it back as it is, a lifecycle event ends it, and an alert
+    after it concluded or expired opens a new session, reading only its phase
+    and last event time. The engine reads the session (``load``) only for an
+    alert it accepts; a session handed back unread is stored again as the same
+    text (``model_dump_json``), not parsed and written again.
+    """
+
+    __slots__ = ("json", "_head")
+
+    def __init__(self, json: str) -> None:
+        self.json = json
+        self._head: _SessionHead | None = None
+
+    def accepts_alert_at(self, now: datetime) -> bool:
+        """``SessionState.accepts_alert_at`` of the stored session, read from its phase and last event time."""
+        if self._head is None:
+            self._head = _SessionHead.model_validate_json(self.json)
+        return _accepts_alert_at(self._head.phase, self._head.last_event_at, now)
+
+    def load(self) -> SessionState:
+        return SessionState.model_validate_json(self.json)
+
+    def model_dump_json(self) -> str:
+        """The stored text: what the session's state holds (the session was not read, so it did not change)."""
+        return self.json
 
 
 def opening_text(alert_text: str) -> str:
