@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import parse_event
 from vdoctor.knowledge import load_pack
-from vdoctor.memory.session import DedupState, SessionState, StoredSession
+from vdoctor.memory.session import _HEAD_RE, DedupState, SessionState, StoredSession
 from vdoctor.models.offline import OfflineModel
 from vdoctor.records import Phase
 from vdoctor.stores.memory import InMemoryStore
@@ -142,25 +143,55 @@ def test_a_stored_session_is_parsed_only_for_an_alert_that_continues_it(monkeypa
     assert isinstance(result.session, SessionState) and result.session.alerts == 2
 
 
-def test_a_stored_session_accepts_an_alert_when_the_parsed_session_does() -> None:
-    rng = random.Random(4)
-    for _ in range(300):
-        opened = T0 + timedelta(seconds=rng.randint(0, 10**7))
+def _session_texts(rng: random.Random, n: int) -> list[str]:
+    """Session JSON as the state holds it, and as other writers might: odd strings, zones, fractions, key orders."""
+    chars = ['"', "\\", "/", "a", "Z", "é", "→", "\n", ",", ":", "{", " "]
+    out = []
+    for _ in range(n):
+        opened = T0 + timedelta(seconds=rng.randint(-(10**9), 10**9))
+        last = opened + timedelta(seconds=rng.randint(0, 10**6), microseconds=rng.choice([0, 0, 0, 5]))
+        zone = rng.choice([UTC, UTC, UTC, timezone(timedelta(hours=rng.randint(-12, 12)))])
         session = SessionState(
-            vin="V",
-            series="S",
-            session_id="V-1",
-            opened_at=opened,
-            last_event_at=opened + timedelta(seconds=rng.randint(0, 10**6)),
+            vin=rng.choice(["V", "".join(rng.choices(chars, k=rng.randint(0, 12)))]),
+            series="".join(rng.choices(chars, k=rng.randint(0, 4))),
+            session_id=rng.choice(["V-1", "".join(rng.choices(chars, k=8))]),
+            opened_at=opened.astimezone(zone),
+            last_event_at=last.astimezone(zone),
             phase=rng.choice(list(Phase)),
         )
         text = session.model_dump_json()
-        if rng.random() < 0.2:  # a state written without the phase: the default
+        edit = rng.random()
+        if edit < 0.1:  # written without the phase: the default
             text = text.replace(f'"phase":"{session.phase.value}",', "")
+        elif edit < 0.2:  # the same fields in another order
+            data = json.loads(text)
+            text = json.dumps(dict(reversed(list(data.items()))), ensure_ascii=rng.random() < 0.5)
+        elif edit < 0.25:  # spaces between the tokens
+            text = json.dumps(json.loads(text), ensure_ascii=False)
+        out.append(text)
+    return out
+
+
+def test_a_stored_session_accepts_an_alert_when_the_parsed_session_does() -> None:
+    rng = random.Random(4)
+    texts = _session_texts(rng, 1500)
+    assert sum(_HEAD_RE.match(t) is not None for t in texts) > 500  # both paths, many times
+    for text in texts:
         parsed = SessionState.model_validate_json(text)
         stored = StoredSession(text)
-        for _ in range(5):
-            now = parsed.last_event_at + timedelta(seconds=rng.choice([-1, 0, 1, 3600, 48 * 3600, 48 * 3600 + 1]))
-            assert stored.accepts_alert_at(now) is parsed.accepts_alert_at(now)
+        for _ in range(4):
+            delta = rng.choice([-1, 0, 1, 3600, 48 * 3600, 48 * 3600 + 1])
+            now = parsed.last_event_at + timedelta(seconds=delta, microseconds=rng.choice([0, -1, 1]))
+            assert stored.accepts_alert_at(now) is parsed.accepts_alert_at(now), text
         assert stored.model_dump_json() == text
         assert stored.load() == parsed
+
+
+def test_a_stored_session_with_no_such_date_fails_as_its_parse_does() -> None:
+    text = SessionState(vin="V", series="S", session_id="V-1", opened_at=T0, last_event_at=T0).model_dump_json()
+    bad = text.replace(f'"last_event_at":"{_iso(T0)}"', '"last_event_at":"2026-02-30T10:00:00Z"')
+    assert _HEAD_RE.match(bad) is not None
+    with pytest.raises(ValidationError):
+        SessionState.model_validate_json(bad)
+    with pytest.raises(ValidationError):
+        StoredSession(bad).accepts_alert_at(T0)
