@@ -6,7 +6,9 @@ in arrival order. The operator thread owns all Flink state:
 - ``process_element`` appends the event to the vehicle's ``pending`` list in
   keyed state (arrival order) and hands it to a ``KeyedRunPool``; a vehicle
   the pool does not know yet starts from its stored session and dedup
-  snapshots, parsed fresh from state (workers get their own copies).
+  snapshots, read fresh from state (workers get their own copies; the
+  session as its stored text, which the engine parses only for an alert
+  that continues it: ``StoredSession``).
 - Worker threads run ``DiagnosisEngine.on_event`` as a pure function of
   (snapshots, event) plus model/store calls, and chain a vehicle's next event
   onto the previous result themselves. They never touch Flink state and never
