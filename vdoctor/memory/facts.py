@@ -52,8 +52,6 @@ from vdoctor.lines import (
 CODE_RE = re.compile(r"[PCBU](?<!\w[PCBU])[0-9A-F]{4}\b", re.ASCII)
 # Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
 URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
-# The same, captured: ``split`` then gives the text between URIs and the URIs in one pass.
-_URI_SPLIT_RE = re.compile(f"({URI_RE.pattern})", re.ASCII)
 # A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %. The number is
 # (?<![\w.])(-?\d+(?:\.\d+)?), written to start with its first character (see CODE_RE).
 _READING_RE = re.compile(
@@ -83,10 +81,34 @@ def fold_case(text: str) -> str:
     return text.casefold().replace("ı", "i").replace("\u0307", "")
 
 
+# What a match of URI_RE has before its "://": the schemes' lengths (signal, case, dtc).
+_SCHEME_LENGTHS = (6, 4, 3)
+
+
 def split_uris(text: str) -> tuple[str, list[str]]:
-    """``URI_RE.sub(" ", text)`` and ``URI_RE.findall(text)``, from one scan of ``text``."""
-    parts = _URI_SPLIT_RE.split(text)
-    return " ".join(parts[::2]), parts[1::2]
+    """``URI_RE.sub(" ", text)`` and ``URI_RE.findall(text)``, the URIs found from each "://" of ``text``.
+
+    A match of URI_RE holds "://" right after its scheme, so it starts 6, 4 or 3
+    characters before one (at most one of these: the schemes end in different
+    letters), and the matches in order start before "://"s in order. The pattern
+    is tried there only, after the end of the match before, as a scan of the
+    whole text would find it: most of a case's source is no URI.
+    """
+    plain: list[str] = []
+    uris: list[str] = []
+    end = 0
+    at = text.find("://")
+    while at >= 0:
+        for length in _SCHEME_LENGTHS:
+            start = at - length
+            if start >= end and (m := URI_RE.match(text, start)) is not None:
+                plain.append(text[end:start])
+                uris.append(m.group())
+                end = m.end()
+                break
+        at = text.find("://", max(at + 1, end))
+    plain.append(text[end:])
+    return " ".join(plain), uris
 
 
 class _ClausePattern:
