@@ -39,6 +39,7 @@ text, as follows:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -57,7 +58,8 @@ _CJK_RE = re.compile(r"[\u3400-\u9fff]+")
 _VOID_MARK = re.compile(_VOID_KEY, re.I)
 _EXCLUDED_MARK = re.compile(_EXCLUDED_KEY, re.I)
 _CONCLUDED_MARK = re.compile(r"\bconcluded\b|结论|确诊", re.I)
-_PRIORITY_RE = re.compile(r"\bP[123]\b")
+# \bP[123]\b, written to start with its first character (see facts.CODE_RE).
+_PRIORITY_RE = re.compile(r"P(?<!\wP)[123]\b")
 _CONF_RE = re.compile(r"\bconf(?:idence)?\s*[=:]?\s*(\d(?:\.\d+)?)\b", re.I)
 _CAUSE_MARK = re.compile(r"\b(?:root cause|causes?|caused by|due to|because)\b|原因|根因|导致|由于", re.I)
 _FIX_MARK = re.compile(r"\b(?:fix(?:ed)?|repair(?:ed)?|remedy)\b|修复|维修|处置", re.I)
@@ -169,19 +171,62 @@ def _check_readings(stripped: str, request: SummaryRequest, decision: CaseDecisi
             out.invented.append(f"{span.name}={span.first}")
 
 
+def _concluding_lines(summary: str) -> list[str]:
+    """The lines of ``summary`` that ``_CONCLUDED_MARK`` finds a mark in.
+
+    No character but the ASCII letters matches a letter of "concluded" case-blind, so a
+    line with the English mark holds "concluded" once lower-cased: the pattern is run
+    only on those and on lines with a Chinese mark (most lines of a case have none).
+    """
+    return [
+        line
+        for line in summary.splitlines()
+        if ("concluded" in line.lower() or "结论" in line or "确诊" in line) and _CONCLUDED_MARK.search(line)
+    ]
+
+
+@functools.lru_cache(maxsize=1024)
+def _code_word(code: str) -> re.Pattern[str]:
+    """``code`` as a whole word (a session concludes on one of a fleet's few hundred codes)."""
+    return re.compile(rf"\b{re.escape(code)}\b")
+
+
+def _confidences(text: str) -> list[str]:
+    """``_CONF_RE.findall(text)``: for ASCII text, tried only where it holds "conf" (in any case).
+
+    The pattern is case-blind, which rules out a quick scan to its first letter. No
+    character but the ASCII letters matches a letter of "conf" case-blind, and an ASCII
+    text lower-cases letter for letter, so the places a match can start are those of
+    "conf" in the lower-cased text; each match ends before the next one can start.
+    """
+    if not text.isascii():
+        return _CONF_RE.findall(text)
+    lower = text.lower()
+    found = []
+    at = lower.find("conf")
+    while at >= 0:
+        m = _CONF_RE.match(text, at)
+        if m is not None:
+            found.append(m.group(1))
+            at = lower.find("conf", m.end())
+        else:
+            at = lower.find("conf", at + 1)
+    return found
+
+
 def _check_conclusion(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
-    lines = [line for line in summary.splitlines() if _CONCLUDED_MARK.search(line)]
+    lines = _concluding_lines(summary)
     if not lines:
         out.missing.append(f"concluded {' '.join(decision.codes)} {decision.priority} conf {decision.confidence}")
         return
     joined = "\n".join(lines)
     for code in decision.codes:
-        if not re.search(rf"\b{re.escape(code)}\b", joined):
+        if not _code_word(code).search(joined):
             out.missing.append(f"concluded {code}")
     for prio in _PRIORITY_RE.findall(joined):
         if prio != decision.priority:
             out.contradicted.append(f"priority {prio} on the conclusion; the session's is {decision.priority}")
-    for conf in _CONF_RE.findall(joined):
+    for conf in _confidences(joined):
         if float(conf) != float(decision.confidence):
             out.contradicted.append(f"confidence {conf}; the session's is {decision.confidence}")
     for phrase in _CONFIRM_RE.findall(summary):
@@ -195,6 +240,8 @@ def _marked(line: str, event: str, mark: re.Pattern[str]) -> bool:
 
 
 def _check_states(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+    if not (decision.void or decision.excluded):
+        return  # most sessions void no conclusion and exclude no hypothesis: no line to read
     for line in summary.splitlines():
         for text in decision.void:
             if text in line and not _marked(line, "void", _VOID_MARK):
@@ -242,12 +289,13 @@ def _check_words(summary: str, stripped: str, source: str, out: CaseFindings) ->
     """
     plain = _TIME_RE.sub(" ", stripped)
     plain = _SPAN_OR_ASSIGN.sub(" ", plain)
-    stray = _words(CODE_RE.sub(" ", _SNAKE_RE.sub(" ", plain))) - _FORMAT_UNIT_FUNCTION_WORDS
+    # The names are found once: a summary without one has none to take out before its words are read.
+    names = set(_SNAKE_RE.findall(plain))
+    stray = _words(CODE_RE.sub(" ", _SNAKE_RE.sub(" ", plain) if names else plain)) - _FORMAT_UNIT_FUNCTION_WORDS
     if stray:
         stray -= _words(source)
     if stray:
         out.invented.append("words not in the source: " + ", ".join(sorted(stray)[:8]))
-    names = set(_SNAKE_RE.findall(plain))
     if names:
         names -= set(_SNAKE_RE.findall(source))
     out.invented += [f"name {s}" for s in sorted(names)]
