@@ -35,10 +35,35 @@ class Ranked:
 
 
 class Unranked(Ranked):
-    """A store offering its hits unranked as well (as the embedded one does)."""
+    """A store offering its hits unranked as well (as the embedded one does: its ``channels`` beside them)."""
+
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        return self.channel_hits(query, dense_k, lexical_k).ranked()
 
     def channel_hits(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> ChannelHits:
         return self.hits
+
+
+class Narrowed(Unranked):
+    """A subclass that changes ``channels`` alone (here: keeps only each channel's best hit)."""
+
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        dense, lexical = super().channels(query, dense_k, lexical_k)
+        return dense[:1], lexical[:1]
+
+
+class Forwarding:
+    """A wrapper that changes ``channels`` and forwards every other name to the store inside."""
+
+    def __init__(self, inner: Unranked) -> None:
+        self.inner = inner
+
+    def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
+        dense, lexical = self.inner.channels(query, dense_k, lexical_k)
+        return dense[:1], lexical[:1]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
 
 
 def by_key(found: CandidateColumns) -> dict[tuple[str, str], tuple[int, float | None, float, float]]:
@@ -114,3 +139,16 @@ def test_the_retrying_wrapper_forwards_the_hits_only_when_its_store_has_them() -
     assert channel_hits(RetryingStore(Unranked.of(hits)), query, 5, 5) is hits
     assert channel_hits(RetryingStore(Ranked.of(hits)), query, 5, 5) is None
     assert channel_hits(Ranked.of(hits), query, 5, 5) is None
+
+
+def test_a_store_that_changes_channels_alone_is_asked_its_channels() -> None:
+    """Recall never takes an inner store's hits past a ``channels`` that gives something else."""
+    rng = random.Random(11)
+    query = SimilarQuery("Q", "EV-A", np.asarray([1.0, 0.5, 0.0], dtype=np.float32), 5, AT, text="t")
+    for _ in range(50):
+        hits = random_hits(rng)
+        for store in (Narrowed(hits), Forwarding(Unranked(hits))):
+            assert channel_hits(store, query, 5, 5) is None
+            found = candidate_columns(cast(MemoryStore, store), query, hits.lexical_k, hits.dense_k)
+            dense, lexical = store.channels(query, hits.dense_k, hits.lexical_k)
+            assert set(found.keys) == {(s.record.vin, s.record.session_id) for s in dense + lexical}

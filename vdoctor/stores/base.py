@@ -95,10 +95,32 @@ class ChannelHits:
 def channel_hits(store: object, query: SimilarQuery, dense_k: int, lexical_k: int) -> ChannelHits | None:
     """``store.channel_hits`` when the backend offers it (the embedded store), else None (ask ``channels``).
 
-    Optional, and so not part of ``MemoryStore``: a wrapper forwards it with this.
+    Optional, and so not part of ``MemoryStore``: a wrapper forwards it with this. Taken only from a class
+    that defines it beside its ``channels`` (``_offers_hits``).
     """
-    fast = getattr(store, "channel_hits", None)
-    return None if fast is None else fast(query, dense_k, lexical_k)
+    if not _offers_hits(type(store)):
+        return None
+    hits: ChannelHits | None = store.channel_hits(query, dense_k, lexical_k)  # type: ignore[attr-defined]
+    return hits
+
+
+def _offers_hits(cls: type) -> bool:
+    """Whether ``cls``'s ``channel_hits`` is the one its ``channels`` ranks: both defined by the same class.
+
+    A subclass that changes ``channels`` alone, or a wrapper that forwards the names it does not define
+    (``__getattr__``), goes through its own ``channels``, never past it to an inner store's hits.
+    """
+    offers = _OFFERS_HITS.get(cls)
+    if offers is None:
+
+        def owner(name: str) -> type | None:
+            return next((c for c in cls.__mro__ if name in vars(c)), None)
+
+        offers = _OFFERS_HITS[cls] = owner("channel_hits") is not None and owner("channel_hits") is owner("channels")
+    return offers
+
+
+_OFFERS_HITS: dict[type, bool] = {}
 
 
 class EmbedderMismatch(StoreError):
