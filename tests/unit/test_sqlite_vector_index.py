@@ -21,6 +21,7 @@ from vdoctor.stores import SimilarQuery, vecindex
 from vdoctor.stores import sqlite as sqlite_store
 from vdoctor.stores.base import EmbedderMismatch
 from vdoctor.stores.sqlite import SqliteStore
+from vdoctor.stores.sqlite_rows import as_int
 from vdoctor.stores.vecindex import OPEN_END, SeriesVectorIndex
 
 pytestmark = pytest.mark.unit
@@ -539,3 +540,54 @@ def test_recall_over_decoded_rows_gives_what_reading_every_row_gives(tmp_path: P
         as_of_copies += sum(store._decoded.get(k, seqs[k] or -1) not in (None, r) for k, r in known.items())
     assert checked > 200 and as_of_copies > 0
     store.close()
+
+
+def test_the_catch_up_reads_the_changed_rows_and_the_seq_in_one_statement(tmp_path: Path) -> None:
+    """The indexes catch up on one statement (one snapshot): the changed current rows in change order,
+    then the archived versions, then the change seq; what two statements for the rows and one for the
+    seq read."""
+    path = str(tmp_path / "m.db")
+    store, other = SqliteStore(path), SqliteStore(path)
+    rng = np.random.default_rng(3)
+    changed = "series, vin, recheck_ok, verified_ts, version_from, invalid_ts"
+    current = (
+        f"SELECT rowid, {changed}, NULL, summary_vec, embedder, search_tokens, seq "
+        "FROM case_memory WHERE seq > ? ORDER BY seq"
+    )
+    archived = (
+        f"SELECT -rowid, {changed}, version_to, summary_vec, embedder, search_tokens, seq "
+        "FROM case_history WHERE seq > ?"
+    )
+    statements: list[str] = []
+    run = store._query
+
+    def seen(sql: str, params: Any = ()) -> Any:
+        statements.append(sql)
+        return run(sql, params)
+
+    store._query = seen  # type: ignore[method-assign]
+    for step in range(120):
+        writer = store if step % 3 else other
+        i = int(rng.integers(0, 15))
+        action = rng.integers(0, 4)
+        record = rec(i, rng.normal(size=2).tolist(), concluded_at=T0 + timedelta(hours=step), summary=f"v{step}")
+        if action <= 1:
+            writer.upsert(record)
+        elif action == 2:
+            writer.set_recheck(record.vin, record.session_id, bool(rng.integers(0, 2)), T0 + timedelta(hours=step))
+        else:
+            writer.soft_delete(record.vin, T0 + timedelta(hours=step))
+        since = int(rng.integers(-1, store._seq() + 1))
+        *rows, last = run(sqlite_store._CHANGED_ROWS, {"since": since})
+        assert rows == run(current, (since,)) + run(archived, (since,))
+        assert last[:-1] == (None,) * 11 and as_int(last[-1]) == store._seq()
+        behind = store._index is None or store._index.seq != store._seq()
+        statements.clear()
+        store.similar(q([1.0, 0.0]))  # caught up: the seq, then one statement for the changed rows
+        catch_up = [sqlite_store._CHANGED_ROWS] if behind else []
+        searched = [sql for sql in statements if "rowid IN" not in sql]  # not the reads of the hits' rows
+        assert searched == ["SELECT value FROM vd_meta WHERE key = 'seq'", *catch_up]
+        assert store._index is not None and store._index.seq == store._seq()
+    assert store._index is not None and any(rowid < 0 for rowid in store._index._where)  # archived ones too
+    store.close()
+    other.close()

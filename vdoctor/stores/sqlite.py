@@ -113,6 +113,21 @@ _SOFT_DELETE = (
     f"UPDATE case_memory SET valid = 0, invalid_ts = MAX(?, version_from), updated_at = ?, seq = {NEXT_SEQ} "
     "WHERE vin = ? AND valid = 1"
 )
+# What the indexes catch up on (``SqliteStore._catch_up``), in one statement (so one snapshot): the
+# current rows changed after :since in change order, then the archived versions (named by their negated
+# rowid), then a row of NULLs but for the change seq as of the same snapshot (SQLite runs a UNION ALL's
+# parts in turn). The catch-up runs under the index guard, and every statement lets go of the GIL and
+# waits to win it back while holding the guard: a second read of the seq and a second statement for the
+# archived versions made three such waits instead of one. In a write-then-recall loop (each recall
+# catching up on the case just written) a search took ~4 us less CPU (~49 -> ~45 us, 6 alternating runs).
+_CHANGED_COLUMNS = "series, vin, recheck_ok, verified_ts, version_from, invalid_ts"
+_CHANGED_ROWS = (
+    f"SELECT * FROM (SELECT rowid, {_CHANGED_COLUMNS}, NULL, summary_vec, embedder, search_tokens, seq "
+    "FROM case_memory WHERE seq > :since ORDER BY seq) UNION ALL "
+    f"SELECT * FROM (SELECT -rowid, {_CHANGED_COLUMNS}, version_to, summary_vec, embedder, search_tokens, seq "
+    "FROM case_history WHERE seq > :since) UNION ALL "
+    "SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, value FROM vd_meta WHERE key = 'seq'"
+)
 # A search's hits: (rowid, score), best first (archived versions by their negated rowid).
 Hits = list[tuple[int, float]]
 # Recall reads leave the summary source out (it is for re-extraction only, and the largest column).
@@ -399,28 +414,18 @@ class SqliteStore:
             self._index, self._lexicon = vectors, lexicon
         index, lexicon = self._index, self._lexicon
         if db_seq != index.seq or db_seq != lexicon.seq:
-            db_seq = self._seq()  # rows may have changed since the caller looked: take them all
             # Rows the two indexes already hold are applied again: a row's state is whole, so that is harmless.
             since = min(index.seq, lexicon.seq)
-            changed = "recheck_ok, verified_ts, version_from, invalid_ts"
-            rows = self._query(
-                f"SELECT rowid, series, vin, {changed}, NULL, summary_vec, embedder, search_tokens, seq "
-                "FROM case_memory WHERE seq > ? ORDER BY seq",
-                (since,),
-            )
-            # Archived versions are named by their negated rowid.
-            rows += self._query(
-                f"SELECT -rowid, series, vin, {changed}, version_to, summary_vec, embedder, search_tokens, seq "
-                "FROM case_history WHERE seq > ?",
-                (since,),
-            )
+            # The seq comes last, read with the rows: rows may have changed since the caller looked, and
+            # they are all here.
+            *rows, last = self._query(_CHANGED_ROWS, {"since": since})
             for rowid, series, vin, ok, verified, start, invalid, end, vec, model, tokens, seq in rows:
                 span = eligible_span(ok, verified, start, invalid, end)
                 vector = np.frombuffer(vec, dtype=np.float32) if span else None  # type: ignore[call-overload]
                 key = int(rowid), str(series), str(vin)  # type: ignore[call-overload]
                 index.apply(*key, span, vector, str(model), as_int(seq))
                 lexicon.apply(*key, span, str(tokens) if span else None)
-            index.seq = lexicon.seq = db_seq
+            index.seq = lexicon.seq = as_int(last[-1])
         return index, lexicon
 
     def _records(
