@@ -545,7 +545,9 @@ def test_recall_over_decoded_rows_gives_what_reading_every_row_gives(tmp_path: P
 def test_the_catch_up_reads_the_changed_rows_and_the_seq_in_one_statement(tmp_path: Path) -> None:
     """The indexes catch up on one statement (one snapshot): the changed current rows in change order,
     then the archived versions, then the change seq; what two statements for the rows and one for the
-    seq read."""
+    seq read. A search first reads the seq to see whether they are behind, unless its store has written
+    since they caught up (then they are): writes of another store on the file are seen all the same,
+    and every search finds what a store opened afresh finds."""
     path = str(tmp_path / "m.db")
     store, other = SqliteStore(path), SqliteStore(path)
     rng = np.random.default_rng(3)
@@ -571,6 +573,7 @@ def test_the_catch_up_reads_the_changed_rows_and_the_seq_in_one_statement(tmp_pa
         i = int(rng.integers(0, 15))
         action = rng.integers(0, 4)
         record = rec(i, rng.normal(size=2).tolist(), concluded_at=T0 + timedelta(hours=step), summary=f"v{step}")
+        before = store._seq()
         if action <= 1:
             writer.upsert(record)
         elif action == 2:
@@ -582,12 +585,31 @@ def test_the_catch_up_reads_the_changed_rows_and_the_seq_in_one_statement(tmp_pa
         assert rows == run(current, (since,)) + run(archived, (since,))
         assert last[:-1] == (None,) * 11 and as_int(last[-1]) == store._seq()
         behind = store._index is None or store._index.seq != store._seq()
+        own = writer is store and store._seq() != before and store._index is not None
         statements.clear()
-        store.similar(q([1.0, 0.0]))  # caught up: the seq, then one statement for the changed rows
+        got = [(s.record.vin, s.score) for s in store.similar(q([1.0, 0.0]))]
+        look = [] if own else ["SELECT value FROM vd_meta WHERE key = 'seq'"]
         catch_up = [sqlite_store._CHANGED_ROWS] if behind else []
         searched = [sql for sql in statements if "rowid IN" not in sql]  # not the reads of the hits' rows
-        assert searched == ["SELECT value FROM vd_meta WHERE key = 'seq'", *catch_up]
+        assert searched == [*look, *catch_up]
         assert store._index is not None and store._index.seq == store._seq()
+        if step % 10 == 9:
+            afresh = SqliteStore(path)
+            assert got == [(s.record.vin, s.score) for s in afresh.similar(q([1.0, 0.0]))]
+            query = dataclasses.replace(q([0.6, 0.8]), text="cause v3 v40")
+            assert [(s.record.vin, s.score) for s in store.lexical(query)] == [
+                (s.record.vin, s.score) for s in afresh.lexical(query)
+            ]
+            afresh.close()
     assert store._index is not None and any(rowid < 0 for rowid in store._index._where)  # archived ones too
+    # While a write holds the write connection, a search does not ask it (it would wait): it reads the seq.
+    store.upsert(rec(1, [0.0, 1.0], summary="last"))
+    statements.clear()
+    with store._lock:
+        assert ("LSVAU2180N2000001", 1.0) in [(s.record.vin, s.score) for s in store.similar(q([0.0, 1.0]))]
+    assert [sql for sql in statements if "rowid IN" not in sql] == [
+        "SELECT value FROM vd_meta WHERE key = 'seq'",
+        sqlite_store._CHANGED_ROWS,
+    ]
     store.close()
     other.close()

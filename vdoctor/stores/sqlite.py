@@ -198,6 +198,8 @@ class SqliteStore:
         self._lexicon_dir = None if path == ":memory:" else Path(path + ".lexindex")
         self._saved_seq = -1
         self._saved_lexicon_seq = -1
+        # The write connection's total_changes when the indexes last caught up (``_search``).
+        self._changes_seen = -1
         self._decoded = DecodedRows(DECODED_ROWS)
         if synchronous not in SYNCHRONOUS:
             raise StoreError(
@@ -394,9 +396,12 @@ class SqliteStore:
     def _seq(self) -> int:
         return as_int(self._query("SELECT value FROM vd_meta WHERE key = 'seq'")[0][0])
 
-    def _catch_up(self, db_seq: int) -> tuple[SeriesVectorIndex, SeriesLexicalIndex]:
-        """Load or rebuild both indexes on first use, then apply rows changed up to ``db_seq`` or later."""
+    def _catch_up(self, db_seq: int | None, written: int | None) -> tuple[SeriesVectorIndex, SeriesLexicalIndex]:
+        """Load or rebuild both indexes on first use, then apply rows changed up to ``db_seq`` or later
+        (None: not read, behind for sure). ``written``: the write connection's total_changes before (None:
+        not known)."""
         if self._index is None or self._lexicon is None:
+            db_seq = self._seq() if db_seq is None else db_seq
             vectors = SeriesVectorIndex.load(self._index_dir, self._epoch) if self._index_dir else None
             if vectors is None or vectors.seq > db_seq:
                 log.info("building the vector index of %s", self.path)
@@ -413,7 +418,7 @@ class SqliteStore:
                 self._saved_lexicon_seq = lexicon.seq
             self._index, self._lexicon = vectors, lexicon
         index, lexicon = self._index, self._lexicon
-        if db_seq != index.seq or db_seq != lexicon.seq:
+        if db_seq is None or db_seq != index.seq or db_seq != lexicon.seq:
             # Rows the two indexes already hold are applied again: a row's state is whole, so that is harmless.
             since = min(index.seq, lexicon.seq)
             # The seq comes last, read with the rows: rows may have changed since the caller looked, and
@@ -426,6 +431,8 @@ class SqliteStore:
                 index.apply(*key, span, vector, str(model), as_int(seq))
                 lexicon.apply(*key, span, str(tokens) if span else None)
             index.seq = lexicon.seq = as_int(last[-1])
+        if written is not None:
+            self._changes_seen = written
         return index, lexicon
 
     def _records(
@@ -496,13 +503,26 @@ class SqliteStore:
         """
         terms = query_terms(query.text) if lexical_k > 0 else []
         at = epoch(query.as_of)
-        # The change seq is read before the guard: when the indexes are current
-        # (the usual case), the guard is held for the searches alone.
-        db_seq = self._seq()
+        # The change seq is read before the guard: when the indexes are current, the guard is held for the
+        # searches alone. Unless this store has written since they caught up (a fleet's recalls mostly
+        # follow a case the same process just wrote): they are behind for sure, and the catch-up reads the
+        # seq with the rows. Only a hint: a write counted here but not yet committed is seen by the
+        # statement of a later search (the seq read then finds it), as before. It is asked only while no
+        # write runs (SQLite would make this thread wait for the statement, holding the GIL meanwhile).
+        written = None
+        if self._lock.acquire(blocking=False):
+            try:
+                written = self._conn.total_changes
+            except sqlite3.Error as e:
+                raise StoreError(f"sqlite store {self.path}: {e}") from e
+            finally:
+                self._lock.release()
+        behind = written is not None and written != self._changes_seen and self._index is not None
+        db_seq = None if behind else self._seq()
         seqs: dict[int, int | None] = {}
         dense_seqs: dict[int, int | None] = {}
         with self._index_guard:
-            index, lexicon = self._catch_up(db_seq)
+            index, lexicon = self._catch_up(db_seq, written)
             if dense_k > 0:
                 check_dimensions(query, index.dims(query.series))
                 check_embedders(query, index.models(query.series))
