@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,12 +13,12 @@ import numpy as np
 import pytest
 
 from vdoctor.records import MemoryRecord
-from vdoctor.retrieval.bm25 import Bm25Corpus
+from vdoctor.retrieval.bm25 import BM25_B, BM25_K1, Bm25Corpus
 from vdoctor.retrieval.tokens import TOKENIZER
 from vdoctor.stores import SimilarQuery, lexindex
 from vdoctor.stores.lexindex import SeriesLexicalIndex
 from vdoctor.stores.sqlite import SqliteStore
-from vdoctor.stores.vecindex import OPEN_END
+from vdoctor.stores.vecindex import OPEN_END, vin_hash
 
 pytestmark = pytest.mark.unit
 
@@ -213,3 +214,65 @@ def test_one_pass_and_term_by_term_scoring_agree_to_the_last_bit(monkeypatch: py
     assert one_pass == term_by_term  # tuples of (rowid, float): exact equality
     assert all(type(rowid) is int and type(score) is float for hits in one_pass for rowid, score in hits)
     assert sum(len(r) for r in one_pass) > 400
+
+
+def _plain_search(
+    docs: dict[int, tuple[str, tuple[int, int], list[str]]], exclude: str, terms: list[str], k: int, at: int
+) -> list[tuple[int, float]]:
+    """The lexical search by its definition, one document and one term at a time in Python floats: BM25
+    over the versions visible at ``at`` (the asking vehicle's left out), best first, ties by VIN hash and
+    rowid, and every row tied with the k-th on score and VIN hash kept."""
+    visible = {r: d for r, d in docs.items() if d[0] != exclude and d[1][0] <= at < d[1][1]}
+    if not visible:
+        return []
+    avg = sum(len(words) for _, _, words in visible.values()) / len(visible) or 1.0
+    query = list(dict.fromkeys(terms))
+    dfs = {t: sum(1 for _, _, words in visible.values() if t in words) for t in query}
+    scored = []
+    for rowid, (vin, _, words) in visible.items():
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * len(words) / avg)
+        score = 0.0
+        for t in query:
+            tf = words.count(t)
+            if tf:
+                idf = math.log1p((len(visible) - dfs[t] + 0.5) / (dfs[t] + 0.5))
+                score += idf * tf * (BM25_K1 + 1.0) / (tf + norm)
+        if score > 0:
+            scored.append((-score, vin_hash(vin), rowid))
+    scored.sort()
+    if len(scored) > k:
+        cut = scored[k - 1][:2]
+        scored = scored[:k] + [s for s in scored[k:] if s[:2] == cut]
+    return [(rowid, -score) for score, _, rowid in scored]
+
+
+@pytest.mark.parametrize("one_pass_limit", [1 << 30, 0])
+def test_search_gives_bm25_by_its_definition_to_the_last_bit(
+    monkeypatch: pytest.MonkeyPatch, one_pass_limit: int
+) -> None:
+    """Rows and float scores are exactly those of BM25 computed plainly over the visible versions, through
+    rewrites, removals (dead documents never show), masked vehicles, spans and many ties at the cut."""
+    monkeypatch.setattr(lexindex, "ONE_PASS_POSTINGS", one_pass_limit)
+    rng = np.random.default_rng(5)
+    vocab = [f"w{i}" for i in range(12)]  # few words, short documents: many equal scores
+    index = SeriesLexicalIndex()
+    docs: dict[int, tuple[str, tuple[int, int], list[str]]] = {}
+    checked = 0
+    for step in range(1500):
+        rowid, vin = int(rng.integers(0, 300)), f"V{int(rng.integers(0, 4))}"
+        if rng.random() < 0.2:
+            index.apply(rowid, "S", vin, None, None)
+            docs.pop(rowid, None)
+        else:
+            words = [str(w) for w in rng.choice(vocab, size=int(rng.integers(1, 6)))]
+            start = int(rng.integers(0, 100))
+            span = (start, start + int(rng.integers(1, 120)))
+            index.apply(rowid, "S", vin, span, " ".join(words))
+            docs[rowid] = (vin, span, words)
+        if step % 5 == 0:
+            terms = [str(w) for w in rng.choice([*vocab, "absent"], size=int(rng.integers(1, 6)))]
+            exclude, at, k = f"V{int(rng.integers(0, 5))}", int(rng.integers(0, 220)), int(rng.integers(1, 12))
+            got = index.search("S", exclude, terms, k, at)
+            assert got == _plain_search(docs, exclude, terms, k, at)
+            checked += len(got) > k
+    assert checked > 20  # the cut kept rows tied with the k-th many times

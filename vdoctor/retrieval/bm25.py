@@ -77,6 +77,7 @@ def contenders(scores: npt.NDArray[np.float64], hits: npt.NDArray[np.intp], k: i
     costs most of a search)."""
     if len(hits) <= k:
         return hits
-    kth = float(np.partition(scores[hits], len(hits) - k)[len(hits) - k])
-    kept: npt.NDArray[np.intp] = hits[scores[hits] >= kth]
+    hit_scores = scores[hits]
+    kth = float(np.partition(hit_scores, len(hits) - k)[len(hits) - k])
+    kept: npt.NDArray[np.intp] = hits[hit_scores >= kth]
     return kept

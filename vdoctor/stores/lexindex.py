@@ -55,6 +55,8 @@ _DOC_ARRAYS = ("rowids", "vins", "starts", "ends", "lengths")
 # (bench/lexical_search.py: 0.71-0.74x the time at 160 postings a query, 0.86-1.02x at 15,000-77,000,
 # 1.01-1.02x at 154,000).
 ONE_PASS_POSTINGS = 1 << 17
+# The end of a dead document's span: before every time, so a search's span test masks it out.
+_DEAD_END = int(np.iinfo(np.int64).min)
 
 
 @dataclass
@@ -92,14 +94,15 @@ class _Part:
         self.starts[doc], self.ends[doc] = span
         self.lengths[doc] = len(tokens)
         self.alive[doc] = True
+        terms, docs, tfs = self.terms, self.docs, self.tfs
         for term, tf in Counter(tokens).items():
-            term_id = self.terms.get(term)
+            term_id = terms.get(term)
             if term_id is None:
-                term_id = self.terms[term] = len(self.docs)
-                self.docs.append(array("i"))
-                self.tfs.append(array("H"))
-            self.docs[term_id].append(doc)
-            self.tfs[term_id].append(min(tf, 65535))
+                term_id = terms[term] = len(docs)
+                docs.append(array("i"))
+                tfs.append(array("H"))
+            docs[term_id].append(doc)
+            tfs[term_id].append(tf if tf < 65535 else 65535)
         self.size += 1
         self.live += 1
         self.live_length += len(tokens)
@@ -107,6 +110,7 @@ class _Part:
 
     def kill(self, doc: int) -> None:
         self.alive[doc] = False
+        self.ends[doc] = _DEAD_END  # never visible: ``search`` needs no look at ``alive``
         self.live -= 1
         self.live_length -= int(self.lengths[doc])
 
@@ -170,35 +174,34 @@ class _Part:
         n = self.size
         if not self.live or k <= 0:
             return []
-        visible = self.alive[:n].copy()
-        visible &= self.vins[:n] != exclude
+        visible = self.ends[:n] > at  # a dead document's end is _DEAD_END
         visible &= self.starts[:n] <= at
-        visible &= self.ends[:n] > at
+        visible &= self.vins[:n] != exclude
         count = int(np.count_nonzero(visible))
         if not count:
             return []
         term_ids = [t for t in map(self.terms.get, dict.fromkeys(terms)) if t is not None]
         if not term_ids:
             return []
+        lengths = self.lengths[:n]
         # The mean without numpy's own calls: the integer sum is exact, and so is numpy's float64 sum below 2**53.
-        avg = int(self.lengths[:n][visible].sum()) / count or 1.0
-        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * self.lengths[:n] / avg)
+        avg = int(lengths[visible].sum()) / count or 1.0
+        norm = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths / avg)
         postings = [self.docs[t] for t in term_ids]
         tfs = [self.tfs[t] for t in term_ids]
         scores = _bm25_scores(postings, tfs, visible, count, norm)
-        scores[~visible] = 0.0
         hits = contenders(scores, np.flatnonzero(scores > 0), k)
         # Equal scores are common here (cases of one fault told alike): the cut at k breaks ties by the
         # vehicle (its VIN's hash), never by insertion order, and keeps every row tied with the k-th on
         # both, so which rows make it does not depend on the order the job wrote them in. (Keeping every
         # row tied on the score alone, as the vector index does, fetched thousands of rows at 1M records.)
-        order = np.lexsort((self.rowids[hits], self.vins[hits], -scores[hits]))
+        rowids, vins, hit_scores = self.rowids[hits], self.vins[hits], scores[hits]
+        order = np.lexsort((rowids, vins, -hit_scores))
         if len(order) > k:
-            last = hits[order[k - 1]]
-            tied = (scores[hits[order[k:]]] == scores[last]) & (self.vins[hits[order[k:]]] == self.vins[last])
-            order = np.concatenate([order[:k], order[k:][tied]])
-        best = hits[order]
-        return list(zip(self.rowids[best].tolist(), scores[best].tolist(), strict=True))
+            last, rest = order[k - 1], order[k:]
+            tied = (hit_scores[rest] == hit_scores[last]) & (vins[rest] == vins[last])
+            order = np.concatenate([order[:k], rest[tied]])
+        return list(zip(rowids[order].tolist(), hit_scores[order].tolist(), strict=True))
 
 
 def _idf(count: int, df: int) -> float:
@@ -212,15 +215,17 @@ def _bm25_scores(
     count: int,
     norm: npt.NDArray[np.float64],
 ) -> npt.NDArray[np.float64]:
-    """BM25 of every document for the query terms whose postings (document numbers, ``_Part.docs``) and
-    term frequencies (``_Part.tfs``) are given; the caller zeroes the invisible.
+    """BM25 of every visible document for the query terms whose postings (document numbers,
+    ``_Part.docs``) and term frequencies (``_Part.tfs``) are given; 0 for the others.
 
     Up to ``ONE_PASS_POSTINGS`` postings in all, every term's postings go into one array, scored with a
     handful of numpy calls instead of a handful per term: at fleet sizes (a few thousand versions per
     series, ~20-30 terms per query) the calls, not the arithmetic, were most of a search. Each document's
     contributions are still added in the terms' order, starting from zero, so both ways give the same
-    scores to the last bit. (A term none of whose documents is visible adds only to documents the caller
-    zeroes; term by term it is skipped.)
+    scores to the last bit. (A term none of whose documents is visible adds nothing; term by term it is
+    skipped. In one pass the invisible documents' postings weigh 0: a weight is positive, times 1 it is
+    itself and times 0 it is +0.0, so the visible documents' sums are those of term by term, and the
+    others are 0.0, as zeroed there.)
     """
     sizes = [len(docs) for docs in postings]
     if sum(sizes) > ONE_PASS_POSTINGS:
@@ -233,14 +238,17 @@ def _bm25_scores(
             # Scored over the whole posting list (no copy of the visible part).
             tf = np.frombuffer(term_tfs, dtype=np.uint16).astype(np.float64)
             scores[docs] += _idf(count, df) * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
+        scores[~visible] = 0.0
         return scores
     firsts = np.array([0, *accumulate(sizes[:-1])], dtype=np.intp)
     # The terms' arrays joined as bytes: one numpy call, not one view per term and a concatenation.
     docs = np.frombuffer(b"".join(postings), dtype=np.int32)
-    dfs = np.add.reduceat(visible[docs], firsts, dtype=np.intp).tolist()
+    seen = visible[docs]
+    dfs = np.add.reduceat(seen, firsts, dtype=np.intp).tolist()
     idf = np.repeat(np.array([_idf(count, df) for df in dfs], dtype=np.float64), sizes)
     tf = np.frombuffer(b"".join(tfs), dtype=np.uint16).astype(np.float64)
     weights = idf * tf * (BM25_K1 + 1.0) / (tf + norm[docs])
+    weights *= seen
     # (With weights, bincount's sums are float64; its stubs say integers.)
     return cast("npt.NDArray[np.float64]", np.bincount(docs, weights=weights, minlength=len(visible)))
 
