@@ -558,7 +558,7 @@ def test_the_catch_up_reads_the_changed_rows_and_the_seq_in_one_statement(tmp_pa
     )
     archived = (
         f"SELECT -rowid, {changed}, version_to, summary_vec, embedder, search_tokens, seq "
-        "FROM case_history WHERE seq > ?"
+        "FROM case_history WHERE seq > ? ORDER BY seq"
     )
     statements: list[str] = []
     run = store._query
@@ -582,8 +582,9 @@ def test_the_catch_up_reads_the_changed_rows_and_the_seq_in_one_statement(tmp_pa
             writer.soft_delete(record.vin, T0 + timedelta(hours=step))
         since = int(rng.integers(-1, store._seq() + 1))
         *rows, last = run(sqlite_store._CHANGED_ROWS, {"since": since})
-        assert rows == run(current, (since,)) + run(archived, (since,))
-        assert last[:-1] == (None,) * 11 and as_int(last[-1]) == store._seq()
+        assert [row[0] for row in rows] == sorted(row[0] for row in rows)  # the current rows first
+        assert [row[1:] for row in rows] == run(current, (since,)) + run(archived, (since,))
+        assert last[:2] == (2, None) and last[2:-1] == (None,) * 10 and as_int(last[-1]) == store._seq()
         behind = store._index is None or store._index.seq != store._seq()
         own = writer is store and store._seq() != before and store._index is not None
         statements.clear()
