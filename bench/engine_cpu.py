@@ -37,6 +37,7 @@ skipped; its time then shows under "engine, other".
     .venv/bin/python bench/engine_cpu.py --model openai --vins 300
     .venv/bin/python bench/engine_cpu.py --workload concurrency --vins 300   # bench/concurrency.py's alerts
     .venv/bin/python bench/engine_cpu.py --embed-child       # the embedding model in its child process, as in the job
+    .venv/bin/python bench/engine_cpu.py --dedup-ids 2048    # busy vehicles: each one's dedup state already full
 
 By default the embedding model runs in this process, so its CPU is in the
 "embedding" stage. With ``--embed-child`` it runs in its child process, as
@@ -71,6 +72,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -194,9 +196,33 @@ TARGETS: dict[str, list[str]] = {
     ],
     "tools": ["vdoctor.agent.tools:Toolbox.call"],
     # The stored session, read by the engine when its alert continues it (the operator hands it over unread).
-    SERDE: ["vdoctor.memory.session:StoredSession.load", "vdoctor.memory.session:StoredSession.accepts_alert_at"],
+    # The stored dedup ids, checked and extended as text (parsed only for an id or text of another shape).
+    SERDE: ["vdoctor.memory.session:StoredSession.load", "vdoctor.memory.session:StoredSession.accepts_alert_at",
+            "vdoctor.memory.session:StoredDedup.check_and_add", "vdoctor.memory.session:StoredDedup.load"],
     "knowledge search": ["vdoctor.knowledge.search:KnowledgeBase.search"],
 }  # fmt: skip
+
+
+def earlier_ids(lines: list[str], n: int) -> dict[str, str]:
+    """Each vehicle's dedup state (its JSON) holding ``n`` ids of events before the fleet's, a minute apart.
+
+    The ids are shaped like the fleet's (``e-`` and digits) but one digit longer, so none is a fleet event's.
+    """
+    from vdoctor.memory.session import DedupState
+
+    if n <= 0:
+        return {}
+    vins: set[str] = set()
+    for line in lines:
+        try:
+            vins.add(json.loads(line)["vin"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a line the parse stage rejects
+    start = int(datetime(2026, 8, 1, tzinfo=UTC).timestamp())
+    return {
+        vin: DedupState(seen={f"e-{(v * n + k) % 10**7:07d}": start + 60 * k for k in range(n)}).model_dump_json()
+        for v, vin in enumerate(sorted(vins))
+    }
 
 
 def instrument_parts(clock: StageClock, engine: Any, model_stage: str) -> None:
@@ -243,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chained", action="store_true",
                         help="carry each vehicle's session and dedup from one event to the next as live objects "
                              "(no state read), as earlier releases measured")  # fmt: skip
+    parser.add_argument("--dedup-ids", type=int, default=0, metavar="N",
+                        help="each vehicle's stored dedup state holds N earlier event ids at its first event (a busy "
+                             "vehicle: the state keeps up to MAX_DEDUP_IDS = 2048)")  # fmt: skip
     parser.add_argument("--default-gc", action="store_true",
                         help="Python's default cyclic GC settings instead of the job's (tune_gc_for_runs)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
@@ -254,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
-    from vdoctor.memory.session import DedupState, StoredSession
+    from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
     from vdoctor.runs import tune_gc_for_runs
 
     clock = NoClock() if args.no_stages else StageClock()
@@ -288,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             carries: dict[str, tuple[Any, Any]] = {}  # --chained: live objects
             stored: dict[str, tuple[str | None, str | None]] = {}  # otherwise: what the state holds, as JSON
             pending: dict[str, list[str]] = {}
+            for vin, dedup_json in earlier_ids(lines, args.dedup_ids).items():
+                stored[vin] = (None, dedup_json)
+                carries[vin] = (None, DedupState.model_validate_json(dedup_json))
             alerts = events = 0
             cpu0, wall0 = time.process_time(), time.perf_counter()
             child0 = children_cpu_s(os.getpid(), exclude=not_embedding)
@@ -312,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:  # the operator's _carry_from_state
                     session_json, dedup_json = stored.get(event.vin, (None, None))
                     session = StoredSession(session_json) if session_json else None
-                    dedup = DedupState.model_validate_json(dedup_json) if dedup_json else DedupState()
+                    dedup = StoredDedup(dedup_json) if dedup_json else DedupState()
                 clock.leave()
                 result = engine.on_event(session, dedup, parsed, line)
                 clock.enter(SERDE)

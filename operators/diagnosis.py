@@ -60,7 +60,7 @@ from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
-from vdoctor.memory.session import DedupState, SessionState, StoredSession
+from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
 from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
 from vdoctor.settings import Settings, with_secrets
@@ -82,7 +82,7 @@ END_OF_INPUT = 2**63 - 1
 
 Item = tuple[str, str]  # (event json, raw line)
 # A vehicle's session: as stored (parsed by the engine only if its event continues it), live, or none.
-Carry = tuple[SessionState | StoredSession | None, DedupState]
+Carry = tuple[SessionState | StoredSession | None, DedupState | StoredDedup]
 
 
 @dataclass
@@ -240,7 +240,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         stored = self.session_state.value()
         session = StoredSession(stored) if stored else None
         dedup_raw = self.dedup_state.value()
-        dedup = DedupState.model_validate_json(dedup_raw) if dedup_raw else DedupState()
+        # Edited as text, not parsed: a busy vehicle's ids are ~90 KB of JSON (``StoredDedup``).
+        dedup = StoredDedup(dedup_raw) if dedup_raw else DedupState()
         return session, dedup
 
     def _start_from_state(self, vin: str, items: list[Item], ctx: KeyedProcessFunction.Context) -> None:

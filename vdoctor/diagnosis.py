@@ -29,6 +29,7 @@ from vdoctor.memory.session import (
     DedupState,
     Reading,
     SessionState,
+    StoredDedup,
     StoredSession,
     TimelineEntry,
     opening_text,
@@ -74,7 +75,7 @@ class RunStats:
 class StepResult:
     # A stored session the event did not read comes back as it was given (``StoredSession``).
     session: SessionState | StoredSession | None
-    dedup: DedupState
+    dedup: DedupState | StoredDedup  # the stored ids, as the state's text (``StoredDedup``) or parsed
     diagnoses: list[Diagnosis] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
     duplicate: bool = False
@@ -131,7 +132,11 @@ class DiagnosisEngine:
     # -- events ---------------------------------------------------------------
 
     def on_event(
-        self, session: SessionState | StoredSession | None, dedup: DedupState, event: Event, raw: str
+        self,
+        session: SessionState | StoredSession | None,
+        dedup: DedupState | StoredDedup,
+        event: Event,
+        raw: str,
     ) -> StepResult:
         """The event's run. A ``StoredSession`` (the job's state) is parsed only for an alert that continues it."""
         if not dedup.check_and_add(event.event_id, event.ts):

@@ -253,3 +253,78 @@ class DedupState(BaseModel):
             # dicts keep insertion order: drop the oldest-seen id.
             del self.seen[next(iter(self.seen))]
         return True
+
+
+# What pydantic's JSON writes escaped in a string (quote, backslash, control characters), or cannot write
+# (a lone surrogate). ``StoredDedup`` handles in the text only ids with none of these.
+_ESCAPED_RE = re.compile(r'[\x00-\x1f"\\\ud800-\udfff]')
+_DEDUP_HEAD = '{"seen":{'  # ``DedupState.model_dump_json``'s text up to its first id
+
+
+class StoredDedup:
+    """A vehicle's dedup ids as the job's keyed state holds them, ``DedupState``'s JSON, parsed only if needed.
+
+    A busy vehicle's state holds ``MAX_DEDUP_IDS`` ids (~90 KB of JSON); parsing
+    and writing it again on every event cost far more than the event's check.
+    ``check_and_add`` answers as ``DedupState.check_and_add`` on the parsed state
+    and ``model_dump_json`` gives the text the state's would, by editing the
+    text: pydantic writes ``{"seen":{"<id>":<secs>,...}}`` compactly, in the
+    dict's (insertion) order, so an id is seen iff ``"<id>":`` occurs after
+    the dict's ``{``; an add appends an entry before the closing braces and an
+    eviction cuts the first entry. That holds while no string needs escaping:
+    without a backslash in the text a quote in it only delimits an id, so a
+    match starts at an id's opening quote, unless it starts at a closing one,
+    which ``:`` follows: hence no id starting with ``:``. Any other text or id
+    is parsed into ``DedupState`` and handled by it from then on. (The shape
+    checks look for escapes, not for other writers' JSON: the state holds only
+    text that ``model_dump_json`` wrote.)
+    """
+
+    __slots__ = ("json", "_ids", "_parsed")
+
+    def __init__(self, json: str) -> None:
+        self.json = json
+        self._ids: int | None = None  # ids in the text, once counted; -1: not text this class edits
+        self._parsed: DedupState | None = None
+
+    def _count(self) -> int:
+        """The number of ids in the text, or -1 if the text is not of the plain shape the fast path edits."""
+        if self._ids is None:
+            text = self.json
+            plain = text.startswith(_DEDUP_HEAD) and text.endswith("}}") and "\\" not in text
+            # Every quote delimits a key: "seen" and one per id.
+            self._ids = text.count('"') // 2 - 1 if plain else -1
+        return self._ids
+
+    def load(self) -> DedupState:
+        if self._parsed is None:
+            self._parsed = DedupState.model_validate_json(self.json)
+        return self._parsed
+
+    @property
+    def seen(self) -> dict[str, int]:
+        return self.load().seen
+
+    def check_and_add(self, event_id: str, ts: datetime) -> bool:
+        """``DedupState.check_and_add`` on the stored ids."""
+        if self._parsed is not None or event_id.startswith(":") or _ESCAPED_RE.search(event_id):
+            return self.load().check_and_add(event_id, ts)
+        ids = self._count()
+        if ids < 0:
+            return self.load().check_and_add(event_id, ts)
+        text = self.json
+        key = f'"{event_id}":'
+        if text.find(key, len(_DEDUP_HEAD)) != -1:
+            return False
+        if ids >= MAX_DEDUP_IDS:  # the add passes the bound: the oldest (first) entry goes
+            end = text.find(",", text.index('"', len(_DEDUP_HEAD) + 1))  # its value is digits: the first comma
+            kept = text[end + 1 : -2] if end != -1 else ""
+        else:
+            kept = text[len(_DEDUP_HEAD) : -2]
+            self._ids = ids + 1
+        self.json = f"{_DEDUP_HEAD}{kept}{',' if kept else ''}{key}{int(ts.timestamp())}}}}}"
+        return True
+
+    def model_dump_json(self) -> str:
+        """``DedupState.model_dump_json`` of the ids: the stored text, as edited."""
+        return self._parsed.model_dump_json() if self._parsed is not None else self.json
