@@ -151,14 +151,11 @@ class DecodedRows:
         entry = self.entries([key], {key: seq})[0]
         return None if entry is None else entry[0]
 
-    def get_many(self, keys: Sequence[int], seqs: Mapping[int, int | None]) -> list[MemoryRecord | None]:
-        """``get(key, seqs[key])`` for each key in turn (None where its seq is not known), under one lock."""
-        return [None if entry is None else entry[0] for entry in self.entries(keys, seqs)]
-
     def entries(
         self, keys: Sequence[int], seqs: Mapping[int, int | None]
     ) -> list[tuple[MemoryRecord, Admission] | None]:
-        """``get_many`` with each record's ``admission``."""
+        """Each key's record with its ``admission``, as ``get(key, seqs[key])`` finds it, in turn (None where
+        its seq is not known), under one lock."""
         records = self._records
         found: list[tuple[MemoryRecord, Admission] | None] = []
         with self._lock:
