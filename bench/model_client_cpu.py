@@ -262,7 +262,8 @@ def bridge_variant(url: str) -> tuple[Callable[[dict[str, Any]], object], Callab
 
 
 VARIANTS = [
-    "sync create", "sync raw response", "sync post text", "sync post text, stdlib transport", "sync post text, 1 client", "sync post text, 8 clients",
+    "sync create", "sync raw response", "sync post text", "sync post text, stdlib transport",
+    "sync post text, 1 client", "sync post text, 8 clients",
     "sync post text, a client per thread",
     "sync post text, new connection", "async create", "async post text", "bridge: threads -> 1 loop",
     "httpx2 direct (floor)", "http.client (floor)",

@@ -59,9 +59,9 @@ from vdoctor.embedders.hashing import HashingEmbedder  # noqa: E402
 from vdoctor.memory.recall import recall  # noqa: E402
 from vdoctor.records import MemoryRecord, utc_now  # noqa: E402
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES as SIMILAR_CANDIDATES  # noqa: E402
+from vdoctor.retrieval.text import search_tokens  # noqa: E402
 from vdoctor.stores import MemoryStore, SimilarQuery, open_store  # noqa: E402
 from vdoctor.stores.sqlite import SqliteStore  # noqa: E402
-from vdoctor.retrieval.text import search_tokens  # noqa: E402
 from vdoctor.stores.vecindex import vin_hash  # noqa: E402
 
 # Every record says the hashing embedder made its vector (recall refuses another embedder's).
