@@ -56,3 +56,24 @@ def children_cpu_s(pid: int, exclude: set[int] | frozenset[int] = frozenset()) -
     and their own descendants."""
     left_out = {p for c in exclude for p in _tree(c)} | {pid}
     return sum(_cpu_ticks(p) for p in _tree(pid) if p not in left_out) / os.sysconf("SC_CLK_TCK")
+
+
+def pin_tree(pid: int, cores: set[int]) -> int:
+    """Restrict a process, all its threads and all its descendants to ``cores``; how many threads were pinned.
+
+    Affinity is per thread in Linux, and a new thread or child process inherits its creator's: pinning every
+    thread of the tree once pins what it starts later too (calling again catches anything that raced with it).
+    """
+    pinned = 0
+    for p in _tree(pid):
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{p}/task").iterdir()]
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tids:
+            try:
+                os.sched_setaffinity(tid, cores)
+                pinned += 1
+            except OSError:
+                continue
+    return pinned

@@ -29,6 +29,15 @@ and CPU per alert: on a machine shared with other work, a second TaskManager
 that finds no idle core shows up as the same cores used, not as a job that
 does not scale.
 
+``--cores-per-taskmanager N`` gives each TaskManager N cores of its own
+(TaskManager i gets cores i*N .. i*N+N-1): its JVM, its Python interpreter and
+its embedding child are pinned to them (Linux CPU affinity, as a container's
+CPU limit would hold it), while the broker, the JobManager and this script
+may run on any core. On a 2-core machine, 1 core per TaskManager measures
+what the second TaskManager adds with a core of its own; unpinned, one
+TaskManager already spreads over both cores and leaves the second nothing
+to add.
+
 Prints a table with the ratios and writes out/bench/scale_out.{json,png}.
 """
 
@@ -49,7 +58,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.procstat import tree_cpu_s  # noqa: E402
+from bench.procstat import pin_tree, tree_cpu_s  # noqa: E402
 from tests.services.kafka_flink import FlinkCluster, KafkaBroker  # noqa: E402
 
 PARTITIONS = 4
@@ -76,10 +85,13 @@ class Result:
     cores_used: float
     cpu_ms_per_alert: float
     load_avg: float
+    # Cores each TaskManager was pinned to (0: not pinned, any core).
+    cores_per_taskmanager: int = 0
 
     @property
     def label(self) -> str:
-        return f"{self.mode} {self.taskmanagers} TM x {self.slots} slot"
+        pinned = f", {self.cores_per_taskmanager} core each" if self.cores_per_taskmanager else ""
+        return f"{self.mode} {self.taskmanagers} TM x {self.slots} slot{pinned}"
 
 
 def parse_config(text: str) -> tuple[str, int, int]:
@@ -116,20 +128,41 @@ def _consume(bootstrap: str, topic: str, expect: int, timeout_s: float, label: s
     return count, first_at, last_at
 
 
-class CpuSampler:
-    """Samples the CPU time of the cluster's TaskManager process trees twice a second, on a thread."""
+def taskmanager_pids(pid_dir: Path) -> list[int]:
+    """The cluster's TaskManager JVMs, in the order they were started."""
+    return [int(x) for f in sorted(pid_dir.glob("*taskexecutor*.pid")) for x in f.read_text().split() if x.isdigit()]
 
-    def __init__(self, pid_dir: Path) -> None:
+
+def core_sets(taskmanagers: int, per_taskmanager: int) -> list[set[int]]:
+    """TaskManager i's cores: i*N .. i*N+N-1 (the machine must have them all)."""
+    cores = os.cpu_count() or 1
+    if taskmanagers * per_taskmanager > cores:
+        raise SystemExit(f"{taskmanagers} TaskManagers x {per_taskmanager} cores need {taskmanagers * per_taskmanager}"
+                         f" cores; this machine has {cores}")  # fmt: skip
+    return [set(range(i * per_taskmanager, (i + 1) * per_taskmanager)) for i in range(taskmanagers)]
+
+
+class CpuSampler:
+    """Samples the CPU time of the cluster's TaskManager process trees twice a second, on a thread.
+
+    With ``pins`` (one core set per TaskManager, in start order) it also pins each TaskManager's tree to its
+    cores at every sample, so a process started late (the embedding child) cannot escape them.
+    """
+
+    def __init__(self, pid_dir: Path, pins: list[set[int]] | None = None) -> None:
         self.pid_dir = pid_dir
+        self.pins = pins or []
         self.samples: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _pids(self) -> list[int]:
-        return [int(x) for f in self.pid_dir.glob("*taskexecutor*.pid") for x in f.read_text().split() if x.isdigit()]
+        return taskmanager_pids(self.pid_dir)
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            for pid, cores in zip(self._pids(), self.pins, strict=False):
+                pin_tree(pid, cores)
             self.samples.append((time.monotonic(), sum(tree_cpu_s(p) for p in self._pids())))
             self._stop.wait(0.5)
 
@@ -151,7 +184,7 @@ class CpuSampler:
 
 def run_config(
     broker: KafkaBroker, config: tuple[str, int, int], topic: str, expect: int, work: Path, timeout_s: float,
-    concurrency: int,
+    concurrency: int, cores_per_taskmanager: int = 0,
 ) -> Result:  # fmt: skip
     mode, tms, slots = config
     tag = f"{mode}-{tms}x{slots}"
@@ -169,6 +202,11 @@ def run_config(
     cluster.start()
     job_id = None
     try:
+        pins = core_sets(tms, cores_per_taskmanager) if cores_per_taskmanager else []
+        tm_pids = taskmanager_pids(cluster.workdir / "pid")
+        for pid, cores in zip(tm_pids, pins, strict=False):  # before the job: its threads start pinned
+            print(f"  TaskManager {pid}: pinned to cores {sorted(cores)} ({pin_tree(pid, cores)} threads)",
+                  file=sys.stderr, flush=True)  # fmt: skip
         launched = time.monotonic()
         submitted = cluster.flink(
             "run", "-d", "-py", str(JOB), "--kafka", broker.bootstrap, "--alerts-topic", topic,
@@ -181,14 +219,15 @@ def run_config(
             raise SystemExit(f"{tag}: flink run failed:\n{submitted.stderr[-3000:]}")
         found = re.search(r"JobID ([0-9a-f]{32})", submitted.stdout + submitted.stderr)
         job_id = found.group(1) if found else None
-        with CpuSampler(cluster.workdir / "pid") as cpu:
+        with CpuSampler(cluster.workdir / "pid", pins) as cpu:
             count, first_at, last_at = _consume(broker.bootstrap, diag, expect, timeout_s, tag)
             time.sleep(0.6)  # one more sample after the last diagnosis
         span = last_at - first_at
         used = cpu.between(first_at, last_at)
         return Result(mode, tms, slots, parallelism, count, expect, count / span if span > 0 else float("nan"),
                       first_at - launched if first_at else float("nan"), used / span if span > 0 else float("nan"),
-                      used / count * 1000 if count else float("nan"), os.getloadavg()[0])  # fmt: skip
+                      used / count * 1000 if count else float("nan"), os.getloadavg()[0],
+                      cores_per_taskmanager)  # fmt: skip
     finally:
         if job_id:
             cluster.flink("cancel", job_id, timeout=60)
@@ -225,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                         metavar="MODE:TMxSLOTS")  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=64, help="runs in flight per subtask (VDOCTOR_CONCURRENCY)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for one configuration's diagnoses")
+    parser.add_argument("--cores-per-taskmanager", type=int, default=0, metavar="N",
+                        help="pin each TaskManager (its JVM, Python, embedding child) to N cores of its own; "
+                             "0 (default): any core")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -251,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             replay = [sys.executable, "-m", "jobs.cli", "replay", "--alerts", str(alerts), "--bootstrap"]
             subprocess.run([*replay, broker.bootstrap, "--topic", "scale.alerts", "--quiet"], cwd=REPO_ROOT, check=True)
             for config in args.configs:
-                results.append(run_config(broker, config, "scale.alerts", expect, work, args.timeout, args.concurrency))
+                results.append(run_config(broker, config, "scale.alerts", expect, work, args.timeout, args.concurrency,
+                                          args.cores_per_taskmanager))  # fmt: skip
                 r = results[-1]
                 print(f"  {r.label}: {r.alerts_per_s:.1f} alerts/s ({r.diagnoses}/{r.expected})", file=sys.stderr)
         finally:
@@ -260,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nKafka ({PARTITIONS} partitions) -> job on a standalone cluster -> Kafka; offline model, "
           f"concurrency {args.concurrency}; {lines} events ({expect} alerts); {os.cpu_count()} cores shared with "
           f"the broker and the JobManager; load average {load_before:.1f} before, {load_after:.1f} after")  # fmt: skip
+    if args.cores_per_taskmanager:
+        print(f"each TaskManager pinned to {args.cores_per_taskmanager} core(s) of its own (TaskManager i: cores "
+              f"i*N .. i*N+N-1); the broker, the JobManager and this script on any core")  # fmt: skip
     print("'cores' and 'CPU ms/alert': the TaskManagers' CPU (Python workers included) from first to last diagnosis")
     print(f"{'configuration':<28} {'parallelism':>11} {'diagnoses':>9} {'alerts/s':>9} {'cores':>6} "
           f"{'CPU ms/alert':>12} {'start-up s':>10} {'load':>5}")  # fmt: skip

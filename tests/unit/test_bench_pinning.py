@@ -1,0 +1,76 @@
+"""bench/scale_out.py's per-TaskManager pinning: a whole process tree, threads and later children, on its cores."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.procstat import pin_tree
+from bench.scale_out import core_sets, taskmanager_pids
+
+pytestmark = pytest.mark.unit
+
+# A parent with a second thread and a child process, both started before the pin; then, after a signal on
+# stdin, a grandchild started after it. Each reports its affinity on stdout.
+_TREE = r"""
+import os, subprocess, sys, threading, time
+report = lambda who, pid=0: print(who, sorted(os.sched_getaffinity(pid)), flush=True)
+seen = {}
+def worker():
+    seen["tid"] = threading.get_native_id()
+    time.sleep(60)
+threading.Thread(target=worker, daemon=True).start()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+time.sleep(0.3)
+print("ready", seen["tid"], child.pid, flush=True)
+sys.stdin.readline()
+report("parent"); report("thread", seen["tid"]); report("child", child.pid)
+late = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                      capture_output=True, text=True).stdout.strip()
+print("late", late, flush=True)
+child.kill()
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to see a pin narrow anything")
+def test_pin_tree_pins_every_thread_and_every_later_process() -> None:
+    core = min(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-c", _TREE], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        ready = proc.stdout.readline().split()
+        assert ready[0] == "ready"
+        assert pin_tree(proc.pid, {core}) >= 3  # the parent's threads and its child's
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    lines = dict(line.split(" ", 1) for line in out.strip().splitlines())
+    assert lines == {who: f"[{core}]" for who in ("parent", "thread", "child", "late")}
+
+
+def test_pin_tree_of_a_process_gone_pins_nothing() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    time.sleep(0.05)
+    assert pin_tree(proc.pid, {0}) == 0
+
+
+def test_core_sets_give_each_taskmanager_its_own_cores() -> None:
+    assert core_sets(1, 1) == [{0}]
+    assert core_sets(2, 1) == [{0}, {1}]
+    cores = os.cpu_count() or 1
+    with pytest.raises(SystemExit, match="need"):
+        core_sets(cores + 1, 1)
+
+
+def test_taskmanager_pids_in_start_order(tmp_path: Path) -> None:
+    (tmp_path / "flink-user-taskexecutor.pid").write_text("412\n97\n")
+    (tmp_path / "flink-user-standalonesession.pid").write_text("5\n")
+    assert taskmanager_pids(tmp_path) == [412, 97]
