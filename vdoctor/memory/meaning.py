@@ -53,8 +53,11 @@ _TIME_RE = re.compile(r"(\d(?<!\d\d)\d{3}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}
 _CONFIRM_RE = re.compile(rf"confirmed (?:[a-z][a-z0-9_]*={NUM}(?:>=|<=){NUM}|repeat \d+)")
 _ASSIGN_RE = re.compile(rf"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=({NUM})")
 _SNAKE_RE = re.compile(r"(?<![A-Za-z0-9_])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![A-Za-z0-9_])")
-_WORD_RE = re.compile(r"[A-Za-z]+")
-_CJK_RE = re.compile(r"[\u3400-\u9fff]+")
+# [A-Za-z]+ and [\u3400-\u9fff]+, written as one character then the rest: the re compiler
+# skips ahead to a pattern's first character only when the pattern starts with a class
+# (not with a repeat); otherwise a match is tried at every place of the text.
+_WORD_RE = re.compile(r"[A-Za-z][A-Za-z]*")
+_CJK_RE = re.compile(r"[\u3400-\u9fff][\u3400-\u9fff]*")
 _VOID_MARK = re.compile(_VOID_KEY, re.I)
 _EXCLUDED_MARK = re.compile(_EXCLUDED_KEY, re.I)
 _CONCLUDED_MARK = re.compile(r"\bconcluded\b|结论|确诊", re.I)
@@ -290,7 +293,8 @@ def _check_words(summary: str, stripped: str, source: str, out: CaseFindings) ->
     plain = _TIME_RE.sub(" ", stripped)
     plain = _SPAN_OR_ASSIGN.sub(" ", plain)
     # The names are found once: a summary without one has none to take out before its words are read.
-    names = set(_SNAKE_RE.findall(plain))
+    # Every name holds a "_", and most summaries have none left once their readings are out.
+    names = set(_SNAKE_RE.findall(plain)) if "_" in plain else set()
     stray = _words(CODE_RE.sub(" ", _SNAKE_RE.sub(" ", plain) if names else plain)) - _FORMAT_UNIT_FUNCTION_WORDS
     if stray:
         stray -= _words(source)

@@ -35,8 +35,12 @@ from vdoctor.retrieval.tokens import tokens
 # timestamps, and numbers standing alone (a reading's value, a threshold, a confidence: never
 # the digits inside a trouble code or a signal name such as ``P0A7F`` or ``pm2_5``).
 _ADDRESS_RE = re.compile(r"\b[a-z][a-z0-9+.-]*://\S*", re.IGNORECASE)
-_TIME_RE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?")
-_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*")
+# The time is \b\d{4}-\d{2}-\d{2}..., the number (?<![\w.])[-+]?\d+(?:[.,]\d+)*, both written to
+# start with their first character, then to look behind it (as ``facts.CODE_RE``): the re
+# compiler skips ahead to a pattern's first character only when the pattern starts with a
+# class; one that starts with \b or a lookbehind is tried at every place of the text.
+_TIME_RE = re.compile(r"\d(?<!\w\d)\d{3}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?")
+_NUMBER_RE = re.compile(r"[-+\d](?<![\w.][-+\d])(?:(?<=[-+])\d+|(?<=\d)\d*)(?:[.,]\d+)*")
 _LEFT_BEHIND = "=<>|;:,()[]→≥≤"
 
 
