@@ -15,6 +15,7 @@ cut).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
@@ -71,18 +72,54 @@ def overlap_ranked(
     Each as (-(score + code term), vin, session_id, index, code term): sorted as (-score, vin,
     session_id), then arrival (a stable sort's order).
     """
+    ranked = [
+        (-(score + term), record.vin, record.session_id, i, term)
+        for i, (record, score, term) in enumerate(zip(records, scores, code_terms(codes, records), strict=True))
+    ]
+    ranked.sort()
+    return ranked
+
+
+def code_terms(codes: list[str], records: list[MemoryRecord]) -> list[float]:
+    """Each record's trouble-code term of ``OverlapReranker``: ``W_CODES`` times the Jaccard of its codes and the
+    query's."""
     query_codes = set(codes)
-    ranked: list[tuple[float, str, str, int, float]] = []
-    for i, record in enumerate(records):
+    terms: list[float] = []
+    for record in records:
         # Most candidates share no code with the query (or it has none): their term is
         # 0.0, as the Jaccard below gives it, without building the union.
         term = 0.0
         if query_codes and not query_codes.isdisjoint(record.dtc_codes):
             rec_codes = set(record.dtc_codes)
             term = W_CODES * (len(query_codes & rec_codes) / len(query_codes | rec_codes))
-        ranked.append((-(scores[i] + term), record.vin, record.session_id, i, term))
-    ranked.sort()
-    return ranked
+        terms.append(term)
+    return terms
+
+
+def top_admitted(
+    codes: list[str], records: list[MemoryRecord], scores: list[float], admits: Callable[[MemoryRecord], bool], k: int
+) -> list[MemoryRecord]:
+    """The first ``k`` records in ``overlap_ranked``'s order that ``admits`` admits, sorting only the head of it.
+
+    That order is by (-(score + code term), vin, session_id); every candidate whose first part is above
+    the k-th smallest one's comes after all those at or below it, so the order's first candidates are
+    these (at least k, more when tied), sorted. Only when fewer than k of them are admitted is the whole
+    order needed. (A NaN score has no place in such an order: then too.) On a fleet replay ~45
+    candidates a recall, and building and sorting a tuple for each was most of the rerank's cost.
+    """
+    if k <= 0:
+        return []
+    negated = [-(score + term) for score, term in zip(scores, code_terms(codes, records), strict=True)]
+    head: Sequence[int] = range(len(records))
+    total = sum(negated)
+    if len(negated) > k and total == total:  # (a NaN anywhere makes the sum NaN, never equal to itself)
+        cut = sorted(negated)[k - 1]
+        head = [i for i, value in enumerate(negated) if value <= cut]
+    ranked = sorted([(negated[i], records[i].vin, records[i].session_id, i) for i in head])
+    top = [records[i] for _, _, _, i in ranked if admits(records[i])]
+    if len(top) >= k or len(ranked) == len(records):
+        return top[:k]
+    return [records[i] for _, _, _, i, _ in overlap_ranked(codes, records, scores) if admits(records[i])][:k]
 
 
 @dataclass
@@ -198,19 +235,11 @@ def similar_top(store: MemoryStore, query: SimilarQuery, codes: list[str], k: in
     records of the top ``k`` are taken (no ``Scored`` per candidate, ~45 a session).
     """
     found = candidate_columns(store, query)
-    records = found.records
-    top: list[MemoryRecord] = []
     # A candidate's place in the rerank's order does not depend on which others pass the check (its
     # fused score is fused over all of them, as ``similar_candidates`` fuses it, and (vin, session_id)
     # is unique, so the index never decides): the top k of those that pass are the first k to pass,
-    # in that order. Each is checked as ``similar_candidates`` checks every candidate; the ones ranked
-    # below them are never taken, and are not checked.
-    for _, _, _, i, _ in overlap_ranked(codes, records, found.fused):
-        if len(top) >= k:
-            break
-        if query.admits(records[i]):
-            top.append(records[i])
-    return top
+    # in that order. Each is checked as ``similar_candidates`` checks every candidate.
+    return top_admitted(codes, found.records, found.fused, query.admits, k)
 
 
 def own_history(store: MemoryStore, vin: str, at: datetime) -> list[MemoryRecord]:
