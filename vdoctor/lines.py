@@ -26,7 +26,7 @@ import functools
 import json
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -55,12 +55,30 @@ def fmt_num(value: float) -> str:
 
 def iso(ts: datetime) -> str:
     """The time as ``ISO_TIME`` writes it: ``2026-11-01T10:15:30Z``."""
-    return ts.isoformat()[:19] + "Z" if ts.year >= 1000 else ts.strftime(ISO_TIME)
+    return _utc_iso(ts) if ts.tzinfo is UTC and type(ts) is datetime else _iso(ts)
 
 
 def summary_time(ts: datetime) -> str:
     """The time as ``SUMMARY_TIME`` writes it: ``2026-11-01 10:15``."""
+    return _utc_summary_time(ts) if ts.tzinfo is UTC and type(ts) is datetime else _summary_time(ts)
+
+
+def _iso(ts: datetime) -> str:
+    return ts.isoformat()[:19] + "Z" if ts.year >= 1000 else ts.strftime(ISO_TIME)
+
+
+def _summary_time(ts: datetime) -> str:
     return ts.isoformat(" ", "minutes")[:16] if ts.year >= 1000 else ts.strftime(SUMMARY_TIME)
+
+
+# An alert's time is written several times in its run (its key facts, its prompt block), and so is each
+# reading's (tool results, the case summary's source): each text is made once. isoformat of an aware time
+# costs about eight times a look-up by it. Only UTC times of the datetime class itself are looked up: an aware
+# time equals, and hashes as, the same instant in another zone, whose wall time (the text) differs, and a
+# subclass may write itself otherwise. Every event time is UTC (``events.py``).
+_TIME_TEXTS_KEPT = 8192
+_utc_iso = functools.lru_cache(maxsize=_TIME_TEXTS_KEPT)(_iso)
+_utc_summary_time = functools.lru_cache(maxsize=_TIME_TEXTS_KEPT)(_summary_time)
 
 
 def day(ts: datetime) -> str:

@@ -41,3 +41,31 @@ def test_iso_and_summary_time_write_what_strftime_writes() -> None:
     for ts in _times():
         assert iso(ts) == ts.strftime(ISO_TIME)
         assert summary_time(ts) == ts.strftime(SUMMARY_TIME)
+
+
+class _Shifted(datetime):
+    """A datetime subclass that writes itself otherwise: its text must not come from a plain datetime's."""
+
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:
+        return "shifted " + super().isoformat(sep, timespec)
+
+
+def test_the_kept_texts_of_utc_times_never_answer_for_another_zone_or_class() -> None:
+    # The same instant in UTC, in other zones and as a subclass: equal datetimes (an aware time equals the
+    # same instant in any zone) with different texts. Each asked after the UTC one's text is kept.
+    rng = random.Random(12)
+    zones = [timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))]
+    for ts in _times():
+        utc = ts.replace(tzinfo=UTC)
+        for _ in range(2):  # the second time from the kept texts
+            assert iso(utc) == utc.strftime(ISO_TIME)
+            assert summary_time(utc) == utc.strftime(SUMMARY_TIME)
+        if utc.year < 2 or utc.year > 9998:
+            continue  # no room to shift the instant into another zone
+        other = utc.astimezone(rng.choice(zones))
+        assert other == utc
+        assert iso(other) == other.strftime(ISO_TIME)
+        assert summary_time(other) == other.strftime(SUMMARY_TIME)
+        sub = _Shifted.fromisoformat(utc.isoformat())
+        assert sub == utc
+        assert iso(sub) == (sub.isoformat()[:19] + "Z" if sub.year >= 1000 else sub.strftime(ISO_TIME))
