@@ -30,6 +30,8 @@ from vdoctor.embedders import (
     open_embedder,
 )
 from vdoctor.embedders import child as child_module
+from vdoctor.embedders.batching import CoalescingEmbedder
+from vdoctor.embedders.cache import QueryCache
 from vdoctor.embedders.child import ChildProcessEmbedder
 from vdoctor.embedders.use import sentencepiece_tokenizer
 from vdoctor.errors import ConfigError
@@ -195,12 +197,24 @@ def test_use_m3_with_the_cpp_tokenizer_gives_the_packages_own_vectors() -> None:
 
 @pytest.mark.parametrize("name", REAL_MODELS)
 def test_a_model_in_a_child_process_gives_the_vectors_of_the_model_in_this_one(name: str) -> None:
+    """The same call gives the same vectors, bit for bit, in the child and here; and so does the stack the
+    job builds around either (query cache, shared calls).
+
+    Like with like: a batch's rows can differ in their last bits with the order of its texts (the BLAS
+    kernel blocks rows by position; on some CPUs it does, on others not), and the query cache sends the
+    texts it misses to its model in sorted order. So the bare child is held to the bare model, and the
+    child behind the query cache to the model behind one."""
     child = ChildProcessEmbedder(name)
     try:
-        model = open_embedder(name)
+        model = open_embedder(name).model.model  # the process's model, without its query cache and shared calls
         assert (child.name, child.dim) == (model.name, model.dim)
         assert np.array_equal(child.embed(TEXTS), model.embed(TEXTS))
         assert np.array_equal(child.embed_queries(TEXTS), model.embed_queries(TEXTS))
+        # Fresh caches: the process's shared one holds vectors other tests' calls made.
+        there, here = QueryCache(CoalescingEmbedder(child)), QueryCache(CoalescingEmbedder(model))
+        assert np.array_equal(there.embed_queries(TEXTS), here.embed_queries(TEXTS))
+        alone = ["冷却液温度过高 coolant temperature high"]  # a query alone, not cached yet
+        assert np.array_equal(there.embed_queries(alone), here.embed_queries(alone))
     finally:
         child.close()
 
