@@ -67,8 +67,8 @@ def _texts(count: int, seed: int) -> list[str]:
 def test_tokens_are_the_plain_rules_over_random_texts() -> None:
     texts = _texts(6_000, seed=16)
     # Both paths are taken many times: texts without a CJK character, and with one.
-    assert sum(not tokens_mod._CJK_RE.search(t.lower()) for t in texts) > 2_000
-    assert sum(bool(tokens_mod._CJK_RE.search(t.lower())) for t in texts) > 2_000
+    assert sum(not tokens_mod.CJK_RUN_RE.search(t.lower()) for t in texts) > 2_000
+    assert sum(bool(tokens_mod.CJK_RUN_RE.search(t.lower())) for t in texts) > 2_000
     for text in texts:
         assert tokens(text) == plain_tokens(text), text
 
@@ -88,7 +88,7 @@ def test_tokens_of_real_case_texts_are_the_plain_ones() -> None:
 def test_ascii_runs_are_the_regexs_runs_of_a_text_without_cjk() -> None:
     for text in _texts(3_000, seed=17):
         low = text.lower()
-        if not tokens_mod._CJK_RE.search(low):
+        if not tokens_mod.CJK_RUN_RE.search(low):
             assert tokens_mod._ascii_runs(low) == _PLAIN_RUN_RE.findall(low), text
 
 

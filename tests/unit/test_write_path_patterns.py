@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 PLAIN = {
     "meaning words": (meaning._WORD_RE, re.compile(r"[A-Za-z]+")),
-    "meaning Chinese": (meaning._CJK_RE, re.compile(r"[\u3400-\u9fff]+")),
+    "meaning Chinese": (meaning.CJK_RUN_RE, re.compile(r"[\u3400-\u9fff]+")),
     "text times": (
         text._TIME_RE,
         re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"),

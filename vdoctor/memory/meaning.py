@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from vdoctor.lines import NUM, ReadingSpan, SummaryLine
 from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, fold_case, split_uris
 from vdoctor.memory.request import CaseDecision, SummaryRequest
+from vdoctor.retrieval.tokens import CJK_RUN_RE
 from vdoctor.units import unit_symbols
 
 # (?<!\d)(\d{4}-\d{2}-\d{2}) ..., written to start with its first digit (see facts.CODE_RE).
@@ -53,11 +54,10 @@ _TIME_RE = re.compile(r"(\d(?<!\d\d)\d{3}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}
 _CONFIRM_RE = re.compile(rf"confirmed (?:[a-z][a-z0-9_]*={NUM}(?:>=|<=){NUM}|repeat \d+)")
 _ASSIGN_RE = re.compile(rf"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=({NUM})")
 _SNAKE_RE = re.compile(r"(?<![A-Za-z0-9_])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![A-Za-z0-9_])")
-# [A-Za-z]+ and [\u3400-\u9fff]+, written as one character then the rest: the re compiler
-# skips ahead to a pattern's first character only when the pattern starts with a class
-# (not with a repeat); otherwise a match is tried at every place of the text.
+# [A-Za-z]+, written as one character then the rest: the re compiler skips ahead to a
+# pattern's first character only when the pattern starts with a class (not with a repeat);
+# otherwise a match is tried at every place of the text. Chinese runs: ``CJK_RUN_RE``.
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z]*")
-_CJK_RE = re.compile(r"[\u3400-\u9fff][\u3400-\u9fff]*")
 _VOID_MARK = re.compile(_VOID_KEY, re.I)
 _EXCLUDED_MARK = re.compile(_EXCLUDED_KEY, re.I)
 _CONCLUDED_MARK = re.compile(r"\bconcluded\b|结论|确诊", re.I)
@@ -105,7 +105,7 @@ def _words(text: str) -> set[str]:
 
 def _cjk_pairs(text: str) -> set[str]:
     pairs: set[str] = set()
-    for run in _CJK_RE.findall(text):
+    for run in CJK_RUN_RE.findall(text):
         pairs.update(run[i : i + 2] for i in range(max(1, len(run) - 1)))
     return pairs
 
@@ -256,7 +256,7 @@ def _check_states(summary: str, decision: CaseDecision, out: CaseFindings) -> No
 
 def _content(text: str) -> set[str]:
     words = _words(CODE_RE.sub(" ", text)) - FUNCTION_WORDS - FORMAT_WORDS
-    return words | set("".join(_CJK_RE.findall(text))) - set(FORMAT_CJK)
+    return words | set("".join(CJK_RUN_RE.findall(text))) - set(FORMAT_CJK)
 
 
 def _check_claims(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
