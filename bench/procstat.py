@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
+# A process's children, by parent pid (``process_children``).
+Children = dict[int, list[int]]
 
-def _tree(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
+
+def process_children() -> Children:
+    """Every process's children, by parent pid, as of now: one scan of /proc, which a caller looking at several
+    trees at once can share (each scan reads every process's stat)."""
+    children: Children = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -16,6 +22,11 @@ def _tree(pid: int) -> list[int]:
             children.setdefault(int(fields[1]), []).append(int(entry.name))
         except (OSError, IndexError, ValueError):
             continue
+    return children
+
+
+def _tree(pid: int, children: Children | None = None) -> list[int]:
+    children = process_children() if children is None else children
     out, todo = [], [pid]
     while todo:
         p = todo.pop()
@@ -46,9 +57,68 @@ def _cpu_ticks(pid: int) -> int:
         return 0
 
 
-def tree_cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by one process (all its threads), its children left out."""
+    return _cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int, children: Children | None = None) -> float:
     """CPU seconds (user + system) used so far by a process and all its descendants."""
-    return sum(_cpu_ticks(p) for p in _tree(pid)) / os.sysconf("SC_CLK_TCK")
+    return sum(_cpu_ticks(p) for p in _tree(pid, children)) / os.sysconf("SC_CLK_TCK")
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _stat_fields(path: Path) -> tuple[str, list[str]] | None:
+    """(name, the fields after it) of a /proc stat file; None if it is gone."""
+    try:
+        head, tail = path.read_text().rsplit(")", 1)
+        return head.split("(", 1)[1], tail.split()
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def tree_cpu_parts(pid: int, children: Children | None = None) -> dict[str, float]:
+    """CPU seconds used so far by a process tree, by part: the root's threads by name (digits shown as ``#``:
+    a pool's threads are one part; threads that exited are ``(exited threads)``), each descendant process
+    whole, by name, as ``child <name>``. The parts sum to ``tree_cpu_s(pid)``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parts: dict[str, float] = {}
+    for p in _tree(pid, children):
+        stat = _stat_fields(Path(f"/proc/{p}/stat"))
+        if stat is None:
+            continue
+        name, fields = stat
+        total = int(fields[11]) + int(fields[12])
+        if p != pid:
+            key = f"child {_DIGITS.sub('#', name)}"
+            parts[key] = parts.get(key, 0.0) + total / tick
+            continue
+        live = 0
+        try:
+            tids = list(Path(f"/proc/{p}/task").iterdir())
+        except OSError:
+            tids = []
+        for task in tids:
+            thread = _stat_fields(task / "stat")
+            if thread is None:
+                continue
+            used = int(thread[1][11]) + int(thread[1][12])
+            live += used
+            key = _DIGITS.sub("#", thread[0])
+            parts[key] = parts.get(key, 0.0) + used / tick
+        if total > live:
+            parts["(exited threads)"] = parts.get("(exited threads)", 0.0) + (total - live) / tick
+    return parts
+
+
+def machine_cpu_s() -> tuple[float, float]:
+    """(busy, idle) CPU seconds of the whole machine so far, summed over its cores (/proc/stat; I/O wait is idle)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return busy / os.sysconf("SC_CLK_TCK"), idle / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu_s(pid: int, exclude: set[int] | frozenset[int] = frozenset()) -> float:
@@ -58,14 +128,14 @@ def children_cpu_s(pid: int, exclude: set[int] | frozenset[int] = frozenset()) -
     return sum(_cpu_ticks(p) for p in _tree(pid) if p not in left_out) / os.sysconf("SC_CLK_TCK")
 
 
-def pin_tree(pid: int, cores: set[int]) -> int:
+def pin_tree(pid: int, cores: set[int], children: Children | None = None) -> int:
     """Restrict a process, all its threads and all its descendants to ``cores``; how many threads were pinned.
 
     Affinity is per thread in Linux, and a new thread or child process inherits its creator's: pinning every
     thread of the tree once pins what it starts later too (calling again catches anything that raced with it).
     """
     pinned = 0
-    for p in _tree(pid):
+    for p in _tree(pid, children):
         try:
             tids = [int(t.name) for t in Path(f"/proc/{p}/task").iterdir()]
         except OSError:

@@ -8,7 +8,11 @@ PyFlink wheel's own distribution (JobManager + TaskManagers of the given
 slots), the job is submitted with `flink run -py jobs/kafka_job.py` at
 parallelism = total slots, reading the topic from the start into fresh output
 topics and a fresh memory store, and the diagnoses topic is read back. The
-rate is alerts/s from the first diagnosis to the last (start-up left out).
+rate is alerts/s from the first diagnosis to the last (start-up left out), or
+over a window of the diagnoses (``--window 0.3 0.9``: from the one 30% of the
+way through to the one 90% of the way, which leaves out the JVMs' warm-up, as
+their JIT compilers run for minutes, and the tail of a finite fleet, which
+one TaskManager may finish alone); the first-to-last rate is printed beside.
 
 Configurations (default): thread mode with 1 TaskManager x 1 slot and with
 2 TaskManagers x 1 slot; process mode the same; and process mode with 1
@@ -38,6 +42,13 @@ what the second TaskManager adds with a core of its own; unpinned, one
 TaskManager already spreads over both cores and leaves the second nothing
 to add.
 
+Where the CPU goes is printed by part, in CPU ms per alert: the JVMs' threads
+by name (thread mode's Python threads among them, named after the JVM thread
+that started them), the embedding child, and the cores the JobManager, the
+broker and the bench itself used over the same span, and the cores left idle.
+``--repeat N`` runs the configurations N times in turn and prints each
+round's ratios and their median.
+
 Prints a table with the ratios and writes out/bench/scale_out.{json,png}.
 """
 
@@ -47,18 +58,19 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.procstat import pin_tree, tree_cpu_s  # noqa: E402
+from bench.procstat import machine_cpu_s, pin_tree, process_children, process_cpu_s, tree_cpu_parts, tree_cpu_s  # noqa: E402
 from tests.services.kafka_flink import FlinkCluster, KafkaBroker  # noqa: E402
 
 PARTITIONS = 4
@@ -87,6 +99,18 @@ class Result:
     load_avg: float
     # Cores each TaskManager was pinned to (0: not pinned, any core).
     cores_per_taskmanager: int = 0
+    # CPU ms per alert by part, over the same span (``procstat.tree_cpu_parts``: the JVM's threads by name, the
+    # Python threads it runs in thread mode among them, and each child process), summed over the TaskManagers.
+    cpu_ms_per_alert_by_part: dict[str, float] = field(default_factory=dict)
+    # Cores used by the rest of the machine over the same span: the JobManager, the broker, this script, all
+    # else, and idle.
+    cores_outside: dict[str, float] = field(default_factory=dict)
+    # Which round of --repeat this run was in (1 to N).
+    round: int = 1
+    # The window the rate and the CPU figures are over (--window: fractions of the diagnoses), and the rate
+    # from the first diagnosis to the last.
+    window: list[float] = field(default_factory=lambda: [0.0, 1.0])
+    alerts_per_s_whole: float = float("nan")
 
     @property
     def label(self) -> str:
@@ -102,35 +126,53 @@ def parse_config(text: str) -> tuple[str, int, int]:
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
-def _consume(bootstrap: str, topic: str, expect: int, timeout_s: float, label: str) -> tuple[int, float, float]:
-    """Count records until ``expect`` arrived; (count, first_at, last_at) in monotonic seconds."""
+def _consume(bootstrap: str, topic: str, expect: int, timeout_s: float, label: str) -> list[float]:
+    """Read records until ``expect`` arrived; each one's arrival, in monotonic seconds."""
     from kafka import KafkaConsumer
 
     consumer = KafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
         consumer_timeout_ms=1000,
     )  # fmt: skip
-    count, first_at, last_at, last_print = 0, 0.0, 0.0, 0.0
+    arrived: list[float] = []
+    last_print = 0.0
     deadline = time.monotonic() + timeout_s
     try:
-        while count < expect and time.monotonic() < deadline:
+        while len(arrived) < expect and time.monotonic() < deadline:
             for _ in consumer:
-                now = time.monotonic()
-                count += 1
-                first_at, last_at = first_at or now, now
-                if count >= expect:
+                arrived.append(time.monotonic())
+                if len(arrived) >= expect or arrived[-1] - last_print > 5:
                     break
             if time.monotonic() - last_print > 5:
                 last_print = time.monotonic()
-                print(f"  [{label}] {count}/{expect} diagnoses", file=sys.stderr, flush=True)
+                print(f"  [{label}] {len(arrived)}/{expect} diagnoses", file=sys.stderr, flush=True)
     finally:
         consumer.close()
-    return count, first_at, last_at
+    return arrived
+
+
+def window_of(arrived: list[float], window: tuple[float, float]) -> tuple[int, float, float]:
+    """(diagnoses, start, end) of a window given as fractions of the diagnoses: (0.3, 0.9) runs from the
+    arrival of the diagnosis 30% of the way through to the one 90% of the way through; (0, 1) from the first to
+    the last. The diagnoses counted are those after its start up to its end."""
+    if len(arrived) < 2:
+        return 0, 0.0, 0.0
+    first, last = round(window[0] * (len(arrived) - 1)), round(window[1] * (len(arrived) - 1))
+    return last - first, arrived[first], arrived[last]
 
 
 def taskmanager_pids(pid_dir: Path) -> list[int]:
     """The cluster's TaskManager JVMs, in the order they were started."""
-    return [int(x) for f in sorted(pid_dir.glob("*taskexecutor*.pid")) for x in f.read_text().split() if x.isdigit()]
+    return _pids(pid_dir, "*taskexecutor*.pid")
+
+
+def jobmanager_pids(pid_dir: Path) -> list[int]:
+    """The cluster's JobManager JVM."""
+    return _pids(pid_dir, "*standalonesession*.pid")
+
+
+def _pids(pid_dir: Path, pattern: str) -> list[int]:
+    return [int(x) for f in sorted(pid_dir.glob(pattern)) for x in f.read_text().split() if x.isdigit()]
 
 
 def core_sets(taskmanagers: int, per_taskmanager: int) -> list[set[int]]:
@@ -149,10 +191,16 @@ class CpuSampler:
     cores at every sample, so a process started late (the embedding child) cannot escape them.
     """
 
-    def __init__(self, pid_dir: Path, pins: list[set[int]] | None = None) -> None:
+    def __init__(self, pid_dir: Path, pins: list[set[int]] | None = None, broker_pid: int | None = None) -> None:
         self.pid_dir = pid_dir
         self.pins = pins or []
+        self.broker_pid = broker_pid
         self.samples: list[tuple[float, float]] = []
+        # Each sample's CPU seconds by part (``procstat.tree_cpu_parts``, summed over the TaskManagers by name).
+        self.parts: list[dict[str, float]] = []
+        # Each sample's CPU seconds of the rest of the machine: the JobManager, the broker, this script, all else,
+        # and the cores' idle time.
+        self.machine: list[dict[str, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -161,9 +209,25 @@ class CpuSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            children = process_children()  # one scan of /proc for every tree of this sample
             for pid, cores in zip(self._pids(), self.pins, strict=False):
-                pin_tree(pid, cores)
-            self.samples.append((time.monotonic(), sum(tree_cpu_s(p) for p in self._pids())))
+                pin_tree(pid, cores, children)
+            parts: dict[str, float] = {}
+            for pid in self._pids():
+                for part, used in tree_cpu_parts(pid, children).items():
+                    parts[part] = parts.get(part, 0.0) + used
+            busy, idle = machine_cpu_s()
+            outside = {
+                "JobManager": sum(tree_cpu_s(p, children) for p in jobmanager_pids(self.pid_dir)),
+                "Kafka broker": tree_cpu_s(self.broker_pid, children) if self.broker_pid else 0.0,
+                "this bench": process_cpu_s(os.getpid()),
+                "  its sampler": time.thread_time(),  # this thread (part of "this bench")
+            }
+            outside["all else"] = busy - sum(parts.values()) - sum(v for k, v in outside.items() if k[0] != " ")
+            outside["idle"] = idle
+            self.samples.append((time.monotonic(), sum(parts.values())))
+            self.parts.append(parts)
+            self.machine.append(outside)
             self._stop.wait(0.5)
 
     def __enter__(self) -> CpuSampler:
@@ -181,13 +245,29 @@ class CpuSampler:
         at = lambda t: min(self.samples, key=lambda s: abs(s[0] - t))[1]  # noqa: E731
         return at(end) - at(start)
 
+    def parts_between(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds by part used between two monotonic times (nearest samples), largest first."""
+        return self._between(self.parts, start, end)
+
+    def machine_between(self, start: float, end: float) -> dict[str, float]:
+        """CPU seconds of the rest of the machine (``machine``) between two monotonic times (nearest samples)."""
+        return self._between(self.machine, start, end)
+
+    def _between(self, series: list[dict[str, float]], start: float, end: float) -> dict[str, float]:
+        if not self.samples:
+            return {}
+        nearest = lambda t: min(range(len(self.samples)), key=lambda i: abs(self.samples[i][0] - t))  # noqa: E731
+        first, last = series[nearest(start)], series[nearest(end)]
+        used = {part: last.get(part, 0.0) - first.get(part, 0.0) for part in last.keys() | first.keys()}
+        return dict(sorted(used.items(), key=lambda kv: -kv[1]))
+
 
 def run_config(
     broker: KafkaBroker, config: tuple[str, int, int], topic: str, expect: int, work: Path, timeout_s: float,
-    concurrency: int, cores_per_taskmanager: int = 0,
+    concurrency: int, cores_per_taskmanager: int = 0, turn: int = 1, window: tuple[float, float] = (0.0, 1.0),
 ) -> Result:  # fmt: skip
     mode, tms, slots = config
-    tag = f"{mode}-{tms}x{slots}"
+    tag = f"{mode}-{tms}x{slots}-r{turn}"
     parallelism = tms * slots
     diag, dead = f"scale-{tag}.diagnoses", f"scale-{tag}.dead"
     broker.create_topics([diag, dead], partitions=PARTITIONS)
@@ -219,15 +299,26 @@ def run_config(
             raise SystemExit(f"{tag}: flink run failed:\n{submitted.stderr[-3000:]}")
         found = re.search(r"JobID ([0-9a-f]{32})", submitted.stdout + submitted.stderr)
         job_id = found.group(1) if found else None
-        with CpuSampler(cluster.workdir / "pid", pins) as cpu:
-            count, first_at, last_at = _consume(broker.bootstrap, diag, expect, timeout_s, tag)
+        with CpuSampler(cluster.workdir / "pid", pins, broker.proc.pid if broker.proc else None) as cpu:
+            arrived = _consume(broker.bootstrap, diag, expect, timeout_s, tag)
             time.sleep(0.6)  # one more sample after the last diagnosis
+        whole, start, end = window_of(arrived, (0.0, 1.0))
+        whole_rate = whole / (end - start) if end > start else float("nan")
+        count, first_at, last_at = window_of(arrived, window)
         span = last_at - first_at
         used = cpu.between(first_at, last_at)
-        return Result(mode, tms, slots, parallelism, count, expect, count / span if span > 0 else float("nan"),
-                      first_at - launched if first_at else float("nan"), used / span if span > 0 else float("nan"),
+        parts = (
+            {part: round(s / count * 1000, 3) for part, s in cpu.parts_between(first_at, last_at).items()}
+            if count
+            else {}
+        )
+        outside = (
+            {part: round(s / span, 3) for part, s in cpu.machine_between(first_at, last_at).items()} if span > 0 else {}
+        )
+        return Result(mode, tms, slots, parallelism, len(arrived), expect, count / span if span > 0 else float("nan"),
+                      start - launched if start else float("nan"), used / span if span > 0 else float("nan"),
                       used / count * 1000 if count else float("nan"), os.getloadavg()[0],
-                      cores_per_taskmanager)  # fmt: skip
+                      cores_per_taskmanager, parts, outside, turn, list(window), whole_rate)  # fmt: skip
     finally:
         if job_id:
             cluster.flink("cancel", job_id, timeout=60)
@@ -239,6 +330,28 @@ def cluster_label(config: tuple[str, int, int]) -> str:
     return f"{mode} mode, {tms} TaskManager(s) x {slots} slot(s)"
 
 
+def print_parts(results: list[Result], floor_ms: float = 0.1) -> None:
+    """CPU ms per alert by part, one column per configuration: the parts of at least ``floor_ms`` somewhere,
+    the rest summed as one row."""
+    if not results:
+        return
+    shown = sorted({p for r in results for p, ms in r.cpu_ms_per_alert_by_part.items() if ms >= floor_ms},
+                   key=lambda p: -max(r.cpu_ms_per_alert_by_part.get(p, 0.0) for r in results))  # fmt: skip
+    rounds = len({r.round for r in results}) > 1
+    names = [f"{r.mode[0]}:{r.taskmanagers}x{r.slots}" + (f" r{r.round}" if rounds else "") for r in results]
+    print("\nCPU ms/alert by part (thread names with digits as '#'; thread mode's Python threads carry the name of"
+          " the JVM thread that started them), summed over the TaskManagers")  # fmt: skip
+    print(f"{'part':<24}" + "".join(f"{n:>10}" for n in names))
+    for part in shown:
+        print(f"{part[:24]:<24}" + "".join(f"{r.cpu_ms_per_alert_by_part.get(part, 0.0):>10.2f}" for r in results))
+    rest = [sum(ms for p, ms in r.cpu_ms_per_alert_by_part.items() if p not in shown) for r in results]
+    print(f"{'(the rest)':<24}" + "".join(f"{ms:>10.2f}" for ms in rest))
+    print("\ncores used outside the TaskManagers over the same span, and the cores left idle")
+    print(f"{'':<24}" + "".join(f"{n:>10}" for n in names))
+    for part in ("JobManager", "Kafka broker", "this bench", "  its sampler", "all else", "idle"):
+        print(f"{part:<24}" + "".join(f"{r.cores_outside.get(part, float('nan')):>10.2f}" for r in results))
+
+
 def plot(results: list[Result], path: Path, title: str) -> None:
     import matplotlib
 
@@ -247,7 +360,9 @@ def plot(results: list[Result], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 3.8))
     colors = ["#4477aa" if r.mode == "thread" else "#cc6677" for r in results]
-    bars = ax.bar([r.label.replace(" x ", "\nx ") for r in results], [r.alerts_per_s for r in results], color=colors)
+    rounds = len({r.round for r in results}) > 1
+    labels = [r.label.replace(" x ", "\nx ") + (f"\nround {r.round}" if rounds else "") for r in results]
+    bars = ax.bar(labels, [r.alerts_per_s for r in results], color=colors)
     ax.bar_label(bars, fmt="%.0f")
     ax.set_ylabel("alerts/s (first to last diagnosis)")
     ax.set_title(title, fontsize=9)
@@ -267,6 +382,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores-per-taskmanager", type=int, default=0, metavar="N",
                         help="pin each TaskManager (its JVM, Python, embedding child) to N cores of its own; "
                              "0 (default): any core")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run the configurations N times in turn (1x1, 2x1, 1x1, 2x1, ...), printing each "
+                             "round's ratios and their median: a drift in the machine's speed moves both sides of "
+                             "a round")  # fmt: skip
+    parser.add_argument("--window", type=float, nargs=2, default=[0.0, 1.0], metavar=("FROM", "TO"),
+                        help="measure the rate and the CPU between two diagnoses, given as fractions of them: "
+                             "0.3 0.9 leaves out the JVMs' warm-up (their JIT compiles for minutes) and the tail "
+                             "(a finite fleet ends on one TaskManager); default 0 1, first to last")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -292,11 +415,12 @@ def main(argv: list[str] | None = None) -> int:
             broker.create_topics(["scale.alerts"], partitions=PARTITIONS)
             replay = [sys.executable, "-m", "jobs.cli", "replay", "--alerts", str(alerts), "--bootstrap"]
             subprocess.run([*replay, broker.bootstrap, "--topic", "scale.alerts", "--quiet"], cwd=REPO_ROOT, check=True)
-            for config in args.configs:
-                results.append(run_config(broker, config, "scale.alerts", expect, work, args.timeout, args.concurrency,
-                                          args.cores_per_taskmanager))  # fmt: skip
-                r = results[-1]
-                print(f"  {r.label}: {r.alerts_per_s:.1f} alerts/s ({r.diagnoses}/{r.expected})", file=sys.stderr)
+            for turn in range(1, args.repeat + 1):  # the configurations in turn, round after round
+                for config in args.configs:
+                    r = run_config(broker, config, "scale.alerts", expect, work, args.timeout, args.concurrency,
+                                   args.cores_per_taskmanager, turn, tuple(args.window))  # fmt: skip
+                    results.append(r)
+                    print(f"  {r.label}: {r.alerts_per_s:.1f} alerts/s ({r.diagnoses}/{r.expected})", file=sys.stderr)
         finally:
             broker.stop()
     load_after = os.getloadavg()[0]
@@ -306,23 +430,39 @@ def main(argv: list[str] | None = None) -> int:
     if args.cores_per_taskmanager:
         print(f"each TaskManager pinned to {args.cores_per_taskmanager} core(s) of its own (TaskManager i: cores "
               f"i*N .. i*N+N-1); the broker, the JobManager and this script on any core")  # fmt: skip
-    print("'cores' and 'CPU ms/alert': the TaskManagers' CPU (Python workers included) from first to last diagnosis")
-    print(f"{'configuration':<28} {'parallelism':>11} {'diagnoses':>9} {'alerts/s':>9} {'cores':>6} "
-          f"{'CPU ms/alert':>12} {'start-up s':>10} {'load':>5}")  # fmt: skip
+    a, b = args.window
+    over = (
+        "from first to last diagnosis" if (a, b) == (0.0, 1.0) else f"from the diagnosis {a:.0%} of the way to {b:.0%}"
+    )
+    print(f"'alerts/s', 'cores' and 'CPU ms/alert' {over} ('whole': alerts/s from first to last); 'cores' and "
+          "'CPU ms/alert': the TaskManagers' CPU (Python workers included)")  # fmt: skip
+    print(f"{'configuration':<36} {'round':>5} {'parallelism':>11} {'diagnoses':>9} {'alerts/s':>9} {'whole':>6} "
+          f"{'cores':>6} {'CPU ms/alert':>12} {'start-up s':>10} {'load':>5}")  # fmt: skip
     for r in results:
-        print(f"{r.label:<28} {r.parallelism:>11} {r.diagnoses:>9} {r.alerts_per_s:>9.1f} {r.cores_used:>6.2f} "
-              f"{r.cpu_ms_per_alert:>12.1f} {r.startup_s:>10.1f} {r.load_avg:>5.1f}")  # fmt: skip
-    by = {(r.mode, r.taskmanagers, r.slots): r for r in results}
-    for mode in ("thread", "process"):
-        one, two = by.get((mode, 1, 1)), by.get((mode, 2, 1))
-        if one and two:
-            print(f"{mode} mode: 2 TaskManagers / 1 = {two.alerts_per_s / one.alerts_per_s:.2f}")
-    if by.get(("process", 1, 2)) and by.get(("process", 1, 1)):
-        print(f"process mode: 1 TaskManager x 2 slots / 1 x 1 = "
-              f"{by[('process', 1, 2)].alerts_per_s / by[('process', 1, 1)].alerts_per_s:.2f}")  # fmt: skip
-    if by.get(("thread", 1, 1)) and by.get(("process", 1, 1)):
-        print(f"process / thread mode, 1 TaskManager x 1 slot = "
-              f"{by[('process', 1, 1)].alerts_per_s / by[('thread', 1, 1)].alerts_per_s:.2f}")  # fmt: skip
+        print(f"{r.label:<36} {r.round:>5} {r.parallelism:>11} {r.diagnoses:>9} {r.alerts_per_s:>9.1f} "
+              f"{r.alerts_per_s_whole:>6.1f} {r.cores_used:>6.2f} {r.cpu_ms_per_alert:>12.1f} {r.startup_s:>10.1f} "
+              f"{r.load_avg:>5.1f}")  # fmt: skip
+    ratios = {
+        "thread mode: 2 TaskManagers / 1": (("thread", 2, 1), ("thread", 1, 1)),
+        "process mode: 2 TaskManagers / 1": (("process", 2, 1), ("process", 1, 1)),
+        "process mode: 1 TaskManager x 2 slots / 1 x 1": (("process", 1, 2), ("process", 1, 1)),
+        "process / thread mode, 1 TaskManager x 1 slot": (("process", 1, 1), ("thread", 1, 1)),
+    }
+    for name, (top, bottom) in ratios.items():
+        for rate, what in (("alerts_per_s", ""), ("alerts_per_s_whole", ", first to last diagnosis")):
+            if what and args.window == [0.0, 1.0]:
+                continue
+            each = []
+            for turn in range(1, args.repeat + 1):
+                by = {(r.mode, r.taskmanagers, r.slots): r for r in results if r.round == turn}
+                if top in by and bottom in by:
+                    each.append(getattr(by[top], rate) / getattr(by[bottom], rate))
+            if len(each) == 1:
+                print(f"{name}{what} = {each[0]:.2f}")
+            elif each:
+                rounds = ", ".join(f"{x:.2f}" for x in each)
+                print(f"{name}{what} = {statistics.median(each):.2f} (median; by round {rounds})")
+    print_parts(results)
     (args.out / "scale_out.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
     plot(results, args.out / "scale_out.png", f"Kafka job on a standalone cluster, {expect} alerts, offline model")
     print(f"results: {args.out / 'scale_out.json'}, plot: {args.out / 'scale_out.png'}")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.procstat import pin_tree
-from bench.scale_out import core_sets, taskmanager_pids
+from bench.procstat import pin_tree, tree_cpu_parts, tree_cpu_s
+from bench.scale_out import core_sets, taskmanager_pids, window_of
 
 pytestmark = pytest.mark.unit
 
@@ -74,3 +74,63 @@ def test_taskmanager_pids_in_start_order(tmp_path: Path) -> None:
     (tmp_path / "flink-user-taskexecutor.pid").write_text("412\n97\n")
     (tmp_path / "flink-user-standalonesession.pid").write_text("5\n")
     assert taskmanager_pids(tmp_path) == [412, 97]
+
+
+# A parent whose two named threads spin and then stay alive, a third that spins and exits, and a child that
+# spins and then sleeps; it prints "done" when all the spinning is over and then waits on stdin.
+_SPINNERS = r"""
+import ctypes, subprocess, sys, threading
+def spin(name, spun, hold):
+    ctypes.CDLL(None).prctl(15, name.encode())  # PR_SET_NAME: this thread's name in /proc
+    x = 0
+    for i in range(4_000_000):
+        x += i
+    spun.set()
+    hold.wait()
+child = subprocess.Popen(
+    [sys.executable, "-c", "x = 0\nfor i in range(4_000_000): x += i\nprint(flush=True)\nimport time; time.sleep(60)"],
+    stdout=subprocess.PIPE,
+)
+hold, gone = threading.Event(), threading.Event()
+threads = [threading.Thread(target=spin, args=(f"spin-{i}", threading.Event(), hold)) for i in (1, 2)]
+threads.append(threading.Thread(target=spin, args=("gone-1", threading.Event(), gone)))
+for t in threads:
+    t.start()
+for t in threads:
+    t._args[1].wait()
+gone.set()
+threads[2].join()
+child.stdout.readline()
+print("done", flush=True)
+sys.stdin.readline()
+hold.set()
+child.kill()
+"""
+
+
+def test_tree_cpu_parts_name_threads_and_children_and_sum_to_the_tree() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _SPINNERS], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "done"
+        parts, whole = tree_cpu_parts(proc.pid), tree_cpu_s(proc.pid)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    # Each loop takes well over 0.1 s of CPU: the two named threads are one part, the exited one is counted
+    # apart, and the child is one part of its own.
+    assert parts["spin-#"] >= 0.2
+    assert parts["(exited threads)"] >= 0.1
+    children = {k: v for k, v in parts.items() if k.startswith("child ")}
+    assert len(children) == 1 and next(iter(children.values())) >= 0.1, parts
+    assert not any(k.startswith("gone") for k in parts)
+    assert abs(sum(parts.values()) - whole) < 0.05
+
+
+def test_window_of_counts_the_diagnoses_between_its_ends() -> None:
+    arrived = [float(t) for t in range(11)]  # one diagnosis a second, 0 .. 10
+    assert window_of(arrived, (0.0, 1.0)) == (10, 0.0, 10.0)
+    assert window_of(arrived, (0.3, 0.9)) == (6, 3.0, 9.0)
+    assert window_of([5.0], (0.0, 1.0)) == (0, 0.0, 0.0)
