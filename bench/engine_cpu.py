@@ -70,6 +70,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -203,6 +204,13 @@ TARGETS: dict[str, list[str]] = {
 }  # fmt: skip
 
 
+def split_misses(queries: list[tuple[str, str]], parts: int) -> int:
+    """How many of ``queries`` (vin, text) a model embeds when the vehicles are split over ``parts`` processes by
+    VIN, as a keyed stream splits them, each process with a query cache of its own that never evicts: the distinct
+    texts of each part, summed."""
+    return sum(len({t for v, t in queries if zlib.crc32(v.encode()) % parts == k}) for k in range(parts))
+
+
 def earlier_ids(lines: list[str], n: int) -> dict[str, str]:
     """Each vehicle's dedup state (its JSON) holding ``n`` ids of events before the fleet's, a minute apart.
 
@@ -320,6 +328,17 @@ def main(argv: list[str] | None = None) -> int:
             for vin, dedup_json in earlier_ids(lines, args.dedup_ids).items():
                 stored[vin] = (None, dedup_json)
                 carries[vin] = (None, DedupState.model_validate_json(dedup_json))
+            # Every query text the query cache is asked for, with the vehicle asking (the split below).
+            queries: list[tuple[str, str]] = []
+            vin_now = [""]
+            if hasattr(engine.embedder, "hits"):
+                asked = engine.embedder.embed_queries
+
+                def recording(texts: list[str]) -> Any:
+                    queries.extend((vin_now[0], t) for t in texts)
+                    return asked(texts)
+
+                engine.embedder.embed_queries = recording
             alerts = events = 0
             cpu0, wall0 = time.process_time(), time.perf_counter()
             child0 = children_cpu_s(os.getpid(), exclude=not_embedding)
@@ -346,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
                     session = StoredSession(session_json) if session_json else None
                     dedup = StoredDedup(dedup_json) if dedup_json else DedupState()
                 clock.leave()
+                vin_now[0] = event.vin
                 result = engine.on_event(session, dedup, parsed, line)
                 clock.enter(SERDE)
                 session_json = result.session.model_dump_json() if result.session is not None else None
@@ -411,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
         share = cache.hits / (cache.hits + cache.misses)
         print(f"query vectors from the cache (embedders/cache.py): {cache.hits} of {cache.hits + cache.misses} "
               f"queries ({share:.0%}); the others embedded by the model")  # fmt: skip
+    if queries:
+        print(f"the same queries, the fleet split by VIN (crc32) over N processes (TaskManagers) with a query cache "
+              f"each: the model embeds {split_misses(queries, 1)} (N=1), {split_misses(queries, 2)} (N=2), "
+              f"{split_misses(queries, 4)} (N=4), without evictions")  # fmt: skip
     for m in missing:
         print(f"note: not found (renamed?), its time is in '{OTHER}': {m}")
     args.out.mkdir(parents=True, exist_ok=True)
