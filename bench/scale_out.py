@@ -265,6 +265,7 @@ class CpuSampler:
 def run_config(
     broker: KafkaBroker, config: tuple[str, int, int], topic: str, expect: int, work: Path, timeout_s: float,
     concurrency: int, cores_per_taskmanager: int = 0, turn: int = 1, window: tuple[float, float] = (0.0, 1.0),
+    taskmanager_java_opts: str = "",
 ) -> Result:  # fmt: skip
     mode, tms, slots = config
     tag = f"{mode}-{tms}x{slots}-r{turn}"
@@ -277,6 +278,7 @@ def run_config(
     cluster = FlinkCluster(
         work / f"flink-{tag}", slots=slots, taskmanagers=tms,
         env={"VDOCTOR_CONCURRENCY": str(concurrency), "VDOCTOR_KNOWLEDGE_URL": "memory://"},
+        conf={"env.java.opts.taskmanager": taskmanager_java_opts} if taskmanager_java_opts else None,
     )  # fmt: skip
     print(f"{cluster_label(config)}: starting the cluster", file=sys.stderr, flush=True)
     cluster.start()
@@ -390,8 +392,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure the rate and the CPU between two diagnoses, given as fractions of them: "
                              "0.3 0.9 leaves out the JVMs' warm-up (their JIT compiles for minutes) and the tail "
                              "(a finite fleet ends on one TaskManager); default 0 1, first to last")  # fmt: skip
+    parser.add_argument("--taskmanager-java-opts", default="", metavar="OPTS",
+                        help="the TaskManagers' JVM options (env.java.opts.taskmanager), e.g. "
+                             "'-XX:TieredStopAtLevel=1' (C1 only)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     args = parser.parse_args(argv)
+    if not 0.0 <= args.window[0] < args.window[1] <= 1.0:
+        parser.error(f"--window FROM TO: 0 <= FROM < TO <= 1, got {args.window[0]} {args.window[1]}")
     args.out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
     results: list[Result] = []
@@ -418,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
             for turn in range(1, args.repeat + 1):  # the configurations in turn, round after round
                 for config in args.configs:
                     r = run_config(broker, config, "scale.alerts", expect, work, args.timeout, args.concurrency,
-                                   args.cores_per_taskmanager, turn, tuple(args.window))  # fmt: skip
+                                   args.cores_per_taskmanager, turn, tuple(args.window),
+                                   args.taskmanager_java_opts)  # fmt: skip
                     results.append(r)
                     print(f"  {r.label}: {r.alerts_per_s:.1f} alerts/s ({r.diagnoses}/{r.expected})", file=sys.stderr)
         finally:
