@@ -78,6 +78,9 @@ DEFAULT_CONFIGS = ["thread:1x1", "thread:2x1", "process:1x1", "process:2x1", "pr
 # Process mode: a bundle is sent to the Python worker at least this often
 # (the 1000 ms default halves throughput; NOTES.md).
 PROCESS_BUNDLE_MS = 10
+# The long-term store (--store): a fresh file per configuration that the TaskManagers share, or a database in
+# each TaskManager's memory.
+STORES = {"shared": "sqlite:///{path}", "private": "sqlite://"}
 # The job is jobs/kafka_job.py as submitted; each shape sets its execution
 # mode (and process mode's bundle time) with --flink-conf.
 JOB = REPO_ROOT / "jobs" / "kafka_job.py"
@@ -111,6 +114,8 @@ class Result:
     # from the first diagnosis to the last.
     window: list[float] = field(default_factory=lambda: [0.0, 1.0])
     alerts_per_s_whole: float = float("nan")
+    # The long-term store (--store): shared (one file) or private (each TaskManager's own, in memory).
+    store: str = "shared"
 
     @property
     def label(self) -> str:
@@ -265,7 +270,7 @@ class CpuSampler:
 def run_config(
     broker: KafkaBroker, config: tuple[str, int, int], topic: str, expect: int, work: Path, timeout_s: float,
     concurrency: int, cores_per_taskmanager: int = 0, turn: int = 1, window: tuple[float, float] = (0.0, 1.0),
-    taskmanager_java_opts: str = "",
+    taskmanager_java_opts: str = "", store: str = "shared",
 ) -> Result:  # fmt: skip
     mode, tms, slots = config
     tag = f"{mode}-{tms}x{slots}-r{turn}"
@@ -293,7 +298,7 @@ def run_config(
         submitted = cluster.flink(
             "run", "-d", "-py", str(JOB), "--kafka", broker.bootstrap, "--alerts-topic", topic,
             "--diagnoses-topic", diag, "--dead-letters-topic", dead, "--group-id", f"scale-{tag}",
-            "--parallelism", str(parallelism), "--memory", f"sqlite:///{work}/memory-{tag}.db",
+            "--parallelism", str(parallelism), "--memory", STORES[store].format(path=work / f"memory-{tag}.db"),
             "--checkpoint-dir", str(work / f"chk-{tag}"), "--restart-attempts", "0",
             *(f"--flink-conf={k}={v}" for k, v in conf.items()),
         )  # fmt: skip
@@ -320,7 +325,7 @@ def run_config(
         return Result(mode, tms, slots, parallelism, len(arrived), expect, count / span if span > 0 else float("nan"),
                       start - launched if start else float("nan"), used / span if span > 0 else float("nan"),
                       used / count * 1000 if count else float("nan"), os.getloadavg()[0],
-                      cores_per_taskmanager, parts, outside, turn, list(window), whole_rate)  # fmt: skip
+                      cores_per_taskmanager, parts, outside, turn, list(window), whole_rate, store)  # fmt: skip
     finally:
         if job_id:
             cluster.flink("cancel", job_id, timeout=60)
@@ -392,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure the rate and the CPU between two diagnoses, given as fractions of them: "
                              "0.3 0.9 leaves out the JVMs' warm-up (their JIT compiles for minutes) and the tail "
                              "(a finite fleet ends on one TaskManager); default 0 1, first to last")  # fmt: skip
+    parser.add_argument("--store", choices=sorted(STORES), default="shared",
+                        help="shared (default): one SQLite file per configuration, which every TaskManager reads "
+                             "and writes, as the job runs; private: each TaskManager a SQLite database in its own "
+                             "memory (sqlite://), the same store code without a file to share (a diagnostic: the "
+                             "TaskManagers do not see each other's cases)")  # fmt: skip
     parser.add_argument("--taskmanager-java-opts", default="", metavar="OPTS",
                         help="the TaskManagers' JVM options (env.java.opts.taskmanager), e.g. "
                              "'-XX:TieredStopAtLevel=1' (C1 only)")  # fmt: skip
@@ -426,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                 for config in args.configs:
                     r = run_config(broker, config, "scale.alerts", expect, work, args.timeout, args.concurrency,
                                    args.cores_per_taskmanager, turn, tuple(args.window),
-                                   args.taskmanager_java_opts)  # fmt: skip
+                                   args.taskmanager_java_opts, args.store)  # fmt: skip
                     results.append(r)
                     print(f"  {r.label}: {r.alerts_per_s:.1f} alerts/s ({r.diagnoses}/{r.expected})", file=sys.stderr)
         finally:
@@ -435,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nKafka ({PARTITIONS} partitions) -> job on a standalone cluster -> Kafka; offline model, "
           f"concurrency {args.concurrency}; {lines} events ({expect} alerts); {os.cpu_count()} cores shared with "
           f"the broker and the JobManager; load average {load_before:.1f} before, {load_after:.1f} after")  # fmt: skip
+    if args.store != "shared":
+        print("the long-term store: a SQLite database in each TaskManager's memory (--store private)")
     if args.cores_per_taskmanager:
         print(f"each TaskManager pinned to {args.cores_per_taskmanager} core(s) of its own (TaskManager i: cores "
               f"i*N .. i*N+N-1); the broker, the JobManager and this script on any core")  # fmt: skip
