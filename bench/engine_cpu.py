@@ -136,8 +136,12 @@ class NoClock(StageClock):
         pass
 
 
-def without_stages(argv: list[str]) -> float:
-    """Process CPU ms per alert of the same run in a fresh interpreter with no stage clocks."""
+def without_stages(argv: list[str], store: Path | None = None) -> float:
+    """Process CPU ms per alert of the same run in a fresh interpreter with no stage clocks (with ``--store``,
+    on a file of its own beside the one named: ``PATH.plain``, which the same run of a process sharing the
+    store shares too)."""
+    if store is not None:
+        argv = [*argv, "--store", f"{store}.plain"]  # the last --store given is the one taken
     done = subprocess.run([sys.executable, __file__, *argv, "--no-stages"], check=True, capture_output=True, text=True)
     return float(json.loads(done.stdout.strip().splitlines()[-1])["process_ms_per_alert"])
 
@@ -202,6 +206,34 @@ TARGETS: dict[str, list[str]] = {
             "vdoctor.memory.session:StoredDedup.check_and_add", "vdoctor.memory.session:StoredDedup.load"],
     "knowledge search": ["vdoctor.knowledge.search:KnowledgeBase.search"],
 }  # fmt: skip
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``K/N`` as (K, N), 0 <= K < N."""
+    k, _, n = text.partition("/")
+    try:
+        part = int(k), int(n)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected K/N (e.g. 0/2), got {text!r}") from None
+    if not 0 <= part[0] < part[1]:
+        raise argparse.ArgumentTypeError(f"expected 0 <= K < N, got {text!r}")
+    return part
+
+
+def in_part(lines: list[str], k: int, n: int) -> list[str]:
+    """The lines of the vehicles of part ``k`` of ``n`` (crc32 of the VIN); a line with no VIN read is in part 0."""
+    if n == 1:
+        return lines
+    kept = []
+    for line in lines:
+        try:
+            vin = json.loads(line).get("vin")
+        except (ValueError, AttributeError):
+            vin = None
+        part = zlib.crc32(vin.encode()) % n if isinstance(vin, str) else 0
+        if part == k:
+            kept.append(line)
+    return kept
 
 
 def split_misses(queries: list[tuple[str, str]], parts: int) -> int:
@@ -286,8 +318,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-stages", action="store_true",
                         help="no stage clocks: print only the process CPU per alert as JSON (the main run does this "
                              "first, in a fresh interpreter, for the total without the clocks' own cost)")  # fmt: skip
+    parser.add_argument("--part", type=parse_part, default=(0, 1), metavar="K/N",
+                        help="only the vehicles of part K of N (by crc32 of the VIN, as a keyed stream splits a "
+                             "fleet over N subtasks; lines without one go to part 0): run N of these at once, with "
+                             "--store, to measure N TaskManagers sharing one store without Flink")  # fmt: skip
+    parser.add_argument("--store", type=Path, default=None, metavar="PATH",
+                        help="the SQLite file of the long-term store (default: a fresh one of this run); another "
+                             "run given the same file shares it")  # fmt: skip
     args = parser.parse_args(argv)
-    plain_ms = 0.0 if args.no_stages else without_stages(sys.argv[1:] if argv is None else argv)
+    plain_ms = 0.0 if args.no_stages else without_stages(sys.argv[1:] if argv is None else argv, args.store)
 
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
@@ -313,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                                       cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
             base_url = (server.stdout.readline() if server.stdout else "").split()[-1]
         try:
-            engine = build(args.model, work / "memory.db", base_url, args.embedder, args.embed_child)
+            engine = build(args.model, args.store or work / "memory.db", base_url, args.embedder, args.embed_child)
             if not args.default_gc:
                 tune_gc_for_runs()  # as the job's operator does once its engine is built (runs in flight)
             not_embedding = {server.pid} if server is not None else set()
@@ -321,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             if not args.no_stages:
                 missing = instrument(clock, TARGETS)
                 instrument_parts(clock, engine, model_stage)
-            lines = fleet.read_text(encoding="utf-8").splitlines()
+            lines = in_part(fleet.read_text(encoding="utf-8").splitlines(), *args.part)
             carries: dict[str, tuple[Any, Any]] = {}  # --chained: live objects
             stored: dict[str, tuple[str | None, str | None]] = {}  # otherwise: what the state holds, as JSON
             pending: dict[str, list[str]] = {}
