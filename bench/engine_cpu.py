@@ -230,8 +230,7 @@ def in_part(lines: list[str], k: int, n: int) -> list[str]:
             vin = json.loads(line).get("vin")
         except (ValueError, AttributeError):
             vin = None
-        part = zlib.crc32(vin.encode()) % n if isinstance(vin, str) else 0
-        if part == k:
+        if (part_of(vin, n) if isinstance(vin, str) else 0) == k:
             kept.append(line)
     return kept
 
@@ -240,7 +239,12 @@ def split_misses(queries: list[tuple[str, str]], parts: int) -> int:
     """How many of ``queries`` (vin, text) a model embeds when the vehicles are split over ``parts`` processes by
     VIN, as a keyed stream splits them, each process with a query cache of its own that never evicts: the distinct
     texts of each part, summed."""
-    return sum(len({t for v, t in queries if zlib.crc32(v.encode()) % parts == k}) for k in range(parts))
+    return sum(len({t for v, t in queries if part_of(v, parts) == k}) for k in range(parts))
+
+
+def part_of(vin: str, parts: int) -> int:
+    """Which of ``parts`` parts a vehicle is in: crc32 of its VIN (stable across runs, as Flink's key groups are)."""
+    return zlib.crc32(vin.encode()) % parts
 
 
 def earlier_ids(lines: list[str], n: int) -> dict[str, str]:

@@ -17,11 +17,9 @@ def process_children() -> Children:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-        except (OSError, IndexError, ValueError):
-            continue
+        stat = _stat_fields(entry / "stat")
+        if stat is not None:
+            children.setdefault(int(stat[1][1]), []).append(int(entry.name))
     return children
 
 
@@ -48,25 +46,6 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
-def _cpu_ticks(pid: int) -> int:
-    """Clock ticks of CPU (user + system) a process has used so far; 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
-def process_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) used so far by one process (all its threads), its children left out."""
-    return _cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_s(pid: int, children: Children | None = None) -> float:
-    """CPU seconds (user + system) used so far by a process and all its descendants."""
-    return sum(_cpu_ticks(p) for p in _tree(pid, children)) / os.sysconf("SC_CLK_TCK")
-
-
 _DIGITS = re.compile(r"\d+")
 
 
@@ -77,6 +56,27 @@ def _stat_fields(path: Path) -> tuple[str, list[str]] | None:
         return head.split("(", 1)[1], tail.split()
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _cpu_ticks(pid: int) -> int:
+    """Clock ticks of CPU (user + system) a process has used so far; 0 if it is gone."""
+    stat = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return _ticks(stat[1]) if stat is not None else 0
+
+
+def _ticks(fields: list[str]) -> int:
+    """User + system clock ticks from the fields after the name in a /proc stat file (a process's or a thread's)."""
+    return int(fields[11]) + int(fields[12])
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by one process (all its threads), its children left out."""
+    return _cpu_ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int, children: Children | None = None) -> float:
+    """CPU seconds (user + system) used so far by a process and all its descendants."""
+    return sum(_cpu_ticks(p) for p in _tree(pid, children)) / os.sysconf("SC_CLK_TCK")
 
 
 def tree_cpu_parts(pid: int, children: Children | None = None) -> dict[str, float]:
@@ -90,7 +90,7 @@ def tree_cpu_parts(pid: int, children: Children | None = None) -> dict[str, floa
         if stat is None:
             continue
         name, fields = stat
-        total = int(fields[11]) + int(fields[12])
+        total = _ticks(fields)
         if p != pid:
             key = f"child {_DIGITS.sub('#', name)}"
             parts[key] = parts.get(key, 0.0) + total / tick
@@ -104,7 +104,7 @@ def tree_cpu_parts(pid: int, children: Children | None = None) -> dict[str, floa
             thread = _stat_fields(task / "stat")
             if thread is None:
                 continue
-            used = int(thread[1][11]) + int(thread[1][12])
+            used = _ticks(thread[1])
             live += used
             key = _DIGITS.sub("#", thread[0])
             parts[key] = parts.get(key, 0.0) + used / tick
