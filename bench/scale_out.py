@@ -49,7 +49,9 @@ broker and the bench itself used over the same span, and the cores left idle.
 ``--repeat N`` runs the configurations N times in turn and prints each
 round's ratios and their median.
 
-Prints a table with the ratios and writes out/bench/scale_out.{json,png}.
+Prints a table with the ratios and writes out/bench/scale_out.{json,png} and
+out/bench/scale_out_parts.png (CPU per alert by part, and the machine's cores
+by who used them).
 """
 
 from __future__ import annotations
@@ -371,11 +373,64 @@ def plot(results: list[Result], path: Path, title: str) -> None:
     labels = [r.label.replace(" x ", "\nx ") + (f"\nround {r.round}" if rounds else "") for r in results]
     bars = ax.bar(labels, [r.alerts_per_s for r in results], color=colors)
     ax.bar_label(bars, fmt="%.0f")
-    ax.set_ylabel("alerts/s (first to last diagnosis)")
+    ax.set_ylabel(f"alerts/s ({window_label(results[0].window)})" if results else "alerts/s")
     ax.set_title(title, fontsize=9)
     ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def window_label(window: list[float]) -> str:
+    a, b = window
+    return "first to last diagnosis" if (a, b) == (0.0, 1.0) else f"diagnoses {a:.0%} to {b:.0%}"
+
+
+# What plot_parts draws apart: the largest parts of the TaskManagers' CPU, the rest summed; the machine's cores.
+PLOTTED_PARTS = 5
+MACHINE_PARTS = ("JobManager", "Kafka broker", "this bench", "all else", "idle")
+
+
+def plot_parts(results: list[Result], path: Path, title: str) -> None:
+    """Two panels, one bar per run: the TaskManagers' CPU ms per alert stacked by part (the largest
+    ``PLOTTED_PARTS``, the rest summed), and the machine's cores stacked by who used them (the TaskManagers, the
+    JobManager, the broker, the bench, all else, idle)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not results:
+        return
+    rounds = len({r.round for r in results}) > 1
+    labels = [f"{r.taskmanagers} TM x {r.slots}\n{r.mode}" + (f"\nround {r.round}" if rounds else "") for r in results]
+    largest = lambda p: -max(r.cpu_ms_per_alert_by_part.get(p, 0.0) for r in results)  # noqa: E731
+    parts = sorted({p for r in results for p in r.cpu_ms_per_alert_by_part}, key=largest)[:PLOTTED_PARTS]
+    fig, (cpu, cores) = plt.subplots(1, 2, figsize=(13, 4.4))
+    bottom = [0.0] * len(results)
+    rows = [(part, [r.cpu_ms_per_alert_by_part.get(part, 0.0) for r in results]) for part in parts]
+    rows.append(
+        ("the rest", [sum(v for p, v in r.cpu_ms_per_alert_by_part.items() if p not in parts) for r in results])
+    )
+    for part, values in rows:
+        cpu.bar(labels, values, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    for x, total in enumerate(bottom):
+        cpu.annotate(f"{total:.1f}", (x, total), ha="center", va="bottom", fontsize=8)
+    cpu.set_ylabel(f"TaskManagers' CPU ms per alert ({window_label(results[0].window)})")
+    cpu.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    bottom = [0.0] * len(results)
+    for who, values in [("TaskManagers", [r.cores_used for r in results])] + [
+        (who, [r.cores_outside.get(who, 0.0) for r in results]) for who in MACHINE_PARTS
+    ]:
+        cores.bar(labels, values, bottom=bottom, label=who, color="#dddddd" if who == "idle" else None)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    cores.set_ylabel("cores, over the same span")
+    cores.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in (cpu, cores):
+        ax.tick_params(axis="x", labelsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,8 +539,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}{what} = {statistics.median(each):.2f} (median; by round {rounds})")
     print_parts(results)
     (args.out / "scale_out.json").write_text(json.dumps([asdict(r) for r in results], indent=2))
-    plot(results, args.out / "scale_out.png", f"Kafka job on a standalone cluster, {expect} alerts, offline model")
-    print(f"results: {args.out / 'scale_out.json'}, plot: {args.out / 'scale_out.png'}")
+    title = f"Kafka job on a standalone cluster, {expect} alerts, offline model"
+    plot(results, args.out / "scale_out.png", title)
+    plot_parts(results, args.out / "scale_out_parts.png", title)
+    print(f"results: {args.out / 'scale_out.json'}, plots: {args.out / 'scale_out.png'}, "
+          f"{args.out / 'scale_out_parts.png'}")  # fmt: skip
     return 0 if all(r.diagnoses == r.expected for r in results) else 1
 
 
