@@ -80,6 +80,10 @@ DEFAULT_CONFIGS = ["thread:1x1", "thread:2x1", "process:1x1", "process:2x1", "pr
 # Process mode: a bundle is sent to the Python worker at least this often
 # (the 1000 ms default halves throughput; NOTES.md).
 PROCESS_BUNDLE_MS = 10
+# The rest of the machine, as CpuSampler records it: the sampler's thread is a part of "this bench", so it is
+# printed indented under it and left out of every sum.
+SAMPLER = "  its sampler"
+MACHINE_PARTS = ("JobManager", "Kafka broker", "this bench", SAMPLER, "all else", "idle")
 # The long-term store (--store): a fresh file per configuration that the TaskManagers share, or a database in
 # each TaskManager's memory.
 STORES = {"shared": "sqlite:///{path}", "private": "sqlite://"}
@@ -202,7 +206,7 @@ class CpuSampler:
         self.pid_dir = pid_dir
         self.pins = pins or []
         self.broker_pid = broker_pid
-        self.samples: list[tuple[float, float]] = []
+        self.times: list[float] = []  # when each sample was taken (monotonic)
         # Each sample's CPU seconds by part (``procstat.tree_cpu_parts``, summed over the TaskManagers by name).
         self.parts: list[dict[str, float]] = []
         # Each sample's CPU seconds of the rest of the machine: the JobManager, the broker, this script, all else,
@@ -217,10 +221,11 @@ class CpuSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             children = process_children()  # one scan of /proc for every tree of this sample
-            for pid, cores in zip(self._pids(), self.pins, strict=False):
+            taskmanagers = self._pids()
+            for pid, cores in zip(taskmanagers, self.pins, strict=False):
                 pin_tree(pid, cores, children)
             parts: dict[str, float] = {}
-            for pid in self._pids():
+            for pid in taskmanagers:
                 for part, used in tree_cpu_parts(pid, children).items():
                     parts[part] = parts.get(part, 0.0) + used
             busy, idle = machine_cpu_s()
@@ -228,11 +233,11 @@ class CpuSampler:
                 "JobManager": sum(tree_cpu_s(p, children) for p in jobmanager_pids(self.pid_dir)),
                 "Kafka broker": tree_cpu_s(self.broker_pid, children) if self.broker_pid else 0.0,
                 "this bench": process_cpu_s(os.getpid()),
-                "  its sampler": time.thread_time(),  # this thread (part of "this bench")
+                SAMPLER: time.thread_time(),  # this thread (part of "this bench")
             }
-            outside["all else"] = busy - sum(parts.values()) - sum(v for k, v in outside.items() if k[0] != " ")
+            outside["all else"] = busy - sum(parts.values()) - sum(v for k, v in outside.items() if k != SAMPLER)
             outside["idle"] = idle
-            self.samples.append((time.monotonic(), sum(parts.values())))
+            self.times.append(time.monotonic())
             self.parts.append(parts)
             self.machine.append(outside)
             self._stop.wait(0.5)
@@ -246,11 +251,8 @@ class CpuSampler:
         self._thread.join()
 
     def between(self, start: float, end: float) -> float:
-        """CPU seconds used between two monotonic times (nearest samples)."""
-        if not self.samples:
-            return float("nan")
-        at = lambda t: min(self.samples, key=lambda s: abs(s[0] - t))[1]  # noqa: E731
-        return at(end) - at(start)
+        """CPU seconds used between two monotonic times (nearest samples): the parts' sum."""
+        return sum(self.parts_between(start, end).values()) if self.times else float("nan")
 
     def parts_between(self, start: float, end: float) -> dict[str, float]:
         """CPU seconds by part used between two monotonic times (nearest samples), largest first."""
@@ -261,9 +263,9 @@ class CpuSampler:
         return self._between(self.machine, start, end)
 
     def _between(self, series: list[dict[str, float]], start: float, end: float) -> dict[str, float]:
-        if not self.samples:
+        if not self.times:
             return {}
-        nearest = lambda t: min(range(len(self.samples)), key=lambda i: abs(self.samples[i][0] - t))  # noqa: E731
+        nearest = lambda t: min(range(len(self.times)), key=lambda i: abs(self.times[i] - t))  # noqa: E731
         first, last = series[nearest(start)], series[nearest(end)]
         used = {part: last.get(part, 0.0) - first.get(part, 0.0) for part in last.keys() | first.keys()}
         return dict(sorted(used.items(), key=lambda kv: -kv[1]))
@@ -339,13 +341,19 @@ def cluster_label(config: tuple[str, int, int]) -> str:
     return f"{mode} mode, {tms} TaskManager(s) x {slots} slot(s)"
 
 
+def largest_parts(results: list[Result]) -> list[str]:
+    """Every part of the runs' CPU, largest first (by its largest CPU ms per alert in any run)."""
+    most = lambda p: max(r.cpu_ms_per_alert_by_part.get(p, 0.0) for r in results)  # noqa: E731
+    return sorted({p for r in results for p in r.cpu_ms_per_alert_by_part}, key=lambda p: -most(p))
+
+
 def print_parts(results: list[Result], floor_ms: float = 0.1) -> None:
     """CPU ms per alert by part, one column per configuration: the parts of at least ``floor_ms`` somewhere,
     the rest summed as one row."""
     if not results:
         return
-    shown = sorted({p for r in results for p, ms in r.cpu_ms_per_alert_by_part.items() if ms >= floor_ms},
-                   key=lambda p: -max(r.cpu_ms_per_alert_by_part.get(p, 0.0) for r in results))  # fmt: skip
+    most = lambda p: max(r.cpu_ms_per_alert_by_part.get(p, 0.0) for r in results)  # noqa: E731
+    shown = [p for p in largest_parts(results) if most(p) >= floor_ms]
     rounds = len({r.round for r in results}) > 1
     names = [f"{r.mode[0]}:{r.taskmanagers}x{r.slots}" + (f" r{r.round}" if rounds else "") for r in results]
     print("\nCPU ms/alert by part (thread names with digits as '#'; thread mode's Python threads carry the name of"
@@ -357,7 +365,7 @@ def print_parts(results: list[Result], floor_ms: float = 0.1) -> None:
     print(f"{'(the rest)':<24}" + "".join(f"{ms:>10.2f}" for ms in rest))
     print("\ncores used outside the TaskManagers over the same span, and the cores left idle")
     print(f"{'':<24}" + "".join(f"{n:>10}" for n in names))
-    for part in ("JobManager", "Kafka broker", "this bench", "  its sampler", "all else", "idle"):
+    for part in MACHINE_PARTS:
         print(f"{part:<24}" + "".join(f"{r.cores_outside.get(part, float('nan')):>10.2f}" for r in results))
 
 
@@ -385,9 +393,8 @@ def window_label(window: list[float]) -> str:
     return "first to last diagnosis" if (a, b) == (0.0, 1.0) else f"diagnoses {a:.0%} to {b:.0%}"
 
 
-# What plot_parts draws apart: the largest parts of the TaskManagers' CPU, the rest summed; the machine's cores.
+# What plot_parts draws apart: the largest parts of the TaskManagers' CPU, the rest summed.
 PLOTTED_PARTS = 5
-MACHINE_PARTS = ("JobManager", "Kafka broker", "this bench", "all else", "idle")
 
 
 def plot_parts(results: list[Result], path: Path, title: str) -> None:
@@ -403,8 +410,7 @@ def plot_parts(results: list[Result], path: Path, title: str) -> None:
         return
     rounds = len({r.round for r in results}) > 1
     labels = [f"{r.taskmanagers} TM x {r.slots}\n{r.mode}" + (f"\nround {r.round}" if rounds else "") for r in results]
-    largest = lambda p: -max(r.cpu_ms_per_alert_by_part.get(p, 0.0) for r in results)  # noqa: E731
-    parts = sorted({p for r in results for p in r.cpu_ms_per_alert_by_part}, key=largest)[:PLOTTED_PARTS]
+    parts = largest_parts(results)[:PLOTTED_PARTS]
     fig, (cpu, cores) = plt.subplots(1, 2, figsize=(13, 4.4))
     bottom = [0.0] * len(results)
     rows = [(part, [r.cpu_ms_per_alert_by_part.get(part, 0.0) for r in results]) for part in parts]
@@ -420,7 +426,7 @@ def plot_parts(results: list[Result], path: Path, title: str) -> None:
     cpu.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     bottom = [0.0] * len(results)
     for who, values in [("TaskManagers", [r.cores_used for r in results])] + [
-        (who, [r.cores_outside.get(who, 0.0) for r in results]) for who in MACHINE_PARTS
+        (who, [r.cores_outside.get(who, 0.0) for r in results]) for who in MACHINE_PARTS if who != SAMPLER
     ]:
         cores.bar(labels, values, bottom=bottom, label=who, color="#dddddd" if who == "idle" else None)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
