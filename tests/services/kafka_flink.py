@@ -27,6 +27,8 @@ KAFKA_LIB = SERVICES / "kafka" / "lib"
 CONNECTOR_JAR = SERVICES / "flink" / "lib" / "flink-sql-connector-kafka-5.0.0-2.2.jar"
 KAFKA_START_TIMEOUT_S = 90
 FLINK_START_TIMEOUT_S = 120
+# As docker/flink/config.yaml sets it (README: "Scale-out").
+JOBMANAGER_JAVA_OPTS = "-XX:TieredStopAtLevel=1"
 
 
 class ServiceError(RuntimeError):
@@ -272,6 +274,10 @@ class FlinkCluster:
             "jobmanager.bind-host": "localhost",
             "jobmanager.rpc.port": str(self.rpc_port),
             "jobmanager.memory.process.size": "1024m",
+            # The JobManager's JIT: C1 only. It shares the machine's cores with the TaskManagers here, and its
+            # C2 compiler thread took 0.07-0.09 cores through a job's first minutes, 0.02-0.03 with C1
+            # (bench/scale_out.py, "cores used outside the TaskManagers").
+            "env.java.opts.jobmanager": JOBMANAGER_JAVA_OPTS,
             "taskmanager.bind-host": "localhost",
             "taskmanager.host": "localhost",
             "taskmanager.numberOfTaskSlots": str(self.slots),
