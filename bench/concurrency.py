@@ -220,7 +220,8 @@ def run_level(
     vins = max(concurrency * 2, int(bound * seconds / ALERTS_PER_VIN))
     out = work / f"c{concurrency}-{latency_ms:g}ms"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "memory.db").unlink(missing_ok=True)
+    for stale in ("memory.db", "memory.db.query-vectors"):  # every trial starts from an empty store and query file
+        (out / stale).unlink(missing_ok=True)
     alerts = out / "alerts.jsonl"
     events = write_alerts(alerts, vins, distinct)
     responder = TimedResponder()

@@ -474,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
         share = cache.hits / (cache.hits + cache.misses)
         print(f"query vectors from the cache (embedders/cache.py): {cache.hits} of {cache.hits + cache.misses} "
               f"queries ({share:.0%}); the others embedded by the model")  # fmt: skip
+    if getattr(cache, "shared", None) is not None:
+        print(f"query vectors from the query vector file (embedders/query_file.py): {cache.shared_hits} of the "
+              f"{cache.misses} this process had not kept")  # fmt: skip
     if queries:
         print(f"the same queries, the fleet split by VIN (crc32) over N processes (TaskManagers) with a query cache "
               f"each: the model embeds {split_misses(queries, 1)} (N=1), {split_misses(queries, 2)} (N=2), "

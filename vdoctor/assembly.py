@@ -19,7 +19,7 @@ from vdoctor.memory.recall import SessionRecall
 from vdoctor.memory.summarizer import ModelSummarizer, OfflineSummarizer, Summarizer
 from vdoctor.models import ChatModel, ChatModelConfig, open_chat_model
 from vdoctor.settings import Settings
-from vdoctor.stores import MemoryStore, open_store
+from vdoctor.stores import MemoryStore, open_store, sqlite_file
 from vdoctor.stores.retry import RetryingStore
 from vdoctor.tokens import TokenCounter, open_counter
 
@@ -36,7 +36,20 @@ def _embedder_config(settings: Settings) -> EmbedderConfig:
         # Replays that must be repeatable embed every text alone (EmbedderConfig.share_calls).
         share_calls=not settings.runtime.deterministic,
         child_process=settings.embedding.child_process,
+        query_file=query_vector_file(settings),
     )
+
+
+def query_vector_file(settings: Settings) -> str | None:
+    """Where the embedder shares query vectors (``EmbeddingSettings.query_vector_file``), or None."""
+    chosen = settings.embedding.query_vector_file
+    # A file an earlier run filled holds vectors embedded within batches (~1e-7 from a text alone).
+    if settings.runtime.deterministic or chosen == "off":
+        return None
+    if chosen != "auto":
+        return chosen
+    db = sqlite_file(settings.memory.url)
+    return None if db is None else db + ".query-vectors"
 
 
 def embedder(settings: Settings) -> Embedder:

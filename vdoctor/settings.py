@@ -91,6 +91,10 @@ class EmbeddingSettings(_Frozen):
     # A model with weights (use-m3, e5-small) runs in a child process of its own, off the GIL that
     # all of a TaskManager's runs share (``embedders/child.py``); false: in this process.
     child_process: bool = True
+    # Where query vectors are shared with the machine's other processes and with later runs
+    # (``embedders/query_file.py``): "auto" beside the embedded store's file (<db>.query-vectors; no file
+    # for other stores), "off", or a path. Deterministic replays never use one.
+    query_vector_file: str = Field(default="auto", min_length=1)
 
 
 class RuntimeSettings(_Frozen):
@@ -146,6 +150,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "embedder": ("embedding", "kind", "VDOCTOR_EMBEDDER"),
     "embed_model": ("embedding", "model", "VDOCTOR_EMBED_MODEL"),
     "embed_child_process": ("embedding", "child_process", "VDOCTOR_EMBED_CHILD_PROCESS"),
+    "query_vector_file": ("embedding", "query_vector_file", "VDOCTOR_QUERY_VECTOR_FILE"),
     "openai_base_url": ("endpoint", "base_url", "OPENAI_BASE_URL"),
     "openai_api_key": ("endpoint", "api_key", API_KEY_ENV),
     "openai_api_key_file": ("endpoint", "api_key_file", "VDOCTOR_OPENAI_API_KEY_FILE"),

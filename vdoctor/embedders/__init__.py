@@ -12,7 +12,8 @@ A model that loads weights loads them once per process: every ``open_embedder``
 of the same name gets the same instance (the job's subtasks in one
 TaskManager, the engine and the knowledge base share it). The models and the
 ``openai`` embedder keep the vectors of the last queries they embedded
-(``cache.py``: a fleet's alert texts repeat).
+(``cache.py``: a fleet's alert texts repeat), and with a query vector file
+share them with the machine's other processes and later runs (``query_file.py``).
 
 Add one: a module with a class that meets ``Embedder`` (``base.py``), one entry
 below; the contract suite picks it up from ``EMBEDDERS``.
@@ -31,6 +32,7 @@ from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors, embedder_id
 from vdoctor.embedders.batching import CoalescingEmbedder
 from vdoctor.embedders.cache import QueryCache
 from vdoctor.embedders.models import load_model
+from vdoctor.embedders.query_file import QueryVectorFile, query_file
 from vdoctor.registry import Registry
 
 EmbedderName = Literal["use-m3", "e5-small", "hashing", "openai"]
@@ -53,6 +55,9 @@ class EmbedderConfig:
     # A model with weights runs in a child process (``child.py``): its forward pass does not wait
     # for this interpreter's GIL, which the job's runs in flight all share.
     child_process: bool = False
+    # A file that shares query vectors with the machine's other processes and later runs (``query_file.py``);
+    # None: this process's query cache alone.
+    query_file: str | None = None
 
 
 def _open_hashing(config: EmbedderConfig) -> Embedder:
@@ -73,7 +78,11 @@ def _open_openai(config: EmbedderConfig) -> Embedder:
     from vdoctor.embedders.openai import OpenAIEmbedder
 
     key = config.api_key.get_secret_value() if config.api_key is not None else ""
-    return QueryCache(OpenAIEmbedder(config.base_url or "", config.model, key, config.dim))
+    return QueryCache(OpenAIEmbedder(config.base_url or "", config.model, key, config.dim), shared=_file(config))
+
+
+def _file(config: EmbedderConfig) -> QueryVectorFile | None:
+    return query_file(config.query_file) if config.query_file else None
 
 
 _REGISTRY: Registry[Callable[[EmbedderConfig], Embedder]] = Registry(
@@ -107,9 +116,11 @@ def _model(name: str, config: EmbedderConfig, load: Callable[[], Embedder]) -> E
         model_name = name
         name, load = f"{name}/child", lambda: ChildProcessEmbedder(model_name)
     model = _shared(name, load)
+    # One query cache per way of calling and per shared file (each path its own; none, this process's alone).
+    tail = f"/{config.query_file}" if config.query_file else ""
     if not config.share_calls:
-        return _shared(f"{name}/own-calls", lambda: QueryCache(model))
-    return _shared(f"{name}/shared-calls", lambda: QueryCache(CoalescingEmbedder(model)))
+        return _shared(f"{name}/own-calls{tail}", lambda: QueryCache(model, shared=_file(config)))
+    return _shared(f"{name}/shared-calls{tail}", lambda: QueryCache(CoalescingEmbedder(model), shared=_file(config)))
 
 
 def open_embedder(name: str, config: EmbedderConfig | None = None) -> Embedder:

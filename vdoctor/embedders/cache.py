@@ -10,7 +10,9 @@ texts (``embed``: case summaries, knowledge chunks) carry readings and rarely
 repeat, and go to the model every time.
 
 Bounded (least recently used first out); shared by every thread of the
-process, as the model is.
+process, as the model is. Behind it, a file can share the vectors with the
+machine's other processes and with the next run (``query_file.py``): a text
+this process has not seen is looked up there before the model runs.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from vdoctor.embedders.base import Embedder, Vectors
+from vdoctor.embedders.query_file import QueryVectorFile
 
 # Query vectors kept per process: 4096 x 512 float32 is 8 MB.
 QUERY_CACHE_SIZE = 4096
@@ -29,13 +32,15 @@ QUERY_CACHE_SIZE = 4096
 class QueryCache:
     """An embedder whose ``embed_queries`` remembers the last ``size`` texts' vectors."""
 
-    def __init__(self, model: Embedder, size: int = QUERY_CACHE_SIZE) -> None:
+    def __init__(self, model: Embedder, size: int = QUERY_CACHE_SIZE, shared: QueryVectorFile | None = None) -> None:
         self.model = model
         self.name = model.name
         self.dim = model.dim
         self.size = size
+        self.shared = shared
         self.hits = 0
-        self.misses = 0
+        self.misses = 0  # texts this process had not kept: found in the shared file or embedded by the model
+        self.shared_hits = 0
         self._vectors: OrderedDict[str, Vectors] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -59,8 +64,7 @@ class QueryCache:
             else:
                 self.misses += 1
         if row is None:
-            (fresh,) = self.model.embed_queries([text])  # a model that gives other than one row fails the call
-            row = self._keep({text: fresh})[text]
+            row = self._keep(self._fetch([text]))[text]
         return row.reshape(1, -1).copy()  # what np.stack([row]) gives: a new array of its own
 
     def _many(self, texts: list[str]) -> Vectors:
@@ -75,11 +79,27 @@ class QueryCache:
             self.misses += len(missing)
             self.hits += len(texts) - len(missing)
         if missing:
-            fresh = self._keep(dict(zip(missing, self.model.embed_queries(missing), strict=True)))
+            fresh = self._keep(self._fetch(missing))
             rows = [fresh[t] if row is None else row for t, row in zip(texts, rows, strict=True)]
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         return np.stack([row for row in rows if row is not None])
+
+    def _fetch(self, texts: list[str]) -> dict[str, Vectors]:
+        """The vectors of texts this process has not kept: from the shared file, the rest from the model
+        (and then into the file)."""
+        found = self.shared.get(self.name, self.dim, texts) if self.shared is not None else {}
+        if found:
+            with self._lock:
+                self.shared_hits += len(found)
+        rest = [t for t in texts if t not in found]
+        if rest:
+            # A model that gives other than one row per text fails the call (zip's strict).
+            fresh = dict(zip(rest, self.model.embed_queries(rest), strict=True))
+            if self.shared is not None:
+                self.shared.put(self.name, self.dim, fresh)
+            found.update(fresh)
+        return found
 
     def _keep(self, fresh: dict[str, Vectors]) -> dict[str, Vectors]:
         """Keep the model's new rows (newest last; the least recently used go past ``size``); returns the kept rows."""

@@ -16,13 +16,19 @@ class StoreOpener(Protocol):
     def __call__(self, url: str, read_only: bool = False) -> MemoryStore: ...
 
 
+def sqlite_file(url: str) -> str | None:
+    """The file a ``sqlite:///path`` URL names; None for other URLs and for ``sqlite://`` (a database in memory)."""
+    rest = url.partition("?")[0]
+    return (rest[len("sqlite:///") :] or None) if rest.startswith("sqlite:///") else None
+
+
 def _open_sqlite(url: str, read_only: bool = False) -> MemoryStore:
     from vdoctor.stores.sqlite import SqliteStore
 
     # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy reads them;
     # one option, ?synchronous=normal|full (how commits wait for the disk).
     rest, _, query = url.partition("?")
-    path = rest[len("sqlite:///") :] if rest.startswith("sqlite:///") else ""
+    path = sqlite_file(url) or ""
     options = parse_qs(query, keep_blank_values=True)
     unknown = sorted(set(options) - {"synchronous"})
     if unknown:
@@ -78,4 +84,4 @@ def open_store(url: str, read_only: bool = False) -> MemoryStore:
     return opener(url, read_only=True) if read_only else opener(url)
 
 
-__all__ = ["STORES", "MemoryStore", "Scored", "SimilarQuery", "open_store"]
+__all__ = ["STORES", "MemoryStore", "Scored", "SimilarQuery", "open_store", "sqlite_file"]

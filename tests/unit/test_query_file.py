@@ -1,0 +1,172 @@
+"""The query vector file: processes that share it embed a query once, and it never stands in the model's way."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vdoctor.assembly import query_vector_file
+from vdoctor.embedders.base import Vectors
+from vdoctor.embedders.cache import QueryCache
+from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.embedders.query_file import QueryVectorFile
+from vdoctor.settings import load_settings
+
+pytestmark = pytest.mark.unit
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Counting:
+    """The hashing embedder, counting the query texts it is asked to embed."""
+
+    def __init__(self, dim: int = 32) -> None:
+        self.inner = HashingEmbedder(dim)
+        self.name, self.dim = self.inner.name, self.inner.dim
+        self.queries: list[str] = []
+
+    def embed(self, texts: list[str]) -> Vectors:
+        return self.inner.embed(texts)
+
+    def embed_queries(self, texts: list[str]) -> Vectors:
+        self.queries += texts
+        return self.inner.embed_queries(texts)
+
+
+def test_a_second_process_takes_the_first_ones_vectors_from_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "m.db.query-vectors"
+    texts = ["电池温度过高 P0A80", "charging fault", "coolant low"]
+    # Another interpreter embeds two of the texts, one alone and one in a batch.
+    script = textwrap.dedent(f"""
+        from vdoctor.embedders.cache import QueryCache
+        from vdoctor.embedders.hashing import HashingEmbedder
+        from vdoctor.embedders.query_file import QueryVectorFile
+        cache = QueryCache(HashingEmbedder(32), shared=QueryVectorFile({str(path)!r}))
+        cache.embed_queries([{texts[0]!r}])
+        cache.embed_queries([{texts[1]!r}, {texts[0]!r}])
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO_ROOT, timeout=120)
+
+    model = Counting()
+    cache = QueryCache(model, shared=QueryVectorFile(path))
+    got = cache.embed_queries(texts)
+    assert model.queries == [texts[2]]  # only the text the other process never asked
+    np.testing.assert_array_equal(got, model.inner.embed_queries(texts))
+    assert (cache.hits, cache.misses, cache.shared_hits) == (0, 3, 2)
+    # Then this process's own cache answers, and the file holds all three.
+    cache.embed_queries([texts[0]])
+    assert cache.hits == 1 and model.queries == [texts[2]]
+    assert sorted(QueryVectorFile(path).get(model.name, 32, texts)) == sorted(texts)
+
+
+def test_one_text_alone_is_looked_up_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    first, second = Counting(), Counting()
+    a = QueryCache(first, shared=QueryVectorFile(path)).embed_queries(["misfire"])
+    b = QueryCache(second, shared=QueryVectorFile(path)).embed_queries(["misfire"])
+    assert first.queries == ["misfire"] and second.queries == []
+    np.testing.assert_array_equal(a, b)
+    assert b.shape == (1, 32) and b.flags.writeable
+
+
+def test_vectors_are_kept_by_embedder_and_dimension(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    QueryCache(Counting(32), shared=QueryVectorFile(path)).embed_queries(["misfire"])
+    other_dim = Counting(16)
+    QueryCache(other_dim, shared=QueryVectorFile(path)).embed_queries(["misfire"])
+    assert other_dim.queries == ["misfire"]
+    assert QueryVectorFile(path).get("another-model", 32, ["misfire"]) == {}
+
+
+def test_the_file_keeps_the_newest_rows_within_its_bound(tmp_path: Path) -> None:
+    shared = QueryVectorFile(tmp_path / "q", max_rows=10)
+    vectors = HashingEmbedder(8).embed_queries([f"text {i}" for i in range(300)])
+    for i in range(300):
+        shared.put("h", 8, {f"text {i}": vectors[i]})
+    # Trimmed after every 256 rows written: back to 10 at row 256, 44 more since.
+    with sqlite3.connect(tmp_path / "q") as conn:
+        kept = [t for (t,) in conn.execute("SELECT text FROM query_vectors ORDER BY rowid")]
+    assert kept == [f"text {i}" for i in range(246, 300)]
+
+
+def test_a_file_that_cannot_be_opened_leaves_the_model_to_answer(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = Counting()
+    shared = QueryVectorFile(tmp_path)  # a folder: no database opens there
+    cache = QueryCache(model, shared=shared)
+    got = cache.embed_queries(["misfire", "coolant low"])
+    cache.embed_queries(["knock"])
+    np.testing.assert_array_equal(got, model.inner.embed_queries(["misfire", "coolant low"]))
+    assert model.queries == ["coolant low", "misfire", "knock"]
+    assert shared.failures == 1
+    assert len([r for r in caplog.records if "query vector file" in r.getMessage()]) == 1
+
+
+def test_a_corrupt_file_leaves_the_model_to_answer(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "q"
+    path.write_bytes(b"not a database" * 100)
+    model = Counting()
+    got = QueryCache(model, shared=QueryVectorFile(path)).embed_queries(["misfire"])
+    np.testing.assert_array_equal(got, model.inner.embed_queries(["misfire"]))
+    assert any("query vector file" in r.getMessage() for r in caplog.records)
+
+
+def test_a_malformed_row_is_not_used(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    shared = QueryVectorFile(path)
+    shared.put("hashing-32", 32, {"warm": np.ones(32, dtype=np.float32)})  # opens the file, makes the table
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO query_vectors VALUES (?, 32, 'short', ?), (?, 32, 'nan', ?)",
+            (Counting().name, np.ones(8, dtype=np.float32).tobytes(), Counting().name,
+             np.full(32, np.nan, dtype=np.float32).tobytes()),
+        )  # fmt: skip
+    model = Counting()
+    got = QueryCache(model, shared=QueryVectorFile(path)).embed_queries(["short", "nan"])
+    assert sorted(model.queries) == ["nan", "short"]
+    np.testing.assert_array_equal(got, model.inner.embed_queries(["short", "nan"]))
+
+
+def test_a_write_another_process_holds_the_file_for_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "q"
+    vector = np.ones(4, dtype=np.float32)
+    shared = QueryVectorFile(path)
+    shared.put("m", 4, {"a": vector})
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process writing
+    try:
+        started = time.monotonic()
+        shared.put("m", 4, {"b": vector})
+        waited = time.monotonic() - started
+        assert set(shared.get("m", 4, ["a", "b"])) == {"a"}  # readers never wait for the writer
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert shared.failures == 0 and waited < 5
+    shared.put("m", 4, {"b": vector})
+    assert set(shared.get("m", 4, ["a", "b"])) == {"a", "b"}
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, ".vdoctor/memory.db.query-vectors"),
+        ({"VDOCTOR_MEMORY_URL": "sqlite:////data/fleet.db?synchronous=full"}, "/data/fleet.db.query-vectors"),
+        ({"VDOCTOR_MEMORY_URL": "sqlite://"}, None),
+        ({"VDOCTOR_MEMORY_URL": "mysql://u@db:3306/vd"}, None),
+        ({"VDOCTOR_QUERY_VECTOR_FILE": "/shared/queries.db"}, "/shared/queries.db"),
+        ({"VDOCTOR_QUERY_VECTOR_FILE": "/shared/queries.db", "VDOCTOR_MEMORY_URL": "memory://"}, "/shared/queries.db"),
+        ({"VDOCTOR_QUERY_VECTOR_FILE": "off"}, None),
+        ({"VDOCTOR_DETERMINISTIC": "true"}, None),
+    ],
+)
+def test_where_the_job_keeps_the_file(env: dict[str, str], expected: str | None) -> None:
+    assert query_vector_file(load_settings(env)) == expected
