@@ -32,7 +32,7 @@ from vdoctor.embedders.base import DEFAULT_DIM, Embedder, Vectors, embedder_id
 from vdoctor.embedders.batching import CoalescingEmbedder
 from vdoctor.embedders.cache import QueryCache
 from vdoctor.embedders.models import load_model
-from vdoctor.embedders.query_file import QueryVectorFile, query_file
+from vdoctor.embedders.query_file import QueryVectorFile
 from vdoctor.registry import Registry
 
 EmbedderName = Literal["use-m3", "e5-small", "hashing", "openai"]
@@ -82,7 +82,7 @@ def _open_openai(config: EmbedderConfig) -> Embedder:
 
 
 def _file(config: EmbedderConfig) -> QueryVectorFile | None:
-    return query_file(config.query_file) if config.query_file else None
+    return QueryVectorFile(config.query_file) if config.query_file else None
 
 
 _REGISTRY: Registry[Callable[[EmbedderConfig], Embedder]] = Registry(

@@ -146,15 +146,3 @@ class QueryVectorFile:
                 self._conn.close()
                 self._conn = None
 
-
-_files: dict[str, QueryVectorFile] = {}
-_files_lock = threading.Lock()
-
-
-def query_file(path: str) -> QueryVectorFile:
-    """The process's one ``QueryVectorFile`` for ``path``."""
-    with _files_lock:
-        found = _files.get(path)
-        if found is None:
-            found = _files[path] = QueryVectorFile(path)
-        return found
