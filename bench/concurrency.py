@@ -60,6 +60,7 @@ from bench.procstat import tree_cpu_s  # noqa: E402
 from devtools.browser import free_port  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
 from devtools.prometheus import UNREACHABLE, scrape  # noqa: E402
+from vdoctor.embedders import query_file  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 
 # Exactly 2 calls per run with the offline decision: U0140 is confirmed by
@@ -220,7 +221,7 @@ def run_level(
     vins = max(concurrency * 2, int(bound * seconds / ALERTS_PER_VIN))
     out = work / f"c{concurrency}-{latency_ms:g}ms"
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("memory.db", "memory.db.query-vectors"):  # every trial starts from an empty store and query file
+    for stale in ("memory.db", "memory.db" + query_file.SUFFIX):  # every trial starts from an empty store and file
         (out / stale).unlink(missing_ok=True)
     alerts = out / "alerts.jsonl"
     events = write_alerts(alerts, vins, distinct)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vdoctor.diagnosis import DiagnosisEngine
-from vdoctor.embedders import Embedder, EmbedderConfig, embedder_dim, open_embedder
+from vdoctor.embedders import Embedder, EmbedderConfig, embedder_dim, open_embedder, query_file
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.knowledge.stores import open_knowledge_store
@@ -49,7 +49,7 @@ def query_vector_file(settings: Settings) -> str | None:
     if chosen != "auto":
         return chosen
     db = sqlite_file(settings.memory.url)
-    return None if db is None else db + ".query-vectors"
+    return None if db is None else db + query_file.SUFFIX
 
 
 def embedder(settings: Settings) -> Embedder:

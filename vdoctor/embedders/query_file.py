@@ -28,21 +28,25 @@ from pathlib import Path
 import numpy as np
 
 from vdoctor.embedders.base import Vectors
+from vdoctor.sqlite_wal import enable_wal, is_busy
 
 log = logging.getLogger(__name__)
 
+# The file's name beside the embedded store's file (``EmbeddingSettings.query_vector_file`` "auto").
+SUFFIX = ".query-vectors"
 # Rows kept: 16,384 x 512 float32 is 32 MB of vectors (use-m3), with their texts.
 QUERY_FILE_ROWS = 16_384
 # Trim the file back to its bound after this many rows written by this process.
 _TRIM_EVERY = 256
+# Opening (and making the table) waits this long for other processes opening the file at the same time.
+_OPEN_WAIT_S = 30.0
 # A write waits this long for another process's write, then is skipped (the next asker writes it).
 _WRITE_WAIT_S = 0.2
 _SCHEMA = """CREATE TABLE IF NOT EXISTS query_vectors (
     embedder TEXT NOT NULL, dim INTEGER NOT NULL, text TEXT NOT NULL, vector BLOB NOT NULL,
     UNIQUE (embedder, dim, text)
 )"""
-_GET_ONE = "SELECT text, vector FROM query_vectors WHERE embedder = ? AND dim = ? AND text = ?"
-_GET_MANY = (
+_GET = (
     "SELECT text, vector FROM query_vectors WHERE embedder = ? AND dim = ? AND text IN (SELECT value FROM json_each(?))"
 )
 _PUT = "INSERT OR IGNORE INTO query_vectors (embedder, dim, text, vector) VALUES (?, ?, ?, ?)"
@@ -71,12 +75,12 @@ class QueryVectorFile:
     def _connection(self) -> sqlite3.Connection | None:
         """The open file (created on first use), or None when it cannot be opened (tried once)."""
         if self._conn is None and not self._unusable:
-            from vdoctor.stores.sqlite import enable_wal
-
             try:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
-                enable_wal(conn)
+                conn = sqlite3.connect(
+                    self.path, timeout=_OPEN_WAIT_S, check_same_thread=False, isolation_level="IMMEDIATE"
+                )
+                enable_wal(conn, _OPEN_WAIT_S)
                 conn.execute("PRAGMA synchronous = NORMAL")  # a cache: a crash may lose the last rows
                 conn.execute(_SCHEMA)
                 conn.execute(f"PRAGMA busy_timeout = {int(_WRITE_WAIT_S * 1000)}")
@@ -95,10 +99,7 @@ class QueryVectorFile:
             if conn is None:
                 return {}
             try:
-                if len(texts) == 1:
-                    rows = conn.execute(_GET_ONE, (embedder, dim, texts[0])).fetchall()
-                else:
-                    rows = conn.execute(_GET_MANY, (embedder, dim, json.dumps(list(texts)))).fetchall()
+                rows = conn.execute(_GET, (embedder, dim, json.dumps(list(texts)))).fetchall()
             except sqlite3.Error as e:
                 self._fail("read", e)
                 return {}
@@ -123,26 +124,18 @@ class QueryVectorFile:
             if conn is None:
                 return
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
+                trim = self._written + len(rows) >= _TRIM_EVERY
+                with conn:  # one transaction (BEGIN IMMEDIATE: the connection's isolation level), or none
                     conn.executemany(_PUT, rows)
-                    self._written += len(rows)
-                    if self._written >= _TRIM_EVERY:
-                        self._written = 0
+                    if trim:
                         conn.execute(_TRIM, (self.max_rows,))
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-            except sqlite3.OperationalError as e:
-                if e.sqlite_errorcode & 0xFF not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                    self._fail("write", e)
+                self._written = 0 if trim else self._written + len(rows)
             except sqlite3.Error as e:
-                self._fail("write", e)
+                if not is_busy(e):
+                    self._fail("write", e)
 
     def close(self) -> None:
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
-

@@ -32,6 +32,7 @@ from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord, utc_now
 from vdoctor.retrieval.text import dense_text
 from vdoctor.retrieval.tokens import query_terms
+from vdoctor.sqlite_wal import enable_wal
 from vdoctor.stores.audit import FleetCounts, RecordVersion, count_groups, sort_versions
 from vdoctor.stores.base import (
     ChannelHits,
@@ -156,29 +157,6 @@ def _version_of(row: Sequence[object]) -> RecordVersion:
     return RecordVersion(record, start, None if row[-1] is None else from_epoch(as_int(row[-1])))
 
 
-def enable_wal(conn: sqlite3.Connection) -> None:
-    """Put the file in WAL mode, waiting out other connections that open it at the same time.
-
-    Switching the journal mode needs the file to itself, and SQLite answers
-    "database is locked" at once, without its busy handler, while another
-    connection holds it (e.g. the other subtask's store migrating a new file:
-    37 of 200 two-thread opens of a new file failed that way). So it is
-    retried here, within the same busy timeout as every other statement.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    pause = 0.005
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as e:
-            busy = e.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-            if not busy or time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.2)
-
-
 class SqliteStore:
     """SQLite-backed L3 store; one connection guarded by a lock (shared by worker threads)."""
 
@@ -224,7 +202,7 @@ class SqliteStore:
                 )
                 self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
                 if path != ":memory:":
-                    enable_wal(self._conn)
+                    enable_wal(self._conn, BUSY_TIMEOUT_MS / 1000)
                     self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
                 migrate(self._conn)
                 # The epoch names this database, so an index folder copied from
