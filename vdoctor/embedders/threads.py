@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 # Compute threads per embedding call.
@@ -40,7 +41,23 @@ def pin_blas_threads() -> None:
         if not _pinned:
             # Not a context: the limit stays (the limiter object is dropped, the setting is not).
             threadpool_limits(limits=EMBED_THREADS, user_api="blas")
+            _settle_single_thread_gemm()
             _pinned = True
+
+
+def _settle_single_thread_gemm() -> None:
+    """One float32 product 512 columns wide, so that the narrower ones after it run at full speed.
+
+    Measured with the OpenBLAS 0.3.27 that numpy 2.1's wheel ships (its
+    Haswell kernels, on the 2-core AMD EPYC development machine): on one
+    thread, a process whose first float32 products are at most 256 columns
+    wide runs them at ~11 GFLOP/s, ~3x slower than the ~35 it reaches once
+    any product of 384 columns or more has run; from then on they stay fast.
+    use-m3's second CNN layers are such products (256 columns): without this,
+    ``use_pieces.py``'s pass, which runs no wider product, took ~10 ms a text
+    where it takes ~5.5 (``bench/embed_pieces.py``). It costs ~0.3 ms, once.
+    """
+    _ = np.ones((64, 512), dtype=np.float32) @ np.ones((512, 512), dtype=np.float32)
 
 
 def pin_openmp_threads() -> None:
