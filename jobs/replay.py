@@ -79,12 +79,12 @@ def run_file(replay: ReplaySettings, settings: Settings, progress: TextIO | None
     env = make_env(replay.flink)
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(replay.alerts.resolve())).build()
     raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "alerts file").uid("alerts-file")
-    results = pipeline.build(raw, settings, rate=replay.rate)
+    results = pipeline.build(raw, settings, rate=replay.rate, output_type=pipeline.COLLECTED_TYPE)
     if replay.flink.restore_from is not None:
         # The collect sink's state belongs to the client of the run that died
         # (restoring it fails with "userVisibleTail should not be larger than
         # offset"): a restored run gets a new sink, and its old state is dropped.
-        results = results.map(lambda row: row, output_type=pipeline.OUTPUT_TYPE).name("restored output")
+        results = results.map(lambda row: row, output_type=pipeline.COLLECTED_TYPE).name("restored output")
     first_at = last_print = 0.0
     with (
         (out_dir / "diagnoses.jsonl").open("w", encoding="utf-8") as diag_out,
