@@ -55,7 +55,7 @@ def _settle_single_thread_gemm() -> None:
     any product of 384 columns or more has run; from then on they stay fast.
     use-m3's second CNN layers are such products (256 columns): without this,
     ``use_pieces.py``'s pass, which runs no wider product, took ~10 ms a text
-    where it takes ~5.5 (``bench/embed_pieces.py``). It costs ~0.3 ms, once.
+    where it takes ~5.5 (``bench/embed_pieces.py``). It costs ~3 ms, once.
     """
     _ = np.ones((64, 512), dtype=np.float32) @ np.ones((512, 512), dtype=np.float32)
 

