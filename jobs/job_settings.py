@@ -80,6 +80,7 @@ _DOMAIN_FLAGS = {
     "model": "model",
     "summarizer": "summarizer",
     "concurrency": "concurrency",
+    "extra_runs": "extra_runs",
     "embedder": "embedder",
     "deterministic": "deterministic",
 }
@@ -212,7 +213,13 @@ def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["offline", "openai"],
         help="who writes summaries (default offline); openai uses VDOCTOR_SUMMARY_MODEL at OPENAI_BASE_URL",
     )
-    parser.add_argument("--concurrency", type=int, help="vehicles diagnosed at once per subtask (default 64)")
+    parser.add_argument("--concurrency", type=int, help="model calls in flight per subtask (default 64)")
+    parser.add_argument(
+        "--extra-runs",
+        type=int,
+        help="vehicles diagnosed at once per subtask beyond --concurrency, doing their memory work while the "
+        "others hold every model slot (default: a quarter of --concurrency)",
+    )
     parser.add_argument(
         "--deterministic",
         action=argparse.BooleanOptionalAction,

@@ -154,7 +154,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             admission = None
             if settings.runtime.deterministic:
                 admission = replay_admission(store_was_empty=self.engine.store.count() == 0)
-            self.pool = KeyedRunPool(settings.runtime.concurrency, self._step, name="diagnosis", admission=admission)
+            # More runs than model slots: some do their memory work while the others keep every slot busy.
+            runs = settings.runtime.runs_in_flight()
+            self.pool = KeyedRunPool(runs, self._step, name="diagnosis", admission=admission)
         session = ValueStateDescriptor("session", Types.STRING())
         session.enable_time_to_live(_ttl(settings.runtime.state_ttl_s))
         dedup = ValueStateDescriptor("dedup", Types.STRING())

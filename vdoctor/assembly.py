@@ -18,6 +18,7 @@ from vdoctor.knowledge.stores import open_knowledge_store
 from vdoctor.memory.recall import SessionRecall
 from vdoctor.memory.summarizer import ModelSummarizer, OfflineSummarizer, Summarizer
 from vdoctor.models import ChatModel, ChatModelConfig, open_chat_model
+from vdoctor.models.gate import GatedChatModel, ModelGate
 from vdoctor.settings import Settings
 from vdoctor.stores import MemoryStore, open_store, sqlite_file
 from vdoctor.stores.retry import RetryingStore
@@ -78,12 +79,16 @@ def chat_model(settings: Settings, counter: TokenCounter | None = None) -> ChatM
     return open_chat_model(settings.model.chat, config, counter or token_counter(settings))
 
 
-def summarizer(settings: Settings, counter: TokenCounter | None = None) -> Summarizer:
-    """Who writes summaries: the offline summarizer, or a (cheaper) summary model (DESIGN.md §4)."""
+def summarizer(settings: Settings, counter: TokenCounter | None = None, gate: ModelGate | None = None) -> Summarizer:
+    """Who writes summaries: the offline summarizer, or a (cheaper) summary model (DESIGN.md §4).
+
+    ``gate``: the slots the summary model's calls share with the ReAct model's.
+    """
     if settings.model.summarizer == "offline":
         return OfflineSummarizer()
     config = _model_config(settings, settings.model.summary_model)
-    return ModelSummarizer(open_chat_model(settings.model.summarizer, config, counter or token_counter(settings)))
+    model = open_chat_model(settings.model.summarizer, config, counter or token_counter(settings))
+    return ModelSummarizer(model if gate is None else GatedChatModel(model, gate))
 
 
 def knowledge_pack(settings: Settings) -> KnowledgePack:
@@ -113,18 +118,24 @@ def session_recall(settings: Settings, store: MemoryStore) -> SessionRecall:
 
 
 def build_engine(settings: Settings) -> DiagnosisEngine:
-    """The diagnosis engine with every part the settings name."""
+    """The diagnosis engine with every part the settings name.
+
+    Its model calls, the ReAct model's and a summary model's, share one gate of
+    ``concurrency`` slots: the operator runs more runs than that (``extra_runs``),
+    and the endpoint still sees at most ``concurrency`` calls (``vdoctor.models.gate``).
+    """
     counter = token_counter(settings)
     embedder_ = embedder(settings)
+    gate = ModelGate(settings.runtime.concurrency)
     return DiagnosisEngine(
         store=long_term_store(settings),
-        model=chat_model(settings, counter),
+        model=GatedChatModel(chat_model(settings, counter), gate),
         embedder=embedder_,
         pack=knowledge_pack(settings),
         counter=counter,
         working_budget_tokens=settings.memory.working_budget_tokens,
         injection_budget_tokens=settings.memory.injection_budget_tokens,
-        summarizer=summarizer(settings, counter),
+        summarizer=summarizer(settings, counter, gate),
         knowledge=knowledge_base(settings, embedder_),
         memory_enabled=settings.memory.enabled,
     )

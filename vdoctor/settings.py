@@ -27,9 +27,13 @@ from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelNam
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
 DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
-# Vehicles diagnosed at once per subtask: at 2 model calls of ~0.4 s per run
-# that is ~80 runs/s per subtask, far beyond one at a time (~1.2 runs/s).
+# Model calls in flight per subtask: at 2 model calls of ~0.4 s per run that
+# is ~80 runs/s per subtask, far beyond one at a time (~1.2 runs/s).
 DEFAULT_CONCURRENCY = 64
+# Extra runs by default: concurrency // 4. On the concurrency bench a run spends ~10% of its time
+# outside the model (~20% for one that concludes a case); a quarter keeps every slot busy through
+# the bursts of runs that started together (README: Hosted models and concurrency).
+EXTRA_RUNS_DIVISOR = 4
 # A long-term-memory outage of a few minutes (a Doris FE failover, a MariaDB
 # restart) is ridden out by retrying writes this long.
 DEFAULT_STORE_RETRY_S = 300.0
@@ -98,9 +102,13 @@ class EmbeddingSettings(_Frozen):
 
 
 class RuntimeSettings(_Frozen):
-    """How the operator runs: vehicles in flight per subtask, log level."""
+    """How the operator runs: model calls and vehicles in flight per subtask, log level."""
 
+    # Model calls in flight per subtask (``vdoctor.models.gate``); 1 runs events inline, one at a time.
     concurrency: int = Field(default=DEFAULT_CONCURRENCY, ge=1, le=4096)
+    # Runs in flight beyond ``concurrency``, doing their memory work (recall, the case's summary,
+    # embedding and write) while the others hold every model slot. None: a quarter of ``concurrency``.
+    extra_runs: int | None = Field(default=None, ge=0, le=4096)
     # Python log level inside the Flink operators (DEBUG also lets the HTTP
     # client libraries' per-request records through).
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -112,6 +120,13 @@ class RuntimeSettings(_Frozen):
     # Runs in flight follow the order that makes results independent of the
     # concurrency (vdoctor.replay_order; at parallelism 1, README "Deterministic replays").
     deterministic: bool = False
+
+    def runs_in_flight(self) -> int:
+        """Worker threads of the operator's run pool: ``concurrency`` plus the extra runs."""
+        if self.concurrency == 1:
+            return 1  # inline: no pool
+        extra = self.concurrency // EXTRA_RUNS_DIVISOR if self.extra_runs is None else self.extra_runs
+        return self.concurrency + extra
 
 
 class Settings(_Frozen):
@@ -155,6 +170,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "openai_api_key": ("endpoint", "api_key", API_KEY_ENV),
     "openai_api_key_file": ("endpoint", "api_key_file", "VDOCTOR_OPENAI_API_KEY_FILE"),
     "concurrency": ("runtime", "concurrency", "VDOCTOR_CONCURRENCY"),
+    "extra_runs": ("runtime", "extra_runs", "VDOCTOR_EXTRA_RUNS"),
     "log_level": ("runtime", "log_level", "VDOCTOR_LOG_LEVEL"),
     "state_ttl_s": ("runtime", "state_ttl_s", "VDOCTOR_STATE_TTL_S"),
     "deterministic": ("runtime", "deterministic", "VDOCTOR_DETERMINISTIC"),

@@ -158,6 +158,9 @@ def test_domain_settings_pin_relative_sqlite_paths_and_take_overrides(tmp_path: 
     settings = js.domain_settings(args, env={"VDOCTOR_KNOWLEDGE_URL": "memory://"})
     assert settings.memory.url == "sqlite:///" + str(Path("rel/memory.db").resolve())
     assert settings.memory.knowledge_url == "memory://" and settings.runtime.concurrency == 3
+    assert settings.runtime.extra_runs is None and settings.runtime.runs_in_flight() == 3
+    extra = js.domain_settings(_replay_args(tmp_path, "--concurrency", "8", "--extra-runs", "5"), env={})
+    assert extra.runtime.runs_in_flight() == 13
     off = js.domain_settings(args, env={}, memory_enabled=False)
     assert off.memory.enabled is False and off.memory.url == settings.memory.url
     # The store's option stays after the pinned path.
