@@ -13,7 +13,8 @@ Knobs: a fixed latency (plus jitter) per call; error injection by schedule
 ``malformed`` (HTTP 200 with a body that is not JSON) and ``400``; an optional
 required API key (401 otherwise, echoing the presented key the way some
 servers do, so tests can check that the client never repeats it).
-``GET /stats`` returns request counts by outcome.
+``GET /stats`` returns request counts by outcome and the most chat calls that
+were in flight at once (``peak_in_flight``).
 
 Run it standalone::
 
@@ -133,6 +134,9 @@ class ModelServer:
         self.config = config or ServerConfig()
         self.responder = responder or offline_responder()
         self.stats: Counter[str] = Counter()
+        # Chat calls being answered now, and the most at once so far (what a client's concurrency limit bounds).
+        self.in_flight = 0
+        self.peak_in_flight = 0
         self._lock = threading.Lock()
         self._rng = random.Random(self.config.seed)
         self._schedule = list(self.config.error_schedule)
@@ -184,6 +188,15 @@ class ModelServer:
         with self._lock:
             self.stats[outcome] += 1
 
+    def _call_started(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+
+    def _call_ended(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
     def latency_s(self) -> float:
         with self._lock:
             jitter = self._rng.uniform(-self.config.jitter_ms, self.config.jitter_ms) if self.config.jitter_ms else 0.0
@@ -222,12 +235,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path.rstrip("/").endswith("/stats"):
-            with self.server_ref._lock:
-                self._send(200, json.dumps(dict(self.server_ref.stats)).encode())
+            server = self.server_ref
+            with server._lock:
+                body = dict(server.stats) | {"peak_in_flight": server.peak_in_flight}
+            self._send(200, json.dumps(body).encode())
             return
         self._error(404, f"no route {self.path}", "not_found")
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        self.server_ref._call_started()
+        try:
+            self._post()
+        finally:
+            self.server_ref._call_ended()
+
+    def _post(self) -> None:
         # The latency is from the request's arrival to the reply: the work of
         # reading it and of composing the reply is inside it, not added to it.
         arrived = time.perf_counter()

@@ -102,6 +102,8 @@ def test_per_vin_order_and_state_hold_with_many_vehicles_in_flight(tmp_path: Pat
     assert all(d["flags"] == [] for d in diags if not d["event_id"].endswith("-3"))
     assert all(d["prompt_tokens"] > 0 and d["completion_tokens"] > 0 and d["model_latency_ms"] > 0 for d in diags)
     assert server.stats["ok"] == 2 * len(events)
+    # 16 model slots and 20 runs in flight (a quarter more): the endpoint sees 16 calls at once, never more.
+    assert server.peak_in_flight == 16
     expected = sorted((vin(v), sid(vin(v), h)) for v in range(40) for h in (8, 10))
     assert l3_keys(tmp_path / "memory.db") == expected
     assert l3_rows(tmp_path / "memory.db") == 40  # one record per vehicle: the repeat was merged

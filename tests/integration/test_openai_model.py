@@ -170,7 +170,7 @@ def test_server_runs_standalone_and_refuses_unknown_error_kinds() -> None:
         reply = make_model(url, []).chat(MESSAGES, SPECS)  # one 429, one retry
         assert reply.extra["attempts"] == 2
         with urllib.request.urlopen(url + "/stats", timeout=5) as resp:
-            assert json.loads(resp.read()) == {"requests": 2, "429": 1, "ok": 1}
+            assert json.loads(resp.read()) == {"requests": 2, "429": 1, "ok": 1, "peak_in_flight": 1}
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
