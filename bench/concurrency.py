@@ -4,10 +4,16 @@ Workload: the PyFlink job (`vdoctor run --model openai`, parallelism 1, the
 local MiniCluster) diagnoses alerts through the real ``openai`` client against
 the local OpenAI-compatible server (devtools.model_server), which
 answers every call after a fixed latency. Every alert's run makes exactly 2
-model calls (look the code up, then answer), so at concurrency c and model
-latency L the ideal is c / (2 x L) runs/s. Each level names its own latency
-(``C@MS``): real models answer in 1-5 s, so hundreds of runs in flight are
-what keeps a subtask busy.
+model calls (look the code up, then answer), so at concurrency c (model
+calls in flight, ``--concurrency``) and model latency L the ideal is
+c / (2 x L) runs/s. Each level names its own latency (``C@MS``): real models
+answer in 1-5 s, so hundreds of runs in flight are what keeps a subtask busy.
+The job runs c plus a quarter more runs by default, the extra ones doing
+their memory work while the others hold the c model slots
+(``vdoctor.models.gate``); ``C@MS+E`` gives it E extra runs instead (``+0``:
+exactly c runs, each holding its slot through its memory work). The model
+server counts the calls it has in flight at once, and the bench stops if
+that ever exceeds c: the bound would not hold.
 
 Every vehicle sends the same alert (one text, one code), and vehicles whose
 runs move in step (they start together, and every call takes the same time)
@@ -62,6 +68,7 @@ from devtools.model_server import ModelServer, ServerConfig, offline_responder  
 from devtools.prometheus import UNREACHABLE, scrape  # noqa: E402
 from vdoctor.embedders import query_file  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
+from vdoctor.settings import RuntimeSettings  # noqa: E402
 
 # Exactly 2 calls per run with the offline decision: U0140 is confirmed by
 # repetition, so each alert looks the code up, then answers.
@@ -95,6 +102,11 @@ class Level:
     # L3 write itself; empty where not scraped.
     embed_ms: tuple[float, ...] = ()
     write_ms: tuple[float, ...] = ()
+    # --extra-runs given to the job (None: the product's default) and the runs in flight that made.
+    extra_runs: int | None = None
+    runs_in_flight: int = 0
+    # The most model calls the server had in flight at once: never more than ``concurrency``.
+    peak_calls: int = 0
 
     @property
     def ratio(self) -> float:
@@ -102,7 +114,8 @@ class Level:
 
     @property
     def label(self) -> str:
-        return f"{self.concurrency} @ {self.latency_ms:g} ms"
+        extra = "" if self.extra_runs is None else f" +{self.extra_runs}"
+        return f"{self.concurrency} @ {self.latency_ms:g} ms{extra}"
 
     @property
     def spread(self) -> str:
@@ -206,20 +219,28 @@ def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float
     return found
 
 
-def parse_level(text: str, default_latency_ms: float) -> tuple[int, float]:
-    """``C@MS`` (or a bare ``C`` at the default latency) -> (concurrency, latency in ms)."""
-    c, _, ms = text.partition("@")
-    return int(c), float(ms) if ms else default_latency_ms
+def parse_level(text: str, default_latency_ms: float) -> tuple[int, float, int | None]:
+    """``C@MS+E`` -> (concurrency, latency in ms, extra runs); ``@MS`` and ``+E`` may be left out
+    (the default latency; the product's default extra runs, None)."""
+    head, _, extra = text.partition("+")
+    c, _, ms = head.partition("@")
+    return int(c), float(ms) if ms else default_latency_ms, int(extra) if extra else None
 
 
 def run_level(
-    concurrency: int, latency_ms: float, seconds: float, work: Path, rate_factor: float = 0.0, distinct: bool = False
+    concurrency: int,
+    latency_ms: float,
+    seconds: float,
+    work: Path,
+    rate_factor: float = 0.0,
+    distinct: bool = False,
+    extra_runs: int | None = None,
 ) -> Level:
     bound = concurrency / (CALLS_PER_RUN * latency_ms / 1000.0)
     # Enough alerts to keep the level busy for ~`seconds` at the bound; at
     # least 4 per in-flight slot so that start and drain are a small share.
     vins = max(concurrency * 2, int(bound * seconds / ALERTS_PER_VIN))
-    out = work / f"c{concurrency}-{latency_ms:g}ms"
+    out = work / (f"c{concurrency}-{latency_ms:g}ms" + ("" if extra_runs is None else f"+{extra_runs}"))
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("memory.db", "memory.db" + query_file.SUFFIX):  # every trial starts from an empty store and file
         (out / stale).unlink(missing_ok=True)
@@ -235,7 +256,8 @@ def run_level(
             [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(out),
              "--memory", f"sqlite:///{out}/memory.db", "--model", "openai",
              "--concurrency", str(concurrency), "--metrics-port", str(metrics_port),
-             *(["--rate", f"{rate_factor * bound:.1f}"] if rate_factor else [])],
+             *(["--rate", f"{rate_factor * bound:.1f}"] if rate_factor else []),
+             *(["--extra-runs", str(extra_runs)] if extra_runs is not None else [])],
             cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         samples: list[tuple[int, float]] = []
@@ -253,11 +275,14 @@ def run_level(
                 histograms |= scrape_quantiles(metrics_port, ("l3_embed_latency_us", "l3_write_latency_us"))
         stdout, stderr = proc.communicate()
         wall = time.perf_counter() - started
+        peak = server.peak_in_flight
     if proc.returncode != 0:
         raise SystemExit(f"the job failed at concurrency {concurrency}:\n{stderr[-3000:]}")
     diagnoses = [json.loads(line) for line in (out / "diagnoses.jsonl").read_text().splitlines()]
     if len(diagnoses) != events:
         raise SystemExit(f"expected {events} diagnoses at concurrency {concurrency}, got {len(diagnoses)}")
+    if peak > concurrency:  # the bound assumes at most `concurrency` calls in flight
+        raise SystemExit(f"the model server saw {peak} calls at once at concurrency {concurrency}")
     calls = sum(d["llm_calls"] for d in diagnoses) / len(diagnoses)
     span = responder.last - (responder.first or responder.last) + latency_ms / 1000.0
     return Level(concurrency, latency_ms, events, len(diagnoses) / span, bound, calls, wall,
@@ -265,15 +290,24 @@ def run_level(
                  cpu_ms_per_run(server_samples, events * CALLS_PER_RUN) / CALLS_PER_RUN,
                  steady_rate(clock_samples, events * CALLS_PER_RUN),
                  embed_ms=histograms.get("l3_embed_latency_us", ()),
-                 write_ms=histograms.get("l3_write_latency_us", ()))  # fmt: skip
+                 write_ms=histograms.get("l3_write_latency_us", ()), extra_runs=extra_runs,
+                 runs_in_flight=RuntimeSettings(concurrency=concurrency, extra_runs=extra_runs).runs_in_flight(),
+                 peak_calls=peak)  # fmt: skip
 
 
-def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Path, distinct: bool = False) -> Level:
+def run_pool_only(
+    concurrency: int,
+    latency_ms: float,
+    seconds: float,
+    work: Path,
+    distinct: bool = False,
+    extra_runs: int | None = None,
+) -> Level:
     """The same workload through the engine and KeyedRunPool in this process, without Flink.
 
     Separates what scheduling and the engine's own CPU cost from what the
     Flink operator adds. The model server runs as its own process, like the
-    job's.
+    job's. Runs in flight and model slots as in the job.
     """
     from pydantic import SecretStr
 
@@ -282,6 +316,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
     from vdoctor.events import parse_event
     from vdoctor.knowledge import load_pack
     from vdoctor.memory.session import DedupState
+    from vdoctor.models.gate import GatedChatModel, ModelGate
     from vdoctor.models.openai import OpenAIChatModel
     from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
     from vdoctor.stores import open_store
@@ -298,7 +333,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
     )  # fmt: skip
     try:
         url = (server.stdout.readline() if server.stdout else "").split()[-1]
-        model = OpenAIChatModel("bench", SecretStr("bench-key-not-secret"), url)
+        model = GatedChatModel(OpenAIChatModel("bench", SecretStr("bench-key-not-secret"), url), ModelGate(concurrency))
         engine = DiagnosisEngine(open_store(f"sqlite:///{out / 'memory.db'}"), model, HashingEmbedder(), load_pack())
         tune_gc_for_runs()  # as the operator does
 
@@ -306,7 +341,8 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
             result = engine.on_event(carry[0], carry[1], item[0], item[1])  # type: ignore[arg-type]
             return (result.session, result.dedup), sum(d.llm_calls for d in result.diagnoses)
 
-        pool: KeyedRunPool[tuple[object, str], int] = KeyedRunPool(concurrency, step, name="bench")
+        runs = RuntimeSettings(concurrency=concurrency, extra_runs=extra_runs).runs_in_flight()
+        pool: KeyedRunPool[tuple[object, str], int] = KeyedRunPool(runs, step, name="bench")
         lines = (out / "alerts.jsonl").read_text().splitlines()
         started, cpu0 = time.perf_counter(), time.process_time()
         for line in lines:
@@ -326,7 +362,7 @@ def run_pool_only(concurrency: int, latency_ms: float, seconds: float, work: Pat
         server.terminate()
         server.communicate()
     return Level(concurrency, latency_ms, events, len(calls) / wall, bound, sum(calls) / len(calls), wall,
-                 cpu / len(calls) * 1000.0, os.getloadavg()[0])  # fmt: skip
+                 cpu / len(calls) * 1000.0, os.getloadavg()[0], extra_runs=extra_runs, runs_in_flight=runs)  # fmt: skip
 
 
 def plot(levels: list[Level], path: Path, pool_only: Level | None = None, distinct: bool = False) -> None:
@@ -337,19 +373,20 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None, distin
 
     fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
     xs = list(range(len(levels)))
+    ticks = [lv.label.replace(" @ ", " @\n").replace(" +", "\n+") for lv in levels]
     ax.bar([x - 0.2 for x in xs], [lv.bound for lv in levels], 0.4, color="#bbbbbb", label="ideal c / (2 x latency)")
     bars = ax.bar([x + 0.2 for x in xs], [lv.runs_per_s for lv in levels], 0.4, color="#4477aa",
                   label="measured (PyFlink, thread mode, 1 subtask)")  # fmt: skip
     ax.bar_label(bars, labels=[f"{lv.ratio:.2f}\n(steady {lv.steady_runs_per_s / lv.bound:.2f})" for lv in levels],
                  fontsize=8)  # fmt: skip
-    ax.set_xticks(xs, [lv.label for lv in levels])
-    ax.set_xlabel("runs in flight @ model latency")
+    ax.set_xticks(xs, ticks)
+    ax.set_xlabel("model calls in flight (--concurrency) @ model latency [+ extra runs]")
     ax.set_ylabel("runs / s per subtask (median trial)")
     ax.set_title("Diagnosis runs per second vs. the ideal bound" + (" (--distinct-texts)" if distinct else ""))
     ax.set_ylim(0, 1.3 * max(lv.bound for lv in levels))  # room for the labels and the pool's note above the bars
     ax.legend(fontsize=8, loc="lower right")
     ax2.bar(xs, [lv.cpu_ms_per_run for lv in levels], color="#cc6677")
-    ax2.set_xticks(xs, [lv.label for lv in levels])
+    ax2.set_xticks(xs, ticks)
     ax2.set_ylabel("job CPU per run, ms (all threads, JVM included)")
     ax2.set_title("CPU per run")
     # A concluding run's waits beside its time in the model (2 x latency), p50 with p95 as the error bar.
@@ -362,7 +399,7 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None, distin
                 label=f"{name}, p50 (bar to p95)")  # fmt: skip
     ax3.bar([x + width for x in xs], [2 * lv.latency_ms for lv in levels], width, color="#bbbbbb",
             label="the run's 2 model calls")  # fmt: skip
-    ax3.set_xticks(xs, [lv.label for lv in levels])
+    ax3.set_xticks(xs, ticks)
     ax3.set_ylabel("ms")
     ax3.set_title("A concluding run's waits (job metrics)")
     ax3.legend(fontsize=8, loc="upper left")
@@ -378,8 +415,10 @@ def _row(lv: Level, name: str = "") -> str:
     server = f"{lv.server_ms_per_call:.2f}" if lv.server_ms_per_call else "-"  # the pool-only row's server is apart
     embed = "/".join(f"{v:.0f}" for v in lv.embed_ms) or "-"  # the pool-only row has no metrics
     write = "/".join(f"{v:.0f}" for v in lv.write_ms) or "-"
+    peak = str(lv.peak_calls) if lv.peak_calls else "-"  # the pool-only row's server is apart
     return (
-        f"{name or lv.label:>16} {lv.events:>7} {lv.calls_per_run:>9.2f} {lv.runs_per_s:>8.1f} {lv.bound:>8.1f} "
+        f"{name or lv.label:>20} {lv.runs_in_flight:>5} {peak:>5} {lv.events:>7} {lv.calls_per_run:>9.2f} "
+        f"{lv.runs_per_s:>8.1f} {lv.bound:>8.1f} "
         f"{lv.ratio:>6.2f} {lv.spread:>10} {steady:>6} {lv.cpu_ms_per_run:>11.1f} {server:>14} {lv.load_avg:>5.1f}"
         f" {embed:>11} {write:>11}"
     )
@@ -388,7 +427,8 @@ def _row(lv: Level, name: str = "") -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", nargs="+", default=["64@200", "256@1000", "512@2000"],
-                        help="concurrency@latency-ms per level (a bare concurrency uses --latency-ms)")  # fmt: skip
+                        help="concurrency@latency-ms[+extra-runs] per level (a bare concurrency uses --latency-ms; "
+                        "without +N the job's default extra runs, a quarter of the concurrency)")  # fmt: skip
     parser.add_argument("--latency-ms", type=float, default=200.0, help="latency of levels given without one")
     parser.add_argument("--seconds", type=float, default=12.0, help="target busy time per level")
     parser.add_argument("--no-pool-only", action="store_true", help="skip the Flink-free reference row")
@@ -406,20 +446,23 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     load_before = os.getloadavg()[0]
     levels = []
-    for c, latency in (parse_level(t, args.latency_ms) for t in args.levels):
+    for c, latency, extra in (parse_level(t, args.latency_ms) for t in args.levels):
         trials = []
         for trial in range(1, args.repeat + 1):
-            print(f"concurrency {c} @ {latency:g} ms, trial {trial}/{args.repeat}: starting the job", flush=True)
-            trials.append(run_level(c, latency, args.seconds, out / "work", args.rate_factor, args.distinct_texts))
+            more = "" if extra is None else f", {extra} extra runs"
+            print(f"concurrency {c} @ {latency:g} ms{more}, trial {trial}/{args.repeat}: starting the job", flush=True)
+            trials.append(
+                run_level(c, latency, args.seconds, out / "work", args.rate_factor, args.distinct_texts, extra)
+            )
             print(f"  ratio {trials[-1].ratio:.3f}, {trials[-1].cpu_ms_per_run:.1f} ms CPU per run", flush=True)
         levels.append(median_trial(trials))
     pool_only = None
     if not args.no_pool_only:
-        c, latency = levels[-1].concurrency, levels[-1].latency_ms
+        c, latency, extra = levels[-1].concurrency, levels[-1].latency_ms, levels[-1].extra_runs
         trials = []
         for trial in range(1, args.repeat + 1):
             print(f"concurrency {c} @ {latency:g} ms: the run pool alone (no Flink), trial {trial}/{args.repeat}")
-            trials.append(run_pool_only(c, latency, args.seconds, out / "work", args.distinct_texts))
+            trials.append(run_pool_only(c, latency, args.seconds, out / "work", args.distinct_texts, extra))
         pool_only = median_trial(trials)
     print(f"\n{CALLS_PER_RUN} model calls per run, parallelism 1, thread mode, {os.cpu_count()} cores; "
           f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")  # fmt: skip
@@ -428,9 +471,13 @@ def main(argv: list[str] | None = None) -> int:
         print("every vehicle's alert text its own (--distinct-texts): no recall query or case text is shared")
     if args.rate_factor:
         print(f"input streamed at {args.rate_factor:g} x the bound (events/s), not read all at once")
-    print(f"{'level':>16} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} {'ratio':>6} {'trials':>10} "
-          f"{'steady':>6} {'CPU ms/run':>11} {'server ms/call':>14} {'load':>5} {'embed ms':>11} "
-          f"{'L3 write ms':>11}")  # fmt: skip
+    print(f"{'level':>20} {'runs':>5} {'peak':>5} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} "
+          f"{'ratio':>6} {'trials':>10} {'steady':>6} {'CPU ms/run':>11} {'server ms/call':>14} {'load':>5} "
+          f"{'embed ms':>11} {'L3 write ms':>11}")  # fmt: skip
+    print(
+        "'level': model calls in flight (--concurrency) @ latency [+ --extra-runs, else the default, a quarter];"
+        " 'runs': runs in flight; 'peak': the most calls the model server had at once"
+    )
     print("'ratio': runs/s from the first call to the last reply, over the bound; 'steady': the same between 10% and"
           " 90% of the calls (start and drain left out)")  # fmt: skip
     print("'CPU ms/run': the job's process tree; 'server ms/call': the model server's CPU (this process), which"
