@@ -1,6 +1,6 @@
 """Embedding with many callers at once: a model call per caller, against calls shared by the callers that wait.
 
-The job's diagnosis runs embed on up to ``VDOCTOR_CONCURRENCY`` worker threads:
+The job's diagnosis runs embed on many worker threads (``VDOCTOR_CONCURRENCY`` plus extra runs):
 a session's recall query when it opens, a case text when it concludes. The
 model embeds one call at a time. ``vdoctor/embedders/batching.py`` lets the
 callers that wait share the next call. This bench runs both ways side by side,

@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--configs", nargs="+", type=parse_config, default=[parse_config(c) for c in DEFAULT_CONFIGS],
                         metavar="MODE:TMxSLOTS")  # fmt: skip
-    parser.add_argument("--concurrency", type=int, default=64, help="runs in flight per subtask (VDOCTOR_CONCURRENCY)")
+    parser.add_argument("--concurrency", type=int, default=64, help="model calls in flight per subtask")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for one configuration's diagnoses")
     parser.add_argument("--cores-per-taskmanager", type=int, default=0, metavar="N",
                         help="pin each TaskManager (its JVM, Python, embedding child) to N cores of its own; "

@@ -1,7 +1,7 @@
 """Concurrent embedding calls share one model call: the texts of threads that wait are embedded together.
 
-The job runs up to ``VDOCTOR_CONCURRENCY`` diagnosis runs at once on worker
-threads, and a model embeds one call at a time (``use.py``). A numpy model
+The job runs many diagnosis runs at once on worker threads (``VDOCTOR_CONCURRENCY``
+plus ``VDOCTOR_EXTRA_RUNS``), and a model embeds one call at a time (``use.py``). A numpy model
 spends most of a short text's time streaming its weight matrices, once per
 call whatever the number of texts in it: on USE-m3 (``bench/embed_batching.py``) a
 batch costs far less CPU per text than the same texts one call each. So
