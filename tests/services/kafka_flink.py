@@ -96,16 +96,29 @@ class KafkaBroker:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             # Joined to its flag: an id may start with "-", which the tool's parser would read as a flag.
             fmt = subprocess.run(
-                [java, "-cp", cp, "kafka.tools.StorageTool", "format", "--standalone", f"--cluster-id={cluster_id}",
-                 "-c", str(config)],
-                capture_output=True, text=True, timeout=120,
+                [
+                    java,
+                    "-cp",
+                    cp,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "--standalone",
+                    f"--cluster-id={cluster_id}",
+                    "-c",
+                    str(config),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             if fmt.returncode != 0:
                 raise ServiceError(f"formatting Kafka storage failed: {fmt.stderr[-2000:]}")
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(
                 [java, "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp, "kafka.Kafka", str(config)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         try:
             self._wait_ready()
@@ -203,7 +216,10 @@ def flink_home(python: Path | None = None) -> Path:
         return Path(pyflink.__file__).resolve().parent
     found = subprocess.run(
         [str(python), "-c", "import os, pyflink; print(os.path.dirname(os.path.realpath(pyflink.__file__)))"],
-        capture_output=True, text=True, timeout=60, cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
     )
     if found.returncode != 0:
         raise ServiceError(f"{python} has no apache-flink: {found.stderr[-1000:]}")
@@ -211,8 +227,14 @@ def flink_home(python: Path | None = None) -> Path:
 
 
 def site_packages(python: Path) -> list[str]:
-    found = subprocess.run([str(python), "-c", "import site; print('\\n'.join(site.getsitepackages()))"],
-                           capture_output=True, text=True, timeout=60, check=True, cwd="/")
+    found = subprocess.run(
+        [str(python), "-c", "import site; print('\\n'.join(site.getsitepackages()))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd="/",
+    )
     return found.stdout.split()
 
 
@@ -328,7 +350,11 @@ class FlinkCluster:
         self._prepare()
         proc = subprocess.run(
             ["bash", str(self.home / "bin" / "start-cluster.sh")],
-            env=self.env, capture_output=True, text=True, timeout=120, cwd=self.workdir,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.workdir,
         )
         if proc.returncode != 0:
             raise ServiceError(f"start-cluster.sh failed: {proc.stderr[-2000:]}")
@@ -362,8 +388,15 @@ class FlinkCluster:
     def flink(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """Run ``bin/flink`` against this cluster; on a time-out its whole process group (the client JVM) goes."""
         cmd = ["bash", str(self.home / "bin" / "flink"), *args]
-        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                cwd=REPO_ROOT if self.shares_checkout else self.workdir, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO_ROOT if self.shares_checkout else self.workdir,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -377,7 +410,10 @@ class FlinkCluster:
             return
         subprocess.run(
             ["bash", str(self.home / "bin" / "stop-cluster.sh")],
-            env=self.env, capture_output=True, text=True, timeout=120,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         # stop-cluster.sh signals the pids it recorded; make sure none is left behind.
         for pid_file in (self.workdir / "pid").glob("*.pid"):
