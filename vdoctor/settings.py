@@ -30,9 +30,9 @@ DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
 # Model calls in flight per subtask: at 2 model calls of ~0.4 s per run that
 # is ~80 runs/s per subtask, far beyond one at a time (~1.2 runs/s).
 DEFAULT_CONCURRENCY = 64
-# Extra runs by default: concurrency // 4. On the concurrency bench a run spends ~10% of its time
-# outside the model (~20% for one that concludes a case); a quarter keeps every slot busy through
-# the bursts of runs that started together (README: Hosted models and concurrency).
+# Extra runs by default: concurrency // 4. On the concurrency bench a run spends ~4% of its time
+# outside the model (~10% for one that concludes a case), in bursts of runs that started together;
+# a quarter more runs keeps every slot busy through them (README: Hosted models and concurrency).
 EXTRA_RUNS_DIVISOR = 4
 # A long-term-memory outage of a few minutes (a Doris FE failover, a MariaDB
 # restart) is ridden out by retrying writes this long.
