@@ -102,15 +102,19 @@ class Level:
     # L3 write itself; empty where not scraped.
     embed_ms: tuple[float, ...] = ()
     write_ms: tuple[float, ...] = ()
-    # --extra-runs given to the job (None: the product's default) and the runs in flight that made.
+    # --extra-runs given to the job (None: the product's default).
     extra_runs: int | None = None
-    runs_in_flight: int = 0
     # The most model calls the server had in flight at once: never more than ``concurrency``.
     peak_calls: int = 0
 
     @property
     def ratio(self) -> float:
         return self.runs_per_s / self.bound
+
+    @property
+    def runs_in_flight(self) -> int:
+        """The job's runs in flight at this level: ``concurrency`` plus the extra runs."""
+        return RuntimeSettings(concurrency=self.concurrency, extra_runs=self.extra_runs).runs_in_flight()
 
     @property
     def label(self) -> str:
@@ -291,7 +295,6 @@ def run_level(
                  steady_rate(clock_samples, events * CALLS_PER_RUN),
                  embed_ms=histograms.get("l3_embed_latency_us", ()),
                  write_ms=histograms.get("l3_write_latency_us", ()), extra_runs=extra_runs,
-                 runs_in_flight=RuntimeSettings(concurrency=concurrency, extra_runs=extra_runs).runs_in_flight(),
                  peak_calls=peak)  # fmt: skip
 
 
@@ -341,7 +344,7 @@ def run_pool_only(
             result = engine.on_event(carry[0], carry[1], item[0], item[1])  # type: ignore[arg-type]
             return (result.session, result.dedup), sum(d.llm_calls for d in result.diagnoses)
 
-        runs = RuntimeSettings(concurrency=concurrency, extra_runs=extra_runs).runs_in_flight()
+        runs = RuntimeSettings(concurrency=concurrency, extra_runs=extra_runs).runs_in_flight()  # as the operator
         pool: KeyedRunPool[tuple[object, str], int] = KeyedRunPool(runs, step, name="bench")
         lines = (out / "alerts.jsonl").read_text().splitlines()
         started, cpu0 = time.perf_counter(), time.process_time()
@@ -362,7 +365,7 @@ def run_pool_only(
         server.terminate()
         server.communicate()
     return Level(concurrency, latency_ms, events, len(calls) / wall, bound, sum(calls) / len(calls), wall,
-                 cpu / len(calls) * 1000.0, os.getloadavg()[0], extra_runs=extra_runs, runs_in_flight=runs)  # fmt: skip
+                 cpu / len(calls) * 1000.0, os.getloadavg()[0], extra_runs=extra_runs)  # fmt: skip
 
 
 def plot(levels: list[Level], path: Path, pool_only: Level | None = None, distinct: bool = False) -> None:
@@ -422,6 +425,11 @@ def _row(lv: Level, name: str = "") -> str:
         f"{lv.ratio:>6.2f} {lv.spread:>10} {steady:>6} {lv.cpu_ms_per_run:>11.1f} {server:>14} {lv.load_avg:>5.1f}"
         f" {embed:>11} {write:>11}"
     )
+
+
+def _json(lv: Level, flink: bool) -> dict[str, Any]:
+    derived = {"ratio": lv.ratio, "runs_in_flight": lv.runs_in_flight, "trials": list(lv.trials), "flink": flink}
+    return lv.__dict__ | derived
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -488,9 +496,9 @@ def main(argv: list[str] | None = None) -> int:
         print(_row(lv))
     if pool_only is not None:
         print(_row(pool_only, f"pool {pool_only.label}") + "   (engine + pool in one process, no Flink)")
-    rows = [lv.__dict__ | {"ratio": lv.ratio, "trials": list(lv.trials), "flink": True} for lv in levels]
+    rows = [_json(lv, flink=True) for lv in levels]
     if pool_only is not None:
-        rows.append(pool_only.__dict__ | {"ratio": pool_only.ratio, "trials": list(pool_only.trials), "flink": False})
+        rows.append(_json(pool_only, flink=False))
     (out / "concurrency.json").write_text(json.dumps(rows, indent=2))
     plot(levels, out / "concurrency.png", pool_only, args.distinct_texts)
     print(f"plot: {out / 'concurrency.png'}")
