@@ -79,16 +79,15 @@ def test_taskmanager_pids_in_start_order(tmp_path: Path) -> None:
 # A parent whose two named threads spin and then stay alive, a third that spins and exits, and a child that
 # spins and then sleeps; it prints "done" when all the spinning is over and then waits on stdin.
 _SPINNERS = r"""
-import ctypes, subprocess, sys, threading
+import ctypes, subprocess, sys, threading, time
 def spin(name, spun, hold):
     ctypes.CDLL(None).prctl(15, name.encode())  # PR_SET_NAME: this thread's name in /proc
-    x = 0
-    for i in range(4_000_000):
-        x += i
+    while time.thread_time() < 0.15:  # by CPU time, not by a count: the same on a fast or a loaded machine
+        pass
     spun.set()
     hold.wait()
 child = subprocess.Popen(
-    [sys.executable, "-c", "x = 0\nfor i in range(4_000_000): x += i\nprint(flush=True)\nimport time; time.sleep(60)"],
+    [sys.executable, "-c", "import time\nwhile time.process_time() < 0.15: pass\nprint(flush=True)\ntime.sleep(60)"],
     stdout=subprocess.PIPE,
 )
 hold, gone = threading.Event(), threading.Event()
@@ -119,7 +118,7 @@ def test_tree_cpu_parts_name_threads_and_children_and_sum_to_the_tree() -> None:
         proc.communicate(timeout=60)
     finally:
         proc.kill()
-    # Each loop takes well over 0.1 s of CPU: the two named threads are one part, the exited one is counted
+    # Each loop spins for 0.15 s of its own CPU: the two named threads are one part, the exited one is counted
     # apart, and the child is one part of its own.
     assert parts["spin-#"] >= 0.2
     assert parts["(exited threads)"] >= 0.1
