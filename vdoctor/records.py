@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, overload
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import numpy.typing as npt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 # A case summary is read by people and injected into prompts: short by rule.
 MAX_SUMMARY_CHARS = 300
@@ -94,6 +104,68 @@ def utc_now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
+class PackedVector(Sequence[float]):
+    """A stored vector kept as its float32 bytes and read as floats: what a store reads back as ``summary_vec``.
+
+    A list of 512 Python floats is ~16 KB (a float object and a pointer per
+    dimension); its float32 bytes are 2 KB. The embedded store keeps up to
+    1,024 decoded records for recall (``stores.sqlite_rows.DecodedRows``),
+    whose vectors as lists were ~16 MB that filled over the first half hour
+    of a run. The values are the list's exactly (a stored vector is float32).
+    ``np.asarray`` reads the bytes without a copy (read-only); iterating,
+    indexing or ``list()`` give Python floats.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: bytes) -> None:
+        if len(data) % 4:
+            raise ValueError(f"a float32 vector's bytes come in fours, got {len(data)}")
+        self._data = bytes(data)
+
+    @property
+    def array(self) -> npt.NDArray[np.float32]:
+        return np.frombuffer(self._data, dtype=np.float32)
+
+    def tolist(self) -> list[float]:
+        values: list[float] = self.array.tolist()
+        return values
+
+    def __len__(self) -> int:
+        return len(self._data) // 4
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[float]: ...
+    def __getitem__(self, index: int | slice) -> float | list[float]:
+        return self.tolist()[index]
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self.tolist())
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        array = self.array
+        if dtype is not None and np.dtype(dtype) != array.dtype:
+            return array.astype(dtype)
+        return array.copy() if copy else array
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PackedVector):
+            return self._data == other._data
+        if isinstance(other, list | tuple):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # equal to a list, which is not hashable
+
+    def __reduce__(self) -> tuple[type[PackedVector], tuple[bytes]]:
+        return PackedVector, (self._data,)
+
+    def __repr__(self) -> str:
+        return f"PackedVector({len(self)} dimensions)"
+
+
 class MemoryRecord(BaseModel):
     """One concluded case in long-term memory, unique by (vin, session_id).
 
@@ -115,6 +187,7 @@ class MemoryRecord(BaseModel):
     summary: Annotated[str, Field(max_length=MAX_SUMMARY_CHARS)]
     # The embedding of the case's text (``retrieval.text.dense_text``: the alert
     # text, codes, cause, fix and the summary's words), normalised; the name is the column's.
+    # A record read back from the embedded store holds a ``PackedVector`` here (a sequence of floats).
     summary_vec: list[float]
     root_cause: str
     fix_action: str
@@ -194,6 +267,10 @@ class MemoryRecord(BaseModel):
         if not vec or not (math.isfinite(sum(vec)) or bool(np.isfinite(np.asarray(vec, dtype=np.float64)).all())):
             raise ValueError("summary_vec must be a non-empty list of finite floats")
         return vec
+
+    @field_serializer("summary_vec", mode="wrap")
+    def _plain_vector(self, vec: Sequence[float], handler: SerializerFunctionWrapHandler) -> Any:
+        return handler(vec.tolist() if isinstance(vec, PackedVector) else vec)
 
     @classmethod
     def from_store(cls, **fields: Any) -> MemoryRecord:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import pickle
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from vdoctor.records import Diagnosis, MemoryRecord, Phase
+from vdoctor.records import Diagnosis, MemoryRecord, PackedVector, Phase
 
 pytestmark = pytest.mark.unit
 
@@ -56,3 +59,32 @@ def test_list_and_model_defaults_give_the_json_they_always_gave_and_are_never_sh
     diagnosis.memory.own.append(record().ref())
     assert other.flags == [] and other.memory.own == []
     assert diagnosis.model_fields_set == {"vin", "series", "event_id", "session_id", "phase"}
+
+
+def test_a_packed_vector_reads_as_the_list_of_its_float32_values() -> None:
+    values = np.random.default_rng(3).standard_normal(512).astype(np.float32)
+    packed, plain = PackedVector(values.tobytes()), values.tolist()
+    assert len(packed) == 512 and list(packed) == plain and packed.tolist() == plain
+    assert packed == plain and packed == tuple(plain) and packed == PackedVector(values.tobytes())
+    assert packed != plain[:-1] and packed != PackedVector(values[:-1].tobytes())
+    assert packed[7] == plain[7] and packed[-2:] == plain[-2:]
+    array = np.asarray(packed)
+    assert array.dtype == np.float32 and not array.flags.writeable and np.array_equal(array, values)
+    assert np.asarray(packed, dtype=np.float64).tolist() == plain
+    assert np.asarray([packed, plain], dtype=np.float32).shape == (2, 512)
+    assert pickle.loads(pickle.dumps(packed)) == packed
+    # A quarter of a list's size or less, whatever the Python build counts for a float.
+    as_list = sys.getsizeof(plain) + sum(sys.getsizeof(x) for x in plain)
+    assert sys.getsizeof(packed) + len(values.tobytes()) < as_list / 4
+    with pytest.raises(ValueError, match="fours"):
+        PackedVector(b"\x00" * 6)
+
+
+def test_a_record_with_a_packed_vector_dumps_validates_and_compares_as_with_the_list() -> None:
+    plain = record(summary_vec=[0.5, -0.25, 1.0])
+    vector = PackedVector(np.float32([0.5, -0.25, 1.0]).tobytes())
+    packed = MemoryRecord.from_store(**(dict(plain) | {"summary_vec": vector}))
+    assert packed == plain
+    assert packed.model_dump() == plain.model_dump() and packed.model_dump_json() == plain.model_dump_json()
+    assert MemoryRecord.model_validate(packed.model_dump()) == plain
+    assert MemoryRecord(**dict(packed)).summary_vec == [0.5, -0.25, 1.0]

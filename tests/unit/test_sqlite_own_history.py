@@ -6,9 +6,10 @@ import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from vdoctor.records import MemoryRecord
+from vdoctor.records import MemoryRecord, PackedVector
 from vdoctor.stores import sqlite as sqlite_store
 from vdoctor.stores.base import newest_first
 from vdoctor.stores.sqlite import SqliteStore
@@ -66,4 +67,17 @@ def test_own_history_gives_what_the_two_plain_reads_gave_through_writes_of_every
             assert store.own_history(asker, since, limit, as_of) == expected, step
             assert store.own_history(asker, since, limit, as_of) == expected, step  # decoded before
     assert store._conn.execute("SELECT COUNT(*) FROM case_history").fetchone()[0] > 10
+    store.close()
+
+
+def test_records_read_back_keep_their_vector_as_float32_bytes_with_the_values_written(tmp_path: Path) -> None:
+    """What recall keeps decoded (up to 1,024 records) holds 2 KB per 512-dimensional vector, not a list of floats."""
+    rng = random.Random(9)
+    store = SqliteStore(str(tmp_path / "m.db"))
+    written = record(rng, VINS[0], 1, 1).model_copy(update={"summary_vec": [rng.uniform(-1, 1) for _ in range(512)]})
+    store.upsert(written)
+    (found,) = store.own_history(VINS[0], T0, 10, T0 + timedelta(days=1))
+    assert isinstance(found.summary_vec, PackedVector)
+    assert found.summary_vec == np.float32(written.summary_vec).tolist()
+    assert found.model_copy(update={"summary_vec": written.summary_vec, "updated_at": written.updated_at}) == written
     store.close()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from vdoctor.errors import StoreError
-from vdoctor.records import MemoryRecord, RecordKind
+from vdoctor.records import MemoryRecord, PackedVector, RecordKind
 from vdoctor.retrieval.text import search_tokens
 from vdoctor.stores.vecindex import OPEN_END
 
@@ -79,7 +79,7 @@ def from_row(row: Sequence[object]) -> MemoryRecord:
         series=str(series),
         concluded_at=from_epoch(as_int(concluded)),
         summary=str(summary),
-        summary_vec=np.frombuffer(vec, dtype=np.float32).tolist(),  # type: ignore[call-overload]
+        summary_vec=PackedVector(vec),  # type: ignore[arg-type]  # a BLOB column: bytes
         root_cause=str(cause),
         fix_action=str(fix),
         priority=prio or None,
@@ -129,12 +129,12 @@ class DecodedRows:
     replay, up to 100) to rerank them, and most of them are read again by the
     next session of the same series; own history reads a vehicle's records
     again at each of its session opens (two in three come from here on a
-    replay). Decoding a row (its vector into floats, three JSON lists, the
-    times, the model) was most of a recall's own CPU.
+    replay). Decoding a row (three JSON lists, the times, the model) was most
+    of a recall's own CPU.
     Every statement that changes a row stamps it with the next change seq, so
     a row read with a seq already seen holds what was decoded then: no entry
-    can be stale. A record is immutable, so threads share it. About 16 KB each
-    with a 512-dimensional vector.
+    can be stale. A record is immutable, so threads share it. About 3 KB each
+    with a 512-dimensional vector (kept as its bytes: ``PackedVector``).
     """
 
     def __init__(self, capacity: int) -> None:
