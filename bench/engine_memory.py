@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracemalloc", action="store_true", help="also print the Python lines that grew most")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "bench")
     parser.add_argument("--plot", type=Path, help="write a PNG of the samples here")
+    parser.add_argument("--trim", action="store_true",
+                        help="at each sample also give glibc's free pages back (malloc_trim) and measure "
+                             "again: what of the resident memory is malloc's free room")  # fmt: skip
     args = parser.parse_args(argv)
 
     libc, sqlite = _native()
@@ -116,11 +119,17 @@ def main(argv: list[str] | None = None) -> int:
                 "malloc_in_use_mb": round((m.uordblks + m.hblkhd) / 2**20, 1),
                 "sqlite_mb": round(sqlite.sqlite3_memory_used() / 2**20, 1),
                 "state_json_mb": round(sum(len(s or "") + len(d) for s, d in list(carries.values())) / 2**20, 1),
+                "read_connections": getattr(getattr(engine.store, "inner", engine.store), "read_connections", 0),
             }
+            if args.trim:
+                libc.malloc_trim(0)
+                row["rss_trimmed_mb"] = round(tree_rss_mb(os.getpid()), 1)
             samples.append(row)
             print(f"[engine_memory] {events:>6} events {row['s']:>6.0f}s  rss {row['rss_mb']:>6.0f} MB  "
                   f"malloc in use {row['malloc_in_use_mb']:>5.0f}  sqlite {row['sqlite_mb']:>4.0f}  "
-                  f"state (JSON) {row['state_json_mb']:>3.0f}", file=sys.stderr, flush=True)  # fmt: skip
+                  f"state (JSON) {row['state_json_mb']:>3.0f}  read connections {row['read_connections']}"
+                  + (f"  trimmed {row['rss_trimmed_mb']:>6.0f}" if args.trim else ""),
+                  file=sys.stderr, flush=True)  # fmt: skip
 
         pool: KeyedRunPool[tuple[str, str], None] = KeyedRunPool(args.threads, step, name="memory")
         lines = fleet.read_text(encoding="utf-8").splitlines()
@@ -171,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.environ.get('MALLOC_ARENA_MAX', 'unset')}")  # fmt: skip
     span = f"from event {base['events']} to {last['events']}"
     print(f"{span:<28}{'start':>10}{'end':>10}{'growth':>10}")
-    for key in ("rss_mb", "malloc_in_use_mb", "sqlite_mb", "state_json_mb"):
+    for key in ("rss_mb", "rss_trimmed_mb", "malloc_in_use_mb", "sqlite_mb", "state_json_mb"):
+        if key not in last:
+            continue
         print(f"{key:<28}{base[key]:>10.1f}{last[key]:>10.1f}{last[key] - base[key]:>+10.1f}")
     if grew:
         print("Python lines that grew most over the same span (tracemalloc):")

@@ -341,7 +341,7 @@ def test_a_file_from_before_omitted_and_nullable_priority_takes_both_on_open(tmp
 
 
 def test_recall_runs_a_fixed_set_of_statements_whatever_it_finds(tmp_path: Path) -> None:
-    """Every distinct SQL text is a prepared statement each thread's connection keeps (128 of them):
+    """Every distinct SQL text is a prepared statement each read connection keeps (128 of them):
     texts that name the rows found filled those caches in every thread (sqlite's memory grew by 116 MB
     over 10,000 events at 64 threads, bench/engine_memory.py). The rows found travel as a parameter instead."""
     store = SqliteStore(str(tmp_path / "m.db"))
@@ -364,6 +364,39 @@ def test_recall_runs_a_fixed_set_of_statements_whatever_it_finds(tmp_path: Path)
     store.close()
     assert len(found) > 30  # the recalls found many different sets of rows...
     assert texts == first  # ...through the statements the first five already ran
+
+
+def test_read_connections_are_as_many_as_statements_ran_at_once_not_one_per_thread(tmp_path: Path) -> None:
+    """Each read connection keeps a page cache (512 KiB) and its prepared statements: the job's 80 worker threads
+    each opening one filled ~40 MB more as the file grew. Threads that read one after another share one."""
+    store = SqliteStore(str(tmp_path / "m.db"))
+    rng = np.random.default_rng(3)
+    store.upsert_many([rec(i, rng.normal(size=8).tolist()) for i in range(50)])
+    query = q(rng.normal(size=8).tolist(), k=5)
+    expected = [s.record.vin for s in store.channels(query, 5, 0)[0]]
+    found: list[list[str]] = []
+    for _ in range(20):
+        reader = threading.Thread(target=lambda: found.append([s.record.vin for s in store.channels(query, 5, 0)[0]]))
+        reader.start()
+        reader.join()
+    assert found == [expected] * 20
+    assert store.read_connections == 1
+    # Threads reading at once each take a connection of their own, and find the same.
+    barrier = threading.Barrier(8)
+
+    def together() -> None:
+        barrier.wait()
+        for _ in range(20):
+            found.append([s.record.vin for s in store.channels(query, 5, 0)[0]])
+
+    readers = [threading.Thread(target=together) for _ in range(8)]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    assert found == [expected] * (20 + 8 * 20)
+    assert 1 <= store.read_connections <= 8
+    store.close()
 
 
 def test_recall_sees_every_change_to_a_row_it_decoded_before(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -69,7 +70,7 @@ READER_CACHE_KIB = 512
 # default) at most once a second, see ``SqliteStore._writing``.
 SYNCHRONOUS = ("normal", "full")
 SYNC_EVERY_S = 1.0
-# Recall candidates kept decoded (``DecodedRows``): ~16 MB with use-m3's vectors.
+# Recall candidates kept decoded (``DecodedRows``): ~3 MB with use-m3's vectors.
 DECODED_ROWS = 1024
 
 _COLUMNS = RECORD_COLUMNS
@@ -215,16 +216,23 @@ class SqliteStore:
             self._no_priority = no_priority_marker(self._conn)
         except (sqlite3.Error, OSError) as e:
             raise StoreError(f"cannot open the sqlite store at {path}: {e}") from e
-        # Writes go through the one connection above, one at a time. Reads use a
-        # connection per thread and no lock: in WAL mode readers never wait for
-        # each other or for the writer. (A shared connection behind a lock made
-        # a lock convoy: the sqlite module lets go of the GIL inside every
-        # statement, so the holder had to queue for the GIL again while 63
-        # other vehicles' runs queued for the lock.) An in-memory database
-        # exists only on its own connection, so it keeps the shared one.
+        # Writes go through the one connection above, one at a time. Reads take
+        # an idle read connection (or open one) for one statement and give it
+        # back, with no lock: in WAL mode readers never wait for each other or
+        # for the writer. (A shared connection behind a lock made a lock
+        # convoy: the sqlite module lets go of the GIL inside every statement,
+        # so the holder had to queue for the GIL again while 63 other
+        # vehicles' runs queued for the lock.) There are as many read
+        # connections as statements were ever running at once, not one per
+        # thread: each keeps a page cache and its prepared statements, and with
+        # one per worker thread those filled ~40 MB more as the file grew over
+        # a long run. An in-memory database exists only on its own connection,
+        # so it keeps the shared one.
         self._lock = threading.Lock()
         self._index_guard = threading.Lock()
-        self._local = threading.local()
+        # Idle read connections, the last given back taken first (its cache is warm). A deque's append and
+        # pop are atomic, so threads share it without a lock.
+        self._idle_readers: deque[sqlite3.Connection] = deque()
         self._readers: list[sqlite3.Connection] = []
         self._search_threads: ThreadPoolExecutor | None = None
         # Concurrent upserts share statements (``_upsert_batch``).
@@ -250,28 +258,33 @@ class SqliteStore:
             )
         return str(meta["epoch"])
 
-    def _reader(self) -> sqlite3.Connection | None:
-        """This thread's read connection; None for an in-memory database (use the shared one)."""
-        if self.path == ":memory:":
-            return None
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            # Small indexed lookups: a small page cache each (sqlite's default is
-            # 2 MB per connection, 128 MB for 64 worker threads).
-            conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
-            with self._lock:
-                self._readers.append(conn)
-            self._local.conn = conn
+    def _new_reader(self) -> sqlite3.Connection:
+        conn = self._connect()
+        # Small indexed lookups: a small page cache each (sqlite's default is 2 MB per connection).
+        conn.execute(f"PRAGMA cache_size = -{READER_CACHE_KIB}")
+        with self._lock:
+            self._readers.append(conn)
         return conn
+
+    @property
+    def read_connections(self) -> int:
+        """How many read connections this store has opened: the most statements that ran at once."""
+        return len(self._readers)
 
     def _query(self, sql: str, params: Sequence[object] | Mapping[str, object] = ()) -> list[tuple[object, ...]]:
         try:
-            reader = self._reader()
-            if reader is not None:
+            if self.path == ":memory:":
+                with self._lock:
+                    return self._conn.execute(sql, params).fetchall()
+            idle = self._idle_readers
+            try:
+                reader = idle.pop()
+            except IndexError:
+                reader = self._new_reader()
+            try:
                 return reader.execute(sql, params).fetchall()
-            with self._lock:
-                return self._conn.execute(sql, params).fetchall()
+            finally:
+                idle.append(reader)
         except sqlite3.Error as e:
             raise StoreError(f"sqlite store {self.path}: {e}") from e
 
@@ -733,4 +746,5 @@ class SqliteStore:
             for reader in self._readers:
                 reader.close()
             self._readers.clear()
+            self._idle_readers.clear()
             self._conn.close()
