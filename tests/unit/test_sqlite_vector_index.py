@@ -367,8 +367,8 @@ def test_recall_runs_a_fixed_set_of_statements_whatever_it_finds(tmp_path: Path)
 
 
 def test_read_connections_are_as_many_as_statements_ran_at_once_not_one_per_thread(tmp_path: Path) -> None:
-    """Each read connection keeps a page cache (512 KiB) and its prepared statements: the job's 80 worker threads
-    each opening one filled ~40 MB more as the file grew. Threads that read one after another share one."""
+    """Each read connection keeps a page cache (up to 512 KiB) and its prepared statements: threads that read one
+    after another share one, and threads that read at once take one each."""
     store = SqliteStore(str(tmp_path / "m.db"))
     rng = np.random.default_rng(3)
     store.upsert_many([rec(i, rng.normal(size=8).tolist()) for i in range(50)])

@@ -224,10 +224,9 @@ class SqliteStore:
         # so the holder had to queue for the GIL again while 63 other
         # vehicles' runs queued for the lock.) There are as many read
         # connections as statements were ever running at once, not one per
-        # thread: each keeps a page cache and its prepared statements, and with
-        # one per worker thread those filled ~40 MB more as the file grew over
-        # a long run. An in-memory database exists only on its own connection,
-        # so it keeps the shared one.
+        # thread that ever read: each keeps a page cache (up to
+        # READER_CACHE_KIB) and its prepared statements. An in-memory database
+        # exists only on its own connection, so it keeps the shared one.
         self._lock = threading.Lock()
         self._index_guard = threading.Lock()
         # Idle read connections, the last given back taken first (its cache is warm). A deque's append and
