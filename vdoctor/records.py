@@ -110,7 +110,8 @@ class PackedVector(Sequence[float]):
     A list of 512 Python floats is ~16 KB (a float object and a pointer per
     dimension); its float32 bytes are 2 KB. The embedded store keeps up to
     1,024 decoded records for recall (``stores.sqlite_rows.DecodedRows``),
-    whose vectors as lists were ~16 MB, filling as the store grew. The values are the list's exactly (a stored vector is float32).
+    whose vectors as lists were ~16 MB, filling as the store grew. The
+    values are the list's exactly (a stored vector is float32).
     ``np.asarray`` reads the bytes without a copy (read-only); iterating,
     indexing or ``list()`` give Python floats.
     """
