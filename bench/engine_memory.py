@@ -12,12 +12,15 @@ it prints:
 - malloc in use (glibc ``mallinfo2``: what native code and Python's large
   objects hold);
 - sqlite's own memory (``sqlite3_memory_used``: page caches, schemas and the
-  prepared statements each thread's connection keeps);
+  prepared statements each read connection keeps);
 - the keyed state as JSON (what the state backend would hold, outside this
-  process in the job).
+  process in the job);
+- the embedded store's read connections (as many as statements ran at once).
 
 With ``--tracemalloc`` it also prints the Python allocations that grew most
 between the first and the last sample, by line (slow: ~4x the run time).
+With ``--trim`` it gives malloc's free pages back to the system at each sample
+(``malloc_trim``) and measures resident memory again: what of it was free room.
 
 Run it with the job's malloc setting, ``MALLOC_ARENA_MAX=2``, which glibc
 reads when the process starts (``jobs/flink_env.py`` sets it for the Flink
