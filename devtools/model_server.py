@@ -225,6 +225,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            # The call ends here, before the body goes out: once the client has the whole reply it may send
+            # its next call, which must not find this one still counted (``peak_in_flight`` counted 17 calls
+            # of a 16-slot gate on a loaded machine when this thread ran its count after the write).
+            self._end_call()
             self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (timed out, or its job was killed)
@@ -242,12 +246,18 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._error(404, f"no route {self.path}", "not_found")
 
+    def _end_call(self) -> None:
+        if getattr(self, "_in_call", False):
+            self._in_call = False
+            self.server_ref._call_ended()
+
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
         self.server_ref._call_started()
+        self._in_call = True
         try:
             self._post()
         finally:
-            self.server_ref._call_ended()
+            self._end_call()
 
     def _post(self) -> None:
         # The latency is from the request's arrival to the reply: the work of
