@@ -215,6 +215,8 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out in separate writes: without this, Nagle's
     # algorithm and delayed ACKs add ~40 ms to every reply.
     disable_nagle_algorithm = True
+    # A POST counted in ``in_flight`` and not yet ended (``_end_call``).
+    _in_call = False
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         return  # quiet: tests and benchmarks read stdout
@@ -247,7 +249,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._error(404, f"no route {self.path}", "not_found")
 
     def _end_call(self) -> None:
-        if getattr(self, "_in_call", False):
+        if self._in_call:
             self._in_call = False
             self.server_ref._call_ended()
 

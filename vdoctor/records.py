@@ -139,7 +139,8 @@ class PackedVector(Sequence[float]):
     @overload
     def __getitem__(self, index: slice) -> list[float]: ...
     def __getitem__(self, index: int | slice) -> float | list[float]:
-        return self.tolist()[index]
+        item: float | list[float] = self.array[index].tolist()  # one value, not the whole vector, as floats
+        return item
 
     def __iter__(self) -> Iterator[float]:
         return iter(self.tolist())
