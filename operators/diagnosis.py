@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,7 @@ from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats
 from vdoctor.events import EVENT_ADAPTER
+from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
 from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
@@ -143,11 +144,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         # The pending list of each vehicle in the pool, as the JSON texts of its entries: the
         # state's value is their join, so an event is encoded once, not the whole list per change.
         self._pending_json: dict[str, list[str]] = {}
+        self._leave_trimming: Callable[[], None] | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         settings = with_secrets(Settings.model_validate(self._settings), os.environ)
         logs.configure(settings.runtime.log_level)
         self.engine = build_engine(settings)
+        self._leave_trimming = start_trimming(settings.runtime.malloc_trim_s)
         self.inline = settings.runtime.concurrency == 1
         if not self.inline:
             tune_gc_for_runs()
@@ -184,6 +187,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             self.pool.close()
         if self.engine is not None:
             self.engine.close()
+        if self._leave_trimming is not None:
+            self._leave_trimming()
 
     # -- worker threads: pure functions of (snapshots, event) ---------------------
 

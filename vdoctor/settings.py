@@ -23,6 +23,7 @@ from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
+from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
@@ -120,6 +121,8 @@ class RuntimeSettings(_Frozen):
     # Runs in flight follow the order that makes results independent of the
     # concurrency (vdoctor.replay_order; at parallelism 1, README "Deterministic replays").
     deterministic: bool = False
+    # Seconds between gives of glibc's free pages back to the system (``vdoctor.malloc_trim``); 0: never.
+    malloc_trim_s: float = Field(default=DEFAULT_MALLOC_TRIM_S, ge=0)
 
     def runs_in_flight(self) -> int:
         """Worker threads of the operator's run pool: ``concurrency`` plus the extra runs."""
@@ -174,6 +177,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "log_level": ("runtime", "log_level", "VDOCTOR_LOG_LEVEL"),
     "state_ttl_s": ("runtime", "state_ttl_s", "VDOCTOR_STATE_TTL_S"),
     "deterministic": ("runtime", "deterministic", "VDOCTOR_DETERMINISTIC"),
+    "malloc_trim_s": ("runtime", "malloc_trim_s", "VDOCTOR_MALLOC_TRIM_S"),
 }
 # The environment variables, by flat name (for documentation and tests).
 ENV_VARS: dict[str, str] = {name: var for name, (_, _, var) in FIELDS.items()}
