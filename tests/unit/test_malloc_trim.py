@@ -84,22 +84,19 @@ def test_glibc_trim_gives_free_pages_in_the_middle_of_the_heap_back() -> None:
     assert glibc_trim() is not None
     script = textwrap.dedent(
         """
-        import os
-        from vdoctor.malloc_trim import glibc_trim
-
-        def rss_mb():
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+        from vdoctor.malloc_trim import MallocTrimmer, glibc_trim, resident_mb
 
         blocks = [bytes(1000) + bytes([i % 256]) for i in range(100_000)]
         kept = blocks[::50]  # live blocks all along the heap: free() cannot shrink its top
         del blocks
-        before = rss_mb()
-        glibc_trim()()
-        print(before, rss_mb(), len(kept))
+        before = resident_mb()
+        trimmer = MallocTrimmer(60, glibc_trim())
+        trimmer.trim_now()
+        print(before, resident_mb(), trimmer.released_mb, len(kept))
         """
     )
     env = {"MALLOC_ARENA_MAX": "2", "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
-    before, after, _ = (float(x) for x in out.stdout.split())
+    before, after, released, _ = (float(x) for x in out.stdout.split())
     assert before - after > 50, (before, after)
+    assert released == pytest.approx(before - after, abs=2)  # what the trimmer reports it gave back
