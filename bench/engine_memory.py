@@ -21,6 +21,8 @@ With ``--tracemalloc`` it also prints the Python allocations that grew most
 between the first and the last sample, by line (slow: ~4x the run time).
 With ``--trim`` it gives malloc's free pages back to the system at each sample
 (``malloc_trim``) and measures resident memory again: what of it was free room.
+The job's diagnosis operator trims once a minute (``vdoctor.malloc_trim``,
+``VDOCTOR_MALLOC_TRIM_S``); this bench trims only with ``--trim``.
 
 Run it with the job's malloc setting, ``MALLOC_ARENA_MAX=2``, which glibc
 reads when the process starts (``jobs/flink_env.py`` sets it for the Flink

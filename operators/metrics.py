@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from vdoctor.diagnosis import RunStats
+from vdoctor.malloc_trim import TRIM_FIGURES, trim_figures
 
 # Quantiles over the last 1,000 values (Flink's own histograms keep such a window).
 HISTOGRAM_WINDOW = 1000
@@ -109,6 +110,7 @@ class DiagnosisMetrics:
         in_flight: Callable[[], int],
         queued: Callable[[], int],
         summary_counts: Callable[[], dict[str, int]],
+        trims: Callable[[], dict[str, int]] = trim_figures,
     ) -> None:
         group = operator_group.add_group("vdoctor")
         counter = group.counter
@@ -136,6 +138,9 @@ class DiagnosisMetrics:
         self.runs_queued = Level(counter("runs_queued"))
         # Every summary is checked (issue 4): checked, passed first time, repaired, retried, failed.
         self.summaries = {name: Level(counter(name)) for name in summary_counts()}
+        # The process's malloc trimmer (vdoctor.malloc_trim): every subtask in one process reports the same totals.
+        self._trims = trims
+        self.trims = {name: Level(counter(name)) for name in TRIM_FIGURES}
 
     def refresh(self) -> None:
         """Set the levels to what they are now; on the operator thread only (see the module doc)."""
@@ -143,6 +148,8 @@ class DiagnosisMetrics:
         self.runs_queued.set(self._queued())
         for name, value in self._summary_counts().items():
             self.summaries[name].set(value)
+        for name, value in self._trims().items():
+            self.trims[name].set(value)
 
     def record(self, run: RunFigures) -> None:
         self.runs.inc()

@@ -145,5 +145,21 @@ def shared_trimmer() -> MallocTrimmer | None:
     return _shared
 
 
+# What ``trim_figures`` reports, by metric name.
+TRIM_FIGURES = ("malloc_trims", "malloc_trim_ms", "malloc_trim_released_mb")
+
+
+def trim_figures() -> dict[str, int]:
+    """The running trimmer's totals (all 0 without one): trims made, their time and the memory they gave back."""
+    trimmer = _shared
+    if trimmer is None:
+        return dict.fromkeys(TRIM_FIGURES, 0)
+    return {
+        "malloc_trims": trimmer.trims,
+        "malloc_trim_ms": round(trimmer.total_ms),
+        "malloc_trim_released_mb": round(trimmer.released_mb),
+    }
+
+
 def _nothing() -> None:
     return None

@@ -37,7 +37,8 @@ OP = "flink_taskmanager_job_task_operator_vdoctor_"
 COUNTERS = ["runs", "llm_calls", "tool_calls", "model_failures", "prompt_tokens", "completion_tokens",
             "recalled_own", "recalled_similar", "l3_writes", "l3_write_failures"]  # fmt: skip
 GAUGES = ["runs_in_flight", "runs_queued", "runs_per_second", "summaries_checked", "summaries_passed_first_time",
-          "summaries_repaired", "summaries_retried", "summary_fidelity_failed"]  # fmt: skip
+          "summaries_repaired", "summaries_retried", "summary_fidelity_failed",
+          "malloc_trims", "malloc_trim_ms", "malloc_trim_released_mb"]  # fmt: skip
 HISTOGRAMS = ["model_latency_ms", "run_latency_ms", "recall_latency_us", "l3_write_latency_us", "l3_embed_latency_us"]
 
 
@@ -118,7 +119,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[di
             [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(work / "out"),
              "--memory", f"sqlite:///{work}/memory.db", "--knowledge", "memory://", "--concurrency", "8",
              "--rate", "40", "--metrics-port", str(port)],
-            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "FLINK_LOG_DIR": str(flink_log)},
+            cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+            # A trim every second (the default is a minute), so that this short run makes some.
+            env={**os.environ, "FLINK_LOG_DIR": str(flink_log), "VDOCTOR_MALLOC_TRIM_S": "1"},
         )  # fmt: skip
     # A task's metrics leave the endpoint when the task finishes: the bounded file source, the throttle and the
     # parser end once the last line is read, while the diagnoses still run. Prometheus keeps each series' last
@@ -182,6 +185,8 @@ def test_the_numbers_follow_the_input(scraped: dict[str, list[tuple[dict[str, st
     assert total(scraped, OP + "recall_latency_us_count") > 0
     assert total(scraped, OP + "l3_writes") > 0 and total(scraped, OP + "l3_write_failures") == 0
     assert total(scraped, OP + "summaries_checked") > 0
+    # The process's malloc trimmer ran (every second here).
+    assert total(scraped, OP + "malloc_trims") > 0
     # One bad line of each stage went in first.
     for stage in ("parse", "validate", "process"):
         assert total(scraped, OP + "stage_dead_letters", stage=stage) == 1, stage

@@ -7,12 +7,13 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from vdoctor import malloc_trim
-from vdoctor.malloc_trim import MallocTrimmer, glibc_trim, shared_trimmer, start_trimming
+from vdoctor.malloc_trim import TRIM_FIGURES, MallocTrimmer, glibc_trim, shared_trimmer, start_trimming, trim_figures
 from vdoctor.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,12 +23,20 @@ pytestmark = pytest.mark.unit
 class CountingTrim:
     def __init__(self) -> None:
         self.calls = 0
-        self.called = threading.Event()
 
     def __call__(self) -> int:
         self.calls += 1
-        self.called.set()
         return 1
+
+
+@pytest.fixture(autouse=True)
+def no_trimmer_left() -> Iterator[None]:
+    """A trimmer that a failed test left running does not leak into the next test."""
+    yield
+    leftover = shared_trimmer()
+    if leftover is not None:
+        leftover.stop()
+        malloc_trim._shared, malloc_trim._users = None, 0
 
 
 def _trim_threads() -> list[threading.Thread]:
@@ -49,12 +58,17 @@ def test_users_share_one_trimmer_and_the_last_to_leave_stops_it() -> None:
     trimmer = shared_trimmer()
     assert trimmer is not None and trimmer.interval_s == 0.01
     assert len(_trim_threads()) == 1
-    assert trim.called.wait(5)
+    deadline = time.monotonic() + 5
+    while trimmer.trims < 2 and time.monotonic() < deadline:  # the count follows each call's return
+        time.sleep(0.01)
+    assert trim.calls >= 2 and trim_figures()["malloc_trims"] >= 1
+    assert set(trim_figures()) == set(TRIM_FIGURES)
     first()
     first()  # leaving twice counts once
     assert shared_trimmer() is trimmer and _trim_threads()
     second()
     assert shared_trimmer() is None and not _trim_threads()
+    assert trim_figures() == dict.fromkeys(TRIM_FIGURES, 0)
     calls = trim.calls
     time.sleep(0.05)
     assert trim.calls == calls  # stopped: no trims after the last user left

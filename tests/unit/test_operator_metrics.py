@@ -75,3 +75,14 @@ def test_refresh_sets_every_level_from_what_the_operator_reads() -> None:
     metrics.refresh()
     assert group.counters["runs_in_flight"].count == 0 and group.counters["runs_queued"].count == 0
     assert group.counters["summaries_checked"].count == 4
+
+
+def test_refresh_sets_the_process_malloc_trimmer_figures() -> None:
+    group = Group()
+    figures = {"malloc_trims": 0, "malloc_trim_ms": 0, "malloc_trim_released_mb": 0}
+    metrics = DiagnosisMetrics(
+        group, in_flight=lambda: 0, queued=lambda: 0, summary_counts=dict, trims=lambda: dict(figures)
+    )
+    figures.update(malloc_trims=3, malloc_trim_ms=7, malloc_trim_released_mb=41)
+    metrics.refresh()
+    assert {n: group.counters[n].count for n in figures} == figures
