@@ -19,9 +19,11 @@ Long-term-memory outages are covered by tests/integration/test_store_outage.py
 (a real MariaDB behind a proxy); this soak runs on the embedded store.
 
 Every ``--sample-s`` it records the job's resident memory (the process tree)
-and the checkpoint size (the keyed state). At the end it reports events in
-and out, dead letters, L3 records, losses and duplicates, and plots memory and
-state over time.
+and the checkpoint size (the keyed state), and reads the job's malloc
+trimmer figures from its Prometheus endpoint (``--metrics-port``: trims,
+their time, the memory they gave back; ``VDOCTOR_MALLOC_TRIM_S``). At the
+end it reports events in and out, dead letters, L3 records, losses and
+duplicates, and plots memory and state over time.
 
 Diagnoses are delivered at least once (what a killed job emitted after its
 last checkpoint is emitted again by the restored job), so duplicates are
@@ -51,13 +53,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.procstat import tree_rss_mb  # noqa: E402
+from devtools.browser import free_port  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig  # noqa: E402
+from devtools.prometheus import UNREACHABLE, scrape  # noqa: E402
 from jobs.job_settings import latest_checkpoint  # noqa: E402
 from tests.services.kafka_flink import KafkaBroker, read_topic  # noqa: E402
 from vdoctor.errors import EventError  # noqa: E402
 from vdoctor.events import AlertEvent, parse_event  # noqa: E402
 
 STORM_RATES = {"500": 0.3, "429": 0.1}
+# The job's malloc trimmer figures (vdoctor.malloc_trim), read from its Prometheus endpoint.
+TRIM_METRICS = ("malloc_trims", "malloc_trim_ms", "malloc_trim_released_mb")
+METRIC_PREFIX = "flink_taskmanager_job_task_operator_vdoctor_"
 TOPIC, DIAGNOSES, DEAD = "soak-alerts", "soak-diagnoses", "soak-dead-letters"
 # After the last line is produced, the job gets this long to drain before it is stopped.
 DRAIN_S = 90.0
@@ -67,11 +74,23 @@ def _dir_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 1e6 if path.exists() else 0.0
 
 
-def _start_job(bootstrap: str, ckpt: Path, db: Path, url: str, restore: Path | None) -> subprocess.Popen:
+def _trim_figures(port: int) -> dict[str, int] | None:
+    """The job's malloc trimmer totals now (one subtask: parallelism 1), or None if its endpoint does not answer."""
+    try:
+        samples = scrape(port)
+    except UNREACHABLE:
+        return None
+    found = {name: samples.get(METRIC_PREFIX + name) for name in TRIM_METRICS}
+    if not all(found.values()):
+        return None
+    return {name: int(max(v for _, v in values or [])) for name, values in found.items()}
+
+
+def _start_job(bootstrap: str, ckpt: Path, db: Path, url: str, restore: Path | None, port: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "jobs.cli", "run", "--kafka", bootstrap, "--alerts-topic", TOPIC,
            "--diagnoses-topic", DIAGNOSES, "--dead-letters-topic", DEAD, "--group-id", "soak",
            "--memory", f"sqlite:///{db}", "--knowledge", "memory://", "--model", "openai",
-           "--checkpoint-dir", str(ckpt), "--checkpoint-interval-ms", "5000"]  # fmt: skip
+           "--checkpoint-dir", str(ckpt), "--checkpoint-interval-ms", "5000", "--metrics-port", str(port)]  # fmt: skip
     if restore is not None:
         cmd += ["--from-savepoint", str(restore)]
     env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "soak-local", "VDOCTOR_MODEL_MAX_ATTEMPTS": "3"}
@@ -125,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
                  "--topic", TOPIC, "--rate", str(args.rate), "--quiet"],
                 cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            job = _start_job(broker.bootstrap, ckpt, db, server.base_url, None)
+            port = free_port()
+            trims: dict[str, int] | None = None
+            job = _start_job(broker.bootstrap, ckpt, db, server.base_url, None, port)
             t0 = time.monotonic()
             next_kill, next_storm, storm_end, drain_until = args.kill_every_s, args.storm_every_s, -1.0, -1.0
             while True:
@@ -138,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
                     server.config.error_rates.update(STORM_RATES)
                     storm_end, next_storm, storms = now + args.storm_s, next_storm + args.storm_every_s, storms + 1
                 samples.append((now, tree_rss_mb(job.pid), _dir_mb(ckpt), server.stats["ok"]))
+                trims = _trim_figures(port) or trims
                 print(f"[soak] t={now:6.0f}s rss={samples[-1][1]:6.0f} MB state={samples[-1][2]:6.1f} MB "
-                      f"model calls ok={server.stats['ok']} storms={storms} kills={kills}",
+                      f"model calls ok={server.stats['ok']} storms={storms} kills={kills}"
+                      + (f" trims={trims['malloc_trims']} ({trims['malloc_trim_ms']} ms, "
+                         f"{trims['malloc_trim_released_mb']} MB back)" if trims else ""),
                       file=sys.stderr, flush=True)  # fmt: skip
                 if job.poll() is not None:
                     print(f"[soak] the job exited with {job.returncode}", file=sys.stderr)
@@ -148,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                     os.killpg(job.pid, signal.SIGKILL)
                     job.wait()
                     kills, next_kill = kills + 1, next_kill + args.kill_every_s
-                    job = _start_job(broker.bootstrap, ckpt, db, server.base_url, latest_checkpoint(ckpt))
+                    job = _start_job(broker.bootstrap, ckpt, db, server.base_url, latest_checkpoint(ckpt), port)
                 if replay.poll() is not None and drain_until < 0:
                     server.config.error_rates.clear()
                     drain_until = now + DRAIN_S
@@ -196,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         "rss_mb_max": max((s[1] for s in samples), default=0.0),
         **_growth_after(samples, 300.0),
         "state_mb_max": max((s[2] for s in samples), default=0.0),
+        # The last job's trimmer, as its metrics last showed it (a restarted job counts from 0).
+        "malloc_trim": trims,
     }
     print(json.dumps(report, indent=2))
     (work / "soak.json").write_text(json.dumps({"report": report, "samples": samples}, indent=2))
