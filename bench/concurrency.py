@@ -66,6 +66,7 @@ from bench.procstat import tree_cpu_s  # noqa: E402
 from devtools.browser import free_port  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
 from devtools.prometheus import UNREACHABLE, scrape  # noqa: E402
+from operators.metrics import PROMETHEUS_PREFIX  # noqa: E402
 from vdoctor.embedders import query_file  # noqa: E402
 from vdoctor.models.base import ChatResponse, Message, ToolSpec  # noqa: E402
 from vdoctor.settings import RuntimeSettings  # noqa: E402
@@ -206,7 +207,7 @@ def steady_rate(samples: list[tuple[int, float]], total_calls: int) -> float:
     return 1000.0 / ms_per_run if ms_per_run > 0 else 0.0
 
 
-METRIC = "flink_taskmanager_job_task_operator_vdoctor_"
+METRIC = PROMETHEUS_PREFIX
 
 
 def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float, ...]]:

@@ -57,14 +57,13 @@ from devtools.browser import free_port  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig  # noqa: E402
 from devtools.prometheus import UNREACHABLE, scrape  # noqa: E402
 from jobs.job_settings import latest_checkpoint  # noqa: E402
+from operators.metrics import PROMETHEUS_PREFIX  # noqa: E402
 from tests.services.kafka_flink import KafkaBroker, read_topic  # noqa: E402
 from vdoctor.errors import EventError  # noqa: E402
 from vdoctor.events import AlertEvent, parse_event  # noqa: E402
+from vdoctor.malloc_trim import TRIM_FIGURES  # noqa: E402
 
 STORM_RATES = {"500": 0.3, "429": 0.1}
-# The job's malloc trimmer figures (vdoctor.malloc_trim), read from its Prometheus endpoint.
-TRIM_METRICS = ("malloc_trims", "malloc_trim_ms", "malloc_trim_released_mb")
-METRIC_PREFIX = "flink_taskmanager_job_task_operator_vdoctor_"
 TOPIC, DIAGNOSES, DEAD = "soak-alerts", "soak-diagnoses", "soak-dead-letters"
 # After the last line is produced, the job gets this long to drain before it is stopped.
 DRAIN_S = 90.0
@@ -80,7 +79,7 @@ def _trim_figures(port: int) -> dict[str, int] | None:
         samples = scrape(port)
     except UNREACHABLE:
         return None
-    found = {name: samples.get(METRIC_PREFIX + name) for name in TRIM_METRICS}
+    found = {name: samples.get(PROMETHEUS_PREFIX + name) for name in TRIM_FIGURES}
     if not all(found.values()):
         return None
     return {name: int(max(v for _, v in values or [])) for name, values in found.items()}

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 from vdoctor.diagnosis import RunStats
 from vdoctor.malloc_trim import TRIM_FIGURES, trim_figures
 
+# What Flink's Prometheus reporter puts before the name of every metric of the operator's ``vdoctor`` group.
+PROMETHEUS_PREFIX = "flink_taskmanager_job_task_operator_vdoctor_"
 # Quantiles over the last 1,000 values (Flink's own histograms keep such a window).
 HISTOGRAM_WINDOW = 1000
 HISTOGRAM_CLASS = "org.apache.flink.runtime.metrics.DescriptiveStatisticsHistogram"

@@ -129,14 +129,15 @@ def start_trimming(interval_s: float, trim: Callable[[], int] | None = None) -> 
             _shared.start()
             log.info("giving free memory back to the system every %g s (VDOCTOR_MALLOC_TRIM_S)", interval_s)
         _users += 1
-    left = threading.Event()
+    left = False
 
     def leave() -> None:
         global _shared, _users
-        if left.is_set():
-            return
-        left.set()
+        nonlocal left
         with _lock:
+            if left:
+                return
+            left = True
             _users -= 1
             if _users == 0 and _shared is not None:
                 _shared.stop()
