@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from pydantic import SecretStr
@@ -11,7 +12,7 @@ from pydantic import SecretStr
 from vdoctor import assembly
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.models.base import ChatResponse, Message, ToolSpec
-from vdoctor.models.gate import GatedChatModel, ModelGate
+from vdoctor.models.gate import GatedChatModel, ModelGate, continues_a_run
 from vdoctor.settings import RuntimeSettings, load_settings
 
 pytestmark = pytest.mark.unit
@@ -143,3 +144,103 @@ def test_the_engine_calls_its_model_through_a_gate_of_concurrency_slots() -> Non
         assert isinstance(engine.model, GatedChatModel) and engine.model.gate.slots == 5
     finally:
         engine.close()
+
+
+def _queue(gate: ModelGate, name: str, order: list[str], continuing: bool = False) -> threading.Thread:
+    """A caller that waits at ``gate`` (started only once the one before it is in line), notes its turn, leaves."""
+
+    def call() -> None:
+        gate.acquire(continuing=continuing)
+        order.append(name)
+        gate.release()
+
+    waiting = gate.waiting
+    caller = threading.Thread(target=call, name=name, daemon=True)
+    caller.start()
+    deadline = time.monotonic() + 5
+    while gate.waiting == waiting and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert gate.waiting == waiting + 1, f"{name} never queued"
+    return caller
+
+
+def test_waiting_calls_get_slots_in_order_a_runs_later_calls_first() -> None:
+    gate = ModelGate(1)
+    gate.acquire()
+    order: list[str] = []
+    callers = [
+        _queue(gate, "open-1", order),
+        _queue(gate, "open-2", order),
+        _queue(gate, "continue-1", order, continuing=True),
+        _queue(gate, "open-3", order),
+        _queue(gate, "continue-2", order, continuing=True),
+    ]
+    gate.release()
+    for caller in callers:
+        caller.join(timeout=5)
+    assert order == ["continue-1", "continue-2", "open-1", "open-2", "open-3"]
+    assert gate.waiting == 0
+
+
+def test_a_freed_slot_goes_to_the_caller_waiting_for_it_not_to_the_next_to_ask() -> None:
+    # A semaphore lets the releasing thread take the slot straight back before the waiter it woke runs.
+    gate = ModelGate(1)
+    gate.acquire()
+    order: list[str] = []
+    waiter = _queue(gate, "waiter", order)
+    gate.release()
+    gate.acquire()
+    order.append("asked after")
+    gate.release()
+    waiter.join(timeout=5)
+    assert order == ["waiter", "asked after"]
+
+
+def test_a_call_continues_a_run_once_the_model_has_answered_in_it() -> None:
+    opening = [Message(role="system", content="rules"), Message(role="user", content="P0A80")]
+    assert not continues_a_run(opening)
+    assert continues_a_run([*opening, Message(role="assistant", content="look it up"), Message(role="tool")])
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def test_an_interrupted_wait_leaves_the_line_or_passes_on_a_slot_handed_over() -> None:
+    class InterruptedLock:
+        """Taken at once by the gate; the caller's wait on it is interrupted (after ``meanwhile``)."""
+
+        def __init__(self, meanwhile: Callable[[], None]) -> None:
+            self.meanwhile = meanwhile
+            self.taken = False
+
+        def acquire(self) -> bool:
+            if not self.taken:
+                self.taken = True
+                return True
+            self.meanwhile()
+            raise _Interrupted
+
+        def release(self) -> None:
+            self.taken = False
+
+    # Interrupted in line: it leaves, and the slot freed later is free again.
+    gate = ModelGate(1)
+    gate.acquire()
+    gate._waiter = lambda: InterruptedLock(lambda: None)  # type: ignore[method-assign]
+    with pytest.raises(_Interrupted):
+        gate.acquire(continuing=True)
+    assert gate.waiting == 0
+    gate.release()
+    # Interrupted just as the slot was handed to it: the slot goes on to the next caller, here none (free).
+    gate._waiter = lambda: InterruptedLock(gate.release)  # type: ignore[method-assign]
+    gate.acquire()
+    with pytest.raises(_Interrupted):
+        gate.acquire()
+    assert gate.waiting == 0
+    del gate._waiter
+    taker = threading.Thread(target=gate.acquire, daemon=True)  # waits for ever had the handed-over slot been lost
+    taker.start()
+    taker.join(timeout=5)
+    assert not taker.is_alive()
+    gate.release()
