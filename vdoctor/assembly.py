@@ -82,13 +82,14 @@ def chat_model(settings: Settings, counter: TokenCounter | None = None) -> ChatM
 def summarizer(settings: Settings, counter: TokenCounter | None = None, gate: ModelGate | None = None) -> Summarizer:
     """Who writes summaries: the offline summarizer, or a (cheaper) summary model (DESIGN.md §4).
 
-    ``gate``: the slots the summary model's calls share with the ReAct model's.
+    ``gate``: the slots the summary model's calls share with the ReAct model's. A run summarises only
+    after its ReAct calls, so its summary calls wait for a slot as a run's later calls do (``ModelGate``).
     """
     if settings.model.summarizer == "offline":
         return OfflineSummarizer()
     config = _model_config(settings, settings.model.summary_model)
     model = open_chat_model(settings.model.summarizer, config, counter or token_counter(settings))
-    return ModelSummarizer(model if gate is None else GatedChatModel(model, gate))
+    return ModelSummarizer(model if gate is None else GatedChatModel(model, gate, continuing=True))
 
 
 def knowledge_pack(settings: Settings) -> KnowledgePack:

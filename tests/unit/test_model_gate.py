@@ -131,6 +131,7 @@ def test_the_summary_model_takes_the_slots_of_the_gate_it_is_given() -> None:
     summarizer = assembly.summarizer(settings, gate=gate)
     model = summarizer.model  # type: ignore[attr-defined]
     assert isinstance(model, GatedChatModel) and model.gate is gate
+    assert model.continuing  # a run summarises after its ReAct calls
     ungated = assembly.summarizer(settings).model  # type: ignore[attr-defined]
     assert not isinstance(ungated, GatedChatModel)
     model.close()
@@ -142,18 +143,13 @@ def test_the_engine_calls_its_model_through_a_gate_of_concurrency_slots() -> Non
     engine = assembly.build_engine(settings)
     try:
         assert isinstance(engine.model, GatedChatModel) and engine.model.gate.slots == 5
+        assert not engine.model.continuing  # its calls continue a run by their messages
     finally:
         engine.close()
 
 
-def _queue(gate: ModelGate, name: str, order: list[str], continuing: bool = False) -> threading.Thread:
-    """A caller that waits at ``gate`` (started only once the one before it is in line), notes its turn, leaves."""
-
-    def call() -> None:
-        gate.acquire(continuing=continuing)
-        order.append(name)
-        gate.release()
-
+def _in_line(gate: ModelGate, call: Callable[[], object], name: str) -> threading.Thread:
+    """``call`` on a thread of its own, returned once it waits at ``gate``."""
     waiting = gate.waiting
     caller = threading.Thread(target=call, name=name, daemon=True)
     caller.start()
@@ -162,6 +158,17 @@ def _queue(gate: ModelGate, name: str, order: list[str], continuing: bool = Fals
         time.sleep(0.001)
     assert gate.waiting == waiting + 1, f"{name} never queued"
     return caller
+
+
+def _queue(gate: ModelGate, name: str, order: list[str], continuing: bool = False) -> threading.Thread:
+    """A caller in line at ``gate`` that notes its turn and leaves."""
+
+    def call() -> None:
+        gate.acquire(continuing=continuing)
+        order.append(name)
+        gate.release()
+
+    return _in_line(gate, call, name)
 
 
 def test_waiting_calls_get_slots_in_order_a_runs_later_calls_first() -> None:
@@ -244,3 +251,28 @@ def test_an_interrupted_wait_leaves_the_line_or_passes_on_a_slot_handed_over() -
     taker.join(timeout=5)
     assert not taker.is_alive()
     gate.release()
+
+
+def test_a_summary_models_calls_wait_as_a_runs_later_calls_do() -> None:
+    class Named:
+        def __init__(self, name: str, order: list[str]) -> None:
+            self.name, self.order = name, order
+
+        def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+            self.order.append(self.name)
+            return ChatResponse(content="ok")
+
+        def close(self) -> None:
+            pass
+
+    gate = ModelGate(1)
+    order: list[str] = []
+    react = GatedChatModel(Named("react, first call", order), gate)
+    summary = GatedChatModel(Named("summary", order), gate, continuing=True)
+    gate.acquire()
+    # The summary's call asks second, with no answer of the model in it.
+    callers = [_in_line(gate, lambda m=model: m.chat(MESSAGES, []), model.name) for model in (react, summary)]
+    gate.release()
+    for caller in callers:
+        caller.join(timeout=5)
+    assert order == ["summary", "react, first call"]

@@ -119,18 +119,23 @@ def continues_a_run(messages: list[Message]) -> bool:
 
 
 class GatedChatModel:
-    """A chat model whose every call holds a slot of ``gate`` (shared with the subtask's other models)."""
+    """A chat model whose every call holds a slot of ``gate`` (shared with the subtask's other models).
 
-    def __init__(self, inner: ChatModel, gate: ModelGate) -> None:
+    ``continuing``: every call of this model continues a run (a summary model's: a run summarises after its
+    ReAct calls); by default a call continues one when the model has answered in its conversation before.
+    """
+
+    def __init__(self, inner: ChatModel, gate: ModelGate, continuing: bool = False) -> None:
         self.inner = inner
         self.gate = gate
         self.name = inner.name
+        self.continuing = continuing
 
     def __repr__(self) -> str:
         return f"GatedChatModel({self.inner!r}, slots={self.gate.slots})"
 
     def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
-        self.gate.acquire(continuing=continues_a_run(messages))
+        self.gate.acquire(continuing=self.continuing or continues_a_run(messages))
         try:
             return self.inner.chat(messages, tools)
         finally:
