@@ -90,9 +90,14 @@ def valid_demo_lines(n: int) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[tuple[dict[str, str], float]]]:
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of the replay below: its input, outputs, and its Flink JVM's log (``flink-log``)."""
+    return tmp_path_factory.mktemp("metrics")
+
+
+@pytest.fixture(scope="module")
+def scraped(work: Path) -> dict[str, list[tuple[dict[str, str], float]]]:
     """The last scrape of a replay's endpoint before the job ends."""
-    work = tmp_path_factory.mktemp("metrics")
     lines = [
         "{not json",  # parse
         json.dumps({"type": "alert", "vin": "TOO-SHORT"}),  # validate
@@ -211,3 +216,14 @@ def test_every_dashboard_query_names_a_metric_the_job_exports(
         for label in re.findall(r"by \((\w+)\)", query) + re.findall(r"\{(\w+)=~?", query):
             name = next(iter(queries[query]))
             assert all(label in lab for lab, _ in scraped[name]), (query, label)
+
+
+def test_the_operators_python_log_records_reach_the_flink_log_at_info(
+    scraped: dict[str, list[tuple[dict[str, str], float]]], work: Path
+) -> None:
+    # Thread mode hands Python's records to the JVM's log4j, each under its file and line. The trimmer says
+    # at INFO when it starts, in the diagnosis operator's open().
+    logs = "".join(p.read_text(encoding="utf-8", errors="replace") for p in (work / "flink-log").glob("*.log"))
+    started = [line for line in logs.splitlines() if "giving free memory back to the system every 1 s" in line]
+    assert started, "the operators' INFO records are not in the Flink log"
+    assert " INFO " in started[0] and "vdoctor/malloc_trim.py:" in started[0]
