@@ -43,7 +43,9 @@ Each level runs ``--repeat`` times (a fresh job each time) and the median
 trial is reported with the lowest and highest: on a shared 2-core machine one
 trial varies by a few hundredths of the ratio.
 
-Prints a table and writes out/bench/concurrency.png (and .json).
+Prints a table and writes out/bench/concurrency.png (and .json), and
+out/bench/concurrency-timeline.png: the model calls in flight at the server
+over each level's median trial.
 """
 
 from __future__ import annotations
@@ -107,6 +109,8 @@ class Level:
     extra_runs: int | None = None
     # The most model calls the server had in flight at once: never more than ``concurrency``.
     peak_calls: int = 0
+    # Model calls in flight at the server every TIMELINE_STEP_S from the first call to the last reply.
+    in_flight: tuple[int, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -149,6 +153,7 @@ class TimedResponder:
         self.first: float | None = None
         self.last: float = 0.0
         self.calls = 0
+        self.arrivals: list[float] = []
 
     def __call__(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
         arrived = time.perf_counter()
@@ -158,6 +163,7 @@ class TimedResponder:
                 self.first = arrived
             self.calls += 1
             self.last = max(self.last, arrived)
+            self.arrivals.append(arrived)
         return reply
 
 
@@ -205,6 +211,23 @@ def steady_rate(samples: list[tuple[int, float]], total_calls: int) -> float:
     """From (model calls so far, wall s) samples: runs/s between 10% and 90% of the calls (0: too few samples)."""
     ms_per_run = cpu_ms_per_run(samples, total_calls)  # the same window, with wall time in place of CPU
     return 1000.0 / ms_per_run if ms_per_run > 0 else 0.0
+
+
+TIMELINE_STEP_S = 0.05
+
+
+def in_flight_timeline(arrivals: list[float], latency_s: float, step_s: float = TIMELINE_STEP_S) -> tuple[int, ...]:
+    """Calls in flight at the model server every ``step_s`` from the first arrival to the last reply: a call
+    arriving at ``a`` is in flight over [a, a + latency) (the server answers after the latency)."""
+    import numpy as np
+
+    if not arrivals:
+        return ()
+    times = np.sort(np.asarray(arrivals, dtype=np.float64) - min(arrivals))
+    grid = np.arange(0.0, times[-1] + latency_s, step_s)
+    started = np.searchsorted(times, grid, side="right")
+    ended = np.searchsorted(times, grid - latency_s, side="right")
+    return tuple((started - ended).tolist())
 
 
 METRIC = PROMETHEUS_PREFIX
@@ -296,7 +319,7 @@ def run_level(
                  steady_rate(clock_samples, events * CALLS_PER_RUN),
                  embed_ms=histograms.get("l3_embed_latency_us", ()),
                  write_ms=histograms.get("l3_write_latency_us", ()), extra_runs=extra_runs,
-                 peak_calls=peak)  # fmt: skip
+                 peak_calls=peak, in_flight=in_flight_timeline(responder.arrivals, latency_ms / 1000.0))  # fmt: skip
 
 
 def run_pool_only(
@@ -414,6 +437,33 @@ def plot(levels: list[Level], path: Path, pool_only: Level | None = None, distin
     fig.savefig(path, dpi=120)
 
 
+def plot_timeline(levels: list[Level], path: Path) -> None:
+    """Model calls in flight over each level's median trial, against its ``--concurrency``: the start (runs
+    opening at once), waves of runs concluding together, and the drain (the last vehicles' runs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [lv for lv in levels if lv.in_flight]
+    if not shown:
+        return
+    fig, axes = plt.subplots(1, len(shown), figsize=(5 * len(shown), 3.6), squeeze=False)
+    for ax, lv in zip(axes[0], shown, strict=True):
+        xs = [i * TIMELINE_STEP_S for i in range(len(lv.in_flight))]
+        ax.plot(xs, lv.in_flight, color="#4477aa", lw=1.0, label="calls in flight at the model server")
+        ax.axhline(lv.concurrency, color="#bbbbbb", ls="--", lw=1.0, label=f"--concurrency {lv.concurrency}")
+        ideal = lv.events / lv.bound
+        ax.axvline(ideal, color="#cc6677", ls=":", lw=1.0, label=f"the bound's time, {ideal:.1f} s")
+        ax.set_title(f"{lv.label}: ratio {lv.ratio:.2f}", fontsize=10)
+        ax.set_xlabel("s from the first model call")
+        ax.set_ylim(0, lv.concurrency * 1.15)
+        ax.legend(fontsize=7, loc="lower center")
+    axes[0][0].set_ylabel("model calls in flight")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def _row(lv: Level, name: str = "") -> str:
     steady = f"{lv.steady_runs_per_s / lv.bound:.2f}" if lv.steady_runs_per_s else "-"  # not measured
     server = f"{lv.server_ms_per_call:.2f}" if lv.server_ms_per_call else "-"  # the pool-only row's server is apart
@@ -502,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(_json(pool_only, flink=False))
     (out / "concurrency.json").write_text(json.dumps(rows, indent=2))
     plot(levels, out / "concurrency.png", pool_only, args.distinct_texts)
-    print(f"plot: {out / 'concurrency.png'}")
+    plot_timeline(levels, out / "concurrency-timeline.png")
+    print(f"plots: {out / 'concurrency.png'}, {out / 'concurrency-timeline.png'} (calls in flight over time)")
     return 0
 
 
