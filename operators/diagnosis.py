@@ -176,11 +176,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
 
     def _metrics(self, runtime_context: RuntimeContext) -> None:
         pool, engine = self.pool, self.engine
+        gate = getattr(engine.model, "gate", None) if engine else None  # build_engine's model is gated
         self.metrics = DiagnosisMetrics(
             runtime_context.get_metrics_group(),
             in_flight=lambda: pool.in_flight if pool else 0,
             queued=lambda: pool.queued if pool else 0,
             summary_counts=lambda: engine.summary_metrics.as_dict() if engine else {},
+            waiting=lambda: gate.waiting if gate is not None else 0,
         )
 
     def close(self) -> None:

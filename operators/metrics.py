@@ -113,6 +113,7 @@ class DiagnosisMetrics:
         queued: Callable[[], int],
         summary_counts: Callable[[], dict[str, int]],
         trims: Callable[[], dict[str, int]] = trim_figures,
+        waiting: Callable[[], int] = lambda: 0,
     ) -> None:
         group = operator_group.add_group("vdoctor")
         counter = group.counter
@@ -138,6 +139,10 @@ class DiagnosisMetrics:
         self._in_flight, self._queued, self._summary_counts = in_flight, queued, summary_counts
         self.runs_in_flight = Level(counter("runs_in_flight"))
         self.runs_queued = Level(counter("runs_queued"))
+        # Model calls waiting for a slot of the subtask's gate (vdoctor.models.gate): above 0 for long, the
+        # endpoint's --concurrency, not the job, is what runs wait for.
+        self._waiting = waiting
+        self.model_calls_waiting = Level(counter("model_calls_waiting"))
         # Every summary is checked (issue 4): checked, passed first time, repaired, retried, failed.
         self.summaries = {name: Level(counter(name)) for name in summary_counts()}
         # The process's malloc trimmer (vdoctor.malloc_trim): every subtask in one process reports the same totals.
@@ -148,6 +153,7 @@ class DiagnosisMetrics:
         """Set the levels to what they are now; on the operator thread only (see the module doc)."""
         self.runs_in_flight.set(self._in_flight())
         self.runs_queued.set(self._queued())
+        self.model_calls_waiting.set(self._waiting())
         for name, value in self._summary_counts().items():
             self.summaries[name].set(value)
         for name, value in self._trims().items():

@@ -36,8 +36,8 @@ OP = "flink_taskmanager_job_task_operator_vdoctor_"
 # summary-fidelity counters, dead letters by stage.
 COUNTERS = ["runs", "llm_calls", "tool_calls", "model_failures", "prompt_tokens", "completion_tokens",
             "recalled_own", "recalled_similar", "l3_writes", "l3_write_failures"]  # fmt: skip
-GAUGES = ["runs_in_flight", "runs_queued", "runs_per_second", "summaries_checked", "summaries_passed_first_time",
-          "summaries_repaired", "summaries_retried", "summary_fidelity_failed",
+GAUGES = ["runs_in_flight", "runs_queued", "model_calls_waiting", "runs_per_second", "summaries_checked",
+          "summaries_passed_first_time", "summaries_repaired", "summaries_retried", "summary_fidelity_failed",
           "malloc_trims", "malloc_trim_ms", "malloc_trim_released_mb"]  # fmt: skip
 HISTOGRAMS = ["model_latency_ms", "run_latency_ms", "recall_latency_us", "l3_write_latency_us", "l3_embed_latency_us"]
 

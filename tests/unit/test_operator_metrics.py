@@ -59,21 +59,24 @@ def test_a_level_moves_its_counter_to_the_value_set_and_calls_java_only_on_a_cha
 
 def test_refresh_sets_every_level_from_what_the_operator_reads() -> None:
     group = Group()
-    now = {"in_flight": 0, "queued": 0, "summaries": {"summaries_checked": 0, "summary_fidelity_failed": 0}}
+    summaries = {"summaries_checked": 0, "summary_fidelity_failed": 0}
+    now = {"in_flight": 0, "queued": 0, "waiting": 0, "summaries": summaries}
     metrics = DiagnosisMetrics(
         group,
         in_flight=lambda: now["in_flight"],
         queued=lambda: now["queued"],
         summary_counts=lambda: dict(now["summaries"]),
+        waiting=lambda: now["waiting"],
     )
-    now.update(in_flight=5, queued=12, summaries={"summaries_checked": 4, "summary_fidelity_failed": 1})
+    now.update(in_flight=5, queued=12, waiting=3, summaries={"summaries_checked": 4, "summary_fidelity_failed": 1})
     metrics.refresh()
     counts = {name: c.count for name, c in group.counters.items()}
-    assert counts["runs_in_flight"] == 5 and counts["runs_queued"] == 12
+    assert counts["runs_in_flight"] == 5 and counts["runs_queued"] == 12 and counts["model_calls_waiting"] == 3
     assert counts["summaries_checked"] == 4 and counts["summary_fidelity_failed"] == 1
-    now.update(in_flight=0, queued=0)
+    now.update(in_flight=0, queued=0, waiting=0)
     metrics.refresh()
     assert group.counters["runs_in_flight"].count == 0 and group.counters["runs_queued"].count == 0
+    assert group.counters["model_calls_waiting"].count == 0
     assert group.counters["summaries_checked"].count == 4
 
 
