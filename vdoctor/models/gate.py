@@ -13,9 +13,9 @@ ReAct model's and a summary model's alike, first takes a slot of one
 ``ModelGate`` of ``--concurrency`` slots. While some runs do their memory
 work, the others keep every slot busy; the endpoint never sees more than
 ``--concurrency`` calls from one subtask. Waiting calls get a slot in
-order, a run's later calls before other runs' first ones (``ModelGate``). A call keeps its slot through its
-own retries (their backoff included): a rate-limited endpoint gets fewer
-calls, not more.
+order, a run's later calls before other runs' first ones (``ModelGate``).
+A call keeps its slot through its own retries (their backoff included): a
+rate-limited endpoint gets fewer calls, not more.
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ class ModelGate:
     loaded. Finishing it frees all three; a run that has not called the model
     yet loses nothing by waiting. No opening call waits for ever: a run makes
     a bounded number of calls and the runs in flight are bounded, so the
-    continuing calls ahead of it run out. On ``bench/concurrency.py`` at 256 @ 1 s
-    (320 runs for 256 slots) the ratio to the bound went from 0.88 (semaphore)
-    to 0.92 (one line) to 0.94 (continuing calls first); see the README,
-    *Concurrency*.
+    continuing calls ahead of it run out.
+
+    On ``bench/concurrency.py`` at 256 @ 1 s (320 runs for 256 slots) the
+    ratio to the bound went from 0.88 (semaphore) to 0.92 (one line) to 0.94
+    (continuing calls first): README, *Hosted models and concurrency*, *The
+    gate's order*.
     """
 
     def __init__(self, slots: int) -> None:
