@@ -140,7 +140,7 @@ def median_trial(trials: list[Level]) -> Level:
 
 
 class TimedResponder:
-    """Wraps the offline responder and records when the first and the last call arrived.
+    """Wraps the offline responder and records when each call arrived.
 
     The server composes a reply as a call arrives and sends it when the call's
     latency is up, so the last reply goes out one latency after the last call
@@ -150,21 +150,22 @@ class TimedResponder:
     def __init__(self) -> None:
         self._inner = offline_responder()
         self._lock = threading.Lock()
-        self.first: float | None = None
-        self.last: float = 0.0
-        self.calls = 0
         self.arrivals: list[float] = []
 
     def __call__(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
         arrived = time.perf_counter()
         reply = self._inner(messages, tools)
         with self._lock:
-            if self.first is None:
-                self.first = arrived
-            self.calls += 1
-            self.last = max(self.last, arrived)
             self.arrivals.append(arrived)
         return reply
+
+    @property
+    def calls(self) -> int:
+        return len(self.arrivals)
+
+    def span_s(self) -> float:
+        """From the first call's arrival to the last call's (0 before two calls)."""
+        return max(self.arrivals) - min(self.arrivals) if self.arrivals else 0.0
 
 
 def vin(i: int) -> str:
@@ -230,9 +231,6 @@ def in_flight_timeline(arrivals: list[float], latency_s: float, step_s: float = 
     return tuple((started - ended).tolist())
 
 
-METRIC = PROMETHEUS_PREFIX
-
-
 def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float, ...]]:
     """p50 and p95 in ms of the job's microsecond histograms ``names`` (empty if the endpoint is not up)."""
     try:
@@ -241,7 +239,8 @@ def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float
         return {}
     found: dict[str, tuple[float, ...]] = {}
     for name in names:
-        quantile = {labels.get("quantile"): value / 1000.0 for labels, value in samples.get(METRIC + name, [])}
+        series = samples.get(PROMETHEUS_PREFIX + name, [])
+        quantile = {labels.get("quantile"): value / 1000.0 for labels, value in series}
         if "0.5" in quantile and "0.95" in quantile:
             found[name] = (quantile["0.5"], quantile["0.95"])
     return found
@@ -312,7 +311,7 @@ def run_level(
     if peak > concurrency:  # the bound assumes at most `concurrency` calls in flight
         raise SystemExit(f"the model server saw {peak} calls at once at concurrency {concurrency}")
     calls = sum(d["llm_calls"] for d in diagnoses) / len(diagnoses)
-    span = responder.last - (responder.first or responder.last) + latency_ms / 1000.0
+    span = responder.span_s() + latency_ms / 1000.0
     return Level(concurrency, latency_ms, events, len(diagnoses) / span, bound, calls, wall,
                  cpu_ms_per_run(samples, events * CALLS_PER_RUN), os.getloadavg()[0],
                  cpu_ms_per_run(server_samples, events * CALLS_PER_RUN) / CALLS_PER_RUN,

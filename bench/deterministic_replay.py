@@ -81,7 +81,7 @@ def replay(alerts: Path, out: Path, concurrency: int, deterministic: bool, laten
     for line in (out / "diagnoses.jsonl").read_text(encoding="utf-8").splitlines():
         d = json.loads(line)
         diagnoses[d["event_id"]] = {k: v for k, v in d.items() if k not in PROCESSING_TIME}
-    span = responder.last - (responder.first or responder.last) + latency_ms / 1000.0
+    span = responder.span_s() + latency_ms / 1000.0
     run = Run(label, concurrency, deterministic, latency_ms, len(diagnoses), len(diagnoses) / span, wall,
               load_avg=os.getloadavg()[0])  # fmt: skip
     return run, diagnoses
