@@ -50,9 +50,14 @@ once its engine is built (``vdoctor.runs.tune_gc_for_runs``: what is loaded
 is frozen out of collections, young collections every 20,000 objects);
 ``--default-gc`` keeps Python's defaults.
 
-The same run goes first without any clock, in a fresh process: its process
-CPU per alert, less the model's time from the timed run, is the engine's
-total without the clocks' own cost (printed below the table).
+The same run goes first without any clock, ``--repeat`` times (3), each in a
+fresh process: the median of their process CPU per alert, less the model's
+time from the timed run, is the engine's total without the clocks' own cost
+(printed below the table, with the range). One run is not enough: on the
+2-core development machine the same run's figure moved by a quarter from one
+run to the next, a minute apart, with the machine otherwise idle, while a
+fixed cache-sized Python workload (``bench/machine_speed.py``, printed
+before and after) stayed within a few per cent.
 
 Prints the table and writes out/bench/engine_cpu.json. Not a model of
 throughput under Flink: the operator's own per-run cost (timer callbacks,
@@ -66,6 +71,7 @@ import functools
 import importlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,6 +86,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench.machine_speed import reference_ms  # noqa: E402
 from bench.procstat import children_cpu_s  # noqa: E402
 
 MODEL = "model"
@@ -136,12 +143,12 @@ class NoClock(StageClock):
         pass
 
 
-def without_stages(argv: list[str], store: Path | None = None) -> float:
+def without_stages(argv: list[str], store: Path | None = None, run: int = 0) -> float:
     """Process CPU ms per alert of the same run in a fresh interpreter with no stage clocks (with ``--store``,
-    on a file of its own beside the one named: ``PATH.plain``, which the same run of a process sharing the
-    store shares too)."""
+    on a file of its own beside the one named: ``PATH.plainK`` for the K-th of these runs, which the same run
+    of a process sharing the store shares too)."""
     if store is not None:
-        argv = [*argv, "--store", f"{store}.plain"]  # the last --store given is the one taken
+        argv = [*argv, "--store", f"{store}.plain{run}"]  # the last --store given is the one taken
     done = subprocess.run([sys.executable, __file__, *argv, "--no-stages"], check=True, capture_output=True, text=True)
     return float(json.loads(done.stdout.strip().splitlines()[-1])["process_ms_per_alert"])
 
@@ -329,8 +336,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, default=None, metavar="PATH",
                         help="the SQLite file of the long-term store (default: a fresh one of this run); another "
                              "run given the same file shares it")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=3, metavar="N",
+                        help="how many times the run without stage clocks goes, each in a fresh process (its "
+                             "median is the figure, with the range): the same run's CPU per alert varies by a "
+                             "quarter from one run to the next on a shared machine")  # fmt: skip
     args = parser.parse_args(argv)
-    plain_ms = 0.0 if args.no_stages else without_stages(sys.argv[1:] if argv is None else argv, args.store)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    speed_before = 0.0 if args.no_stages else reference_ms()
+    plain_runs: list[float] = []
+    for run in range(0 if args.no_stages else args.repeat):
+        print(f"run {run + 1} of {args.repeat} without the stage clocks ...", file=sys.stderr, flush=True)
+        plain_runs.append(without_stages(sys.argv[1:] if argv is None else argv, args.store, run))
+    plain_ms = statistics.median(plain_runs) if plain_runs else 0.0
 
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
@@ -433,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                 server.terminate()
                 server.communicate()
 
+    speed_after = 0.0 if args.no_stages else reference_ms()
     if args.no_stages:
         print(json.dumps({"process_ms_per_alert": cpu / alerts * 1000, "child_ms_per_alert": child / alerts * 1000,
                           "alerts": alerts}))  # fmt: skip
@@ -462,11 +481,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'engine total (model excluded)':<36} {engine_s / alerts * 1000:>9.3f}")
     print(f"{model_stage:<36} {model_s / alerts * 1000:>9.3f}   (shown apart)")
     print(f"process CPU {cpu / alerts * 1000:.3f} ms/alert (clock overhead included), wall {wall:.1f} s")
-    plain_engine_ms = plain_ms - model_s / alerts * 1000
-    print(f"without the stage clocks (the same run, first, in a fresh process): process CPU {plain_ms:.3f} ms/alert, "
-          f"engine {plain_engine_ms:.3f} with the model's {model_s / alerts * 1000:.3f} taken off "
-          f"({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
+    model_ms = model_s / alerts * 1000
+    plain_engine_ms = plain_ms - model_ms
+    print(f"without the stage clocks (the same run, {len(plain_runs)} times first, each in a fresh process): process "
+          f"CPU {plain_ms:.3f} ms/alert (median; {min(plain_runs):.3f}-{max(plain_runs):.3f}), engine "
+          f"{plain_engine_ms:.3f} ({min(plain_runs) - model_ms:.3f}-{max(plain_runs) - model_ms:.3f}) with the "
+          f"model's {model_ms:.3f} taken off ({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
     print(f"alerts/s per core: {alerts / engine_s:.0f} engine only, {alerts / (engine_s + model_s):.0f} with the model")
+    print(f"this core's speed at a fixed Python workload (bench/machine_speed.py, lower is faster): "
+          f"{speed_before:.1f} ms before the runs, {speed_after:.1f} ms after")  # fmt: skip
     if args.embed_child:
         print(f"the embedding child process (not in the figures above): {child / alerts * 1000:.3f} ms CPU per alert")
     cache = engine.embedder
@@ -491,8 +514,10 @@ def main(argv: list[str] | None = None) -> int:
         "calls_per_alert": {k: v / alerts for k, v in clock.calls.items()},
         "engine_ms_per_alert": engine_s / alerts * 1000, "model_ms_per_alert": model_s / alerts * 1000,
         "alerts_per_s_per_core": alerts / engine_s, "missing": missing,
-        "without_stage_clocks": {"process_ms_per_alert": plain_ms, "engine_ms_per_alert": plain_engine_ms},
+        "without_stage_clocks": {"process_ms_per_alert": plain_ms, "engine_ms_per_alert": plain_engine_ms,
+                                 "process_ms_per_alert_runs": plain_runs},
         "embed_child": args.embed_child, "child_ms_per_alert": child / alerts * 1000, "chained": args.chained,
+        "reference_ms": {"before": speed_before, "after": speed_after},
     }, indent=2))  # fmt: skip
     return 0
 

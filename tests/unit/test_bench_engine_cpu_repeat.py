@@ -1,0 +1,53 @@
+"""bench/engine_cpu.py's repeated runs without stage clocks, and bench/machine_speed.py's reference."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import engine_cpu, machine_speed
+
+pytestmark = pytest.mark.unit
+
+
+def test_each_run_without_clocks_gets_its_own_store_beside_the_named_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Runs that shared one file would each start from the cases the one before wrote: not the same run.
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"process_ms_per_alert": 1.25}) + "\n")
+
+    monkeypatch.setattr(engine_cpu.subprocess, "run", fake_run)
+    store = Path("/tmp/fleet.db")
+    figures = [engine_cpu.without_stages(["--vins", "10"], store, run) for run in range(2)]
+    assert figures == [1.25, 1.25]
+    stores = [cmd[cmd.index("--store", cmd.index("--vins")) + 1] for cmd in seen]
+    assert stores == [f"{store}.plain0", f"{store}.plain1"]
+    assert all(cmd[-1] == "--no-stages" for cmd in seen)
+
+
+def test_without_a_store_each_run_makes_a_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"process_ms_per_alert": 2.0}))
+
+    monkeypatch.setattr(engine_cpu.subprocess, "run", fake_run)
+    assert engine_cpu.without_stages(["--vins", "10"], None, 1) == 2.0
+    assert "--store" not in seen[0]
+
+
+def test_repeat_below_one_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        engine_cpu.main(["--repeat", "0"])
+
+
+def test_the_reference_workload_does_the_same_work_each_time() -> None:
+    assert machine_speed._workload() == machine_speed._workload() > 0
+    assert 0 < machine_speed.reference_ms(repetitions=1) < 10_000
