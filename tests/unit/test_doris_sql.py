@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -392,6 +393,63 @@ def test_the_partial_update_setting_is_reset_even_when_the_insert_fails(conn: Re
     assert failing.calls[-1][0] == "SET enable_unique_key_partial_update = false"
 
 
+class Dropping(Recorder):
+    """A connection the server drops at the first statement starting with ``drop_at`` (MySQL client error 2013)."""
+
+    def __init__(self, drop_at: str) -> None:
+        super().__init__()
+        self.drop_at = drop_at
+
+    def execute(self, sql: str, params: Any = None) -> int:
+        super().execute(sql, params)
+        if self.drop_at and sql.startswith(self.drop_at):
+            self.drop_at = ""
+            raise FakeError(2013, "Lost connection to MySQL server during query")
+        return 0
+
+
+def test_a_partial_update_cut_off_is_not_sent_again_on_a_connection_without_the_mode() -> None:
+    # On a new connection the INSERT would be a full-row write: Doris's partial-update mode is per session.
+    opened: list[Recorder] = []
+
+    def connect() -> Recorder:
+        conn: Recorder = Dropping("INSERT") if not opened else Recorder()
+        if not opened:
+            conn.results.append([(VIN, SID, NAIVE_AT, None, None)])  # the current version, read first
+        opened.append(conn)
+        return conn
+
+    store = SqlStore(parse_url("doris://root@h:9030/fleet", 9030), DorisDialect(), connect, (FakeError,))
+    with pytest.raises(StoreError, match="Lost connection"):
+        store.set_recheck(VIN, SID, True, LATER)
+    for conn in opened:
+        mode = False
+        for sql, _ in conn.calls:
+            if sql.startswith("SET enable_unique_key_partial_update"):
+                mode = sql.endswith("true")
+            elif sql.startswith("INSERT"):
+                assert mode, f"an INSERT sent without the partial-update mode on its connection: {sql}"
+    assert [sql for sql, _ in opened[0].calls if sql.startswith("INSERT")] != []
+    # The mode is set back on whichever connection the sequence ends on, and the dropped one is not reused.
+    assert [sql for sql, _ in opened[1].calls] == ["SET enable_unique_key_partial_update = false"]
+    assert len(opened) == 2
+
+
+def test_a_statement_on_its_own_reconnects_once_when_the_connection_drops() -> None:
+    opened: list[Recorder] = []
+
+    def connect() -> Recorder:
+        conn: Recorder = Dropping("SELECT") if not opened else Recorder()
+        if opened:
+            conn.results.append([(3,)])
+        opened.append(conn)
+        return conn
+
+    store = SqlStore(parse_url("doris://root@h:9030/fleet", 9030), DorisDialect(), connect, (FakeError,))
+    assert store.query("SELECT COUNT(*) FROM case_memory") == [(3,)]
+    assert len(opened) == 2
+
+
 def test_reads_are_plain_selects_with_bound_values(store: SqlStore, conn: Recorder) -> None:
     since = datetime(2024, 11, 1, tzinfo=UTC)
     conn.results.extend([[row_of(record())], [], [], [], [], [], [(7,)]])
@@ -458,7 +516,7 @@ def _init(present: set[tuple[str, str]]) -> tuple[list[str], Schema]:
 
 def test_init_applies_the_versioned_ddl_in_order() -> None:
     applied, conn = _init(set())
-    assert applied == ["001_case_memory.sql", "002_event_time.sql", "003_retrieval.sql"]
+    assert applied == ["001_case_memory.sql", "002_event_time.sql", "003_retrieval.sql", "004_filter_indexes.sql"]
     sqls = [c[0] for c in conn.calls]
     ddl = sqls[0]
     assert ddl.startswith("CREATE TABLE IF NOT EXISTS case_memory (")
@@ -512,6 +570,39 @@ def test_init_applies_the_versioned_ddl_in_order() -> None:
         assert f"CREATE INDEX IF NOT EXISTS idx_embedder ON {table} (embedder) USING INVERTED" in after
 
 
+def _indexed_columns(ddl: list[str]) -> dict[str, set[str]]:
+    """Table -> the columns with an index, from the CREATE TABLE and CREATE INDEX statements init ran."""
+    indexed: dict[str, set[str]] = {}
+    for sql in ddl:
+        table = re.match(r"CREATE TABLE IF NOT EXISTS (\w+) \(", sql)
+        if table:
+            indexed.setdefault(table[1], set()).update(re.findall(r"\bINDEX \w+ \((\w+)\) USING (?:INVERTED|ANN)", sql))
+        added = re.match(r"CREATE INDEX IF NOT EXISTS \w+ ON (\w+) \((\w+)\) USING INVERTED", sql)
+        if added:
+            indexed.setdefault(added[1], set()).add(added[2])
+    return indexed
+
+
+def test_every_column_a_similar_case_search_filters_on_has_an_index_in_both_tables() -> None:
+    # Doris filters before the ANN top-k only where every filter column has an index; one without makes it
+    # scan the whole series exactly (NOTES.md). The filters are read from the statements the store sends.
+    _, schema = _init(set())
+    indexed = _indexed_columns([sql for sql, _ in schema.calls])
+    conn = Recorder()
+    store = SqlStore(parse_url("doris://root@h:9030/fleet", 9030), DorisDialect(), lambda: conn, (FakeError,))
+    query = SimilarQuery(VIN, "EV-A", np.ones(VECTOR_DIM, dtype=np.float32), 20, as_of=LATER, text="电芯压差 cells")
+    store.similar(query)
+    store.lexical(query)
+    filtered: dict[str, set[str]] = {}
+    for sql, _ in conn.calls:
+        table, where = re.search(r"FROM (\w+) WHERE (.*?) ORDER BY", sql).groups()  # type: ignore[union-attr]
+        filtered.setdefault(table, set()).update(re.findall(r"(\w+) (?:=|<>|<=|>=|<|>|IS NULL|MATCH_ANY) ", where))
+    assert set(filtered) == {"case_memory", "case_history"}
+    assert "recheck_ok" in filtered["case_memory"] and "version_to" in filtered["case_history"]
+    for table, columns in filtered.items():
+        assert columns <= indexed[table], f"{table}: filtered on without an index: {sorted(columns - indexed[table])}"
+
+
 def test_init_again_skips_the_columns_that_exist() -> None:
     every = {("case_memory", c) for c in ADDED_COLUMNS} | set(ADDED_003)
     _, conn = _init(every)
@@ -528,7 +619,9 @@ def test_init_refuses_a_dimension_out_of_range(store: SqlStore, conn: Recorder) 
 def test_ddl_files_split_into_statements() -> None:
     for dialect in ("doris", "mysql"):
         files = schema_files(dialect)
-        assert [f.name for f in files] == ["001_case_memory.sql", "002_event_time.sql", "003_retrieval.sql"]
+        # Doris alone needs 004: its ANN search filters through secondary indexes.
+        extra = ["004_filter_indexes.sql"] if dialect == "doris" else []
+        assert [f.name for f in files] == ["001_case_memory.sql", "002_event_time.sql", "003_retrieval.sql", *extra]
         statements = split_statements(files[0].read_text())
         assert len(statements) == 1 and not statements[0].endswith(";")
         later = split_statements(files[1].read_text())

@@ -250,10 +250,16 @@ class SqlStore(SqlAudit):
                 self._pool.notify()
 
     def run(self, sql: str, params: Sequence[object] | None = None) -> tuple[list[tuple[Any, ...]], int]:
-        """Run one statement; returns (rows, rowcount). Reconnects once on a dropped connection."""
+        """Run one statement; returns (rows, rowcount). Reconnects once on a dropped connection.
+
+        Not within ``locked``: a statement of a held sequence is not run again on a new connection,
+        where the sequence's session state (Doris's partial-update mode) is gone. The connection is
+        dropped and the error raised; the caller's retry (``stores.retry``) runs the sequence again.
+        """
         verb = sql.split(None, 1)[0].lower()
         if self.read_only and verb != "select":
             raise StoreError(f"{self.dialect.name} store {self.info.redacted} is open read-only: refusing {verb}")
+        in_sequence = getattr(self._held, "lease", None) is not None
         with self._lease() as lease, self._guard(verb):
             for attempt in (1, 2):
                 try:
@@ -267,11 +273,14 @@ class SqlStore(SqlAudit):
                     finally:
                         cur.close()
                 except self._errors as e:
-                    if attempt == 2 or not _is_disconnect(e):
+                    if not _is_disconnect(e):
                         raise
-                    log.warning("%s store %s: connection lost; reconnecting", self.dialect.name, self.info.redacted)
+                    # A dropped connection never goes back to the pool, nor serves the rest of a sequence.
                     _close_quietly(lease.conn)
                     lease.conn = None
+                    if attempt == 2 or in_sequence:
+                        raise
+                    log.warning("%s store %s: connection lost; reconnecting", self.dialect.name, self.info.redacted)
         raise AssertionError("unreachable")  # pragma: no cover
 
     @contextmanager
