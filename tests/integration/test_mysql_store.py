@@ -197,3 +197,33 @@ def test_retokenize_rewrites_the_tokens_an_older_tokeniser_wrote_in_both_tables(
         store.close()
     assert main(["memory", "retokenize", "--memory", url, "--batch", "3"]) == 0
     assert "9 record versions checked, 0 rewritten" in capsys.readouterr().out
+
+
+def test_a_large_write_goes_in_statements_within_the_servers_default_packet_limit(
+    mariadb: MariaDB, mariadb_url: str
+) -> None:
+    # MySQL's and MariaDB's default max_allowed_packet is 16 MB (the test server runs with 64 MB): a
+    # statement over it is refused whole. 100 records whose summary sources are 60,000 Chinese characters
+    # each (~18 MB of values) are one write of the store (e.g. `vdoctor memory reextract`).
+    admin = mariadb.admin()
+    with admin.cursor() as cur:
+        cur.execute("SELECT @@GLOBAL.max_allowed_packet")
+        before = cur.fetchone()[0]
+        cur.execute("SET GLOBAL max_allowed_packet = %s", (16 * 1024 * 1024,))
+    source = "电池包单体压差" * 8_000 + "电池包单体"  # 60,000 characters, ~180 KB of UTF-8
+    try:
+        store = open_store(mariadb_url)  # its connections open after the change: they have the 16 MB limit
+        try:
+            base = _record()
+            records = [base.model_copy(update={"session_id": f"{VIN}-20261101T08{i:04d}", "source": source})
+                       for i in range(100)]  # fmt: skip
+            store.upsert_many(records)
+            assert store.count() == 100
+            got = store.get(VIN, f"{VIN}-20261101T080099")
+            assert got is not None and got.source == source
+        finally:
+            store.close()
+    finally:
+        with admin.cursor() as cur:
+            cur.execute("SET GLOBAL max_allowed_packet = %s", (before,))
+        admin.close()

@@ -24,6 +24,7 @@ from vdoctor.records import MemoryRecord
 from vdoctor.stores.base import EmbedderMismatch, SimilarQuery, StaleVersion
 from vdoctor.stores.doris import DorisDialect
 from vdoctor.stores.sqlbase import COLUMN_LIST, SqlStore, parse_url, schema_files, split_statements, vector_literal
+from vdoctor.stores.sqltypes import statement_batches
 
 pytestmark = pytest.mark.unit
 
@@ -173,6 +174,31 @@ def test_upsert_many_is_one_read_and_one_multi_row_insert(store: SqlStore, conn:
     assert sql.count("), (") == 1
     assert "[1.0,0.0," in sql and "[-1.0,0.0," in sql
     assert params is not None and len(params) == 2 * 24  # 25 columns, the vector inline
+
+
+def test_a_large_upsert_is_split_into_inserts_within_the_default_packet_limit(
+    store: SqlStore, conn: Recorder
+) -> None:
+    # Doris's default max_allowed_packet is 16 MB, as MySQL's: 100 records with 60,000-character Chinese
+    # sources are ~18 MB of values. Each INSERT stays under 8 MB; every record goes once, in order.
+    source = "电池包单体压差" * 8_000 + "电池包单体"
+    records = [record(session_id=f"{VIN}-20261101T08{i:04d}", source=source) for i in range(100)]
+    store.upsert_many(records)
+    inserts = [(sql, params) for sql, params in conn.calls if sql.startswith("INSERT INTO case_memory")]
+    assert len(inserts) > 1
+    for sql, params in inserts:
+        size = len(sql.encode()) + sum(len(p.encode()) if isinstance(p, str) else 32 for p in params)
+        assert size < 8 * 1024 * 1024
+    sent = [p for _, params in inserts for p in params if isinstance(p, str) and p.startswith(f"{VIN}-2026")]
+    assert sent == [r.session_id for r in records]
+
+
+def test_statement_batches_bound_rows_and_bytes_and_keep_a_large_row_alone() -> None:
+    rows: list[list[object]] = [["x" * 100], ["y" * 100], [b"z" * 10], ["w" * 1000], [1, None, 2.5]]
+    # statement_bytes: text 2 x its UTF-8 bytes + 2, bytes 2 x + 10, anything else 32.
+    assert statement_batches(rows, max_rows=2, max_bytes=10_000) == [[0, 1], [2, 3], [4]]
+    assert statement_batches(rows, max_rows=10, max_bytes=500) == [[0, 1, 2], [3], [4]]  # 202 + 202 + 30; 2002 alone
+    assert statement_batches([], max_rows=10) == []
 
 
 def test_a_merge_archives_the_version_it_replaces_first(store: SqlStore, conn: Recorder) -> None:

@@ -49,7 +49,7 @@ from vdoctor.stores.sqlbase import (
     SqlStore,
     TokenUpdate,
 )
-from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url, to_utc, vector_literal
+from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url, statement_batches, to_utc, vector_literal
 
 try:
     import pymysql  # type: ignore[import-untyped]
@@ -57,7 +57,8 @@ except ImportError as e:  # pragma: no cover - pymysql is a declared dependency
     raise ConfigError("the doris backend needs pymysql: pip install 'pymysql>=1.1'") from e
 
 DEFAULT_PORT = 9030
-# Doris builds one HNSW graph per segment: few, large INSERTs, not many tiny ones.
+# Doris builds one HNSW graph per segment: few, large INSERTs, not many tiny ones (each
+# within ``sqltypes.MAX_STATEMENT_BYTES`` of values, under the default max_allowed_packet).
 BATCH_ROWS = 1000
 _VEC = COLUMNS.index("summary_vec")
 
@@ -84,15 +85,19 @@ class DorisDialect:
         return [float(x) for x in json.loads(text)]
 
     def upsert(self, store: SqlStore, rows: list[tuple[MemoryRecord, datetime]]) -> None:
-        for start in range(0, len(rows), BATCH_ROWS):
+        encoded: list[tuple[str, list[object]]] = []  # each row's vector literal and its other values
+        for record, version_from in rows:
+            row = store.to_params(record, version_from)
+            literal = row.pop(_VEC)
+            if not isinstance(literal, _Literal):
+                raise StoreError("doris store: summary_vec was not encoded as a literal")
+            encoded.append((literal.text, row))
+        # Few, large INSERTs, each within the packet a server accepts (a record's source may be 64,000 characters).
+        for batch in statement_batches([[text, *row] for text, row in encoded], BATCH_ROWS):
             values, params = [], []
-            for record, version_from in rows[start : start + BATCH_ROWS]:
-                row = store.to_params(record, version_from)
-                literal = row.pop(_VEC)
-                if not isinstance(literal, _Literal):
-                    raise StoreError("doris store: summary_vec was not encoded as a literal")
+            for text, row in (encoded[i] for i in batch):
                 marks = ["%s"] * (len(WRITE_COLUMNS) - 1)
-                marks.insert(_VEC, literal.text)
+                marks.insert(_VEC, text)
                 values.append("(" + ", ".join(marks) + ")")
                 params.extend(row)
             store.run(f"INSERT INTO {store.table} ({WRITE_COLUMN_LIST}) VALUES " + ", ".join(values), params)

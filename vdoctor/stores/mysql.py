@@ -39,7 +39,7 @@ from vdoctor.stores.sqlbase import (
     SqlStore,
     TokenUpdate,
 )
-from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url
+from vdoctor.stores.sqltypes import as_of_params, naive_utc, parse_url, statement_batches
 
 try:
     import pymysql  # type: ignore[import-untyped]
@@ -48,8 +48,9 @@ except ImportError as e:  # pragma: no cover - pymysql is a declared dependency
 
 DEFAULT_PORT = 3306
 CONNECT_TIMEOUT_S = 10
-# One multi-row statement per this many records keeps packets well below
-# max_allowed_packet (a 256-float vector is 1 KB).
+# One multi-row statement per this many records at most, and within
+# ``sqltypes.MAX_STATEMENT_BYTES`` of values (half the servers' default
+# max_allowed_packet: a record's summary source may be 64,000 characters).
 BATCH_ROWS = 500
 # (vin, session_id, version_from, archived): one version of a record.
 _Key = tuple[str, str, Any, bool]
@@ -68,9 +69,10 @@ class MySqlDialect:
 
     def upsert(self, store: SqlStore, rows: list[tuple[MemoryRecord, datetime]]) -> None:
         marks = "(" + ", ".join(["%s"] * len(WRITE_COLUMNS)) + ")"
-        for start in range(0, len(rows), BATCH_ROWS):
-            batch = rows[start : start + BATCH_ROWS]
-            params = [p for r, version_from in batch for p in store.to_params(r, version_from)]
+        encoded = [store.to_params(r, version_from) for r, version_from in rows]
+        # Each statement within the packet a server accepts (a record's source may be 64,000 characters).
+        for batch in statement_batches(encoded, BATCH_ROWS):
+            params = [p for i in batch for p in encoded[i]]
             # REPLACE: a row with the same (vin, session_id) is replaced whole.
             store.run(
                 f"REPLACE INTO {store.table} ({WRITE_COLUMN_LIST}) VALUES " + ", ".join([marks] * len(batch)), params

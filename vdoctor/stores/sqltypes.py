@@ -115,3 +115,41 @@ def to_bool(value: object) -> bool | None:
 def as_of_params(at: datetime, archived: bool) -> list[object]:
     """The parameters of ``sqlbase.AS_OF`` (or ``AS_OF_ARCHIVED``) for event time ``at``."""
     return [naive_utc(at)] * (4 if archived else 3)
+
+
+# What one multi-row statement may carry at most: half the 16 MB ``max_allowed_packet`` that
+# MySQL 8, MariaDB 10.11 and Doris have by default (a larger statement is refused whole).
+MAX_STATEMENT_BYTES = 8 * 1024 * 1024
+
+
+def statement_bytes(value: object) -> int:
+    """At most how many bytes ``value`` takes in a statement's text, quoted and escaped.
+
+    Text and bytes count twice their UTF-8 length (every byte escaped, the worst case); a
+    number, a time, a boolean or NULL a few dozen bytes.
+    """
+    if isinstance(value, str):
+        return 2 * len(value.encode("utf-8")) + 2
+    if isinstance(value, bytes | bytearray | memoryview):
+        return 2 * len(value) + 10
+    return 32
+
+
+def statement_batches(
+    rows: Sequence[Sequence[object]], max_rows: int, max_bytes: int = MAX_STATEMENT_BYTES
+) -> list[list[int]]:
+    """The rows (by index, in order) of each multi-row statement: at most ``max_rows`` rows and, but for
+    a row that is larger on its own, at most ``max_bytes`` of values (``statement_bytes``) each."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    used = 0
+    for i, row in enumerate(rows):
+        size = sum(statement_bytes(v) for v in row)
+        if batch and (len(batch) >= max_rows or used + size > max_bytes):
+            batches.append(batch)
+            batch, used = [], 0
+        batch.append(i)
+        used += size
+    if batch:
+        batches.append(batch)
+    return batches
