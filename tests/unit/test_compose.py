@@ -38,8 +38,14 @@ def test_job_is_submitted_with_the_kafka_entry_point_and_schema_applied_first() 
     assert "-py /opt/vdoctor/jobs/kafka_job.py" in command and "--kafka 127.0.0.1:9092" in command
     assert (REPO_ROOT / "jobs" / "kafka_job.py").is_file()
     assert job["depends_on"]["doris-schema"]["condition"] == "service_completed_successfully"
+    # The schema goes in through `vdoctor memory init` (it fills in the vector dimension and skips what exists),
+    # from the job's own image, after the database is created: raw DDL through a mysql client cannot do that.
     schema = SERVICES["doris-schema"]
-    assert "./sql:/sql:ro" in schema["volumes"] and "/sql/doris/*.sql" in " ".join(schema["command"])
+    assert schema["image"] == job["image"]
+    assert schema["command"][:2] == ["python", "/opt/vdoctor/scripts/doris_schema.py"]
+    assert schema["command"][2] == job["environment"]["VDOCTOR_MEMORY_URL"].split(":-", 1)[1].rstrip("}")
+    assert (REPO_ROOT / "scripts" / "doris_schema.py").is_file()
+    assert re.search(r"^COPY sql sql$", (REPO_ROOT / "docker" / "flink" / "Dockerfile").read_text(), flags=re.M)
 
 
 def _mounts(service: str) -> dict[str, str]:

@@ -180,12 +180,16 @@ def open_mysql(url: str, read_only: bool = False) -> SqlStore:
     )
 
 
-def connect(info: ConnInfo, found_rows: bool = True, read_only: bool = False) -> pymysql.connections.Connection:
+def connect(
+    info: ConnInfo, found_rows: bool = True, read_only: bool = False, database: bool = True
+) -> pymysql.connections.Connection:
     """A pymysql connection for a MySQL-protocol store (autocommit, utf8mb4, a connect timeout).
 
     ``found_rows``: UPDATE reports matched rows, not changed ones (MySQL/MariaDB;
     the Doris backend does not use it). ``read_only``: the session's
     transactions are READ ONLY (MySQL/MariaDB; Doris has no such mode).
+    ``database=False``: to the server alone, for creating the URL's database
+    (``scripts/doris_schema.py``).
     """
     return pymysql.connect(
         init_command="SET SESSION TRANSACTION READ ONLY" if read_only else None,
@@ -193,7 +197,7 @@ def connect(info: ConnInfo, found_rows: bool = True, read_only: bool = False) ->
         port=info.port,
         user=info.user,
         password=info.password,
-        database=info.database,
+        database=info.database if database else None,
         charset="utf8mb4",
         autocommit=True,
         connect_timeout=CONNECT_TIMEOUT_S,
