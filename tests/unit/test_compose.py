@@ -37,6 +37,12 @@ def test_job_is_submitted_with_the_kafka_entry_point_and_schema_applied_first() 
     command = " ".join(job["command"])
     assert "-py /opt/vdoctor/jobs/kafka_job.py" in command and "--kafka 127.0.0.1:9092" in command
     assert (REPO_ROOT / "jobs" / "kafka_job.py").is_file()
+    # Started again by a later `docker compose up`, it does not submit a second job under the job's name.
+    from jobs.job_settings import KafkaJobSettings
+
+    name = KafkaJobSettings.model_fields["job_name"].default
+    assert f"flink list -r -m 127.0.0.1:8081 2>/dev/null | grep -q ': {name} ('" in command
+    assert command.index("flink list") < command.index("flink run")
     assert job["depends_on"]["doris-schema"]["condition"] == "service_completed_successfully"
     # The schema goes in through `vdoctor memory init` (it fills in the vector dimension and skips what exists),
     # from the job's own image, after the database is created: raw DDL through a mysql client cannot do that.

@@ -135,6 +135,17 @@ def test_savepoint_upgrades_have_their_directories_on_the_shared_volume() -> Non
     assert not [k for k in FORBIDDEN_KEYS if k in CONF]
 
 
+def test_a_lost_jobmanager_or_a_failed_job_recovers_from_the_latest_checkpoint() -> None:
+    # Without HA a lost JobManager restarts from the last upgrade savepoint (or empty state), and a job
+    # FAILED once its restart attempts are spent stays failed (docs/content/docs/custom-resource/
+    # job-management.md: "Restart failed job deployments"; HighAvailabilityOptions in flink-dist 2.3).
+    assert CONF["high-availability.type"] == "kubernetes"
+    storage = CONF["high-availability.storageDir"]
+    mounts = [m["mountPath"] for m in _main_container()["volumeMounts"]]
+    assert storage.startswith("file:///") and any(storage[len("file://") :].startswith(p + "/") for p in mounts)
+    assert CONF["kubernetes.operator.job.restart.failed"] == "true"
+
+
 def _job_args() -> list[str]:
     args = SPEC["job"]["args"]
     py = args.index("-py")
