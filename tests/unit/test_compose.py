@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -100,3 +101,17 @@ def test_flink_services_start_through_the_image_entry_point() -> None:
     for service, word in (("jobmanager", "jobmanager"), ("taskmanager", "taskmanager")):
         assert SERVICES[service]["command"] == [word]
         assert f"{word}) shift; exec \"$FLINK_HOME/bin/{word}.sh\" start-foreground" in entry
+
+
+def test_the_images_java_options_are_flink_2_3s_defaults_for_java_17() -> None:
+    # The image's config.yaml (and the Kubernetes operator's, which replaces conf/) must keep every
+    # --add-exports/--add-opens of the distribution's own default: the JVM needs them on Java 17.
+    import pyflink
+
+    default = yaml.safe_load((Path(pyflink.__file__).parent / "conf" / "config.yaml").read_text())
+    wanted = default["env"]["java"]["opts"]["all"]
+    image = yaml.safe_load((REPO_ROOT / "docker" / "flink" / "config.yaml").read_text())
+    assert image["env.java.opts.all"] == wanted
+    manifest = yaml.safe_load_all((REPO_ROOT / "deploy" / "kubernetes" / "vdoctor.yaml").read_text())
+    deployment = next(d for d in manifest if d and d["kind"] == "FlinkDeployment")
+    assert deployment["spec"]["flinkConfiguration"]["env.java.opts.all"] == wanted
