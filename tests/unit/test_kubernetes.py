@@ -146,6 +146,20 @@ def test_a_lost_jobmanager_or_a_failed_job_recovers_from_the_latest_checkpoint()
     assert CONF["kubernetes.operator.job.restart.failed"] == "true"
 
 
+def _mib(size: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([mg])", size).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "g" else 1)
+
+
+def test_the_taskmanager_budget_keeps_room_for_python_outside_flinks_own_memory() -> None:
+    # README, "Sizing": ~0.6-0.9 GB for the JVM and the interpreter, ~150 MB for the embedding child process.
+    # The interpreter and the child allocate natively, outside Flink's heap, managed and network memory,
+    # within the container's limit (= taskmanager.memory.process.size): task off-heap memory reserves it.
+    off_heap = _mib(CONF["taskmanager.memory.task.off-heap.size"])
+    assert off_heap >= 1024
+    assert _mib(SPEC["taskManager"]["resource"]["memory"]) - off_heap >= 2048
+
+
 def _job_args() -> list[str]:
     args = SPEC["job"]["args"]
     py = args.index("-py")
