@@ -34,7 +34,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.services import KafkaBroker  # noqa: E402
+from tests.services.kafka_flink import KafkaBroker  # noqa: E402
 
 PARTITIONS = 4
 
