@@ -1,11 +1,12 @@
 """A fixed reference workload, timed in CPU time: how fast this machine's core runs Python right now.
 
-A shared or virtual machine's core does not run at one speed: on the machine
-the figures in the README come from, the same engine run has taken from 1.2
-to 3.5 ms of CPU per alert on different hours, with nothing else running. A
-bench that prints a CPU figure prints this reference beside it, measured in
-the same process just before and after, so that two figures can be told
-apart from two speeds of the machine.
+A shared or virtual machine's core does not run at one speed. A bench that
+prints a CPU figure (``bench/engine_cpu.py``) prints this reference beside
+it, measured in the same process just before and after, so that a slower
+core can be told apart from a slower run. On the 2-core machine the README's
+figures come from, the engine's CPU per alert moved by a quarter between
+runs a minute apart while this reference stayed within a few per cent: that
+spread is not the core's speed at plain Python.
 
 The workload is a small mix of what the engine spends its time on, with no
 I/O and no threads: JSON encoding and decoding, regular expressions, string
@@ -30,7 +31,7 @@ REPETITIONS = 5
 
 
 def _workload() -> int:
-    """One repetition (~40 ms on a fast core); returns a checksum so nothing is optimised away."""
+    """One repetition (~26 ms of CPU on the development machine); returns a checksum of the work done."""
     total = 0
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, vin TEXT, body TEXT)")
