@@ -67,7 +67,7 @@ def create_when_ready(
             finally:
                 conn.close()
         except Exception as e:  # noqa: BLE001 - the server is starting: any refusal means "not yet"
-            reason = str(e).replace(info.password, "***") if info.password else str(e)
+            reason = info.redact(str(e))
         if clock() >= deadline:
             raise ConfigError(f"{info.redacted} was not ready within {wait_s:.0f} s: {reason}")
         print(f"waiting for {info.redacted}: {reason}", file=sys.stderr, flush=True)
@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-sql", default=DORIS_READY_SQL, help="the readiness statement (Doris's live BEs)")
     args = parser.parse_args(argv)
     from jobs.cli import main as cli
+    from vdoctor.stores import doris, mysql
 
     try:
-        info = parse_url(args.url, 9030 if args.url.startswith("doris://") else 3306)
+        info = parse_url(args.url, doris.DEFAULT_PORT if args.url.startswith("doris://") else mysql.DEFAULT_PORT)
         create_when_ready(info, args.ready_sql, args.wait_s)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

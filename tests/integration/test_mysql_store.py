@@ -231,15 +231,11 @@ def test_a_large_write_goes_in_statements_within_the_servers_default_packet_limi
 
 def test_the_compose_schema_script_creates_the_database_and_applies_the_schema(mariadb: MariaDB) -> None:
     # scripts/doris_schema.py as docker compose runs it for Doris, with MariaDB's readiness statement.
-    import importlib.util
     import uuid
 
-    from tests.conftest import REPO_ROOT
+    from tests.conftest import load_script
 
-    spec = importlib.util.spec_from_file_location("doris_schema", REPO_ROOT / "scripts" / "doris_schema.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("doris_schema")
     name = "t_" + uuid.uuid4().hex[:16]
     url = mariadb.url(name)
     try:

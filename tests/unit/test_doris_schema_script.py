@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_script
 from vdoctor.errors import ConfigError
 from vdoctor.stores.sqltypes import parse_url
 
 pytestmark = pytest.mark.unit
 
-_spec = importlib.util.spec_from_file_location("doris_schema", REPO_ROOT / "scripts" / "doris_schema.py")
-assert _spec is not None and _spec.loader is not None
-doris_schema = importlib.util.module_from_spec(_spec)
-sys.modules["doris_schema"] = doris_schema
-_spec.loader.exec_module(doris_schema)
+doris_schema = load_script("doris_schema")
 
 INFO = parse_url("doris://root:s3cret@127.0.0.1:9030/vdoctor", 9030)
 

@@ -203,9 +203,7 @@ class SqlStore(SqlAudit):
     # -- plumbing ------------------------------------------------------------------------
 
     def _describe(self, e: BaseException) -> str:
-        text = str(e)
-        if self.info.password:
-            text = text.replace(self.info.password, "***")
+        text = self.info.redact(str(e))
         if "1146" in text or "doesn't exist" in text or "does not exist" in text:
             text += f" (create the schema: vdoctor memory init --memory {self.info.redacted})"
         elif "dim" in text.lower() and ("array" in text.lower() or "vector" in text.lower()):

@@ -39,6 +39,10 @@ class ConnInfo:
         who = f"{self.user}:***@" if self.password else f"{self.user}@"
         return f"{self.scheme}://{who}{self.host}:{self.port}/{self.database}"
 
+    def redact(self, text: str) -> str:
+        """``text`` (a driver's error, say) with the password masked."""
+        return text.replace(self.password, "***") if self.password else text
+
     def __repr__(self) -> str:  # never show the password, even in tracebacks
         return f"ConnInfo({self.redacted!r}, table={self.table!r})"
 
