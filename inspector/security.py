@@ -13,9 +13,9 @@
 - ``LocalHostOnly``: bound to loopback, requests must name a loopback host
   (a web page elsewhere cannot reach the inspector through DNS rebinding).
 - ``SecurityHeaders``: no scripts, no framing, no referrer, no caching.
-- ``Scrubber``: the token and the database password are replaced by ``***``
-  in anything logged or shown (errors included); ``redact_url`` shows a
-  memory URL without its password.
+- ``Scrubber``: the token, the database password and the model API key are
+  replaced by ``***`` in anything logged or shown (errors included);
+  ``redact_url`` shows a memory URL without its password.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import SecretStr
+
+from vdoctor import url_credentials
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -173,26 +175,17 @@ class SecurityHeaders:
 
 
 def redact_url(url: str) -> str:
-    """A memory URL fit to show: the password (if any) replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return f"{url.split(':', 1)[0]}://(unparsable URL)"
-    if not password:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}{port}", parts.path, parts.query, parts.fragment))
+    """A memory URL fit to show: everything between the user and the last ``@`` replaced by ``***``.
+
+    The password is found without a URL parser (``vdoctor.url_credentials``), so
+    one holding an unescaped ``/``, ``?`` or ``#`` is masked whole all the same.
+    """
+    return url_credentials.redact_url(url)
 
 
 def url_password(url: str) -> str | None:
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return None
-    return unquote(password) if password else None
+    """The memory URL's password for the ``Scrubber`` (between the user and the last ``@``), or None."""
+    return url_credentials.url_password(url)
 
 
 class Scrubber:

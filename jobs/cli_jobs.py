@@ -7,7 +7,6 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from jobs.job_settings import (
     CONNECTOR_JAR_ENV,
@@ -19,6 +18,7 @@ from jobs.job_settings import (
     kafka_settings,
     replay_settings,
 )
+from vdoctor.url_credentials import url_scheme
 
 
 def _jvm_answers() -> bool:
@@ -62,7 +62,7 @@ def _run_kafka(args: argparse.Namespace) -> int:
         return 2
     job = kafka_settings(args)
     settings = domain_settings(args)
-    scheme = urlsplit(settings.memory.url).scheme
+    scheme = url_scheme(settings.memory.url)
     print(
         f"vdoctor run: kafka {job.bootstrap} {','.join(job.input_topics())} -> {job.diagnoses_topic}, "
         f"{job.dead_letters_topic} (memory: {scheme}, model: {settings.model.chat}, "
@@ -93,7 +93,7 @@ def _run_file(args: argparse.Namespace) -> int:
         return 2
     if replay.flink.restore_from is not None:
         print(f"vdoctor run: restoring from {replay.flink.restore_from}", file=sys.stderr)
-    scheme = urlsplit(settings.memory.url).scheme
+    scheme = url_scheme(settings.memory.url)
     print(
         f"vdoctor run: {replay.alerts} -> {replay.out} (memory: {scheme}, model: {settings.model.chat}, "
         f"parallelism {replay.flink.parallelism}, concurrency {settings.runtime.concurrency})",

@@ -9,13 +9,13 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from jobs.job_settings import domain_settings
+from jobs.job_settings import MEMORY_ENV_NOTE, MEMORY_FLAG_HELP, domain_settings
 from vdoctor import assembly
 from vdoctor.errors import ConfigError
 from vdoctor.memory.explain import recall_json, vehicle_series
 from vdoctor.stores import open_store
+from vdoctor.url_credentials import url_scheme
 
 
 def _event_time(text: str | None) -> datetime:
@@ -241,7 +241,7 @@ def _cmd_retokenize(args: argparse.Namespace) -> int:
     try:
         retokenize = getattr(store, "retokenize", None)
         if retokenize is None:
-            print(f"the {urlsplit(url).scheme}:// store keeps its tokens current itself (sqlite when a file opens, "
+            print(f"the {url_scheme(url)}:// store keeps its tokens current itself (sqlite when a file opens, "
                   "memory:// and mem0:// when they search): nothing to rewrite")  # fmt: skip
             return 0
 
@@ -263,12 +263,12 @@ def _cmd_init(args: argparse.Namespace) -> int:
     try:
         init = getattr(store, "init_schema", None)
         if init is None:
-            print(f"{urlsplit(url).scheme} memory creates its schema when opened; nothing to apply")
+            print(f"{url_scheme(url)} memory creates its schema when opened; nothing to apply")
             return 0
         # Vector indexes are sized for the configured embedder (Doris's ANN "dim"), without loading it.
         dim = assembly.embedder_dimension(settings)
         applied = init(dim)
-        where = getattr(getattr(store, "info", None), "redacted", urlsplit(url).scheme)
+        where = getattr(getattr(store, "info", None), "redacted", url_scheme(url))
     finally:
         store.close()
     embedder = settings.embedding.kind
@@ -284,7 +284,7 @@ def add_commands(sub: Any) -> None:
     hist = memory.add_parser("history", help="a vehicle's long-term records, newest first")
     hist.add_argument("--vin", required=True)
     hist.add_argument("--json", action="store_true")
-    hist.add_argument("--memory")
+    hist.add_argument("--memory", help=MEMORY_FLAG_HELP)
     hist.set_defaults(func=_cmd_history)
 
     rec = memory.add_parser("recall", help="what a new session of this vehicle would recall")
@@ -298,7 +298,7 @@ def add_commands(sub: Any) -> None:
         "true then is recalled",
     )
     rec.add_argument("--json", action="store_true")
-    rec.add_argument("--memory")
+    rec.add_argument("--memory", help=MEMORY_FLAG_HELP)
     rec.set_defaults(func=_cmd_recall)
 
     check = memory.add_parser(
@@ -308,14 +308,14 @@ def add_commands(sub: Any) -> None:
     check.add_argument("--session-id", required=True, help="the session (or a session merged into the record)")
     check.add_argument("--summary", required=True, help="the summary text to check; - reads it from stdin")
     check.add_argument("--json", action="store_true")
-    check.add_argument("--memory")
+    check.add_argument("--memory", help=MEMORY_FLAG_HELP)
     check.set_defaults(func=_cmd_check_summary)
 
     forget = memory.add_parser("forget", help="soft-delete a vehicle's records (scrapped or transferred)")
     forget.add_argument("--vin", required=True)
     forget.add_argument("--change", required=True, choices=["scrapped", "transferred"])
     forget.add_argument("--at", help="event time of the change, ISO-8601 with a timezone (default now)")
-    forget.add_argument("--memory")
+    forget.add_argument("--memory", help=MEMORY_FLAG_HELP)
     forget.set_defaults(func=_cmd_forget)
 
     knowledge = sub.add_parser("knowledge", help="the knowledge base the agent's search_knowledge tool reads")
@@ -337,7 +337,7 @@ def add_commands(sub: Any) -> None:
     rex = memory.add_parser("reextract", help="re-summarize records written with older summary-prompt versions")
     rex.add_argument("--prompt-version", required=True, help="the version this build writes (resumable)")
     rex.add_argument("--summarizer", choices=["offline", "openai"])
-    rex.add_argument("--memory")
+    rex.add_argument("--memory", help=MEMORY_FLAG_HELP)
     rex.set_defaults(func=_cmd_reextract)
 
     reem = memory.add_parser(
@@ -346,7 +346,7 @@ def add_commands(sub: Any) -> None:
     reem.add_argument("--embedder", help="the embedder to re-embed with (default: configured)")
     reem.add_argument("--batch", type=int, default=64, help="record versions per embedder batch and store write")
     reem.add_argument("--limit", type=int, help="stop after this many versions (run again to go on)")
-    reem.add_argument("--memory")
+    reem.add_argument("--memory", help=MEMORY_FLAG_HELP)
     reem.set_defaults(func=_cmd_reembed)
 
     retok = memory.add_parser(
@@ -355,17 +355,20 @@ def add_commands(sub: Any) -> None:
         "tokeniser (after an upgrade that changed it; resumable, with progress)",
     )
     retok.add_argument("--batch", type=int, default=500, help="record versions per read")
-    retok.add_argument("--memory")
+    retok.add_argument("--memory", help=MEMORY_FLAG_HELP)
     retok.set_defaults(func=_cmd_retokenize)
 
     health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
     health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")
     health.add_argument("--sample", type=int, default=500, help="concluded sessions with memory to sample")
     health.add_argument("--plot", default="memory_health.png", help="where to write the PNG plot")
-    health.add_argument("--memory")
+    health.add_argument("--memory", help=MEMORY_FLAG_HELP)
     health.set_defaults(func=_cmd_health)
 
     init = memory.add_parser("init", help="apply the versioned DDL in sql/ to a Doris or MySQL database")
-    init.add_argument("--memory", help="doris://user:password@host:9030/db or mysql://user:password@host:3306/db")
+    init.add_argument(
+        "--memory",
+        help=f"doris://user:password@host:9030/db or mysql://user:password@host:3306/db; {MEMORY_ENV_NOTE}",
+    )
     init.add_argument("--embedder", help="the embedder whose dimension vector indexes get (default: configured)")
     init.set_defaults(func=_cmd_init)

@@ -9,6 +9,7 @@ from typing import Any
 from jobs.job_settings import (
     DEFAULT_SERVE_HOST,
     DEFAULT_SERVE_PORT,
+    MEMORY_FLAG_HELP,
     SERVE_TOKEN_ENV,
     domain_settings,
     memory_url_as_given,
@@ -29,7 +30,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = serve_settings(args)
     settings = domain_settings(args)
     url = settings.memory.url
-    scrub = Scrubber([config.token.get_secret_value() if config.token else None, url_password(url)])
+    api_key = settings.endpoint.api_key
+    # The model API key too (an openai embedder's recall has it), though nothing here is meant to print it.
+    scrub = Scrubber(
+        [
+            config.token.get_secret_value() if config.token else None,
+            url_password(url),
+            api_key.get_secret_value() if api_key else None,
+        ]
+    )
     try:
         store = open_store(url, read_only=True)
     except VDoctorError as e:
@@ -54,7 +63,7 @@ def add_commands(sub: Any) -> None:
         "serve",
         help="the read-only memory inspector in the browser: fleet, vehicle timelines, cases, recall explained",
     )
-    serve.add_argument("--memory", help="long-term memory URL (default sqlite:///.vdoctor/memory.db)")
+    serve.add_argument("--memory", help=MEMORY_FLAG_HELP)
     serve.add_argument(
         "--diagnoses", help="the job's output folder, or its diagnoses.jsonl (dead_letters.jsonl beside it)"
     )

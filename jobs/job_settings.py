@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from vdoctor.errors import ConfigError
 from vdoctor.events import describe_validation_error
-from vdoctor.settings import Settings, load_settings, with_overrides
+from vdoctor.settings import DEFAULT_MEMORY_URL, ENV_VARS, Settings, load_settings, with_overrides
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,14 @@ MIN_TOKEN_CHARS = 16
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]+$")
 DEFAULT_SERVE_HOST = "127.0.0.1"
 DEFAULT_SERVE_PORT = 8080
+
+# What every --memory flag's help says: a program argument is in `ps`, and Flink's client logs a
+# submitted job's arguments, where the environment variable is in neither.
+MEMORY_ENV_NOTE = (
+    f"a URL with a password is better given as {ENV_VARS['memory_url']}, which neither `ps` nor Flink's client "
+    "log shows"
+)
+MEMORY_FLAG_HELP = f"long-term memory URL (default {DEFAULT_MEMORY_URL}); {MEMORY_ENV_NOTE}"
 
 # Kafka's legal topic characters; the broker caps names at 249.
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
@@ -201,7 +209,7 @@ def is_loopback(host: str) -> bool:
 
 def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of the diagnosis settings (both jobs)."""
-    parser.add_argument("--memory", help="long-term memory URL (default sqlite:///.vdoctor/memory.db)")
+    parser.add_argument("--memory", help=MEMORY_FLAG_HELP)
     parser.add_argument("--knowledge", help="knowledge URL (default sqlite:///.vdoctor/knowledge.db)")
     parser.add_argument(
         "--model",

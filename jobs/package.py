@@ -31,6 +31,7 @@ from packaging.utils import canonicalize_name
 
 from jobs.job_settings import CONNECTOR_JAR_NAME, PROJECT_ROOT
 from vdoctor.errors import ConfigError
+from vdoctor.settings import ENV_VARS
 
 PROJECT_DIST = "vehicle-doctor"
 FLINK_DIST = "apache-flink"
@@ -41,6 +42,7 @@ JOB_PACKAGES = ("vdoctor", "operators", "jobs")
 # inspector's web stack (`vdoctor serve`: starlette, jinja2, uvicorn).
 NOT_IN_JOB = frozenset({"kafka-python", "matplotlib", "starlette", "jinja2", "uvicorn"})
 BUNDLE_NAME = "vdoctor-job.zip"
+MEMORY_URL_ENV = ENV_VARS["memory_url"]
 
 
 @dataclass
@@ -53,11 +55,15 @@ class Bundle:
     dependencies: list[str] = field(default_factory=list)
 
     def submit_command(self) -> str:
+        """The ``flink run`` command (the README's). The memory URL, which may hold a password, goes in the
+        environment (``VDOCTOR_MEMORY_URL``), not as ``--memory``: Flink's client logs every program
+        argument, and ``ps`` shows them."""
         return (
-            '"$FLINK_HOME/bin/flink" run -m "$JOBMANAGER" -d -pyclientexec "$CLIENT_PYTHON" \\\n'
-            f"  -pyfs {self.archive} -pym jobs.kafka_job \\\n"
+            f'{MEMORY_URL_ENV}="$MEMORY_URL" "$FLINK_HOME/bin/flink" run -m "$JOBMANAGER" -d \\\n'
+            '  -pyclientexec "$CLIENT_PYTHON" '
+            f"-pyfs {self.archive} -pym jobs.kafka_job \\\n"
             f"  --connector-jar {self.connector_jar} \\\n"
-            '  --kafka "$KAFKA" --memory "$MEMORY_URL" --checkpoint-dir "$CHECKPOINTS" --delivery exactly-once'
+            '  --kafka "$KAFKA" --checkpoint-dir "$CHECKPOINTS" --delivery exactly-once'
         )
 
 

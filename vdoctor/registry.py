@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Generic, TypeVar
-from urllib.parse import urlsplit
 
 from vdoctor.errors import ConfigError
+from vdoctor.url_credentials import url_scheme
 
 T = TypeVar("T")
 
@@ -46,5 +46,5 @@ class Registry(Generic[T]):
         return name in self._entries
 
     def for_url(self, url: str) -> T:
-        """The entry named by a URL's scheme (``sqlite:///x.db`` -> ``sqlite``)."""
-        return self[urlsplit(url).scheme]
+        """The entry named by a URL's scheme (``sqlite:///x.db`` -> ``sqlite``), read without parsing the rest."""
+        return self[url_scheme(url)]

@@ -6,6 +6,8 @@ nothing reads the environment at import time. Secrets are ``SecretStr``: they
 never print, log or serialise in clear; ``for_workers`` leaves the API key out
 of what is shipped (pickled) to Flink workers, and a worker reads it in
 ``open()`` with ``with_secrets`` from its own environment or a key file.
+A store URL's password is part of a plain ``str`` (the stores need the URL
+whole): ``repr()`` and ``str()`` mask it, while ``model_dump`` keeps it.
 
 Only the assembly root (``vdoctor.assembly``) turns settings into parts; the
 parts' registries take the sub-model they need.
@@ -13,7 +15,7 @@ parts' registries take the sub-model they need.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +27,7 @@ from vdoctor.events import describe_validation_error
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
 from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
+from vdoctor.url_credentials import redact_url
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
 DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
@@ -45,6 +48,12 @@ API_KEY_ENV = "OPENAI_API_KEY"
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # repr() and str() (and so a log line or a traceback's locals) show a URL field
+        # (memory.url, knowledge_url, base_url) without its password; the value itself is untouched.
+        for name, value in super().__repr_args__():
+            yield name, redact_url(value) if isinstance(value, str) and "://" in value else value
 
 
 class MemorySettings(_Frozen):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import traceback
 from collections.abc import Iterator
 
 import pytest
@@ -102,6 +103,8 @@ def test_other_4xx_is_not_retried_and_never_shows_the_key(
     # The injected 400 echoes the Authorization header it received.
     assert KEY not in str(info.value) and "[redacted]" in str(info.value)
     assert KEY not in caplog.text and KEY not in repr(model)
+    # Nor in the traceback: the openai error that holds the echo is not chained as the cause.
+    assert KEY not in "".join(traceback.format_exception(info.value))
 
 
 @pytest.mark.parametrize("server", [ServerConfig(api_key="sk-the-right-one")], indirect=True)
@@ -110,6 +113,7 @@ def test_wrong_key_is_a_clear_error_without_the_key(server: ModelServer, sleeps:
     with pytest.raises(ModelError, match="HTTP 401") as info:
         model.chat(MESSAGES, SPECS)
     assert KEY not in str(info.value) and server.stats["requests"] == 0
+    assert KEY not in "".join(traceback.format_exception(info.value))
 
 
 @pytest.mark.parametrize("server", [ServerConfig(error_schedule=["429"] * 3)], indirect=True)

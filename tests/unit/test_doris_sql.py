@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import traceback
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 from tests.services.doris import DORIS_TEST_DIM as VECTOR_DIM
 from vdoctor.errors import ConfigError, StoreError
 from vdoctor.records import MemoryRecord
+from vdoctor.stores import open_store
 from vdoctor.stores.base import EmbedderMismatch, SimilarQuery, StaleVersion
 from vdoctor.stores.doris import DorisDialect
 from vdoctor.stores.sqlbase import COLUMN_LIST, SqlStore, parse_url, schema_files, split_statements, vector_literal
@@ -701,6 +703,53 @@ def test_bad_urls_are_refused_without_echoing_the_password(url: str) -> None:
     with pytest.raises(ConfigError) as err:
         parse_url(url, 9030)
     assert "pw" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "password"),
+    [
+        ("mysql://root:Pq7/abcSECRET@db.example:3306/vd", "Pq7/abcSECRET"),
+        ("doris://vd:Xy7#kQ9SECRET@db.example:9030/vd", "Xy7#kQ9SECRET"),
+        ("doris://vd:Zw4?mN8SECRET@db.example:9030/vd", "Zw4?mN8SECRET"),
+        ("doris://vd:Rt5/9030SECRET@db.example:notaport/vd", "Rt5/9030SECRET"),
+    ],
+)
+def test_a_password_with_an_unescaped_delimiter_is_refused_without_showing_any_of_it(url: str, password: str) -> None:
+    # A URL parser ends the host part at the first / ? or #, and reads the password's first part as the port.
+    with pytest.raises(ConfigError) as err:
+        parse_url(url, 9030)
+    shown = str(err.value) + "".join(traceback.format_exception(err.value))
+    for piece in re.split(r"[/#?]", password):
+        assert piece not in shown
+    # The URL is shown from its last @ on, with what to do.
+    assert f"memory URL {url.split('://')[0]}://db.example:" in str(err.value) and "percent-encode" in str(err.value)
+
+
+def test_percent_encoded_specials_and_a_bare_at_sign_read_as_the_password() -> None:
+    assert parse_url("mysql://root:Pq7%2Fabc%23x%3Fy@db.example:3306/vd", 3306).password == "Pq7/abc#x?y"
+    info = parse_url("doris://vd:p@ss@db.example/vd", 9030)  # the host starts after the last @, as urlsplit reads it
+    assert (info.user, info.password, info.host, info.port, info.database) == ("vd", "p@ss", "db.example", 9030, "vd")
+    assert parse_url("mysql://db.example/vd", 3306).user == "root"
+
+
+def test_a_password_pymysql_cannot_send_is_refused_without_quoting_it() -> None:
+    # pymysql sends the password as Latin-1: a euro sign would fail in the driver, naming it and its position.
+    url = "mysql://root:xyz%E2%82%ACSECRET@db:3306/vd"
+    with pytest.raises(ConfigError, match="outside Latin-1") as err:
+        parse_url(url, 3306)
+    assert "SECRET" not in str(err.value) and "xyz" not in str(err.value) and "\u20ac" not in str(err.value)
+    assert "SECRET" not in "".join(traceback.format_exception(err.value))
+    # Latin-1 beyond ASCII is fine, percent-encoded as UTF-8.
+    assert parse_url("mysql://root:p%C3%A9ss@db:3306/vd", 3306).password == "p\u00e9ss"
+
+
+def test_a_password_a_url_parser_refuses_is_not_quoted_on_the_way_to_its_backend() -> None:
+    # urlsplit refuses an authority with a character that NFKC folds into / @ : (here ℀, "a/c"), quoting it
+    # whole in a ValueError; the store registry reads the scheme alone, and parse_url never parses the password.
+    url = "doris://vd:Ab\u2100SECRET@db.example:9030/vd"
+    with pytest.raises(ConfigError, match="outside Latin-1") as err:
+        open_store(url)
+    assert "SECRET" not in "".join(traceback.format_exception(err.value))
 
 
 def test_driver_errors_are_wrapped_without_the_password() -> None:

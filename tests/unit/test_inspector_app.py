@@ -13,7 +13,7 @@ from pydantic import SecretStr
 from starlette.testclient import TestClient
 
 from inspector.app import create_app
-from inspector.security import Scrubber, redact_url
+from inspector.security import Scrubber, redact_url, url_password
 from inspector.views import Inspector
 from tests.unit.test_recall_explain import ASKER, EMB, SYMPTOM, T, rec, vin
 from vdoctor.errors import StoreError
@@ -194,3 +194,21 @@ def test_redact_and_scrub() -> None:
     assert redact_url("sqlite:///out/demo/memory.db") == "sqlite:///out/demo/memory.db"
     scrub = Scrubber(["p@ss", None, ""])
     assert scrub("url doris://root:p%40ss@fe and p@ss") == "url doris://root:***@fe and ***"
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted", "password"),
+    [
+        ("mysql://root:123/abcSECRET@db.example:3306/vd", "mysql://root:***@db.example:3306/vd", "123/abcSECRET"),
+        ("doris://vd:Xy7#kQ9SECRET@db.example:9030/vd", "doris://vd:***@db.example:9030/vd", "Xy7#kQ9SECRET"),
+        ("doris://vd:a?b@cSECRET@fe/vd?table=case_memory", "doris://vd:***@fe/vd?table=case_memory", "a?b@cSECRET"),
+    ],
+)
+def test_a_password_with_an_unescaped_delimiter_is_still_redacted_and_scrubbed(
+    url: str, redacted: str, password: str
+) -> None:
+    # Everything between the user and the last @ is the password, whatever a URL parser would make of it.
+    assert redact_url(url) == redacted
+    assert url_password(url) == password
+    scrub = Scrubber([url_password(url)])
+    assert "SECRET" not in scrub(f"cannot connect to {url}: access denied using password {password}")

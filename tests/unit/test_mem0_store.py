@@ -284,6 +284,14 @@ def test_bad_vectors_and_vins_are_clear_errors(tmp_path: Path) -> None:
         open_store("mem0:///")
 
 
+def test_a_url_without_a_folder_is_refused_without_echoing_it() -> None:
+    # mem0 takes no credentials, but whatever is typed between mem0:// and the folder is never shown.
+    for url in ("mem0://vd:Pw0rdSECRET@host/", "mem0://Pw0rdSECRET", "mem0:///"):
+        with pytest.raises(ConfigError, match="give the folder after mem0:///") as err:
+            open_store(url)
+        assert "SECRET" not in str(err.value) and "@" not in str(err.value)
+
+
 def test_missing_package_says_how_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("mem0", "mem0.memory", "mem0.memory.main", "mem0.memory.telemetry"):
         monkeypatch.setitem(sys.modules, name, None)

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+import inspector.server
+from inspector.security import Scrubber
+from jobs import cli_serve
 from jobs.job_settings import SERVE_TOKEN_ENV, is_loopback, memory_url_as_given, serve_settings
 from vdoctor.errors import ConfigError
 
@@ -59,3 +62,18 @@ def test_short_tokens_and_missing_outputs_are_refused(tmp_path: Path) -> None:
 def test_the_memory_url_is_shown_as_given() -> None:
     assert memory_url_as_given(args(memory="sqlite:///out/demo/memory.db"), env={}) == "sqlite:///out/demo/memory.db"
     assert memory_url_as_given(args(), env={"VDOCTOR_MEMORY_URL": "sqlite:///x.db"}) == "sqlite:///x.db"
+
+
+def test_the_inspector_scrubs_the_model_api_key_as_well(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An openai embedder's recall holds the key: the inspector's scrubber masks it with the token and password.
+    key = "sk-inspector-scrub-4b5c6d7e"
+    scrubbers: list[Scrubber] = []
+    monkeypatch.setattr(inspector.server, "serve", lambda *a: scrubbers.append(a[-1]))
+    for var, value in {"OPENAI_API_KEY": key, "VDOCTOR_EMBEDDER": "hashing", "VDOCTOR_MEMORY_URL": "memory://"}.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv(SERVE_TOKEN_ENV, raising=False)
+    assert cli_serve._cmd_serve(args()) == 0
+    [scrub] = scrubbers
+    assert scrub(f"embedding endpoint: Incorrect API key provided: {key}") == (
+        "embedding endpoint: Incorrect API key provided: ***"
+    )

@@ -78,3 +78,18 @@ def test_the_pickled_operator_carries_no_key() -> None:
     settings = load_settings({"OPENAI_API_KEY": KEY, "VDOCTOR_MODEL": "openai"})
     blob = cloudpickle.dumps(DiagnosisFunction(settings.for_workers()))
     assert KEY.encode() not in blob
+
+
+def test_repr_and_str_mask_a_url_password_and_the_code_still_gets_it() -> None:
+    url = "mysql://u:Pw0rdSECRET@db.example:3306/vd"
+    settings = load_settings(
+        {"VDOCTOR_MEMORY_URL": url, "OPENAI_BASE_URL": "https://proxy:Pr0xySECRET@llm.example/v1"},
+        knowledge_url="doris://k:Kn0wSECRET@fe:9030/kb",
+    )
+    for shown in (repr(settings), str(settings), repr(settings.memory), str(settings.endpoint)):
+        assert "SECRET" not in shown
+    assert "url='mysql://u:***@db.example:3306/vd'" in repr(settings)
+    assert "base_url='https://proxy:***@llm.example/v1'" in str(settings)
+    # The value the stores open, and the one shipped to workers, are the URL as given.
+    assert settings.memory.url == url and settings.for_workers()["memory"]["url"] == url
+    assert with_overrides(settings, concurrency=2).memory.url == url

@@ -70,11 +70,13 @@ def tools_to_wire(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def _parse_arguments(raw: str | None, name: str) -> dict[str, Any]:
+def _parse_arguments(raw: str | None, name: str, scrub: Callable[[str], str]) -> dict[str, Any]:
+    """A tool call's arguments; an error shows them scrubbed and cut, and chains no cause (which holds them whole)."""
     try:
         value = json.loads(raw or "{}")
-    except ValueError as e:
-        raise ModelError(f"tool call {name!r} has arguments that are not JSON: {str(raw)[:MAX_ERROR_DETAIL]}") from e
+    except ValueError:
+        detail = scrub(str(raw))[:MAX_ERROR_DETAIL]
+        raise ModelError(f"tool call {name!r} has arguments that are not JSON: {detail}") from None
     if not isinstance(value, dict):
         raise ModelError(f"tool call {name!r} has arguments that are not a JSON object")
     return value
@@ -165,6 +167,9 @@ class OpenAIChatModel:
         kwargs: dict[str, Any] = {"model": self.name, "messages": to_wire(messages)}
         if tools:
             kwargs["tools"] = tools_to_wire(tools)
+        # Every error here is raised ``from None``: the openai exception holds the request (its
+        # Authorization header) and the server's reply, which may echo the key, and a chained cause
+        # would print them, unscrubbed, in any traceback. Our message carries the scrubbed detail.
         try:
             # The client's generic POST (its documented way to send a request as
             # built), with the reply as text: ``chat.completions.create``
@@ -173,19 +178,19 @@ class OpenAIChatModel:
             # CPU per call that 64 vehicles' runs sharing one interpreter
             # cannot afford. Errors, retries-off and timeouts are the same.
             text = self._client().post("/chat/completions", cast_to=str, body=kwargs)
-        except openai.APITimeoutError as e:
-            raise _Retryable(f"timed out after {self.timeout_s:g} s") from e
+        except openai.APITimeoutError:
+            raise _Retryable(f"timed out after {self.timeout_s:g} s") from None
         except openai.APIConnectionError as e:
-            raise _Retryable(self._scrub(f"connection failed: {e}")) from e
+            raise _Retryable(self._scrub(f"connection failed: {e}")) from None
         except openai.APIStatusError as e:
             detail = self._scrub(str(e))[:MAX_ERROR_DETAIL]
             if e.status_code == 429 or e.status_code >= 500:
-                raise _Retryable(f"HTTP {e.status_code}: {detail}") from e
-            raise ModelError(f"chat model {self.name}: HTTP {e.status_code}, not retried: {detail}") from e
+                raise _Retryable(f"HTTP {e.status_code}: {detail}") from None
+            raise ModelError(f"chat model {self.name}: HTTP {e.status_code}, not retried: {detail}") from None
         try:
             reply = json.loads(text)
         except ValueError as e:
-            raise _Retryable(self._scrub(f"unreadable reply: {e}: {text[:MAX_ERROR_DETAIL]}")) from e
+            raise _Retryable(self._scrub(f"unreadable reply: {e}: {text[:MAX_ERROR_DETAIL]}")) from None
         choices = reply.get("choices") if isinstance(reply, dict) else None
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise _Retryable("reply has no choices")
@@ -202,11 +207,8 @@ class OpenAIChatModel:
             if not isinstance(function, dict) or not function.get("name"):
                 continue
             name = str(function["name"])
-            calls.append(
-                ToolCall(
-                    id=str(c.get("id") or ""), name=name, arguments=_parse_arguments(function.get("arguments"), name)
-                )
-            )
+            arguments = _parse_arguments(function.get("arguments"), name, self._scrub)
+            calls.append(ToolCall(id=str(c.get("id") or ""), name=name, arguments=arguments))
         usage: dict[str, Any] = reply["usage"] if isinstance(reply.get("usage"), dict) else {}
         content = message.get("content")
         return ChatResponse(

@@ -265,5 +265,9 @@ def open_mem0(url: str, read_only: bool = False) -> Mem0Store:
     """``mem0:///relative/dir`` or ``mem0:////absolute/dir`` (as sqlite URLs are read)."""
     path = url[len("mem0:///") :] if url.startswith("mem0:///") else ""
     if not path.strip("/"):
-        raise ConfigError(f"memory URL {url!r}: give the folder, e.g. mem0:///var/lib/vdoctor/mem0")
+        # Not the URL itself: whatever sits between mem0:// and the folder could be credentials.
+        raise ConfigError(
+            "this mem0 memory URL names no folder: give the folder after mem0:/// (mem0:///relative/dir or "
+            "mem0:////absolute/dir, e.g. mem0:///var/lib/vdoctor/mem0)"
+        )
     return Mem0Store(Path(path).resolve(), read_only=read_only)

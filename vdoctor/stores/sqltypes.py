@@ -10,16 +10,23 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
 from vdoctor.errors import ConfigError, StoreError
+from vdoctor.url_credentials import ENCODING_HINT, split_url
 
 # Identifiers are never taken from input as-is: the table comes from this list.
 ALLOWED_TABLES = ("case_memory",)
 DEFAULT_TABLE = "case_memory"
 _DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_URL_FORM = "scheme://user:password@host:port/db"
+# How pymysql (``stores/mysql.py``, charset utf8mb4) sends the credentials: the user in the
+# connection's charset, the password as Latin-1. Anything else fails inside the driver with a
+# UnicodeEncodeError that names the character and its position, so it is refused here instead.
+USER_ENCODING = "utf-8"
+PASSWORD_ENCODING = "latin-1"
 
 
 @dataclass(frozen=True)
@@ -48,30 +55,58 @@ class ConnInfo:
 
 
 def parse_url(url: str, default_port: int) -> ConnInfo:
-    """Parse and validate a MySQL-protocol store URL; errors never echo the password."""
+    """Parse and validate a MySQL-protocol store URL; errors never echo the user or the password.
+
+    The credentials are cut off at the last ``@`` before anything is parsed
+    (``vdoctor.url_credentials``), so a message shows only the scheme and what
+    follows that ``@``, however the password is written.
+    """
+    split = split_url(url)
+    if split is None:
+        raise ConfigError(f"invalid memory URL: expected {_URL_FORM}")
+    shown = split.shown
+    if split.ends_authority_early:
+        raise ConfigError(f"memory URL {shown}: the user or password holds a '/', '?' or '#'; {ENCODING_HINT}")
     try:
-        parts = urlsplit(url)
+        parts = urlsplit(shown)
         port = parts.port or default_port
-    except ValueError as e:
-        raise ConfigError(f"invalid memory URL (expected scheme://user:password@host:port/db): {e}") from None
+    except ValueError:
+        raise ConfigError(f"invalid memory URL {shown}: expected {_URL_FORM}") from None
     database = parts.path.lstrip("/")
-    safe = f"{parts.scheme}://{parts.hostname or ''}:{port}/{database}"
     if not parts.hostname:
-        raise ConfigError(f"memory URL {safe} has no host")
+        raise ConfigError(f"memory URL {shown} has no host")
     if not _DB_NAME_RE.match(database):
-        raise ConfigError(f"memory URL {safe}: the database name must match {_DB_NAME_RE.pattern}")
+        raise ConfigError(f"memory URL {shown}: the database name must match {_DB_NAME_RE.pattern}")
     table = parse_qs(parts.query).get("table", [DEFAULT_TABLE])[0]
     if table not in ALLOWED_TABLES:
-        raise ConfigError(f"memory URL {safe}: table {table!r} is not one of {', '.join(ALLOWED_TABLES)}")
+        raise ConfigError(f"memory URL {shown}: table {table!r} is not one of {', '.join(ALLOWED_TABLES)}")
+    user = split.user or "root"
+    password = split.password or ""
+    # Neither is quoted: the password is a secret, and so may be a user typed where the password goes.
+    if not _encodes(user, USER_ENCODING):
+        raise ConfigError(f"memory URL {shown}: the user is not valid text; percent-encode it as UTF-8")
+    if not _encodes(password, PASSWORD_ENCODING):
+        raise ConfigError(
+            f"memory URL {shown}: the password holds a character outside Latin-1, which the MySQL driver (pymysql) "
+            "cannot send; use Latin-1 characters only, percent-encoded as UTF-8 (é as %C3%A9)"
+        )
     return ConnInfo(
         scheme=parts.scheme,
         host=parts.hostname,
         port=port,
-        user=unquote(parts.username or "root"),
-        password=unquote(parts.password or ""),
+        user=user,
+        password=password,
         database=database,
         table=table,
     )
+
+
+def _encodes(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def vector_literal(vector: Sequence[float]) -> str:
