@@ -116,22 +116,23 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     out.append(("nan_literal", as_json.replace('"signals": {', '"signals": {"nan_mv": NaN, ', 1), "parse"))
     out.append(("infinity_literal", as_json.replace('"signals": {', '"signals": {"inf_mv": -Infinity, ', 1), "parse"))
     out.append(("raw_control_char", as_json.replace('"alert_text": "', '"alert_text": "\x07\x1b[31m', 1), "parse"))
+    out.append(("deep_nesting", "[" * rng.randint(10_000, 100_000), "parse"))
     for field in ("vin", "ts", "event_id", "series"):
         broken = dict(good, event_id=good_id + "-m" + field)
         del broken[field]
         out.append((f"missing_{field}", json.dumps(broken, ensure_ascii=False), "validate"))
-    wrong_types = {"vin": 12345678901234567, "dtc_codes": "P0A7F", "signals": [1, 2], "ts": 1700000000, "series": None}
+    wrong_types = {"vin": 12345678901234567, "dtc_codes": "P0A7F", "signals": [1, 2], "ts": [2026], "series": None}
     name, value = rng.choice(list(wrong_types.items()))
     out.append((f"wrong_type_{name}", json.dumps(dict(good, event_id=good_id + "-t", **{name: value})), "validate"))
     out.append(
         (
             "signal_as_string",
-            json.dumps(dict(good, event_id=good_id + "-s", signals={"pack_temp_c": "41.5"})),
+            json.dumps(dict(good, event_id=good_id + "-s", signals={"pack_temp_c": "41.5 C"})),
             "validate",
         )
     )
     bad_vin = rng.choice(
-        [vin[:16], vin + "X", vin[:8] + "I" + vin[9:], vin[:3] + "O" + vin[4:], vin.lower(), vin[:5] + "Q" + vin[6:]]
+        [vin[:16], vin + "X", vin[:8] + "I" + vin[9:], vin[:3] + "O" + vin[4:], vin[:5] + "Q" + vin[6:]]
     )
     out.append(("invalid_vin", json.dumps(dict(good, event_id=good_id + "-v", vin=bad_vin)), "validate"))
     out.append(
@@ -142,7 +143,7 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
             "unknown_type",
             json.dumps(
                 {
-                    "type": rng.choice(["telemetry", "ALERT", "", "diagnosis"]),
+                    "type": rng.choice(["telemetry", "alarm", "", "diagnosis"]),
                     "event_id": good_id + "-u",
                     "vin": vin,
                     "ts": good["ts"],
@@ -152,6 +153,9 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
         )
     )
     out.append(("naive_ts", json.dumps(dict(good, event_id=good_id + "-z", ts="2026-11-01T08:00:00")), "validate"))
+    # A clock never set, and a time the conversion to UTC cannot even hold.
+    bad_ts = rng.choice(["1970-01-01T00:00:00Z", "0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+    out.append(("ts_out_of_range", json.dumps(dict(good, event_id=good_id + "-y", ts=bad_ts)), "validate"))
     out.append(
         (
             "recheck_unknown_session",

@@ -38,6 +38,7 @@ from jobs.job_settings import (
     kafka_settings,
 )
 from vdoctor.errors import ConfigError
+from vdoctor.events import key_vin
 from vdoctor.settings import Settings
 
 
@@ -60,25 +61,22 @@ def _sink_options(job: KafkaJobSettings, topic: str, suffix: str) -> dict[str, s
 
 
 def record_key(kind: str, payload: str) -> str | None:
-    """The Kafka key of an output record: the VIN, when one can be read."""
+    """The Kafka key of an output record: the VIN, when one can be read (a dead letter's raw input is
+    anything a producer sent: whatever cannot give a key gives none, and the record still goes out)."""
     try:
         data = json.loads(payload)
-    except ValueError:
-        return None
-    vin = data.get("vin") if isinstance(data, dict) else None
-    if vin is None and kind != "D" and isinstance(data, dict) and isinstance(data.get("raw"), str):
-        try:
+        vin = data.get("vin") if isinstance(data, dict) else None
+        if vin is None and kind != "D" and isinstance(data, dict) and isinstance(data.get("raw"), str):
             raw = json.loads(data["raw"])
-        except ValueError:
-            return None
-        vin = raw.get("vin") if isinstance(raw, dict) else None
-    return vin if isinstance(vin, str) and vin else None
+            vin = raw.get("vin") if isinstance(raw, dict) else None
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read
+        return None
+    return key_vin(vin)
 
 
 def build_job(job: KafkaJobSettings, settings: Settings) -> Any:
     """Wire source -> pipeline -> sinks on a fresh environment; return the environment to execute."""
     from pyflink.common import Row, Types, WatermarkStrategy
-    from pyflink.common.serialization import SimpleStringSchema
     from pyflink.datastream.connectors.kafka import (
         KafkaOffsetResetStrategy,
         KafkaOffsetsInitializer,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from vdoctor.errors import VDoctorError
+from vdoctor.events import key_vin
 
 # Redraw the progress bar at most this often.
 PROGRESS_EVERY_S = 0.5
@@ -46,13 +47,13 @@ class ReplayReport:
 
 
 def vin_key(line: str) -> bytes | None:
-    """The VIN of a JSON event line, as the record key; None for lines without one."""
+    """The VIN of a JSON event line, as the record key (as the job keys its outputs); None for lines without one."""
     try:
         data = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
-    vin = data.get("vin") if isinstance(data, dict) else None
-    return vin.encode("utf-8") if isinstance(vin, str) and vin else None
+    vin = key_vin(data.get("vin") if isinstance(data, dict) else None)
+    return None if vin is None else vin.encode("utf-8")
 
 
 def _draw(progress: TextIO, done: int, total: int, started: float) -> None:

@@ -27,13 +27,27 @@ from vdoctor.errors import EventError
 from vdoctor.units import SIGNAL_NAME_RE
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
-# (they are too easily confused with 1 and 0).
+# (they are too easily confused with 1 and 0). A VIN in lower case is the
+# same vehicle: it is upper-cased first (one key per vehicle).
 VIN_RE = re.compile(r"^[A-HJ-NPR-Z0-9]{17}$")
-# OBD-II / SAE J2012 trouble codes: system letter and four hex digits.
-DTC_RE = re.compile(r"^[PCBU][0-9A-F]{4}$")
+# OBD-II / SAE J2012 trouble codes: system letter and four hex digits. A UDS
+# code may carry its failure-type byte (``P0A7F-1B``, ``P0A7F1B``): the code is
+# the first five characters, as a scan tool shows it and the knowledge pack
+# knows it.
+DTC_RE = re.compile(r"^([PCBU][0-9A-F]{4})(?:-?[0-9A-F]{2})?$")
 # A signal is any snake_case name with a finite number; its unit, where the
 # name's suffix declares a known one, comes from vdoctor.units. No reading is
-# rejected for its unit.
+# rejected for its unit. A name is lower-cased, with ``.``, ``-`` and spaces
+# read as ``_`` (``pack_temp_C``, ``Vehicle.Speed``); a number sent as a
+# string is read as the number, true and false as 1 and 0, and a null
+# reading (the sensor had no value) is left out.
+_NAME_SEPARATORS = str.maketrans({".": "_", "-": "_", " ": "_"})
+# Event times: an ECU whose clock was never set reports 1970 or 2000-01-01,
+# and a time beyond these bounds is a clock fault (near the years 1 and 9999
+# the session arithmetic would not even run). Such an event is a dead letter
+# that says so.
+MIN_TS = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_TS = datetime(2200, 1, 1, tzinfo=UTC)
 # Bounds on free text and collections: an alert is a short message from a
 # vehicle, and an unbounded one would blow the model's context and the state.
 MAX_TEXT_CHARS = 4000
@@ -57,10 +71,40 @@ def session_id_for(vin: str, opened_at: datetime) -> str:
     return f"{vin}-{t[:4]}{t[5:7]}{t[8:10]}T{t[11:13]}{t[14:16]}{t[17:19]}"
 
 
+def key_vin(vin: object) -> str | None:
+    """A VIN as a Kafka record key: stripped and upper-cased as the parser reads it (one key per vehicle);
+    None for a value that is not text, is empty, or cannot be written as UTF-8 (a lone surrogate)."""
+    if not isinstance(vin, str) or not (vin := vin.strip().upper()):
+        return None
+    try:
+        vin.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return vin
+
+
 def _to_utc_second(value: datetime) -> datetime:
-    if value.tzinfo is UTC and not value.microsecond:
-        return value  # already what the rest would make of it (see ``_iso_string``)
-    return value.astimezone(UTC).replace(microsecond=0)
+    if value.tzinfo is not UTC or value.microsecond:
+        try:
+            value = value.astimezone(UTC).replace(microsecond=0)
+        except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00: before the year 1 in UTC
+            raise ValueError(f"{value.isoformat()} is out of range") from None
+    # (Already UTC to the second is the usual case: see ``_iso_string``.)
+    if not MIN_TS <= value < MAX_TS:
+        raise ValueError(
+            f"{value.isoformat().replace('+00:00', 'Z')} is not between {MIN_TS.year} and {MAX_TS.year - 1} "
+            "(is the vehicle's clock set?)"
+        )
+    return value
+
+
+def _none_as(default: object) -> Any:
+    """A before-validator reading null as ``default`` (a field a vehicle sends as null when it has nothing)."""
+
+    def read(value: object) -> object:
+        return default if value is None else value
+
+    return read
 
 
 # The form events are written in, UTC to the second (``2026-11-01T08:15:30Z``): such a
@@ -77,9 +121,16 @@ class _Event(BaseModel):
     vin: str
     ts: AwareDatetime
 
+    @field_validator("event_id", mode="before")
+    @classmethod
+    def _id_digits(cls, value: object) -> object:
+        # An id sent as a whole number is the same id as its digits.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
     @field_validator("vin")
     @classmethod
     def _check_vin(cls, value: str) -> str:
+        value = value.upper()
         if not VIN_RE.match(value):
             raise ValueError(
                 f"must be 17 characters of digits and capital letters except I, O, Q (ISO 3779), got {value[:40]!r}"
@@ -89,8 +140,10 @@ class _Event(BaseModel):
     @field_validator("ts", mode="before")
     @classmethod
     def _iso_string(cls, value: object) -> object:
-        # The contract is an ISO-8601 string; epoch numbers are ambiguous (s or ms?).
-        if not isinstance(value, str | datetime):
+        # The contract is an ISO-8601 string with a timezone. A Unix time (a number, or a string of its
+        # digits) is read as pydantic reads one: seconds up to 2e10, milliseconds above; the bounds on
+        # the time (``_to_utc_second``) turn away what that guesses wrong.
+        if isinstance(value, bool) or not isinstance(value, str | datetime | int | float):
             raise ValueError(f"must be an ISO-8601 string with a timezone, got {type(value).__name__}")
         if isinstance(value, str) and _UTC_SECOND_RE.fullmatch(value):
             try:
@@ -117,17 +170,43 @@ class AlertEvent(_Event):
         Field(max_length=MAX_SIGNALS),
     ] = {}
 
+    _empty_text = field_validator("alert_text", mode="before")(_none_as(""))
+    _no_codes = field_validator("dtc_codes", mode="before")(_none_as([]))
+
     @field_validator("dtc_codes")
     @classmethod
     def _check_codes(cls, codes: list[str]) -> list[str]:
         out: list[str] = []
         for code in codes:
-            norm = code.strip().upper()
-            if not DTC_RE.match(norm):
+            match = DTC_RE.match(code.strip().upper())
+            if match is None:
                 raise ValueError(f"{code[:20]!r} is not a trouble code like P0A7F")
-            if norm not in out:
+            if (norm := match.group(1)) not in out:
                 out.append(norm)
         return out
+
+    @field_validator("signals", mode="before")
+    @classmethod
+    def _read_signals(cls, signals: object) -> object:
+        if signals is None:
+            return {}
+        if not isinstance(signals, dict):
+            return signals  # the field's own error
+        read: dict[object, object] = {}
+        for name, value in signals.items():
+            if value is None:
+                continue
+            if isinstance(name, str):
+                name = name.strip().lower().translate(_NAME_SEPARATORS)
+            if isinstance(value, bool):
+                value = float(value)
+            elif isinstance(value, str):
+                try:
+                    value = float(value.strip())
+                except ValueError:
+                    raise ValueError(f"signal {str(name)[:40]} = {value[:20]!r} is not a number") from None
+            read[name] = value
+        return read
 
     @field_validator("signals")
     @classmethod
@@ -135,8 +214,8 @@ class AlertEvent(_Event):
         for name, value in signals.items():
             if not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
-                    f"signal name {name[:40]!r} must be snake_case (lower-case letters, digits and _, "
-                    "starting with a letter, at most 64 characters)"
+                    f"signal name {name[:40]!r} must be snake_case (letters, digits and _, starting with a "
+                    "letter, at most 64 characters)"
                 )
             if abs(value) > MAX_SIGNAL_ABS:
                 raise ValueError(f"signal {name} = {value!r} is out of range")
@@ -151,12 +230,19 @@ class RecheckEvent(_Event):
     recheck_ok: bool
     note: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
 
+    _empty_note = field_validator("note", mode="before")(_none_as(""))
+
 
 class LifecycleEvent(_Event):
     """A vehicle leaves the fleet's care: its long-term memory is soft-deleted."""
 
     type: Literal["lifecycle"]
     change: Literal["scrapped", "transferred"]
+
+    @field_validator("change", mode="before")
+    @classmethod
+    def _lower_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
 
 Event = AlertEvent | RecheckEvent | LifecycleEvent
@@ -202,9 +288,13 @@ def parse_event(raw: str) -> Event:
         raise EventError("parse", f"not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise EventError("parse", f"expected a JSON object, got {type(data).__name__}")
-    model = _MODELS.get(str(data.get("type")))
+    kind = data.get("type")
+    name = kind.strip().lower() if isinstance(kind, str) else str(kind)  # "Alert" is "alert"
+    model = _MODELS.get(name)
     if model is None:
-        raise EventError("validate", f"type: must be one of {', '.join(_MODELS)}, got {str(data.get('type'))[:40]!r}")
+        raise EventError("validate", f"type: must be one of {', '.join(_MODELS)}, got {str(kind)[:40]!r}")
+    if kind != name:
+        data["type"] = name
     try:
         return model.model_validate(data)
     except ValidationError as e:

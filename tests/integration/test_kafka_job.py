@@ -20,10 +20,12 @@ from tests.services.kafka_flink import KafkaBroker, read_topic
 
 pytestmark = pytest.mark.integration
 
+# Nested deeper than a JSON parser goes: a parse dead letter, and no key for the replay or the job to read.
+NESTED = "[" * 50_000
 EVENTS: list[dict[str, object] | str] = [
     alert("e-1", A, "EV-A", "2026-11-01T08:00:00Z", 187),   # A session 1 concludes at once
     alert("e-2", B, "EV-A", "2026-11-02T08:00:00Z", 160),   # B session 1
-    "{not json",                                            # parse dead letter, no key
+    NESTED,                                                 # parse dead letter, no key
     {"type": "alert", "event_id": "e-bad", "vin": "LSVAU2180N218329", "series": "EV-A",
      "ts": "2026-11-02T09:00:00Z"},                         # 16-character VIN: validate dead letter
     recheck("r-1", A, f"{A}-20261101T080000", "2026-11-04T08:00:00Z"),
@@ -44,7 +46,7 @@ def test_replay_produces_every_line_keyed_by_vin(kafka: KafkaBroker, topics: dic
     alerts = write_events(tmp_path / "alerts.jsonl", EVENTS)
     proc = _cli("replay", "--alerts", str(alerts), "--bootstrap", kafka.bootstrap, "--topic", topics["alerts"])
     assert proc.returncode == 0, proc.stderr
-    # 10 lines; all but "{not json" carry a VIN (the 16-character one too: the job rejects it, not replay).
+    # 10 lines; all but NESTED carry a VIN (the 16-character one too: the job rejects it, not replay).
     assert f"10 of 10 events produced to {topics['alerts']} (9 keyed by VIN, 0 failed)" in proc.stdout
     assert "10/10 events" in proc.stderr  # the progress bar's last frame
     records = read_topic(kafka.bootstrap, topics["alerts"], expect=10, timeout_s=30)
@@ -52,7 +54,7 @@ def test_replay_produces_every_line_keyed_by_vin(kafka: KafkaBroker, topics: dic
     by_key: dict[str | None, list[str]] = {}
     for key, value in records:
         by_key.setdefault(key, []).append(value)
-    assert by_key[None] == ["{not json"]
+    assert by_key[None] == [NESTED]
     # One key = one partition: a vehicle's events keep their order.
     assert [json.loads(v)["event_id"] for v in by_key[A]] == ["e-1", "r-1", "e-5", "e-6", "e-1"]
 
@@ -191,7 +193,7 @@ def test_job_reads_kafka_and_writes_vin_keyed_diagnoses_and_dead_letters(
     assert len(dead) == 3, job_log
     stages = {json.loads(v)["stage"]: (k, json.loads(v)) for k, v in dead}
     assert sorted(stages) == ["parse", "process", "validate"]
-    assert stages["parse"][0] is None and stages["parse"][1]["raw"] == "{not json"
+    assert stages["parse"][0] is None and stages["parse"][1]["raw"] == NESTED
     assert "vin" in stages["validate"][1]["error"]
     assert stages["process"][0] == C and "unknown session" in stages["process"][1]["error"]
 

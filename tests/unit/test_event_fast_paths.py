@@ -11,7 +11,7 @@ import pytest
 from pydantic import AwareDatetime, BaseModel, ValidationError, field_validator
 
 from vdoctor.errors import EventError
-from vdoctor.events import AlertEvent, _reject_constant, describe_validation_error, parse_event
+from vdoctor.events import MAX_TS, MIN_TS, AlertEvent, _reject_constant, describe_validation_error, parse_event
 
 pytestmark = pytest.mark.unit
 
@@ -26,14 +26,21 @@ class _PlainTs(BaseModel):
     @field_validator("ts", mode="before")
     @classmethod
     def _iso_string(cls, value: object) -> object:
-        if not isinstance(value, str | datetime):
+        if isinstance(value, bool) or not isinstance(value, str | datetime | int | float):
             raise ValueError(f"must be an ISO-8601 string with a timezone, got {type(value).__name__}")
         return value
 
     @field_validator("ts")
     @classmethod
     def _second_precision(cls, value: datetime) -> datetime:
-        return value.astimezone(UTC).replace(microsecond=0)
+        try:
+            value = value.astimezone(UTC).replace(microsecond=0)
+        except OverflowError:
+            raise ValueError(f"{value.isoformat()} is out of range") from None
+        if not MIN_TS <= value < MAX_TS:
+            shown = value.isoformat().replace("+00:00", "Z")
+            raise ValueError(f"{shown} is not between 2000 and 2199 (is the vehicle's clock set?)")
+        return value
 
 
 def _plain_ts(ts: object, json_mode: bool) -> tuple[str, object]:
@@ -85,9 +92,18 @@ def _timestamps() -> list[object]:
         "2026-11-01T08:15:30+00:00",
         "2026-11-01T08:15:30Z\n",
         "２０２６-11-01T08:15:30Z",  # full-width digits
+        "1999-12-31T23:59:59Z",
+        "2000-01-01T00:00:00Z",
+        "2199-12-31T23:59:59Z",
+        "2200-01-01T00:00:00Z",
+        "0001-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59-01:00",
         "yesterday",
         "",
         1700000000,
+        1700000000123,
+        1700000000.5,
+        "1700000000",
         None,
         True,
     ]

@@ -262,3 +262,15 @@ def test_replay_keys_lines_by_vin() -> None:
     assert vin_key("{not json") is None
     assert vin_key(json.dumps([1, 2])) is None
     assert vin_key(json.dumps({"vin": 17})) is None
+    # The key the job gives the vehicle's outputs; nothing a producer sends makes it fail.
+    assert vin_key(json.dumps({"vin": VIN.lower()})) == VIN.encode()
+    assert vin_key("[" * 100_000) is None
+    assert vin_key('{"vin": "\\ud800"}') is None
+
+
+def test_an_output_key_is_never_an_error_whatever_the_dead_letter_holds() -> None:
+    # A dead letter's raw input is whatever was sent: nested past the parser's depth, or a lone surrogate.
+    deep = {"raw": "[" * 100_000, "error": "not valid JSON", "stage": "parse"}
+    assert kafka_job.record_key("X", json.dumps(deep)) is None
+    assert kafka_job.record_key("X", json.dumps({"raw": '{"vin": "\\ud800"}', "stage": "validate"})) is None
+    assert kafka_job.record_key("X", json.dumps({"raw": json.dumps({"vin": VIN.lower()}), "stage": "validate"})) == VIN
