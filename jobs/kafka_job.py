@@ -97,10 +97,10 @@ def build_job(job: KafkaJobSettings, settings: Settings) -> Any:
         .set_topics(*job.input_topics())
         .set_group_id(job.group_id)
         .set_starting_offsets(KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
-        .set_value_only_deserializer(SimpleStringSchema())
         .set_property("isolation.level", "read_committed")
-        .build()
     )
+    _read_values_as_text(source)
+    source = source.build()
     raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka: " + ",".join(job.input_topics()))
     results = pipeline.build(raw, settings)
     row_type = Types.ROW_NAMED(["kind", "vin", "payload"], [Types.STRING(), Types.STRING(), Types.STRING()])
@@ -121,6 +121,36 @@ def build_job(job: KafkaJobSettings, settings: Settings) -> Any:
         statements.add_insert(f"{name}_sink", table.filter(col("kind") == kind).select(col("vin"), col("payload")))
     statements.attach_as_datastream()
     return env
+
+
+# Kafka's StringDeserializer: relocated in the SQL connector's jar (the one the job ships), as is in the plain one.
+KAFKA_STRING_DESERIALIZERS = (
+    "org.apache.flink.kafka.shaded.org.apache.kafka.common.serialization.StringDeserializer",
+    "org.apache.kafka.common.serialization.StringDeserializer",
+)
+
+
+def _read_values_as_text(builder: Any) -> None:
+    """Each record's value as UTF-8 text, and None for a record without one (a tombstone), which the
+    parse stage makes a dead letter. PyFlink's ``set_value_only_deserializer(SimpleStringSchema())``
+    fails the job on such a record (a NullPointerException in ``SimpleStringSchema``), and every
+    restart reads it again; Kafka's own ``StringDeserializer`` reads a null value as null. PyFlink
+    does not wrap ``KafkaRecordDeserializationSchema.valueOnly(Class)``, so it is set on the Java builder.
+    """
+    from pyflink.java_gateway import get_gateway
+    from pyflink.util.java_utils import load_java_class
+
+    text = None
+    for name in KAFKA_STRING_DESERIALIZERS:
+        try:
+            text = load_java_class(name)
+            break
+        except Exception:  # noqa: BLE001 - py4j's error for a class this connector jar does not hold
+            continue
+    if text is None:
+        raise ConfigError(f"the Kafka connector on the classpath has none of {', '.join(KAFKA_STRING_DESERIALIZERS)}")
+    schemas = get_gateway().jvm.org.apache.flink.connector.kafka.source.reader.deserializer
+    builder._j_builder.setDeserializer(schemas.KafkaRecordDeserializationSchema.valueOnly(text))
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -16,12 +16,19 @@ from vdoctor.records import DeadLetter
 DIAGNOSIS = "D"
 DEAD_LETTER = "X"
 EVENT = "E"
+NO_VALUE = "a record with no value (a Kafka tombstone) is not an event"
 
 
 class ParseEvents(ProcessFunction):  # type: ignore[misc]
     """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, "")."""
 
-    def process_element(self, value: str, ctx: ProcessFunction.Context) -> Iterator[tuple[str, str, str, str]]:
+    def process_element(
+        self, value: str | None, ctx: ProcessFunction.Context
+    ) -> Iterator[tuple[str, str, str, str]]:
+        if value is None:  # a Kafka record without a value (a tombstone: what a producer sends to delete a key)
+            letter = DeadLetter(raw="", error=NO_VALUE, stage="parse")
+            yield DEAD_LETTER, "parse", letter.model_dump_json(), ""
+            return
         raw = value.rstrip("\r\n")
         if not raw.strip():
             return  # blank lines carry nothing to lose

@@ -222,3 +222,24 @@ def test_job_rides_out_a_broker_restart(tmp_path: Path) -> None:
         broker.stop()
     # At-least-once: a diagnosis may come twice after the restart, but none is missing.
     assert seen == {"e-1", "e-2", "e-3", "e-5", "e-6"}, (tmp_path / "job.log").read_text()[-3000:]
+
+
+def test_a_record_without_a_value_does_not_stop_the_job(
+    kafka: KafkaBroker, topics: dict[str, str], running_job: Path
+) -> None:
+    """A tombstone (a record whose value is null: what a producer sends to delete a key) among the alerts."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+    try:
+        producer.send(topics["alerts"], key=A.encode(), value=None).get(timeout=30)
+    finally:
+        producer.close()
+    alerts = write_events(running_job / "alerts.jsonl", [alert("e-1", A, "EV-A", "2026-11-01T08:00:00Z", 187)])
+    assert _cli("replay", "--alerts", str(alerts), "--bootstrap", kafka.bootstrap,
+                "--topic", topics["alerts"], "--quiet").returncode == 0
+    diagnoses = read_topic(kafka.bootstrap, topics["diagnoses"], expect=1, timeout_s=240)
+    assert [json.loads(v)["event_id"] for _, v in diagnoses] == ["e-1"], (running_job / "job.log").read_text()[-3000:]
+    dead = read_topic(kafka.bootstrap, topics["dead"], expect=1, timeout_s=60)
+    assert [(json.loads(v)["stage"], json.loads(v)["raw"]) for _, v in dead] == [("parse", "")]
+    assert "no value" in json.loads(dead[0][1])["error"]
