@@ -18,6 +18,7 @@ import pytest
 from vdoctor.embedders import child as child_module
 from vdoctor.embedders.child import ChildProcessEmbedder, read_request, request_frame
 from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.errors import ModelError
 
 pytestmark = pytest.mark.unit
 
@@ -105,7 +106,7 @@ def test_the_childs_vectors_are_the_models_in_this_process(child: ChildProcessEm
 
 
 def test_a_failed_call_says_why_and_leaves_nothing_on_the_pipe(child: ChildProcessEmbedder) -> None:
-    with pytest.raises(ValueError, match="embedding failed: RuntimeError: boom x"):
+    with pytest.raises(ModelError, match="embedding failed: RuntimeError: boom x"):
         child.embed(["a", "boom"])
     assert child.embed(TEXTS).tobytes() == HashingEmbedder(DIM).embed(TEXTS).tobytes()
 
@@ -117,3 +118,20 @@ def test_a_child_that_died_is_started_again_and_the_call_sent_once_more(child: C
     child._proc.kill()
     child._proc.wait()
     assert child.embed(TEXTS).tobytes() == expected
+
+
+def test_a_child_that_cannot_be_started_again_is_a_model_that_is_down(
+    child: ChildProcessEmbedder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The engine degrades recall on a ModelError (and flags a case it could not write); any other error
+    would make the event a dead letter."""
+    assert child.embed(TEXTS).shape == (len(TEXTS), DIM)
+    gone = tmp_path / "gone-python"
+    gone.write_text("#!/bin/sh\nexit 3\n")
+    gone.chmod(0o755)
+    monkeypatch.setattr(child_module, "python_executable", lambda: str(gone))
+    assert child._proc is not None
+    child._proc.kill()
+    child._proc.wait()
+    with pytest.raises(ModelError, match="embedding child failed twice"):
+        child.embed_queries(TEXTS)

@@ -51,7 +51,7 @@ from typing import IO
 import numpy as np
 
 from vdoctor.embedders.base import Vectors
-from vdoctor.errors import ConfigError
+from vdoctor.errors import ConfigError, ModelError
 
 _HEADER = struct.Struct(">ii")
 _LENGTH = struct.Struct(">I")
@@ -137,13 +137,15 @@ class ChildProcessEmbedder:
         with self._lock:
             try:
                 return self._exchange(request, len(texts))
-            except OSError:  # the child died (a broken pipe, an early end of its output): once more, on a new one
-                self._stop()
+            except (OSError, ConfigError):  # the child died (a broken pipe, an early end of its output), or
+                self._stop()  # could not be started again: once more, on a new one
             try:
                 return self._exchange(request, len(texts))
-            except OSError:
+            except (OSError, ConfigError) as e:
                 self._stop()  # never leave a half-read reply on the pipe for the next call
-                raise
+                # A model that is down, as an embedding endpoint that is: the engine degrades recall and
+                # flags the case it could not write, where any other error would be the event's dead letter.
+                raise ModelError(f"the {self.model} embedding child failed twice: {e}") from None
 
     def _exchange(self, request: bytes, rows: int) -> Vectors:
         """One request and its reply, with the lock held; a child not running (never started, or exited since
@@ -181,7 +183,7 @@ class ChildProcessEmbedder:
         rows, size = _HEADER.unpack_from(reply)
         if rows < 0:
             problem = self._read(_HEADER.size + size, reply)[_HEADER.size :].decode("utf-8", "replace")
-            raise ValueError(f"{self.model} embedding failed: {problem}")
+            raise ModelError(f"{self.model} embedding failed: {problem}")
         reply = self._read(_HEADER.size + rows * size * 4, reply)
         return np.frombuffer(reply, dtype=np.float32, offset=_HEADER.size).reshape(rows, size)
 
