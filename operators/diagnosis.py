@@ -12,7 +12,11 @@ in arrival order. The operator thread owns all Flink state:
 - Worker threads run ``DiagnosisEngine.on_event`` as a pure function of
   (snapshots, event) plus model/store calls, and chain a vehicle's next event
   onto the previous result themselves. They never touch Flink state and never
-  read the current key.
+  read the current key. One event's failure is its result (a flagged
+  diagnosis, or a dead letter: ``DiagnosisEngine.on_event``), so a vehicle's
+  bad event never fails the task, nor fails it again at every restore from
+  ``pending``; what still raises (``RunFailed``) is an interrupt or a fault
+  of this operator, and fails the task.
 - One processing-time timer per subtask ticks every ``TICK_MS`` while the
   pool has work. A tick drains what finished since the last one (the pool
   queues finished vehicles; nothing is polled per vehicle), and for each

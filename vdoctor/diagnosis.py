@@ -16,7 +16,7 @@ from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.embedders.base import Vectors
-from vdoctor.errors import EventError, StoreError
+from vdoctor.errors import EventError, ModelError, StoreError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.knowledge.search import KnowledgeBase
@@ -56,6 +56,14 @@ log = logging.getLogger(__name__)
 
 # How many signals an alert's timeline line names: the summary line is short.
 TIMELINE_SIGNALS = 3
+# Output flags: a concluded case or a milestone that did not reach long-term memory (the store, the
+# embedder or the summary model stayed down); the summary model failed (a fold was written by the
+# offline summarizer instead; a case summary could not be written).
+L3_WRITE_FAILED = "l3_write_failed"
+SUMMARY_MODEL_FAILED = "summary_model_failed"
+# A dead letter's reason quotes at most this much of an unexpected error's message: enough to name the
+# fault, never a whole input echoed back (a validation error repeats the value it refused).
+MAX_FAILURE_CHARS = 500
 
 
 @dataclass
@@ -80,6 +88,18 @@ class StepResult:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     duplicate: bool = False
     stats: RunStats = field(default_factory=RunStats)
+
+
+def failure_text(error: Exception) -> str:
+    """A dead letter's reason for an unexpected error of one event's run: its type and message, bounded.
+
+    Our own errors' messages are written to be shown (``VDoctorError``: no secrets); a foreign error that
+    no boundary wrapped is named by its type, so the reason says where to look.
+    """
+    message = str(error)
+    if len(message) > MAX_FAILURE_CHARS:
+        message = message[:MAX_FAILURE_CHARS] + "…"
+    return f"processing failed: {type(error).__name__}" + (f": {message}" if message else "")
 
 
 def signal_uri(vin: str, name: str, when: str) -> str:
@@ -138,13 +158,22 @@ class DiagnosisEngine:
         event: Event,
         raw: str,
     ) -> StepResult:
-        """The event's run. A ``StoredSession`` (the job's state) is parsed only for an alert that continues it."""
+        """The event's run. A ``StoredSession`` (the job's state) is parsed only for an alert that continues it.
+
+        One event's failure is never the job's: an event that cannot be processed (``EventError``), a
+        long-term memory that stays down (``StoreError``) and any other error of its run (an ``Exception``:
+        a bug, a foreign error no boundary wrapped) make it a ``process`` dead letter with the reason, and
+        the job goes on (``KeyboardInterrupt``, ``SystemExit`` and the like still propagate). A dead
+        letter's session is the one given (its stored text untouched; a live one as the failed run left
+        it), and its dedup ids do not hold the event's: the same event sent again is processed.
+        """
         if not dedup.check_and_add(event.event_id, event.ts):
             return StepResult(session=session, dedup=dedup, duplicate=True)
-        if isinstance(session, StoredSession) and isinstance(event, AlertEvent) and session.accepts_alert_at(event.ts):
-            session = session.load()
+        given = session
         try:
             if isinstance(event, AlertEvent):
+                if isinstance(session, StoredSession) and session.accepts_alert_at(event.ts):
+                    session = session.load()
                 stats = RunStats()
                 session, diagnosis = self._on_alert(session, event, stats)
                 return StepResult(session=session, dedup=dedup, diagnoses=[diagnosis], stats=stats)
@@ -156,17 +185,18 @@ class DiagnosisEngine:
                 # The vehicle left the fleet's care: its open session ends too.
                 return StepResult(session=None, dedup=dedup)
         except EventError as e:
-            return StepResult(
-                session=session, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=str(e), stage="process")]
-            )
+            error = str(e)
         except StoreError as e:
             log.warning("long-term memory failed for %s: %s", event.vin, e)
-            return StepResult(
-                session=session,
-                dedup=dedup,
-                dead_letters=[DeadLetter(raw=raw, error=f"long-term memory unavailable: {e}", stage="process")],
-            )
-        raise TypeError(f"unhandled event type {type(event).__name__}")
+            error = f"long-term memory unavailable: {e}"
+        except Exception as e:  # noqa: BLE001 - one event's failure is its dead letter, not the job's
+            log.warning("event %s of %s failed; it goes to the dead letters", event.event_id, event.vin, exc_info=True)
+            error = failure_text(e)
+        else:
+            raise TypeError(f"unhandled event type {type(event).__name__}")
+        # Not processed: the same event sent again (a recheck that came before its case) must not be a duplicate.
+        dedup.discard(event.event_id)
+        return StepResult(session=given, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=error, stage="process")])
 
     def _on_recheck(self, event: RecheckEvent) -> None:
         if not event.session_id.startswith(event.vin + "-"):
@@ -190,8 +220,9 @@ class DiagnosisEngine:
         started = time.perf_counter()
         try:
             found = self.recall.for_alert(alert.vin, alert.series, alert.alert_text, alert.dtc_codes, alert.ts)
-        except StoreError as e:
-            # Diagnose without memory rather than not at all; the output says so.
+        except (StoreError, ModelError) as e:
+            # Long-term memory or the embedder (the query's vector) is down: diagnose without memory
+            # rather than not at all; the output says so.
             log.warning("recall failed for %s: %s", alert.vin, e)
             session.memory = MemoryUse(degraded=True)
             return session
@@ -275,6 +306,8 @@ class DiagnosisEngine:
             flags += self._write_milestone(session, alert, stats)
         if session.working.fidelity_failures > failures_before and "summary_fidelity_failed" not in flags:
             flags.append("summary_fidelity_failed")
+        if working.summary_model_failures and SUMMARY_MODEL_FAILED not in flags:
+            flags.append(SUMMARY_MODEL_FAILED)
 
         diagnosis = Diagnosis(
             vin=alert.vin,
@@ -354,7 +387,14 @@ class DiagnosisEngine:
         """Summarise, check, embed and upsert a concluded case. Returns output flags."""
         if session.l3_written or session.conclusion is None:
             return []
-        case = summarize_case(session, self.pack, self.summarizer, self.summary_metrics)
+        try:
+            case = summarize_case(session, self.pack, self.summarizer, self.summary_metrics)
+        except ModelError as e:
+            # The summary model is down (after its retries): the diagnosis still goes out, flagged; the
+            # case is not written (no summary of another summarizer is put in long-term memory silently).
+            log.warning("could not summarise %s for long-term memory: %s", session.session_id, e)
+            stats.write_failed = True
+            return [SUMMARY_MODEL_FAILED, L3_WRITE_FAILED]
         # Session trigger: the whole session is compressed into its case summary.
         working.close_session(case.text)
         flags = [] if case.report.ok else ["summary_fidelity_failed"]
@@ -367,7 +407,13 @@ class DiagnosisEngine:
         source = self._bounded_source(case)
         # Embedded as what a later session finds it by: the symptom as reported, codes, cause, fix, the summary's words.
         text = dense_text(session.alert_text, c.codes, c.root_cause, c.fix_action, case.text)
-        vector = self._embed_record(text, stats)
+        try:
+            vector = self._embed_record(text, stats)
+        except ModelError as e:
+            # The embedder is down: as a store that stays down, the case is flagged, never silently dropped.
+            log.warning("could not embed %s for long-term memory: %s", session.session_id, e)
+            stats.write_failed = True
+            return [*flags, L3_WRITE_FAILED]
         record = MemoryRecord(
             vin=session.vin,
             session_id=session.session_id,
@@ -393,7 +439,7 @@ class DiagnosisEngine:
             # The diagnosis still goes out; the case is flagged, never silently dropped.
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)
             stats.write_failed = True
-            return [*flags, "l3_write_failed"]
+            return [*flags, L3_WRITE_FAILED]
         finally:
             stats.write_ms = (time.perf_counter() - started) * 1000.0
         if status is WriteStatus.MERGED:
@@ -426,7 +472,13 @@ class DiagnosisEngine:
             return []
         summary, omitted = milestone_summary(session, due, alert.ts)
         codes = list(session.codes)
-        vector = self._embed_record(dense_text(session.alert_text, codes, "", "", summary), stats)
+        try:
+            vector = self._embed_record(dense_text(session.alert_text, codes, "", "", summary), stats)
+        except ModelError as e:
+            # Not written, so not counted as written: the next alert of the session tries again.
+            log.warning("could not embed the milestone of %s: %s", session.session_id, e)
+            stats.write_failed = True
+            return [L3_WRITE_FAILED]
         record = MemoryRecord(
             vin=session.vin,
             session_id=milestone_id(session.session_id, due),
@@ -451,7 +503,7 @@ class DiagnosisEngine:
         except StoreError as e:
             log.warning("could not write milestone of %s: %s", session.session_id, e)
             stats.write_failed = True
-            return ["l3_write_failed"]
+            return [L3_WRITE_FAILED]
         finally:
             stats.write_ms = (time.perf_counter() - started) * 1000.0
         session.milestones_written = due

@@ -63,7 +63,13 @@ Result = TypeVar("Result")
 
 
 class RunFailed(Exception):
-    """A step raised: a bug, not a model or store outage (those are results). The job must fail."""
+    """A step raised. The job must fail.
+
+    A step returns what one item's run can survive as its result (the diagnosis engine: a model, embedder
+    or store outage as a flagged diagnosis, any other ``Exception`` of one event as a dead letter), so
+    what reaches here is what it lets through on purpose, an interrupt or an exit (a ``BaseException``
+    that is not an ``Exception``), or a fault outside the item's run (the caller's own code).
+    """
 
 
 @dataclass(frozen=True)

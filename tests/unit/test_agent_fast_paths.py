@@ -24,7 +24,7 @@ AT = datetime(2026, 11, 1, 8, tzinfo=UTC)
 
 
 def _plain_parse(content: str) -> FinalAnswer | None:
-    """``parse_answer`` as it was: a validated answer, corrected on a copy."""
+    """``parse_answer`` written plainly: a validated answer, corrected on a copy (the confidence on every path)."""
     start, end = content.find("{"), content.rfind("}")
     if start < 0 or end < start:
         return None
@@ -33,8 +33,9 @@ def _plain_parse(content: str) -> FinalAnswer | None:
     except ValueError:
         return None
     if answer.phase is Phase.CONCLUDED and not (answer.root_cause and answer.fix_action and answer.priority):
-        return answer.model_copy(update={"phase": Phase.INVESTIGATING})
-    return answer.model_copy(update={"confidence": min(1.0, max(0.0, answer.confidence))})
+        answer = answer.model_copy(update={"phase": Phase.INVESTIGATING})
+    confidence = 0.0 if math.isnan(answer.confidence) else min(1.0, max(0.0, answer.confidence))
+    return answer.model_copy(update={"confidence": confidence})
 
 
 def test_parse_answer_corrects_in_place_what_a_copy_corrected() -> None:
@@ -45,7 +46,7 @@ def test_parse_answer_corrects_in_place_what_a_copy_corrected() -> None:
             ("root_cause", [None, "", "cell imbalance"]),
             ("fix_action", [None, "replace module"]),
             ("priority", [None, "P1", "P2", "P9"]),
-            ("confidence", [-0.5, 0, 0.3, "0.7", 1.7]),
+            ("confidence", [-0.5, 0, 0.3, "0.7", 1.7, 85, math.nan]),
             ("codes", [["P0A7F"], "P0A7F"]),
             ("evidence", [["dtc://P0A7F"]]),
             ("voided", [["old cause"]]),

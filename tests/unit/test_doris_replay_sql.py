@@ -22,6 +22,7 @@ from tests.unit.test_engine import Harness
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
+from vdoctor.memory.recall import OWN_HISTORY_LIMIT
 from vdoctor.models.offline import OfflineModel
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES
 from vdoctor.retrieval.tokens import query_terms
@@ -52,7 +53,8 @@ def test_every_session_asks_doris_for_what_was_true_when_it_opened() -> None:
         recall: list[tuple[str, Any]] = conn.calls[start : start + 6]
         own, own_archived, ann, ann_archived, bm25, bm25_archived = recall
         window = opened - timedelta(days=730)
-        assert own[0].startswith(OWN) and own[1] == [event["vin"], window, *[opened] * 3, 10]
+        # One record more than recall keeps: it leaves the opening session's own case out (``recall.own_history``).
+        assert own[0].startswith(OWN) and own[1] == [event["vin"], window, *[opened] * 3, OWN_HISTORY_LIMIT + 1]
         assert own_archived[0].startswith(OWN_ARCHIVED) and own_archived[1][2:6] == [opened] * 4
         for (sql, params), table, filters, times in (
             (ann, "case_memory", AS_OF, 4),

@@ -105,3 +105,44 @@ def test_ids_counted_across_adds_up_to_the_bound() -> None:
             assert stored.check_and_add(f"n-{i}", T0) == plain.check_and_add(f"n-{i}", T0)
             assert stored.model_dump_json() == plain.model_dump_json(), (size, i)
         assert stored._parsed is None  # noqa: SLF001
+
+
+# -- discard: an event that became a dead letter may be sent again ---------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_stored_dedup_discards_as_the_parsed_state(seed: int) -> None:
+    """Adds and discards mixed (an id discarded, added again, discarded twice): the same answers and texts."""
+    rng = random.Random(1000 + seed)
+    size = rng.choice([0, 1, 2, 5, MAX_DEDUP_IDS - 1, MAX_DEDUP_IDS, rng.randrange(MAX_DEDUP_IDS)])
+    text = _start(rng, size, awkward=seed % 3 == 0).model_dump_json()
+    made = list(DedupState.model_validate_json(text).seen)
+    plain = DedupState.model_validate_json(text)
+    stored = StoredDedup(text)
+    for step in range(rng.choice([5, 20, 60])):
+        eid = _random_id(rng, made)
+        if rng.random() < 0.5:
+            stored.discard(eid)
+            plain.discard(eid)
+            assert eid not in stored.seen, (step, eid)
+        else:
+            ts = T0 + timedelta(seconds=rng.randrange(-(10**6), 10**8))
+            assert stored.check_and_add(eid, ts) == plain.check_and_add(eid, ts), (step, eid)
+            made.append(eid)
+        assert stored.model_dump_json() == plain.model_dump_json(), (step, eid)
+        if rng.random() < 0.5:  # the state written and read back, as between two events
+            stored = StoredDedup(stored.model_dump_json())
+    assert stored.seen == plain.seen
+
+
+def test_a_discarded_id_is_new_again_and_the_text_edited_not_parsed() -> None:
+    stored = StoredDedup(DedupState().model_dump_json())
+    for eid in ("a", "b", "c"):
+        assert stored.check_and_add(eid, T0)
+    # First, middle and last entry, then the only one left: the text is what pydantic writes for the rest.
+    for eid, left in (("b", ["a", "c"]), ("c", ["a"]), ("a", [])):
+        stored.discard(eid)
+        assert stored.model_dump_json() == DedupState(seen=dict.fromkeys(left, int(T0.timestamp()))).model_dump_json()
+    stored.discard("never-seen")
+    assert stored.check_and_add("b", T0)  # new again
+    assert stored._parsed is None  # noqa: SLF001

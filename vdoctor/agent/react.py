@@ -73,20 +73,32 @@ class AgentRun:
     error: str | None = None
 
 
+def clamp_confidence(value: float) -> float:
+    """A model's confidence as a diagnosis holds it: within [0, 1]; a NaN (``json`` reads one) is none, 0."""
+    if value != value:
+        return 0.0
+    return min(1.0, max(0.0, value))
+
+
 def parse_answer(content: str) -> FinalAnswer | None:
+    """The model's final answer, or None when it is not one (the run is then flagged ``unparseable_answer``).
+
+    Whatever the reply holds, the answer returned fits a ``Diagnosis``: wrong types and values outside
+    the contract (a priority other than P1-P3, evidence that is not a list of strings) make it None, and
+    the confidence is clamped to [0, 1] on every path (a model may answer 85 for 0.85).
+    """
     match = _JSON_OBJECT_RE.search(content)
     if not match:
         return None
     try:
         answer = FinalAnswer.model_validate(json.loads(match.group(0)))
-    except (ValueError, ValidationError):
+    except (ValueError, ValidationError, RecursionError):  # RecursionError: JSON nested deeper than json reads
         return None
     # The answer was just validated and is this call's own: it is corrected in place.
     if answer.phase is Phase.CONCLUDED and not (answer.root_cause and answer.fix_action and answer.priority):
         # A conclusion without a cause, a fix and a priority is only a guess.
         answer.phase = Phase.INVESTIGATING
-    else:
-        answer.confidence = min(1.0, max(0.0, answer.confidence))
+    answer.confidence = clamp_confidence(answer.confidence)
     return answer
 
 

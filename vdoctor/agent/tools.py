@@ -9,16 +9,20 @@ ever see that vehicle's data.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vdoctor.errors import ModelError, StoreError
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.knowledge.chunks import codes_in
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.lines import iso
 from vdoctor.memory.session import SessionState
 from vdoctor.models.base import ToolSpec
+
+log = logging.getLogger(__name__)
 
 # A tool result is injected into the context: keep it small.
 MAX_READINGS_RETURNED = 12
@@ -79,8 +83,15 @@ def _search_knowledge(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, 
         return {"error": "no knowledge base is configured"}
     query = query[:MAX_QUERY_CHARS]
     wanted = codes_in(query)
+    try:
+        found = ctx.knowledge.search(query, scope=scope or None)
+    except (ModelError, StoreError) as e:
+        # The embedder or the knowledge store is down: the model reads that the search failed and goes on
+        # with what it has (its other tools, the session), rather than the vehicle's run failing.
+        log.warning("knowledge search failed: %s", e)
+        return {"error": f"knowledge search failed: {e}"}
     hits = []
-    for h in ctx.knowledge.search(query, scope=scope or None):
+    for h in found:
         # A chunk is 200-400 tokens; when the query names codes, only their lines matter.
         lines = [ln for ln in h.chunk.text.splitlines() if wanted and ln.split(":", 1)[0] in wanted]
         text = "\n".join(lines) if lines else h.chunk.text[:MAX_HIT_CHARS]

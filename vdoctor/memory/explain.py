@@ -6,7 +6,8 @@ and lays out, for a session of ``vin`` opening at event time T:
 
 - own history: every record of the vehicle, in its version current at T,
   given or not and why (not concluded by T, invalidated by T, concluded more
-  than two years before T, beyond the newest ten, over the token budget);
+  than two years before T, the opening session's own, beyond the newest ten,
+  over the token budget);
 - similar cases: every stage-1 candidate (the union of the lexical and the
   dense channel's top candidates) with its named scores (each channel's own
   score, the fused retrieval score, the reranker's score and its weighted
@@ -33,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from vdoctor.events import session_id_for
 from vdoctor.memory.recall import (
     OWN_HISTORY_LIMIT,
     OWN_HISTORY_WINDOW,
@@ -42,6 +44,7 @@ from vdoctor.memory.recall import (
     SessionRecall,
     render_record,
 )
+from vdoctor.memory.write_policy import MILESTONE_SEPARATOR
 from vdoctor.records import MemoryRecord
 from vdoctor.retrieval.cases import PART_DENSE
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES, LEXICAL_CANDIDATES
@@ -67,6 +70,8 @@ class Outcome(StrEnum):
     INVALIDATED = "invalidated by T"
     NOT_VERIFIED = "not verified by T"
     OUTSIDE_WINDOW = "concluded over 2 years before T"
+    # Its own case is never a session's history, even when it exists at T (``recall.own_history``).
+    OPENING_SESSION = "the session opening at T itself"
     BEYOND_OWN_LIMIT = f"beyond the newest {OWN_HISTORY_LIMIT}"
     BELOW_CANDIDATES = f"below the dense top-{DENSE_CANDIDATES}, not in the lexical top-{LEXICAL_CANDIDATES}"
     NOT_RETURNED = "passed the filters, not returned by the store's search"
@@ -241,6 +246,7 @@ def _own_entries(
     audit: StoreAudit, vin: str, at: datetime, trace: RecallTrace, found: Recall, tokens: Callable[[str], int]
 ) -> list[Entry]:
     """Every record of the vehicle, newest first, with what became of it in this recall."""
+    opening = session_id_for(vin, at)
     fetched = {r.session_id for r in trace.own}
     chosen = {r.session_id for r in found.own}
     entries: list[Entry] = []
@@ -254,6 +260,8 @@ def _own_entries(
             entries.append(_entry(record, version, Outcome.INVALIDATED, f"invalid from {_when(record.invalid_ts)}"))
         elif record.concluded_at < at - OWN_HISTORY_WINDOW:
             entries.append(_entry(record, version, Outcome.OUTSIDE_WINDOW))
+        elif record.session_id == opening or record.session_id.startswith(opening + MILESTONE_SEPARATOR):
+            entries.append(_entry(record, version, Outcome.OPENING_SESSION))
         else:
             admitted.append((record, version))
     admitted.sort(key=lambda a: (a[0].concluded_at, a[0].session_id), reverse=True)

@@ -3,7 +3,9 @@
 Judged in event time: a session opening at T (its first alert's ``ts``) sees
 each record in its version current at T, and only what was true at T
 (``stores.base``). Own history: the vehicle's records concluded in the two
-years up to T and not invalidated by T, newest first, at most ten. Similar
+years up to T and not invalidated by T, newest first, at most ten, as the
+session opening at T knew them: never its own case, even when the session's
+opening alert runs again after it was written (``own_history``). Similar
 cases: same series, other vehicles, concluded and verified (recheck_ok =
 true) by T, not invalidated by T; found by two channels, BM25 over each
 case's indexed text and the embedding of it, top-50 each, fused
@@ -24,18 +26,22 @@ import numpy as np
 import numpy.typing as npt
 
 from vdoctor.embedders import Embedder, embedder_id
+from vdoctor.events import session_id_for
 from vdoctor.identity import KeptByIdentity
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
 from vdoctor.lines import MEMORY_HEADER, RecallEntry, day
+from vdoctor.memory.write_policy import MILESTONE_SEPARATOR
 from vdoctor.records import MemoryRecord, MemoryRef, RecordKind
 from vdoctor.retrieval.cases import candidate_columns, case_candidates
 from vdoctor.retrieval.hybrid import DENSE_CANDIDATES
-from vdoctor.stores.base import EmbedderMismatch, MemoryStore, Scored, SimilarQuery
+from vdoctor.stores.base import EmbedderMismatch, MemoryStore, Scored, SimilarQuery, newest_first
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 OWN_HISTORY_WINDOW = timedelta(days=730)  # two years (DESIGN.md §4)
 OWN_HISTORY_LIMIT = 10
+# Event times are kept to the second (``records``): the latest time before an event time is one step earlier.
+EVENT_TIME_STEP = timedelta(seconds=1)
 SIMILAR_TOP = 5  # stage 2: after reranking
 # The reranker adds trouble-code overlap (Jaccard of the alert's codes and the
 # case's) to the fused retrieval score (in [0, 1]): a shared code is the
@@ -243,9 +249,36 @@ def similar_top(store: MemoryStore, query: SimilarQuery, codes: list[str], k: in
 
 
 def own_history(store: MemoryStore, vin: str, at: datetime) -> list[MemoryRecord]:
-    """The vehicle's own records as of ``at`` (its own only, checked again)."""
-    own = store.own_history(vin, at - OWN_HISTORY_WINDOW, OWN_HISTORY_LIMIT, as_of=at)
-    return [r for r in own if r.vin == vin and r.valid and r.concluded_at <= at]
+    """The vehicle's own records as of ``at`` (its own only, checked again), as the session opening at ``at`` knew them.
+
+    That session is ``session_id_for(vin, at)``. Its opening alert runs again after a restore from a
+    checkpoint taken before that alert's run was stored, and the first run may have concluded and
+    written its case by then (concluded at ``at``, so it exists as of ``at``): the run again must recall
+    what the first run recalled, never the session's own case. So the session's own records are left
+    out (its case; its milestones conclude later than ``at``), and an earlier case it was merged into
+    (``write_policy``: the same cause within 30 days) is taken in its version from before the merge,
+    which this session wrote. Done here, after every backend's read, so that no backend can give a
+    session its own case; one record more is read, so the limit is still met with one left out.
+    """
+    opening = session_id_for(vin, at)
+    milestones = opening + MILESTONE_SEPARATOR
+    since = at - OWN_HISTORY_WINDOW
+    own = store.own_history(vin, since, OWN_HISTORY_LIMIT + 1, as_of=at)
+    merged = {r.session_id for r in own if opening in r.merged_sessions}
+    if merged:
+        # The version before the merge is the one current just before ``at`` (event times are whole seconds).
+        before = store.own_history(vin, since, OWN_HISTORY_LIMIT + 1, as_of=at - EVENT_TIME_STEP)
+        own = [r for r in own if r.session_id not in merged] + [r for r in before if r.session_id in merged]
+        own = newest_first(own, OWN_HISTORY_LIMIT + 1)
+    return [
+        r
+        for r in own
+        if r.vin == vin
+        and r.valid
+        and r.concluded_at <= at
+        and r.session_id != opening
+        and not r.session_id.startswith(milestones)
+    ][:OWN_HISTORY_LIMIT]
 
 
 def recall(

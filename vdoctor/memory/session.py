@@ -254,6 +254,14 @@ class DedupState(BaseModel):
             del self.seen[next(iter(self.seen))]
         return True
 
+    def discard(self, event_id: str) -> None:
+        """Forget the id (if held), so that the event counts as new when it comes again.
+
+        For an event that was not processed (a dead letter): it may be sent again. An older id that
+        its ``check_and_add`` pushed out of a full list stays out (the list then holds one id fewer).
+        """
+        self.seen.pop(event_id, None)
+
 
 # What pydantic's JSON writes escaped in a string (quote, backslash, control characters), or cannot write
 # (a lone surrogate). ``StoredDedup`` handles in the text only ids with none of these.
@@ -324,6 +332,23 @@ class StoredDedup:
             self._ids = ids + 1
         self.json = f"{_DEDUP_HEAD}{kept}{',' if kept else ''}{key}{int(ts.timestamp())}}}}}"
         return True
+
+    def discard(self, event_id: str) -> None:
+        """``DedupState.discard`` on the stored ids: the id's entry is cut from the text."""
+        if self._parsed is not None or event_id.startswith(":") or _ESCAPED_RE.search(event_id) or self._count() < 0:
+            self.load().discard(event_id)
+            return
+        text = self.json
+        key = f'"{event_id}":'
+        start = text.find(key, len(_DEDUP_HEAD))
+        if start == -1:
+            return
+        end = text.find(",", start + len(key))  # the entry's value is digits: the next comma ends it
+        if end != -1:  # an entry before others: it goes with the comma after it
+            self.json = text[:start] + text[end + 1 :]
+        else:  # the last entry: it goes with the comma before it, if any
+            self.json = text[: start - 1 if start > len(_DEDUP_HEAD) else start] + "}}"
+        self._ids = self._count() - 1
 
     def model_dump_json(self) -> str:
         """``DedupState.model_dump_json`` of the ids: the stored text, as edited."""

@@ -207,14 +207,19 @@ def repair(text: str, report: FidelityReport, request: SummaryRequest) -> str:
 def summarize_checked(
     summarizer: Summarizer, request: SummaryRequest, metrics: FidelityMetrics | None = None
 ) -> CheckedSummary:
-    """Summarise, check, repair or retry once; the result says whether it finally passed."""
+    """Summarise, check, repair or retry once; the result says whether it finally passed.
+
+    The summarizer's own errors propagate (a model summarizer's ``ModelError``): the caller decides.
+    """
     metrics = metrics if metrics is not None else FidelityMetrics()
-    metrics.checked += 1
 
     def check(text: str) -> FidelityReport:
         return check_request(text, request)
 
+    # Counted once there is a summary to check: a summarizer that raises (a model outage, ``ModelError``)
+    # checked nothing, and its caller may have the request summarised by another (``WorkingMemory``).
     text = summarizer.summarize(request)
+    metrics.checked += 1
     report = check(text)
     if report.ok:
         metrics.passed_first += 1

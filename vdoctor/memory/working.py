@@ -10,7 +10,8 @@ When the context passes ``COMPRESS_AT`` of the window, the oldest half of the
 verbatim rounds is folded into the rolling summary. A stage end (the ReAct
 run moves from investigation to a conclusion) also folds the rounds, and the
 whole session is summarised when it concludes (see ``summary.py``). Every
-fold is written by the summarizer and checked for fidelity (``summarizer.py``).
+fold is written by the summarizer and checked for fidelity (``summarizer.py``);
+while a summary model is down, by the offline summarizer (``_summarize``).
 Key facts come from ``facts.py``; they stay bounded by keeping, per signal,
 the first, lowest, highest and latest reading as facts with their times, and
 every reading's value in time order as the signal's trend (``trend
@@ -21,14 +22,17 @@ from __future__ import annotations
 
 import bisect
 import functools
+import logging
 import re
 
 from pydantic import BaseModel, Field
 
+from vdoctor.errors import ModelError
 from vdoctor.limits import WORKING_BUDGET_TOKENS
 from vdoctor.lines import CLAUSE_KINDS, READING_FACT, FactKind, KeyFact, KeyFactField, SummaryLine
 from vdoctor.memory.facts import URI_RE, dedupe, extract_text_facts
 from vdoctor.memory.summarizer import (
+    CheckedSummary,
     FidelityMetrics,
     OfflineSummarizer,
     Summarizer,
@@ -37,6 +41,11 @@ from vdoctor.memory.summarizer import (
 )
 from vdoctor.records import MAX_SUMMARY_CHARS
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
+
+log = logging.getLogger(__name__)
+
+# What writes a fold when the configured summarizer failed (it holds no state).
+_OFFLINE = OfflineSummarizer()
 
 # The newest rounds stay verbatim: the model reasons best over exact recent text.
 KEEP_ROUNDS = 6
@@ -209,6 +218,8 @@ class WorkingMemory:
         self.summarizer: Summarizer = summarizer or OfflineSummarizer()
         self.metrics = metrics if metrics is not None else FidelityMetrics()
         self.keep_rounds = keep_rounds
+        # Folds of this run whose summarizer failed (a model outage): the engine flags the diagnosis.
+        self.summary_model_failures = 0
 
     def add_facts(self, facts: list[KeyFact]) -> None:
         self._add_trends(facts)
@@ -351,12 +362,28 @@ class WorkingMemory:
             keep_first=(0,),
             carried="\n".join(f.render() for f in [*self.state.key_facts, *self.trend_facts()]),
         )
-        checked = summarize_checked(self.summarizer, request, self.metrics)
+        checked = self._summarize(request)
         if not checked.ok:
             self.state.fidelity_failures += 1
         self.state.summary_lines += checked.text.splitlines()
         del self.state.summary_lines[:-MAX_SUMMARY_LINES]
         self.state.compressions += 1
+
+    def _summarize(self, request: SummaryRequest) -> CheckedSummary:
+        """``summarize_checked`` by the summarizer; by the offline one once the summarizer failed in this run.
+
+        A summary model that is down (``ModelError``, after its own retries) must not fail the vehicle's
+        run, nor leave its context unfolded and growing: the fold is written by ``OfflineSummarizer`` and
+        checked as any other, and the engine flags the diagnosis (``summary_model_failed``). Later folds of
+        the same run go to the offline summarizer at once rather than wait through the model's retries again.
+        """
+        if not self.summary_model_failures:
+            try:
+                return summarize_checked(self.summarizer, request, self.metrics)
+            except ModelError as e:
+                self.summary_model_failures += 1
+                log.warning("summary model failed; %s summary written by the offline summarizer: %s", request.kind, e)
+        return summarize_checked(_OFFLINE, request, self.metrics)
 
     def render(self, current: str = "") -> str:
         """The working context as text: summary, recent rounds, ``current``, key facts last."""

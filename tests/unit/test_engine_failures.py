@@ -1,0 +1,438 @@
+"""One vehicle's failure is its own: a flagged diagnosis or a dead letter, never the job's.
+
+The engine is driven as the operator drives it: per VIN the session and
+dedup snapshots as keyed state holds them (the session's JSON text as a
+``StoredSession``; the dedup ids as ``StoredDedup`` text, or parsed), written
+back from whatever each step returns. Outages are fakes of the model, the
+summary model, the embedder and the store that fail as the real ones do
+after their retries (``ModelError``, ``StoreError``); a bug is a foreign
+exception from the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import pytest
+
+from vdoctor.diagnosis import MAX_FAILURE_CHARS, DiagnosisEngine, StepResult, failure_text
+from vdoctor.embedders.base import Vectors
+from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.errors import ModelError, StoreError
+from vdoctor.events import parse_event
+from vdoctor.knowledge import KnowledgePack, load_pack
+from vdoctor.knowledge.search import KnowledgeBase
+from vdoctor.knowledge.stores import open_knowledge_store
+from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
+from vdoctor.memory.summarizer import ModelSummarizer, Summarizer
+from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolCall, ToolSpec
+from vdoctor.models.offline import OfflineModel
+from vdoctor.records import DeadLetter, Diagnosis, MemoryRef, Phase
+from vdoctor.stores.memory import InMemoryStore
+
+pytestmark = pytest.mark.unit
+
+VIN = "LSVAU2180N2183294"
+T0 = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+SID_1 = f"{VIN}-20261101T081530"  # opened by the alert at T0
+
+
+def iso(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def alert(event_id: str, at: datetime, mv: float) -> dict[str, Any]:
+    """A P0A7F alert: 187 mV confirms the fault (the pack's rule is 100 mV), 87 mV does not."""
+    return {
+        "type": "alert",
+        "event_id": event_id,
+        "vin": VIN,
+        "series": "EV-A",
+        "ts": iso(at),
+        "alert_text": "电池包单体压差过大",
+        "dtc_codes": ["P0A7F"],
+        "signals": {"cell_voltage_diff_mv": mv},
+    }
+
+
+def recheck(event_id: str, at: datetime, session_id: str) -> dict[str, Any]:
+    return {
+        "type": "recheck",
+        "event_id": event_id,
+        "vin": VIN,
+        "session_id": session_id,
+        "ts": iso(at),
+        "recheck_ok": True,
+        "note": "压差 12mV, 复检正常",
+    }
+
+
+def lifecycle(event_id: str, at: datetime) -> dict[str, Any]:
+    return {"type": "lifecycle", "event_id": event_id, "vin": VIN, "ts": iso(at), "change": "scrapped"}
+
+
+@dataclass
+class Harness:
+    """The operator's part: snapshots in and out as keyed state holds them."""
+
+    engine: DiagnosisEngine
+    dedup_kind: Literal["stored", "parsed"] = "stored"
+    state: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+
+    def send(self, payload: dict[str, Any]) -> StepResult:
+        raw = json.dumps(payload, ensure_ascii=False)
+        event = parse_event(raw)
+        session_json, dedup_json = self.state.get(event.vin, (None, DedupState().model_dump_json()))
+        session = StoredSession(session_json) if session_json else None
+        dedup = StoredDedup(dedup_json) if self.dedup_kind == "stored" else DedupState.model_validate_json(dedup_json)
+        result = self.engine.on_event(session, dedup, event, raw)
+        self.state[event.vin] = (
+            result.session.model_dump_json() if result.session is not None else None,
+            result.dedup.model_dump_json(),
+        )
+        return result
+
+    def diagnose(self, payload: dict[str, Any]) -> Diagnosis:
+        result = self.send(payload)
+        assert result.dead_letters == [] and not result.duplicate
+        [diagnosis] = result.diagnoses
+        return diagnosis
+
+    def dead_letter(self, payload: dict[str, Any]) -> DeadLetter:
+        result = self.send(payload)
+        assert result.diagnoses == []
+        [letter] = result.dead_letters
+        assert letter.stage == "process" and letter.raw == json.dumps(payload, ensure_ascii=False)
+        # The event is not held as seen: sent again, it is processed.
+        assert payload["event_id"] not in result.dedup.seen
+        return letter
+
+
+class FlakyEmbedder(HashingEmbedder):
+    """The hashing embedder behind an endpoint that can be down (as the OpenAI embedder fails: ``ModelError``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries_down = False
+        self.passages_down = False
+
+    def embed(self, texts: list[str]) -> Vectors:
+        if self.passages_down:
+            raise ModelError("embedding endpoint failed for model m: HTTP 503")
+        return super().embed(texts)
+
+    def embed_queries(self, texts: list[str]) -> Vectors:
+        if self.queries_down:
+            raise ModelError("embedding endpoint failed for model m: HTTP 503")
+        return super().embed_queries(texts)
+
+
+@dataclass
+class DownModel:
+    """A chat model that failed for good (after its retries)."""
+
+    name: str = "down"
+    calls: int = 0
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        self.calls += 1
+        raise ModelError("chat model down: gave up after 4 attempts; last error: HTTP 503")
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class ScriptedModel:
+    """A chat model that answers from a script (tool calls or final content) and keeps what it was sent."""
+
+    answers: list[ChatResponse]
+    name: str = "scripted"
+    sent: list[list[Message]] = field(default_factory=list)
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        self.sent.append(list(messages))
+        return self.answers[len(self.sent) - 1]
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class RaisingOnce:
+    """The offline model, but its first call raises ``error`` (a bug, or an interrupt)."""
+
+    error: BaseException
+    name: str = "raising-once"
+    inner: OfflineModel = field(default_factory=OfflineModel)
+    raised: bool = False
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        if not self.raised:
+            self.raised = True
+            raise self.error
+        return self.inner.chat(messages, tools)
+
+    def close(self) -> None:
+        pass
+
+
+class FlakyStore(InMemoryStore):
+    """Long-term memory whose soft delete (a lifecycle event) fails while it is down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def soft_delete(self, vin: str, at: datetime) -> int:
+        if self.down:
+            raise StoreError("long-term memory at sqlite:///m.db: database is locked")
+        return super().soft_delete(vin, at)
+
+
+@pytest.fixture(scope="module")
+def pack() -> KnowledgePack:
+    return load_pack()
+
+
+def engine(
+    pack: KnowledgePack,
+    *,
+    store: InMemoryStore | None = None,
+    model: ChatModel | None = None,
+    embedder: HashingEmbedder | None = None,
+    summarizer: Summarizer | None = None,
+    knowledge: KnowledgeBase | None = None,
+    working_keep_rounds: int = 6,
+) -> DiagnosisEngine:
+    return DiagnosisEngine(
+        store=store if store is not None else InMemoryStore(),
+        model=model or OfflineModel(),
+        embedder=embedder or HashingEmbedder(),
+        pack=pack,
+        summarizer=summarizer,
+        knowledge=knowledge,
+        working_keep_rounds=working_keep_rounds,
+    )
+
+
+# -- an embedder that stays down ---------------------------------------------------------------------
+
+
+def test_recall_with_the_embedder_down_diagnoses_without_memory_and_says_so(pack: KnowledgePack) -> None:
+    embedder = FlakyEmbedder()
+    h = Harness(engine(pack, embedder=embedder))
+    h.diagnose(alert("e-1", T0, 187))  # concludes at once: the vehicle's own history now holds a case
+    again = h.diagnose(alert("e-2", T0 + timedelta(days=3), 187))
+    assert again.memory.own == [MemoryRef(vin=VIN, session_id=SID_1)]  # recalled while the embedder is up
+
+    embedder.queries_down = True
+    down = h.diagnose(alert("e-3", T0 + timedelta(days=6), 187))
+    # As when the store is down: no memory at all, and the output says so; the agent still diagnoses.
+    assert down.memory.degraded and not down.memory.injected
+    assert down.memory.own == [] and down.memory.similar == [] and down.memory.tokens == 0
+    # The case is written (the store's embedding of it works), merged into the one of 6 days before (same cause).
+    assert down.phase is Phase.CONCLUDED and down.flags == ["l3_merged"]
+
+
+def test_a_case_the_embedder_cannot_embed_is_flagged_and_the_diagnosis_goes_out(pack: KnowledgePack) -> None:
+    embedder, store = FlakyEmbedder(), InMemoryStore()
+    h = Harness(engine(pack, store=store, embedder=embedder))
+    h.diagnose(alert("e-1", T0, 87))
+    embedder.passages_down = True
+    result = h.send(alert("e-2", T0 + timedelta(hours=2), 187))
+    [concluded] = result.diagnoses
+    assert concluded.phase is Phase.CONCLUDED and concluded.root_cause
+    assert concluded.flags == ["l3_write_failed"]
+    assert result.stats.write_failed and result.stats.write_ms is None  # nothing reached the store
+    assert store.count() == 0
+
+
+def test_a_milestone_the_embedder_cannot_embed_is_flagged_and_written_by_the_next_alert(pack: KnowledgePack) -> None:
+    embedder, store = FlakyEmbedder(), InMemoryStore()
+    h = Harness(engine(pack, store=store, embedder=embedder))
+    h.diagnose(alert("e-1", T0, 87))
+    embedder.passages_down = True
+    # 25 h into the session (an alert within 48 h keeps it open): its first milestone is due.
+    missed = h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88))
+    assert missed.phase is Phase.INVESTIGATING and missed.flags == ["l3_write_failed"]
+    assert store.count() == 0
+    embedder.passages_down = False
+    written = h.diagnose(alert("e-3", T0 + timedelta(hours=26), 89))
+    assert written.flags == ["l3_milestone"]
+    assert [r.session_id for r in store.history(VIN)] == [f"{SID_1}-m1"]
+
+
+def test_a_knowledge_search_the_embedder_fails_is_a_failed_tool_result(pack: KnowledgePack) -> None:
+    knowledge_embedder = FlakyEmbedder()
+    knowledge_embedder.queries_down = True
+    model = ScriptedModel(
+        [
+            ChatResponse(content=None, tool_calls=(ToolCall("k-1", "search_knowledge", {"query": "P0A7F"}),)),
+            ChatResponse(content='{"phase": "INVESTIGATING", "confidence": 0.3}'),
+        ]
+    )
+    knowledge = KnowledgeBase(open_knowledge_store("memory://"), knowledge_embedder)
+    h = Harness(engine(pack, model=model, knowledge=knowledge))
+    diagnosis = h.diagnose(alert("e-1", T0, 87))
+    assert diagnosis.tool_calls == 1 and diagnosis.llm_calls == 2
+    assert diagnosis.phase is Phase.INVESTIGATING and diagnosis.confidence == pytest.approx(0.3)
+    # The model read that the search failed, and why.
+    tool_result = json.loads(model.sent[1][-1].content)
+    assert tool_result == {"error": "knowledge search failed: embedding endpoint failed for model m: HTTP 503"}
+
+
+# -- a summary model that stays down -------------------------------------------------------------------
+
+
+def test_a_case_the_summary_model_cannot_summarise_is_flagged_and_the_diagnosis_goes_out(pack: KnowledgePack) -> None:
+    store, summary_model = InMemoryStore(), DownModel()
+    h = Harness(engine(pack, store=store, summarizer=ModelSummarizer(summary_model)))
+    h.diagnose(alert("e-1", T0, 87))
+    result = h.send(alert("e-2", T0 + timedelta(hours=2), 187))
+    [concluded] = result.diagnoses
+    assert concluded.phase is Phase.CONCLUDED and concluded.root_cause
+    assert concluded.flags == ["summary_model_failed", "l3_write_failed"]
+    assert result.stats.write_failed
+    assert store.count() == 0 and summary_model.calls == 1
+
+
+def test_a_fold_the_summary_model_cannot_write_is_written_offline_and_flagged(pack: KnowledgePack) -> None:
+    summary_model = DownModel()
+    e = engine(pack, summarizer=ModelSummarizer(summary_model), working_keep_rounds=1)
+    h = Harness(e)
+    first = h.diagnose(alert("e-1", T0, 87))
+    assert first.flags == []  # one round: nothing to fold
+    # A second round passes keep_rounds=1: the older one is folded, by the offline summarizer.
+    second = h.diagnose(alert("e-2", T0 + timedelta(hours=1), 88))
+    assert second.phase is Phase.INVESTIGATING and second.flags == ["summary_model_failed"]
+    assert summary_model.calls == 1
+    result = h.send(alert("e-3", T0 + timedelta(hours=2), 89))
+    session = result.session
+    assert session is not None and not isinstance(session, StoredSession)
+    working = session.working
+    assert len(working.rounds) == 1 and working.threshold_folds == 2 and working.fidelity_failures == 0
+    # The offline summary's lines: the folded rounds' event lines, with their times.
+    assert len(working.summary_lines) == 2 and all(line.startswith("2026-11-01") for line in working.summary_lines)
+    assert e.summary_metrics.checked == 2 and e.summary_metrics.failed == 0
+
+
+# -- what a model's reply may hold -----------------------------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than json reads (RecursionError)
+
+
+@pytest.mark.parametrize(
+    ("reply", "confidence", "flags"),
+    [
+        # A conclusion without a fix is a guess: the phase goes back, and the confidence is still clamped.
+        ('{"phase": "CONCLUDED", "root_cause": "x", "confidence": 85}', 1.0, []),
+        ('{"phase": "CONCLUDED", "root_cause": "x", "confidence": -2}', 0.0, []),
+        ('{"phase": "CONCLUDED", "root_cause": "x", "confidence": NaN}', 0.0, []),
+        ('{"phase": "CONCLUDED", "root_cause": "x", "confidence": Infinity}', 1.0, []),
+        ('{"phase": "INVESTIGATING", "confidence": NaN}', 0.0, []),
+        ('{"phase": "INVESTIGATING", "confidence": "0.85"}', 0.85, []),
+        ('{"phase": "INVESTIGATING", "confidence": "85"}', 1.0, []),
+        # Outside the contract: not an answer (the session goes on investigating, flagged).
+        ('{"phase": "INVESTIGATING", "confidence": "high"}', 0.0, ["unparseable_answer"]),
+        ('{"phase": "INVESTIGATING", "priority": "P4"}', 0.0, ["unparseable_answer"]),
+        ('{"phase": "INVESTIGATING", "evidence": "dtc://P0A7F"}', 0.0, ["unparseable_answer"]),
+        ('{"phase": "INVESTIGATING", "evidence": [1, 2]}', 0.0, ["unparseable_answer"]),
+        ('{"phase": "INVESTIGATING", "codes": null}', 0.0, ["unparseable_answer"]),
+        ('{"phase": "concluded"}', 0.0, ["unparseable_answer"]),
+        ('{"phase": "INVESTIGATING", "evidence": ' + DEEP + "}", 0.0, ["unparseable_answer"]),
+    ],
+)
+def test_any_reply_gives_a_valid_diagnosis(
+    pack: KnowledgePack, reply: str, confidence: float, flags: list[str]
+) -> None:
+    h = Harness(engine(pack, model=ScriptedModel([ChatResponse(content=reply)])))
+    diagnosis = h.diagnose(alert("e-1", T0, 87))
+    assert diagnosis.phase is Phase.INVESTIGATING and diagnosis.root_cause is None
+    assert diagnosis.confidence == pytest.approx(confidence)
+    assert diagnosis.flags == flags
+
+
+# -- any other error of one event's run: a dead letter, and the job goes on --------------------------------
+
+
+def test_an_unexpected_error_in_one_events_run_is_a_dead_letter_and_the_job_goes_on(
+    pack: KnowledgePack, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = Harness(engine(pack, model=RaisingOnce(RuntimeError("tool schema mismatch in step 3"))))
+    with caplog.at_level(logging.WARNING, logger="vdoctor.diagnosis"):
+        letter = h.dead_letter(alert("e-1", T0, 87))
+    assert letter.error == "processing failed: RuntimeError: tool schema mismatch in step 3"
+    # Logged at WARNING with the traceback.
+    [logged] = [r for r in caplog.records if r.name == "vdoctor.diagnosis"]
+    assert logged.levelno == logging.WARNING and "e-1" in logged.getMessage()
+    assert logged.exc_info is not None and isinstance(logged.exc_info[1], RuntimeError)
+    assert h.state[VIN][0] is None  # no session was opened by the failed run
+    # The job goes on: the same event sent again, and the next one, are diagnosed.
+    assert h.diagnose(alert("e-1", T0, 87)).session_id == SID_1
+    assert h.diagnose(alert("e-2", T0 + timedelta(hours=1), 88)).session_id == SID_1
+
+
+def test_a_failed_alert_gives_back_the_stored_session_untouched(pack: KnowledgePack) -> None:
+    h = Harness(engine(pack))
+    h.diagnose(alert("e-1", T0, 87))
+    stored = h.state[VIN][0]
+    h.engine.model = RaisingOnce(ValueError("unexpected reply shape"))
+    result = h.send(alert("e-2", T0 + timedelta(hours=1), 88))
+    assert [d.error for d in result.dead_letters] == ["processing failed: ValueError: unexpected reply shape"]
+    # The alert's run read the session and changed it before it failed: the session as stored is kept.
+    assert isinstance(result.session, StoredSession) and result.session.model_dump_json() == stored
+
+
+def test_interrupts_still_propagate(pack: KnowledgePack) -> None:
+    h = Harness(engine(pack, model=RaisingOnce(KeyboardInterrupt())))
+    with pytest.raises(KeyboardInterrupt):
+        h.send(alert("e-1", T0, 87))
+
+
+def test_a_failure_text_names_the_type_and_bounds_the_message() -> None:
+    assert failure_text(KeyError("cell_voltage_diff_mv")) == "processing failed: KeyError: 'cell_voltage_diff_mv'"
+    assert failure_text(ZeroDivisionError()) == "processing failed: ZeroDivisionError"
+    long = failure_text(ValueError("x" * 10_000))
+    assert long == "processing failed: ValueError: " + "x" * MAX_FAILURE_CHARS + "…"
+
+
+# -- a dead letter's event may be sent again -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dedup_kind", ["stored", "parsed"])
+def test_a_recheck_before_its_case_is_a_dead_letter_and_processed_when_sent_again(
+    pack: KnowledgePack, dedup_kind: Literal["stored", "parsed"]
+) -> None:
+    store = InMemoryStore()
+    h = Harness(engine(pack, store=store), dedup_kind=dedup_kind)
+    early = recheck("r-1", T0 + timedelta(days=2), SID_1)
+    # The recheck's topic delivered it before the alerts' topic delivered the case.
+    letter = h.dead_letter(early)
+    assert SID_1 in letter.error
+    h.diagnose(alert("e-1", T0, 87))
+    assert h.diagnose(alert("e-2", T0 + timedelta(hours=2), 187)).phase is Phase.CONCLUDED
+    again = h.send(early)
+    assert not again.duplicate and again.dead_letters == []
+    case = store.get(VIN, SID_1)
+    assert case is not None and case.recheck_ok is True
+    # Processed now, so held as seen: a replay of it is a duplicate.
+    assert h.send(early).duplicate
+
+
+def test_a_lifecycle_event_the_store_refused_is_processed_when_sent_again(pack: KnowledgePack) -> None:
+    store = FlakyStore()
+    h = Harness(engine(pack, store=store))
+    h.diagnose(alert("e-1", T0, 187))
+    store.down = True
+    scrapped = lifecycle("l-1", T0 + timedelta(days=1))
+    letter = h.dead_letter(scrapped)
+    assert letter.error.startswith("long-term memory unavailable: ")
+    assert h.state[VIN][0] is not None  # the session stays until the event is processed
+    store.down = False
+    assert h.send(scrapped).dead_letters == [] and h.state[VIN][0] is None
+    assert [r.valid for r in store.history(VIN)] == [False]
