@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Between restarts of a failed job: long enough for a broker or a store to come back.
 RESTART_DELAY_S = 10
+# Restarts are counted over this window (Flink's failure-rate strategy): a fault that persists uses up the
+# attempts within minutes and ends the job, while transient ones (a broker restart a week) never add up.
+# A fixed number of attempts over the job's life would end a job that ran for months after its tenth.
+RESTART_WINDOW_MIN = 30
 PROMETHEUS_REPORTER = "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
 # Managed memory of a local run's MiniCluster (RocksDB's block cache and
 # write buffers live in it). RocksDB fills its share lazily, so with Flink's
@@ -66,7 +70,7 @@ def flink_configuration(flink: FlinkSettings) -> dict[str, str]:
         # Thread mode: state, TTL and timers work there, and it is ~10x faster than process mode (NOTES.md).
         "python.execution-mode": "thread",
         "state.backend.type": flink.state_backend,
-        "restart-strategy.type": "fixed-delay" if flink.restart_attempts else "none",
+        "restart-strategy.type": "failure-rate" if flink.restart_attempts else "none",
     }
     if flink.python_env == "this-process":
         conf["python.executable"] = sys.executable
@@ -78,8 +82,9 @@ def flink_configuration(flink: FlinkSettings) -> dict[str, str]:
         conf["metrics.reporter.prom.factory.class"] = PROMETHEUS_REPORTER
         conf["metrics.reporter.prom.port"] = str(flink.metrics_port)
     if flink.restart_attempts:
-        conf["restart-strategy.fixed-delay.attempts"] = str(flink.restart_attempts)
-        conf["restart-strategy.fixed-delay.delay"] = f"{RESTART_DELAY_S}s"
+        conf["restart-strategy.failure-rate.max-failures-per-interval"] = str(flink.restart_attempts)
+        conf["restart-strategy.failure-rate.failure-rate-interval"] = f"{RESTART_WINDOW_MIN}min"
+        conf["restart-strategy.failure-rate.delay"] = f"{RESTART_DELAY_S}s"
     if flink.jars:
         conf["pipeline.jars"] = ";".join(Path(j).as_uri() for j in flink.jars)
     if flink.checkpoint_dir is not None:

@@ -55,7 +55,8 @@ DEFAULT_KAFKA_CHECKPOINT_DIR = Path(".vdoctor") / "checkpoints"
 # (15 min by default); the connector's own default (1 h) would be refused.
 DEFAULT_TRANSACTION_TIMEOUT_S = 900
 # A streaming job restarts after a failure (a broker that went away, a bad
-# deploy); bounded so that a permanent fault ends the job instead of looping.
+# deploy); at most this many times within a window (flink_env.RESTART_WINDOW_MIN),
+# so that a permanent fault ends the job instead of looping.
 # A bounded replay that fails must fail, not restart forever (NOTES.md).
 DEFAULT_KAFKA_RESTART_ATTEMPTS = 10
 DEFAULT_REPLAY_RESTART_ATTEMPTS = 0
@@ -261,8 +262,8 @@ def add_flink_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--restart-attempts",
         type=int,
-        help=f"fixed-delay restarts after a failure (default {DEFAULT_KAFKA_RESTART_ATTEMPTS} for --kafka, "
-        f"{DEFAULT_REPLAY_RESTART_ATTEMPTS} for a file replay)",
+        help=f"restarts after a failure, at most N within any 30 minutes, 10 s apart (default "
+        f"{DEFAULT_KAFKA_RESTART_ATTEMPTS} for --kafka, {DEFAULT_REPLAY_RESTART_ATTEMPTS} for a file replay)",
     )
     parser.add_argument(
         "--flink-conf",

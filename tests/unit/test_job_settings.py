@@ -63,7 +63,12 @@ def test_kafka_defaults_read_one_topic_and_checkpoint_every_10_s_on_rocksdb(tmp_
     assert conf["execution.checkpointing.externalized-checkpoint-retention"] == "RETAIN_ON_CANCELLATION"
     assert conf["python.execution-mode"] == "thread"
     assert conf["pipeline.jars"].endswith(js.CONNECTOR_JAR_NAME)
-    assert (conf["restart-strategy.type"], conf["restart-strategy.fixed-delay.attempts"]) == ("fixed-delay", "10")
+    # Counted over a window, not over the job's life: a job running for months is not ended by its tenth
+    # broker restart, while a fault that persists still ends it within minutes.
+    assert conf["restart-strategy.type"] == "failure-rate"
+    assert conf["restart-strategy.failure-rate.max-failures-per-interval"] == "10"
+    assert conf["restart-strategy.failure-rate.failure-rate-interval"] == "30min"
+    assert conf["restart-strategy.failure-rate.delay"] == "10s"
     assert "execution.state-recovery.path" not in conf
 
 
