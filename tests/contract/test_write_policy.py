@@ -45,6 +45,19 @@ def test_same_fault_within_30_days_updates_the_existing_record(h: Harness, store
     assert merged.concluded_at == T0 + timedelta(days=29)
 
 
+def test_a_session_run_again_keeps_the_verdict_of_its_recheck(h: Harness, store: MemoryStore) -> None:
+    """The session's alert again, on fresh state: a restore from before it, or a duplicate older than the
+    dedup ids a vehicle keeps. The case it writes again is the same case: its recheck still verifies it."""
+    first = h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    assert first.session_id == SID_1 and first.phase is Phase.CONCLUDED
+    h.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=True))
+    again = Harness(h.engine).diagnose(alert("e-1", T0, signals=CONFIRMING))
+    assert again.session_id == SID_1 and "l3_merged" not in again.flags
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is True
+    assert record.verified_ts == T0 + timedelta(days=2)
+
+
 def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     later = h.diagnose(alert("e-2", T0 + timedelta(days=31), signals=CONFIRMING))

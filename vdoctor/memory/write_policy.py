@@ -81,8 +81,13 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
         )
         status = WriteStatus.MERGED
     elif duplicate is not None and duplicate.session_id == record.session_id:
-        # A re-run of the same session (restore, retry): keep what was merged into it.
-        record = record.model_copy(update={"merged_sessions": duplicate.merged_sessions})
+        # A re-run of the same session (restore, retry, a duplicate older than the dedup ids kept): keep what
+        # was merged into it, and the verdict of its recheck (the same cause, so the same repair verified):
+        # a re-run must not take a verified case out of similar-case recall.
+        update: dict[str, object] = {"merged_sessions": duplicate.merged_sessions}
+        if record.recheck_ok is None and duplicate.recheck_ok is not None:
+            update |= {"recheck_ok": duplicate.recheck_ok, "verified_ts": duplicate.verified_ts}
+        record = record.model_copy(update=update)
     store.upsert(record)
     if had_milestones:
         _supersede_milestones(
