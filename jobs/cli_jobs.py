@@ -17,6 +17,7 @@ from jobs.job_settings import (
     domain_settings,
     kafka_settings,
     replay_settings,
+    resume_by_default,
 )
 from vdoctor.url_credentials import url_scheme
 
@@ -60,9 +61,12 @@ def _run_kafka(args: argparse.Namespace) -> int:
     if args.alerts or args.out:
         print("vdoctor run: --kafka reads topics; --alerts/--out are for file replays", file=sys.stderr)
         return 2
+    resumed = resume_by_default(args)
     job = kafka_settings(args)
     settings = domain_settings(args)
     scheme = url_scheme(settings.memory.url)
+    if resumed is not None:
+        print(f"vdoctor run: resuming from {resumed} (--restore none starts afresh)", file=sys.stderr)
     print(
         f"vdoctor run: kafka {job.bootstrap} {','.join(job.input_topics())} -> {job.diagnoses_topic}, "
         f"{job.dead_letters_topic} (memory: {scheme}, model: {settings.model.chat}, "
@@ -73,8 +77,11 @@ def _run_kafka(args: argparse.Namespace) -> int:
     try:
         kafka_job.run(job, settings, local=True)
     except KeyboardInterrupt:
-        # Offsets and state are as of the last checkpoint; resume with --restore latest.
-        print(f"vdoctor run: stopped; checkpoints are kept in {job.flink.checkpoint_dir}", file=sys.stderr)
+        # Offsets and state are as of the last checkpoint; the same command resumes from it.
+        print(
+            f"vdoctor run: stopped; checkpoints are kept in {job.flink.checkpoint_dir} (the same command resumes)",
+            file=sys.stderr,
+        )
         return 130
     return 0
 

@@ -255,9 +255,9 @@ def add_flink_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-interval", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     parser.add_argument(
         "--restore",
-        metavar="latest|PATH",
+        metavar="latest|none|PATH",
         help="start from a checkpoint (chk-N folder) or savepoint; 'latest': the newest complete one under "
-        "--checkpoint-dir",
+        "--checkpoint-dir; 'none': afresh. `vdoctor run --kafka` resumes from 'latest' when there is one",
     )
     parser.add_argument(
         "--restart-attempts",
@@ -343,6 +343,29 @@ def _local_path(uri: str) -> Path | None:
     return Path(uri) if len(parts.scheme) <= 1 else None
 
 
+RESTORE_LATEST = "latest"
+RESTORE_NONE = "none"
+
+
+def resume_by_default(args: argparse.Namespace) -> Path | None:
+    """``vdoctor run --kafka`` without ``--restore``: resume from the newest complete checkpoint under
+    ``--checkpoint-dir`` when there is one (``args.restore`` becomes "latest"); returns it, or None.
+
+    A Kafka job started again after a stop or a crash must carry on with its sessions, its dedup ids and
+    the events whose runs were in flight at its last checkpoint: its committed offsets alone would skip
+    those events (they were read before the checkpoint) and start every vehicle afresh. Only for a local
+    run: a job submitted to a cluster is restored by ``flink run -s``.
+    """
+    if getattr(args, "restore", None):
+        return None
+    folder = Path(getattr(args, "checkpoint_dir", None) or DEFAULT_KAFKA_CHECKPOINT_DIR)
+    local = _local_path(str(folder))
+    found = latest_checkpoint(local) if local is not None and local.is_dir() else None
+    if found is not None:
+        args.restore = RESTORE_LATEST
+    return found
+
+
 def latest_checkpoint(checkpoint_dir: Path) -> Path | None:
     """The newest complete checkpoint (a ``chk-N`` folder with ``_metadata``) under ``checkpoint_dir``.
 
@@ -365,9 +388,9 @@ def _checkpoint_interval_ms(args: argparse.Namespace) -> int:
 
 def _restore_from(args: argparse.Namespace, checkpoint_dir: str | None) -> str | None:
     restore = getattr(args, "restore", None)
-    if not restore:
+    if not restore or restore == RESTORE_NONE:
         return None
-    if restore == "latest":
+    if restore == RESTORE_LATEST:
         folder = _local_path(checkpoint_dir) if checkpoint_dir else None
         found = latest_checkpoint(folder) if folder is not None else None
         if found is None:

@@ -131,9 +131,11 @@ def _completed_checkpoints(root: Path) -> list[Path]:
     return sorted(done, key=lambda p: (p / "_metadata").stat().st_mtime)
 
 
+@pytest.mark.parametrize("restore", ["given", "by-default"])
 def test_crashed_local_job_resumes_from_its_last_checkpoint(
-    kafka: KafkaBroker, topics: dict[str, str], tmp_path: Path
+    kafka: KafkaBroker, topics: dict[str, str], tmp_path: Path, restore: str
 ) -> None:
+    """Started again after a crash, with the checkpoint named or with the same command as before."""
     _replay = ("replay", "--bootstrap", kafka.bootstrap, "--topic", topics["alerts"], "--quiet", "--alerts")
     assert _cli(*_replay, str(write_events(tmp_path / "part1.jsonl", PART_1))).returncode == 0
     job = _start_job(kafka, topics, tmp_path)
@@ -153,7 +155,7 @@ def test_crashed_local_job_resumes_from_its_last_checkpoint(
     checkpoint = _completed_checkpoints(tmp_path / "checkpoints")[-1]
 
     assert _cli(*_replay, str(write_events(tmp_path / "part2.jsonl", PART_2))).returncode == 0
-    job = _start_job(kafka, topics, tmp_path, "--from-savepoint", str(checkpoint))
+    job = _start_job(kafka, topics, tmp_path, *(("--from-savepoint", str(checkpoint)) if restore == "given" else ()))
     try:
         # 3 before + e-3 and e-6 after; then ask for one more to see that nothing is duplicated.
         read_topic(kafka.bootstrap, topics["diagnoses"], expect=5, timeout_s=150)
@@ -161,6 +163,8 @@ def test_crashed_local_job_resumes_from_its_last_checkpoint(
     finally:
         _stop(job)
     diagnoses = [json.loads(v) for _, v in everything]
+    if restore == "by-default":
+        assert f"resuming from {checkpoint}" in (tmp_path / "job.log").read_text()
     assert sorted(d["event_id"] for d in diagnoses) == ["e-1", "e-2", "e-3", "e-5", "e-6"], (
         (tmp_path / "job.log").read_text()[-3000:]
     )

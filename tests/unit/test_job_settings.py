@@ -118,6 +118,27 @@ def test_restore_latest_picks_the_newest_complete_checkpoint(tmp_path: Path) -> 
     assert conf["execution.state-recovery.ignore-unclaimed-state"] == "true"
 
 
+def test_a_local_kafka_run_resumes_from_its_newest_checkpoint_unless_told_otherwise(tmp_path: Path) -> None:
+    ck = tmp_path / "ck"
+    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck))
+    assert js.resume_by_default(args) is None  # no folder yet: a first run starts afresh
+    assert js.kafka_settings(args, env={}).flink.restore_from is None
+    _checkpoint(ck, "job1", 3)
+    newest = _checkpoint(ck, "job1", 4)
+    (ck / "job1" / "chk-5").mkdir()  # being written when the job died: no _metadata
+    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck))
+    assert js.resume_by_default(args) == newest
+    assert js.kafka_settings(args, env={}).flink.restore_from == newest.resolve().as_uri()
+    # Told otherwise: afresh, or from what is named.
+    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck), "--restore", "none")
+    assert js.resume_by_default(args) is None
+    assert js.kafka_settings(args, env={}).flink.restore_from is None
+    older = ck / "job1" / "chk-3"
+    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck), "--restore", str(older))
+    assert js.resume_by_default(args) is None
+    assert js.kafka_settings(args, env={}).flink.restore_from == older.resolve().as_uri()
+
+
 def test_kafka_job_resumes_from_a_savepoint_and_keeps_unclaimed_state_an_error(tmp_path: Path) -> None:
     savepoint = tmp_path / "sp"
     savepoint.mkdir()
