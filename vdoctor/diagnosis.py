@@ -479,24 +479,30 @@ class DiagnosisEngine:
             log.warning("could not embed the milestone of %s: %s", session.session_id, e)
             stats.write_failed = True
             return [L3_WRITE_FAILED]
-        record = MemoryRecord(
-            vin=session.vin,
-            session_id=milestone_id(session.session_id, due),
-            series=session.series,
-            opened_ts=session.opened_at,
-            concluded_at=alert.ts,
-            summary=summary,
-            summary_vec=vector.tolist(),
-            root_cause="",
-            fix_action="",
-            priority=session.priority,
-            dtc_codes=codes,
-            prompt_version=SUMMARY_PROMPT_VERSION,
-            kind=RecordKind.MILESTONE,
-            omitted=omitted,
-            alert_text=session.alert_text,
-            embedder=embedder_id(self.embedder),
-        )
+        try:
+            record = MemoryRecord(
+                vin=session.vin,
+                session_id=milestone_id(session.session_id, due),
+                series=session.series,
+                opened_ts=session.opened_at,
+                concluded_at=alert.ts,
+                summary=summary,
+                summary_vec=vector.tolist(),
+                root_cause="",
+                fix_action="",
+                priority=session.priority,
+                dtc_codes=codes,
+                prompt_version=SUMMARY_PROMPT_VERSION,
+                kind=RecordKind.MILESTONE,
+                omitted=omitted,
+                alert_text=session.alert_text,
+                embedder=embedder_id(self.embedder),
+            )
+        except ValueError as e:  # (pydantic's ValidationError) a record the store would refuse: the alert is
+            # still diagnosed, flagged, rather than the session's every later alert failing on its milestone
+            log.warning("milestone of %s is not a valid record: %s", session.session_id, e)
+            stats.write_failed = True
+            return [L3_WRITE_FAILED]
         started = time.perf_counter()
         try:
             self.store.upsert(record)

@@ -267,6 +267,23 @@ def test_a_milestone_the_embedder_cannot_embed_is_flagged_and_written_by_the_nex
     assert [r.session_id for r in store.history(VIN)] == [f"{SID_1}-m1"]
 
 
+def test_a_hypothesis_longer_than_a_summary_holds_is_clipped_in_its_milestone(pack: KnowledgePack) -> None:
+    """A model's leading hypothesis of 480 characters: the milestone's line carries its start and the record
+    lists the whole of it as omitted, instead of every later alert of the session failing on its milestone."""
+    cause = "suspected the low-voltage harness connector X12 is corroded " * 8
+    reply = json.dumps({"phase": "INVESTIGATING", "root_cause": cause.strip(), "priority": "P2", "confidence": 0.3})
+    store = InMemoryStore()
+    h = Harness(engine(pack, store=store, model=ScriptedModel([ChatResponse(content=reply)] * 3)))
+    h.diagnose(alert("e-1", T0, 87))
+    later = h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88))
+    assert later.flags == ["l3_milestone"]
+    [milestone] = store.history(VIN)
+    assert len(milestone.summary) <= 300 and "leading: suspected the low-voltage harness" in milestone.summary
+    assert "…" in milestone.summary
+    # The whole hypothesis first; then whatever else the line left no room for (here the readings).
+    assert milestone.omitted == [f"leading: {cause.strip()}", "cell_voltage_diff_mv=87→88mV"]
+
+
 def test_a_knowledge_search_the_embedder_fails_is_a_failed_tool_result(pack: KnowledgePack) -> None:
     knowledge_embedder = FlakyEmbedder()
     knowledge_embedder.queries_down = True

@@ -76,6 +76,8 @@ __all__ = [
     "upgrade_case_request",
 ]
 
+# The end of a milestone's hypothesis cut to fit its line.
+CLIPPED = "…"
 GIVE_WAY = (
     "opening alert line",
     "readings of signals no code of the session names",
@@ -148,18 +150,21 @@ def milestone_summary(session: SessionState, number: int, at: datetime) -> tuple
     The milestone line (last) is never dropped; then the readings line, whole
     spans in order of first appearance; then timeline lines, newest first.
     """
-    head = SummaryLine(
-        summary_time(at),
-        f"milestone {number}",
-        milestone_conclusion(session.priority, session.hypothesis, session.suspected, session.hypothesis_confidence),
-        "-",
-    ).render()
+    hypothesis = session.hypothesis
+    head = _milestone_line(session, number, at, hypothesis)
+    omitted: list[str] = []
+    if len(head) > MAX_SUMMARY_CHARS and hypothesis:
+        # A model's hypothesis may be longer than a summary holds: the line carries its start, and the record
+        # says it carries less (``omitted``: the whole hypothesis), rather than no milestone being written.
+        keep = max(0, len(hypothesis) - (len(head) - MAX_SUMMARY_CHARS) - len(CLIPPED))
+        head = _milestone_line(session, number, at, hypothesis[:keep].rstrip() + CLIPPED)
+        omitted.append(f"leading: {hypothesis}")
+    clipped = len(omitted)  # spans are shown in order until the first that does not fit
     used = len(head)
     shown: list[ReadingSpan] = []
-    omitted: list[str] = []
     for span in session.spans():
         cost = len(span.render()) + (1 if shown else len(READINGS_PREFIX) + 1)
-        if used + cost <= MAX_SUMMARY_CHARS and not omitted:
+        if used + cost <= MAX_SUMMARY_CHARS and len(omitted) == clipped:
             shown.append(span)
             used += cost
         else:
@@ -172,6 +177,11 @@ def milestone_summary(session: SessionState, number: int, at: datetime) -> tuple
         kept.insert(0, line)
         used += len(line) + 1
     return "\n".join([*kept, *readings, head]), omitted
+
+
+def _milestone_line(session: SessionState, number: int, at: datetime, hypothesis: str | None) -> str:
+    conclusion = milestone_conclusion(session.priority, hypothesis, session.suspected, session.hypothesis_confidence)
+    return SummaryLine(summary_time(at), f"milestone {number}", conclusion, "-").render()
 
 
 @dataclass
