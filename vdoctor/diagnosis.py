@@ -61,6 +61,9 @@ TIMELINE_SIGNALS = 3
 # offline summarizer instead; a case summary could not be written).
 L3_WRITE_FAILED = "l3_write_failed"
 SUMMARY_MODEL_FAILED = "summary_model_failed"
+# The working context a model call got was over its token budget with only key facts left to leave out
+# (they never are: ``WorkingMemory.fit``).
+WORKING_OVER_BUDGET = "working_over_budget"
 # A dead letter's reason quotes at most this much of an unexpected error's message: enough to name the
 # fault, never a whole input echoed back (a validation error repeats the value it refused).
 MAX_FAILURE_CHARS = 500
@@ -308,6 +311,8 @@ class DiagnosisEngine:
             flags.append("summary_fidelity_failed")
         if working.summary_model_failures and SUMMARY_MODEL_FAILED not in flags:
             flags.append(SUMMARY_MODEL_FAILED)
+        if working.over_budget_tokens:
+            flags.append(WORKING_OVER_BUDGET)
 
         diagnosis = Diagnosis(
             vin=alert.vin,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from vdoctor.events import AlertEvent
 from vdoctor.lines import iso, render_alert_block, render_codes_seen
 from vdoctor.memory.session import SessionState
-from vdoctor.memory.working import WorkingMemory
+from vdoctor.memory.working import WorkingMemory, clip_to_tokens
 from vdoctor.models.base import Message
 
 PROMPT_VERSION = "diagnose-v2"
@@ -28,25 +28,44 @@ Answer with one JSON object and nothing else:
 Evidence URIs: dtc://<code>, signal://<vin>/<signal>@<ts>, case://<vin>/<session_id>."""
 
 
-def alert_block(alert: AlertEvent) -> str:
+def alert_block(alert: AlertEvent, alert_text: str | None = None) -> str:
+    """The alert as the model reads it; ``alert_text`` in place of its text (clipped to fit)."""
     body = {
         "event_id": alert.event_id,
         "ts": iso(alert.ts),
-        "alert_text": alert.alert_text,
+        "alert_text": alert.alert_text if alert_text is None else alert_text,
         "dtc_codes": alert.dtc_codes,
         "signals": alert.signals,
     }
     return render_alert_block(body)
 
 
-def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMemory) -> list[Message]:
-    system = SYSTEM_PROMPT
-    if session.memory_text:
-        system += "\n\n" + session.memory_text
-    current = (
-        f"## Current alert\n{alert_block(alert)}\n"
+def _current(session: SessionState, alert: AlertEvent, block: str) -> str:
+    return (
+        f"## Current alert\n{block}\n"
         f"## Session\nvin: {session.vin}; series: {session.series}; "
         f"session_id: {session.session_id}; alerts so far: {session.alerts}\n"
         f"{render_codes_seen(session.codes)}"
     )
-    return [Message(role="system", content=system), Message(role="user", content=working.render(current))]
+
+
+def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMemory) -> list[Message]:
+    system = SYSTEM_PROMPT
+    if session.memory_text:
+        system += "\n\n" + session.memory_text
+
+    def clipped(room: int) -> str:
+        # The alert's own text is what gives way (marked as clipped); codes and signals stay whole.
+        # Its JSON escapes may cost a few tokens more than the text: the room shrinks until it fits.
+        count = working.counter.count
+        rest = count(_current(session, alert, alert_block(alert, "")))
+        text_room = room - rest
+        while True:
+            text = clip_to_tokens(alert.alert_text, text_room, working.counter)
+            current = _current(session, alert, alert_block(alert, text))
+            if not text or count(current) <= room:
+                return current
+            text_room -= count(current) - room
+
+    current = _current(session, alert, alert_block(alert))
+    return [Message(role="system", content=system), Message(role="user", content=working.fit(current, clipped))]

@@ -224,6 +224,11 @@ def extract_text_facts(text: str, when: str = "") -> list[KeyFact]:
     return facts
 
 
+def is_ticket_id(text: str) -> bool:
+    """Whether an id fact is a work order or ticket (``WO-12345``, ``工单 88231``): an id a record must carry."""
+    return _ID_RE.fullmatch(text) is not None
+
+
 def _items_and_counts(plain: str, when: str) -> list[KeyFact]:
     """Part ids, numbered items, counts, and the two readings of a stated change, in ``plain``: a text
     without its URIs (``split_uris``)."""

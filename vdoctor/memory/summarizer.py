@@ -214,7 +214,11 @@ def summarize_checked(
     metrics = metrics if metrics is not None else FidelityMetrics()
 
     def check(text: str) -> FidelityReport:
-        return check_request(text, request)
+        report = check_request(text, request)
+        if request.events and not text.strip():
+            # Nothing to be unfaithful with, but every event lost: a failure, never a pass.
+            report.contradicted.append(f"an empty summary of {len(request.events)} events")
+        return report
 
     # Counted once there is a summary to check: a summarizer that raises (a model outage, ``ModelError``)
     # checked nothing, and its caller may have the request summarised by another (``WorkingMemory``).

@@ -37,7 +37,9 @@ from datetime import datetime
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.lines import (
     EXCLUDED_FACT,
+    ID_FACT,
     NUM,
+    READING_FACT,
     READINGS_PREFIX,
     VOID_FACT,
     Confirmation,
@@ -52,6 +54,7 @@ from vdoctor.lines import (
     short_time,
     summary_time,
 )
+from vdoctor.memory.facts import is_ticket_id
 from vdoctor.memory.fidelity import FidelityReport
 from vdoctor.memory.session import Conclusion, SessionState
 from vdoctor.memory.summarizer import (
@@ -297,6 +300,12 @@ def summarize_case(
     )
     if session.signals_untracked:
         plan.omitted.append(f"{session.signals_untracked} readings of signals beyond the tracked ones")
+    # Key facts that working memory let go (readings beyond its bound; the alerts' readings are in the
+    # spans, so only those read from text are listed), and how many more than it recorded.
+    working = session.working
+    plan.omitted += [line for line in working.dropped_facts if not line.startswith(f"{READING_FACT} ")]
+    if working.dropped_fact_count > len(working.dropped_facts):
+        plan.omitted.append(f"{working.dropped_fact_count - len(working.dropped_facts)} more key facts gave way")
     named = {e.confirm.signal for code in session.codes if (e := pack.get(code)) and e.confirm and e.confirm.signal}
     rules = [f"rule {code}: {e.confirm.describe()}" for code in c.codes if (e := pack.get(code)) and e.confirm]
     definitions = [KeyFact.code(code, e.definition_en).render() for code in session.codes if (e := pack.get(code))]
@@ -315,6 +324,11 @@ def summarize_case(
     )
     request = _request(plan, decision, "\n".join([render_source(session, spans), *definitions, *rules]), named)
     checked = summarize_checked(summarizer or OfflineSummarizer(), request, metrics)
+    # A work order or ticket the session named is what the case is found by in the workshop: one the summary
+    # does not carry is listed whole.
+    tickets = [f for f in working.key_facts if f.kind is ID_FACT and is_ticket_id(f.text)]
+    tickets = [f for f in tickets if f.text not in checked.text]
+    omitted = [*plan.omitted, *dict.fromkeys(f.render() for f in tickets)]
     return CaseSummary(
         text=checked.text,
         required=request.required,
@@ -323,7 +337,7 @@ def summarize_case(
         attempts=checked.attempts,
         repaired=checked.repaired,
         request=request,
-        omitted=plan.omitted,
+        omitted=omitted,
     )
 
 

@@ -12,6 +12,8 @@ run moves from investigation to a conclusion) also folds the rounds, and the
 whole session is summarised when it concludes (see ``summary.py``). Every
 fold is written by the summarizer and checked for fidelity (``summarizer.py``);
 while a summary model is down, by the offline summarizer (``_summarize``).
+``fit`` holds what a model call gets (the current alert included) to the
+token budget; only key facts other than readings never give way there.
 Key facts come from ``facts.py``; they stay bounded by keeping, per signal,
 the first, lowest, highest and latest reading as facts with their times, and
 every reading's value in time order as the signal's trend (``trend
@@ -24,12 +26,23 @@ import bisect
 import functools
 import logging
 import re
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
 from vdoctor.errors import ModelError
 from vdoctor.limits import WORKING_BUDGET_TOKENS
-from vdoctor.lines import CLAUSE_KINDS, READING_FACT, FactKind, KeyFact, KeyFactField, SummaryLine
+from vdoctor.lines import (
+    CLAUSE_KINDS,
+    COUNT_FACT,
+    EVIDENCE_FACT,
+    ID_FACT,
+    READING_FACT,
+    FactKind,
+    KeyFact,
+    KeyFactField,
+    SummaryLine,
+)
 from vdoctor.memory.facts import URI_RE, dedupe, extract_text_facts
 from vdoctor.memory.summarizer import (
     CheckedSummary,
@@ -51,10 +64,18 @@ _OFFLINE = OfflineSummarizer()
 KEEP_ROUNDS = 6
 # Compress before the window is full, so the next round still fits.
 COMPRESS_AT = 0.70
-# Key facts are never dropped, but a pathological session must not own the
-# state: beyond this many the oldest readings give way (codes, decisions,
-# exclusions and ids are kept first).
+# Readings are the numerous key facts (every signal's first, lowest, highest
+# and latest): beyond this many the oldest give way, each recorded in
+# ``WorkingState.dropped_facts`` (an alert's readings also stay in the
+# session's readings, which the ``signal_history`` tool returns).
 MAX_KEY_FACTS = 200
+# Codes, decisions, exclusions, void conclusions and ids are few per session
+# and never give way to readings. This bound only keeps a pathological session
+# from owning the state: far above any real session, and what gives way beyond
+# it (evidence URIs and counts first, then ids, the oldest first) is recorded.
+MAX_PINNED_FACTS = 2000
+# Facts that gave way are recorded verbatim, the newest this many, and counted in full.
+MAX_DROPPED_RECORDED = 200
 # The rolling summary is itself bounded; its oldest lines give way first.
 MAX_SUMMARY_LINES = 40
 # A trend keeps every reading of a signal (or unit) in time order, up to this
@@ -72,6 +93,20 @@ FOLD_MAX_CHARS = MAX_SUMMARY_CHARS
 # structured event/conclusion (text from tools or scripted tests).
 EVENT_CHARS = 60
 CONCLUSION_CHARS = 80
+# A folded event's line keeps at least this much of its event part (``alert`` and a code or two).
+MIN_EVENT_CHARS = 24
+# What ends a clipped text.
+CLIP_MARK = "…"
+# What ends a text clipped to fit the working budget (the current alert's text).
+CLIPPED_TEXT = "…[{} more characters clipped to fit the working context]"
+# What stands in the rendered context for lines left out to fit the budget.
+_TRENDS_NOT_SHOWN = "({} trend lines not shown to fit the working context; the readings stay key facts)"
+_SUMMARY_NOT_SHOWN = "({} earlier summary lines not shown to fit the working context)"
+_READINGS_NOT_SHOWN = (
+    "({} older readings not shown to fit the working context; the signal_history tool returns every reading)"
+)
+_SUMMARY_HEAD = "## Earlier in this session (summary)\n"
+_FACTS_HEAD = "## Key facts (never compressed)\n"
 # A clipped line must not end inside a number, code or URI: a cut 46.5 would
 # read as an invented 46.
 _TAIL_TOKEN_RE = re.compile(r"[A-Za-z0-9_.:/@%\-]+$")
@@ -112,6 +147,11 @@ class WorkingState(BaseModel):
     # Summaries that failed the fidelity check even after repair and retry;
     # the engine turns a change of this count into an output flag.
     fidelity_failures: int = 0
+    # Key facts that gave way to the bounds above (``MAX_KEY_FACTS`` readings,
+    # ``MAX_PINNED_FACTS`` others): the newest ``MAX_DROPPED_RECORDED`` as
+    # rendered lines, and how many in all. A case summary lists them as omitted.
+    dropped_facts: list[str] = Field(default_factory=list)
+    dropped_fact_count: int = 0
 
 
 def extract_key_facts(text: str, when: str = "") -> list[KeyFact]:
@@ -142,7 +182,85 @@ def _clip(text: str, limit: int) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     if len(first) <= limit:
         return first
-    return _TAIL_TOKEN_RE.sub("", first[:limit]).rstrip(" ,，;；|") + "…"
+    return _TAIL_TOKEN_RE.sub("", first[:limit]).rstrip(" ,，;；|") + CLIP_MARK
+
+
+def _readings_to_give_way(facts: list[KeyFact], readings: list[int]) -> list[int]:
+    """The readings (indices into ``facts``) in the order they give way: the oldest first, each signal's
+    latest reading last (a signal seen once stays until the readings of signals seen again have gone)."""
+    latest = {found[0]: i for i in readings if (found := facts[i].reading()) is not None}
+    last = set(latest.values())
+    return [i for i in readings if i not in last] + [i for i in readings if i in last]
+
+
+def clip_to_tokens(text: str, tokens: int, counter: TokenCounter) -> str:
+    """``text`` within ``tokens`` by ``counter``: itself when it fits, else its start and a marker saying
+    how many characters were clipped (``""`` when not even the marker fits)."""
+    if counter.count(text) <= tokens:
+        return text
+
+    def clipped(keep: int) -> str:
+        return text[:keep].rstrip() + CLIPPED_TEXT.format(len(text) - keep)
+
+    if counter.count(clipped(0)) > tokens:
+        return ""
+    low, high = 0, len(text)  # clipped(low) fits, clipped(high) does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        if counter.count(clipped(mid)) <= tokens:
+            low = mid
+        else:
+            high = mid
+    return clipped(low)
+
+
+def _fit_events(events: list[SummaryLine]) -> list[list[SummaryLine]]:
+    """``events`` in folds of at most ``FOLD_MAX_CHARS``, every event kept as a line, its event part clipped.
+
+    A summary line is at most ``FOLD_MAX_CHARS`` (an alert's event names every
+    signal): a line too long would be left out of the fold whole. So the
+    event parts of the longer lines are clipped to a fair share of the fold
+    (``_clip``: never inside a number, code or URI; shorter lines stay whole);
+    time, conclusion and URI stay whole.
+    Events that do not fit one fold with at least ``MIN_EVENT_CHARS`` each go
+    to the next fold.
+    """
+    lengths = [len(e.render()) for e in events]
+    if sum(lengths) + len(events) - 1 <= FOLD_MAX_CHARS:
+        return [events]
+    fixed = [n - len(e.event) for n, e in zip(lengths, events, strict=True)]
+    chunks: list[list[int]] = [[]]
+    used = 0
+    for i, n in enumerate(lengths):
+        least = min(n, fixed[i] + MIN_EVENT_CHARS) + (1 if chunks[-1] else 0)
+        if chunks[-1] and used + least > FOLD_MAX_CHARS:
+            chunks.append([])
+            used = 0
+            least -= 1
+        chunks[-1].append(i)
+        used += least
+    return [_clip_events([events[i] for i in chunk], [fixed[i] for i in chunk]) for chunk in chunks]
+
+
+def _clip_events(events: list[SummaryLine], fixed: list[int]) -> list[SummaryLine]:
+    """``events`` with their event parts clipped to a fair share of ``FOLD_MAX_CHARS`` (short lines whole)."""
+    room = FOLD_MAX_CHARS - (len(events) - 1)
+    share: dict[int, int] = {}
+    order = sorted(range(len(events)), key=lambda i: fixed[i] + len(events[i].event))
+    for n, i in enumerate(order):
+        limit = room // (len(order) - n)
+        line = fixed[i] + len(events[i].event)
+        share[i] = min(line, limit)
+        room -= share[i]
+    out = []
+    for i, e in enumerate(events):
+        limit = share[i] - fixed[i]
+        if len(e.event) > limit:
+            # A fixed part too long for the share (a long conclusion) still gives its line an event start.
+            event = _clip(e.event, max(limit, MIN_EVENT_CHARS) - len(CLIP_MARK))
+            e = SummaryLine(e.ts, event, e.conclusion, e.evidence)
+        out.append(e)
+    return out
 
 
 def _condense(facts: list[KeyFact]) -> list[KeyFact]:
@@ -184,9 +302,33 @@ def _condense(facts: list[KeyFact]) -> list[KeyFact]:
     return [f for i, f in enumerate(facts) if i not in drop]
 
 
-def _fact_rank(fact: KeyFact) -> int:
-    # Readings are the most numerous and the first to give way at the cap.
-    return 1 if fact.kind is READING_FACT else 0
+# Beyond ``MAX_PINNED_FACTS``, what gives way first (lowest rank); codes and clauses never do.
+_PINNED_RANK = {EVIDENCE_FACT: 0, COUNT_FACT: 0, ID_FACT: 1}
+_NEVER_DROPPED = 2
+
+
+def _bound(facts: list[KeyFact]) -> tuple[list[KeyFact], list[KeyFact]]:
+    """``facts`` within the bounds, in their order, and what gave way (oldest first).
+
+    Readings beyond ``MAX_KEY_FACTS`` give way, the oldest first; other facts
+    only beyond ``MAX_PINNED_FACTS``, by ``_PINNED_RANK`` and then the oldest
+    first, and codes, decisions, exclusions and void conclusions never.
+    """
+    readings = [i for i, f in enumerate(facts) if f.kind is READING_FACT]
+    drop: set[int] = set()
+    excess = len(readings) - MAX_KEY_FACTS
+    if excess > 0:
+        drop.update(_readings_to_give_way(facts, readings)[:excess])
+    pinned = len(facts) - len(readings)
+    if pinned > MAX_PINNED_FACTS:
+        ranked = sorted(
+            (i for i, f in enumerate(facts) if f.kind is not READING_FACT),
+            key=lambda i: (_PINNED_RANK.get(facts[i].kind, _NEVER_DROPPED), i),
+        )
+        drop.update(i for i in ranked[: pinned - MAX_PINNED_FACTS] if facts[i].kind in _PINNED_RANK)
+    if not drop:
+        return facts, []
+    return [f for i, f in enumerate(facts) if i not in drop], [f for i, f in enumerate(facts) if i in drop]
 
 
 class WorkingMemory:
@@ -220,15 +362,19 @@ class WorkingMemory:
         self.keep_rounds = keep_rounds
         # Folds of this run whose summarizer failed (a model outage): the engine flags the diagnosis.
         self.summary_model_failures = 0
+        # Tokens by which the last ``fit`` was over the budget with only key facts left to leave out
+        # (they never are): the engine flags the diagnosis. Readings that ``fit`` left out of its text.
+        self.over_budget_tokens = 0
+        self.readings_not_shown = 0
 
     def add_facts(self, facts: list[KeyFact]) -> None:
         self._add_trends(facts)
-        merged = _condense(dedupe([*self.state.key_facts, *facts]))
-        if len(merged) > MAX_KEY_FACTS:
-            # Stable: keep every non-reading fact, then the newest readings.
-            ranked = sorted(enumerate(merged), key=lambda p: (_fact_rank(p[1]), -p[0]))
-            keep = {i for i, _ in ranked[:MAX_KEY_FACTS]}
-            merged = [f for i, f in enumerate(merged) if i in keep]
+        merged, dropped = _bound(_condense(dedupe([*self.state.key_facts, *facts])))
+        if dropped:
+            state = self.state
+            state.dropped_fact_count += len(dropped)
+            state.dropped_facts += [f.render() for f in dropped]
+            del state.dropped_facts[:-MAX_DROPPED_RECORDED]
         self.state.key_facts = merged
 
     def _add_trends(self, facts: list[KeyFact]) -> None:
@@ -339,6 +485,12 @@ class WorkingMemory:
             )
             for r in rounds
         ]
+        start = 0
+        for chunk in _fit_events(events):
+            self._fold_lines(rounds[start : start + len(chunk)], chunk)
+            start += len(chunk)
+
+    def _fold_lines(self, rounds: list[Round], events: list[SummaryLine]) -> None:
         source = "\n\n".join(f"{r.ts}\n{r.user}\n{r.assistant}\n{r.event} {r.conclusion} {r.evidence}" for r in rounds)
         # Every key fact of the folded rounds must survive, in the summary or in
         # the key facts; readings that the key facts let go (neither first,
@@ -389,17 +541,98 @@ class WorkingMemory:
         """The working context as text: summary, recent rounds, ``current``, key facts last."""
         return _BLANK_LINE.join(self._parts(current))
 
+    def fit(self, current: str = "", clip_current: Callable[[int], str] | None = None) -> str:
+        """The working context of a model call, ``current`` included, within ``budget_tokens`` (DESIGN.md §4).
+
+        While it does not fit, by ``counter``, parts give way in this order:
+
+        1. the verbatim rounds, folded into the rolling summary (as the 70% trigger folds them);
+        2. trend lines, the oldest signal first (each value stays in the session's readings);
+        3. the rolling summary's oldest lines;
+        4. the current alert's long text: ``clip_current(room)`` gives ``current`` in at most ``room``
+           tokens (see ``clip_to_tokens``; without it, ``current`` is clipped as a whole);
+        5. readings of the key facts, the oldest first, each signal's latest last.
+
+        Only 1 changes the state; 2-5 leave out of this text only, each with a line saying what and how
+        many. Codes, decisions, exclusions, void conclusions and ids are never left out: a context that
+        still does not fit is sent whole, and ``over_budget_tokens`` says by how much (the engine flags it).
+        """
+        self.over_budget_tokens = 0
+        self.readings_not_shown = 0
+        parts = self._parts(current)
+        if self._fits(parts):
+            return _BLANK_LINE.join(parts)
+        while self.state.rounds:
+            self.compress_oldest_half()
+            parts = self._parts(current)
+            if self._fits(parts):
+                return _BLANK_LINE.join(parts)
+        count = self.counter.count
+        excess = self._count(parts) - self.budget_tokens
+        trends, trend_note, excess = self._shed([f.render() for f in self.trend_facts()], excess, _TRENDS_NOT_SHOWN)
+        summary, summary_note, excess = self._shed(self.state.summary_lines, excess, _SUMMARY_NOT_SHOWN)
+        if excess > 0 and current:
+            room = count(current) - excess
+            clipped = clip_current(room) if clip_current is not None else clip_to_tokens(current, room, self.counter)
+            if clipped and count(clipped) < count(current):
+                excess -= count(current) - count(clipped)
+                current = clipped
+        facts = self.state.key_facts
+        shown = [f.render() for f in facts]
+        reading_note = ""
+        if excess > 0:
+            order = _readings_to_give_way(facts, [i for i, f in enumerate(facts) if f.kind is READING_FACT])
+            kept, reading_note, excess = self._shed([shown[i] for i in order], excess, _READINGS_NOT_SHOWN)
+            gone = set(order[: len(order) - len(kept)])
+            shown = [line for i, line in enumerate(shown) if i not in gone]
+            self.readings_not_shown = len(gone)
+        parts = []
+        if summary or summary_note:
+            parts.append(_SUMMARY_HEAD + "\n".join([*([summary_note] if summary_note else []), *summary]))
+        if current:
+            parts.append(current)
+        lines = [*shown, *([reading_note] if reading_note else []), *trends, *([trend_note] if trend_note else [])]
+        if lines:
+            parts.append(_FACTS_HEAD + "\n".join(lines))
+        self.over_budget_tokens = max(0, self._count(parts) - self.budget_tokens)
+        if self.over_budget_tokens:
+            log.warning("working context over its budget by %d tokens: key facts are kept", self.over_budget_tokens)
+        return _BLANK_LINE.join(parts)
+
+    def _fits(self, parts: list[str]) -> bool:
+        """True when ``parts`` joined fit ``budget_tokens`` (by their length alone, where the counter allows)."""
+        if getattr(self.counter, "at_most_one_per_char", False):
+            chars = sum(map(len, parts)) + len(_BLANK_LINE) * max(len(parts) - 1, 0)
+            if chars <= self.budget_tokens:
+                return True
+        return self._count(parts) <= self.budget_tokens
+
+    def _shed(self, lines: list[str], excess: int, note: str) -> tuple[list[str], str, int]:
+        """``lines`` less the first ones until ``excess`` tokens are saved, the note that stands for them
+        (``note`` with their number; empty when none is left out), and the excess left."""
+        if excess <= 0 or not lines:
+            return lines, "", excess
+        count = self.counter.count
+        n = saved = cost = 0
+        while n < len(lines):
+            saved += count(lines[n])
+            n += 1
+            cost = count(note.format(n))
+            if saved - cost >= excess:
+                break
+        return lines[n:], note.format(n), excess - saved + cost
+
     def _parts(self, current: str = "") -> list[str]:
         parts = []
         if self.state.summary_lines:
-            parts.append("## Earlier in this session (summary)\n" + "\n".join(self.state.summary_lines))
+            parts.append(_SUMMARY_HEAD + "\n".join(self.state.summary_lines))
         for r in self.state.rounds:
             parts.append(f"## Alert at {r.ts}\n{r.user}\n## Agent\n{r.assistant}")
         if current:
             parts.append(current)
         facts = [*self.state.key_facts, *self.trend_facts()]
         if facts:
-            parts.append("## Key facts (never compressed)\n" + "\n".join(f.render() for f in facts))
+            parts.append(_FACTS_HEAD + "\n".join(f.render() for f in facts))
         return parts
 
     def tokens(self) -> int:

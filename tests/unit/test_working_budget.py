@@ -1,0 +1,259 @@
+"""L1 working memory held to its budget: what the model gets fits 4000 tokens, key facts never go silently,
+and every folded event keeps its summary line (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.unit.test_engine import T0, VIN, Harness, alert, iso
+from vdoctor.diagnosis import DiagnosisEngine
+from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.knowledge import KnowledgePack, load_pack
+from vdoctor.lines import KeyFact, SummaryLine
+from vdoctor.memory.summarizer import OfflineSummarizer, SummaryRequest, summarize_checked
+from vdoctor.memory.working import (
+    MAX_KEY_FACTS,
+    Round,
+    WorkingMemory,
+    WorkingState,
+    clip_to_tokens,
+)
+from vdoctor.models.base import ChatResponse, Message, ToolSpec
+from vdoctor.models.offline import OfflineModel
+from vdoctor.stores.memory import InMemoryStore
+from vdoctor.tokens import DEFAULT_COUNTER
+
+pytestmark = pytest.mark.unit
+
+BUDGET = 4000  # DESIGN.md §4: the working context's token budget
+
+
+class _Recording(OfflineModel):
+    """The offline model, recording the user message of every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users: list[str] = []
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        self.users.append(next(m.content for m in messages if m.role == "user"))
+        return super().chat(messages, tools)
+
+
+@pytest.fixture(scope="module")
+def pack() -> KnowledgePack:
+    return load_pack()
+
+
+def engine(pack: KnowledgePack) -> tuple[Harness, _Recording, InMemoryStore]:
+    model = _Recording()
+    store = InMemoryStore()
+    return Harness(DiagnosisEngine(store=store, model=model, embedder=HashingEmbedder(), pack=pack)), model, store
+
+
+# -- the budget ----------------------------------------------------------------------
+
+
+def test_the_prompt_of_alerts_with_64_signals_stays_within_the_budget(pack: KnowledgePack) -> None:
+    # The review's input: 64 signals an alert, unknown codes keep the session open; by the 5th alert the
+    # key facts alone were 3523 tokens and the user message 5242.
+    h, model, _ = engine(pack)
+    codes = [f"P1{n:03d}" for n in range(4)]
+    for i in range(8):
+        signals = {f"sig{j}_mv": 100 + ((i * 37 + j * 11) % 97) for j in range(64)}
+        h.diagnose(alert(f"e{i}", T0 + timedelta(minutes=30 * i), codes=codes, signals=signals, text="压差" * 20))
+    assert model.users
+    for user in model.users:
+        assert DEFAULT_COUNTER.count(user) <= BUDGET
+    # What did not fit is said, not left out silently; codes are never left out.
+    last = model.users[-1]
+    assert "not shown to fit the working context" in last
+    assert all(f"code {c}" in last for c in codes)
+
+
+def test_a_long_alert_text_is_clipped_with_a_marker_to_fit(pack: KnowledgePack) -> None:
+    # The review's input: one alert with a 3996-character text made a 4153-token message.
+    h, model, _ = engine(pack)
+    h.diagnose(alert("e0", T0, codes=["P0A7F"], signals={"cell_voltage_diff_mv": 62}, text="电池包单体压差过大" * 444))
+    first = model.users[0]
+    assert DEFAULT_COUNTER.count(first) <= BUDGET
+    assert "more characters clipped to fit the working context" in first
+    # The codes and signals of the alert are whole; its text is clipped, not dropped.
+    assert '"dtc_codes": ["P0A7F"]' in first
+    assert '"cell_voltage_diff_mv": 62' in first
+    assert "电池包单体压差过大" * 100 in first
+
+
+def test_fit_leaves_trend_lines_out_before_any_key_fact() -> None:
+    state = WorkingState()
+    memory = WorkingMemory(state, budget_tokens=BUDGET)
+    # 10 signals with 20 readings each: a trend line each, and 4 readings each as key facts.
+    for t in range(20):
+        at = f"2026-11-01T{t:02d}:00:00Z"
+        memory.add_facts([KeyFact.signal(f"sig{s}_mv", 100 + (t * 7 + s) % 50, at) for s in range(10)])
+    memory.add_facts([KeyFact.code("P0A7F", "Hybrid battery pack deterioration")])
+    everything = memory.render()
+    facts = [f.render() for f in state.key_facts]
+    # A budget that holds the key facts but not the trends as well.
+    budget = DEFAULT_COUNTER.count(everything) - 20
+    memory = WorkingMemory(state, budget_tokens=budget)
+    text = memory.fit()
+    assert DEFAULT_COUNTER.count(text) <= budget
+    assert all(line in text for line in facts)
+    assert "trend lines not shown to fit the working context" in text
+    assert memory.over_budget_tokens == 0
+
+
+def test_key_facts_that_alone_exceed_the_budget_are_kept_and_flagged() -> None:
+    state = WorkingState()
+    memory = WorkingMemory(state, budget_tokens=100)
+    memory.add_facts([KeyFact.code(f"P1{n:03d}") for n in range(40)])
+    memory.add_facts([KeyFact.parse("excluded: suspected the harness, ruled out @2026-11-01T08:15:30Z")])
+    text = memory.fit("## Current alert\nsomething")
+    assert all(f.render() in text for f in state.key_facts)
+    assert memory.over_budget_tokens == DEFAULT_COUNTER.count(text) - 100 > 0
+
+
+def test_fit_folds_the_verbatim_rounds_first() -> None:
+    state = WorkingState()
+    memory = WorkingMemory(state, budget_tokens=1000)
+    for i in range(3):
+        memory.add_round(Round(ts=f"2026-11-01T0{i}:00:00Z", user="检查连接器 " * 30, assistant="investigating"))
+    assert len(state.rounds) == 3  # under the 70% trigger without the current alert
+    current = "## Current alert\n" + "电池包单体压差过大" * 60
+    assert DEFAULT_COUNTER.count(memory.render(current)) > 1000
+    text = memory.fit(current)
+    assert DEFAULT_COUNTER.count(text) <= 1000
+    assert current in text  # whole: folding the oldest round was enough
+    assert len(state.rounds) == 2
+    assert state.summary_lines[0].startswith("2026-11-01T00:00:00Z | 检查连接器")
+    assert memory.over_budget_tokens == 0
+
+
+def test_clip_to_tokens_marks_what_it_clipped() -> None:
+    text = "电池包单体压差过大" * 50
+    clipped = clip_to_tokens(text, 100, DEFAULT_COUNTER)
+    assert DEFAULT_COUNTER.count(clipped) <= 100
+    kept = clipped.split("…[")[0]
+    assert text.startswith(kept) and kept
+    assert f"…[{len(text) - len(kept)} more characters clipped" in clipped
+    assert clip_to_tokens("short", 100, DEFAULT_COUNTER) == "short"
+
+
+# -- key facts never evicted silently --------------------------------------------------
+
+
+def test_an_exclusion_and_a_ticket_id_survive_eleven_rounds_of_twenty_part_ids() -> None:
+    state = WorkingState()
+    memory = WorkingMemory(state)
+    memory.add_round(
+        Round(ts="2026-11-01T08:00:00Z", user="suspected the harness, ruled out; 工单 WO-12345", assistant="noted")
+    )
+    for i in range(1, 12):
+        parts = " ".join(f"K{i * 100 + k}" for k in range(20))
+        memory.add_round(Round(ts=f"2026-11-01T{8 + i:02d}:00:00Z", user="检查连接器 " + parts, assistant="checking"))
+    shown = [f.render() for f in state.key_facts]
+    assert "excluded: suspected the harness, ruled out @2026-11-01T08:00:00Z" in shown
+    assert "id WO-12345" in shown
+    assert "id K1119" in shown and "id K100" in shown  # 220 part ids, none given way
+    assert state.dropped_facts == [] and state.dropped_fact_count == 0
+
+
+def test_an_exclusion_of_the_first_alert_reaches_the_concluded_case(pack: KnowledgePack) -> None:
+    h, _, store = engine(pack)
+    text = "suspected the harness, ruled out; 工单 WO-12345"
+    h.diagnose(alert("c0", T0, signals={"cell_voltage_diff_mv": 62}, text=text))
+    for i in range(1, 12):
+        parts = " ".join(f"K{i * 100 + k}" for k in range(20))
+        h.diagnose(alert(f"c{i}", T0 + timedelta(minutes=20 * i), signals={"cell_voltage_diff_mv": 70}, text=parts))
+    session = h.session()
+    assert session is not None
+    assert "id WO-12345" in [f.render() for f in session.working.key_facts]
+    h.diagnose(alert("cz", T0 + timedelta(minutes=240), signals={"cell_voltage_diff_mv": 187}))
+    record = store.history(VIN)[0]
+    assert "suspected the harness, ruled out" in record.summary + "\n".join(record.omitted)
+    # The work order the session named reaches the record: in its summary, or listed whole as omitted.
+    assert "WO-12345" in record.summary or "id WO-12345" in record.omitted
+
+
+def test_a_diagnosis_whose_context_stayed_over_the_budget_is_flagged(pack: KnowledgePack) -> None:
+    """Key facts are never left out: a context they alone put over the budget goes whole, and the output says so."""
+    store = InMemoryStore()
+    engine = DiagnosisEngine(
+        store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=pack, working_budget_tokens=300
+    )
+    h = Harness(engine)
+    codes = [f"P1{n:03d}" for n in range(32)]  # codes are key facts: 32 of them and their definitions
+    first = h.diagnose(alert("b0", T0, signals={"cell_voltage_diff_mv": 62}, codes=codes))
+    assert "working_over_budget" in first.flags
+    roomy = Harness(DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
+    assert "working_over_budget" not in roomy.diagnose(alert("b0", T0, signals={"cell_voltage_diff_mv": 62})).flags
+
+
+def test_readings_beyond_the_cap_give_way_oldest_first_and_are_recorded() -> None:
+    state = WorkingState()
+    memory = WorkingMemory(state)
+    memory.add_facts([KeyFact.signal("pack_temp_c", 41.5, "2026-11-01T00:00:00Z")])
+    # 60 signals, 4 readings each (first, lowest, highest, latest stay): 240 readings, 41 over the cap.
+    for t, value in enumerate((50, 10, 90, 60)):
+        at = f"2026-11-01T0{t + 1}:00:00Z"
+        memory.add_facts([KeyFact.signal(f"sig{s}_mv", value + s, at) for s in range(60)])
+    readings = [f for f in state.key_facts if f.kind.value == "reading"]
+    assert len(readings) == MAX_KEY_FACTS
+    # A signal seen once keeps its reading; the oldest readings of signals seen again went first.
+    assert "reading pack_temp_c=41.5 @2026-11-01T00:00:00Z" in [f.render() for f in readings]
+    assert state.dropped_fact_count == 41
+    # The 4th alert's 60 readings made 241: the first alert's readings of sig0..sig40 went, in order.
+    assert state.dropped_facts == [f"reading sig{s}_mv={50 + s} @2026-11-01T01:00:00Z" for s in range(41)]
+
+
+# -- every folded event keeps its line ------------------------------------------------
+
+
+def test_the_rolling_summary_of_8_alerts_with_20_signals_has_a_line_per_folded_event(pack: KnowledgePack) -> None:
+    h, _, _ = engine(pack)
+    times = [T0 + timedelta(minutes=30 * i) for i in range(8)]
+    for i, at in enumerate(times):
+        h.diagnose(alert(f"e{i}", at, signals={f"sig{j}_mv": 100 + j for j in range(20)}))
+    session = h.session()
+    assert session is not None
+    working = session.working
+    folded = [iso(at) for at in times[: len(times) - len(working.rounds)]]
+    assert folded
+    assert working.fidelity_failures == 0
+    for ts in folded:
+        line = next(line for line in working.summary_lines if line.startswith(ts))
+        parsed = SummaryLine.parse(line)
+        assert parsed is not None and parsed.event.startswith("alert P0A7F sig0_mv=100")
+        assert parsed.evidence == "dtc://P0A7F"
+        assert len(line) <= 300
+
+
+def test_a_fold_of_six_long_events_keeps_a_line_for_each() -> None:
+    state = WorkingState()
+    memory = WorkingMemory(state)
+    event = "alert P0A7F " + " ".join(f"sig{j}_mv={100 + j}" for j in range(20))
+    for i in range(6):
+        at = f"2026-11-01T0{i}:00:00Z"
+        round_ = Round(ts=at, user="压差", assistant="-", event=event, conclusion="investigating", evidence="-")
+        memory.add_round(round_)
+    memory.end_stage()
+    assert [line[:20] for line in state.summary_lines] == [f"2026-11-01T0{i}:00:00Z" for i in range(6)]
+    assert all(line.endswith("| investigating | -") and "…" in line for line in state.summary_lines)
+    assert state.fidelity_failures == 0
+
+
+def test_an_empty_summary_of_events_fails_the_check() -> None:
+    line = SummaryLine("2026-11-01T08:15:30Z", "alert P0A7F", "investigating", "-")
+    request = SummaryRequest(kind="rolling", source=line.render(), required=[], events=[line], max_chars=300)
+
+    class _Empty:
+        name = "empty"
+
+        def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
+            return ""
+
+    assert not summarize_checked(_Empty(), request).ok
+    assert summarize_checked(OfflineSummarizer(), request).ok
