@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.test_engine import alert as engine_alert
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import parse_event, session_id_for
@@ -73,16 +74,7 @@ def run(
 
 def alert(event_id: str, at: datetime) -> dict[str, Any]:
     """187 mV confirms P0A7F (rule: 100 mV): the offline agent concludes the session on this very alert."""
-    return {
-        "type": "alert",
-        "event_id": event_id,
-        "vin": VIN,
-        "series": "EV-A",
-        "ts": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "alert_text": "电池包单体压差过大",
-        "dtc_codes": ["P0A7F"],
-        "signals": {"cell_voltage_diff_mv": 187},
-    }
+    return engine_alert(event_id, at, signals={"cell_voltage_diff_mv": 187})
 
 
 def test_the_opening_alert_run_again_recalls_what_its_first_run_did(store: MemoryStore, pack: KnowledgePack) -> None:
