@@ -16,7 +16,7 @@ from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.embedders.base import Vectors
-from vdoctor.errors import EventError, ModelError, StoreError
+from vdoctor.errors import EventError, ModelError, StoreError, VDoctorError
 from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.knowledge.search import KnowledgeBase
@@ -94,15 +94,19 @@ class StepResult:
 
 
 def failure_text(error: Exception) -> str:
-    """A dead letter's reason for an unexpected error of one event's run: its type and message, bounded.
+    """A dead letter's reason for an unexpected error of one event's run: its type, and its message when ours.
 
-    Our own errors' messages are written to be shown (``VDoctorError``: no secrets); a foreign error that
-    no boundary wrapped is named by its type, so the reason says where to look.
+    Our own errors' messages are written to be shown (``VDoctorError``: no secrets), bounded; a foreign
+    error that no boundary wrapped is named by its type only (its message may hold anything a library put
+    there, and a dead letter goes to a topic): its message and traceback are in the job's log.
     """
+    name = type(error).__name__
+    if not isinstance(error, VDoctorError):
+        return f"processing failed: {name} (its message and traceback are in the job's log)"
     message = str(error)
     if len(message) > MAX_FAILURE_CHARS:
         message = message[:MAX_FAILURE_CHARS] + "…"
-    return f"processing failed: {type(error).__name__}" + (f": {message}" if message else "")
+    return f"processing failed: {name}" + (f": {message}" if message else "")
 
 
 def signal_uri(vin: str, name: str, when: str) -> str:
@@ -167,12 +171,16 @@ class DiagnosisEngine:
         long-term memory that stays down (``StoreError``) and any other error of its run (an ``Exception``:
         a bug, a foreign error no boundary wrapped) make it a ``process`` dead letter with the reason, and
         the job goes on (``KeyboardInterrupt``, ``SystemExit`` and the like still propagate). A dead
-        letter's session is the one given (its stored text untouched; a live one as the failed run left
-        it), and its dedup ids do not hold the event's: the same event sent again is processed.
+        letter's session is the one given, as it was (a live one, which the failed run may have changed
+        half-way, is given back as its text from before the run), and its dedup ids do not hold the event's:
+        the same event sent again is processed, and counted once.
         """
         if not dedup.check_and_add(event.event_id, event.ts):
             return StepResult(session=session, dedup=dedup, duplicate=True)
-        given = session
+        # A stored session is never changed in place; a live one (a vehicle's chain of runs) is, by an alert.
+        given: SessionState | StoredSession | None = session
+        if isinstance(session, SessionState) and isinstance(event, AlertEvent):
+            given = StoredSession(session.model_dump_json())
         try:
             if isinstance(event, AlertEvent):
                 if isinstance(session, StoredSession) and session.accepts_alert_at(event.ts):

@@ -22,7 +22,7 @@ import pytest
 from vdoctor.diagnosis import MAX_FAILURE_CHARS, DiagnosisEngine, StepResult, failure_text
 from vdoctor.embedders.base import Vectors
 from vdoctor.embedders.hashing import HashingEmbedder
-from vdoctor.errors import ModelError, StoreError
+from vdoctor.errors import ConfigError, ModelError, StoreError
 from vdoctor.events import parse_event
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.knowledge.search import KnowledgeBase
@@ -284,6 +284,23 @@ def test_a_hypothesis_longer_than_a_summary_holds_is_clipped_in_its_milestone(pa
     assert milestone.omitted == [f"leading: {cause.strip()}", "cell_voltage_diff_mv=87→88mV"]
 
 
+def test_a_clipped_hypothesis_never_ends_inside_a_number(pack: KnowledgePack) -> None:
+    """A cut 1873456789 must not read as an invented 18 in long-term memory."""
+    for pad in range(0, 40, 3):
+        cause = "x" * (200 + pad) + " cell diff 1873456789 mV after 4123456 km"
+        reply = json.dumps({"phase": "INVESTIGATING", "root_cause": cause, "priority": "P2", "confidence": 0.3})
+        store = InMemoryStore()
+        h = Harness(engine(pack, store=store, model=ScriptedModel([ChatResponse(content=reply)] * 3)))
+        h.diagnose(alert("e-1", T0, 87))
+        h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88))
+        [milestone] = store.history(VIN)
+        line = milestone.summary.splitlines()[-1]
+        kept = line.split("leading: ", 1)[1].split("…", 1)[0]
+        assert cause.startswith(kept)
+        numbers = [t for t in kept.split() if t[:1].isdigit()]
+        assert all(n in ("1873456789", "4123456") for n in numbers), kept
+
+
 def test_a_knowledge_search_the_embedder_fails_is_a_failed_tool_result(pack: KnowledgePack) -> None:
     knowledge_embedder = FlakyEmbedder()
     knowledge_embedder.queries_down = True
@@ -383,7 +400,7 @@ def test_an_unexpected_error_in_one_events_run_is_a_dead_letter_and_the_job_goes
     h = Harness(engine(pack, model=RaisingOnce(RuntimeError("tool schema mismatch in step 3"))))
     with caplog.at_level(logging.WARNING, logger="vdoctor.diagnosis"):
         letter = h.dead_letter(alert("e-1", T0, 87))
-    assert letter.error == "processing failed: RuntimeError: tool schema mismatch in step 3"
+    assert letter.error == "processing failed: RuntimeError (its message and traceback are in the job's log)"
     # Logged at WARNING with the traceback.
     [logged] = [r for r in caplog.records if r.name == "vdoctor.diagnosis"]
     assert logged.levelno == logging.WARNING and "e-1" in logged.getMessage()
@@ -400,9 +417,33 @@ def test_a_failed_alert_gives_back_the_stored_session_untouched(pack: KnowledgeP
     stored = h.state[VIN][0]
     h.engine.model = RaisingOnce(ValueError("unexpected reply shape"))
     result = h.send(alert("e-2", T0 + timedelta(hours=1), 88))
-    assert [d.error for d in result.dead_letters] == ["processing failed: ValueError: unexpected reply shape"]
+    assert [d.error for d in result.dead_letters] == [
+        "processing failed: ValueError (its message and traceback are in the job's log)"
+    ]
     # The alert's run read the session and changed it before it failed: the session as stored is kept.
     assert isinstance(result.session, StoredSession) and result.session.model_dump_json() == stored
+
+
+def test_a_failed_alert_gives_back_a_live_session_as_it_was_before_the_run(pack: KnowledgePack) -> None:
+    """A vehicle's chain of runs hands its session on live: a run that fails half-way must not leave its
+    changes in it, or the same alert sent again (its id leaves the dedup) would be counted twice."""
+    from vdoctor.events import parse_event
+    from vdoctor.memory.session import SessionState
+
+    e = engine(pack)
+    dedup = DedupState()
+    first = e.on_event(None, dedup, parse_event(json.dumps(alert("e-1", T0, 87))), "e-1")
+    live = first.session
+    assert isinstance(live, SessionState) and live.alerts == 1
+    before = live.model_dump_json()
+    e.model = RaisingOnce(ValueError("unexpected reply shape"))
+    raw = json.dumps(alert("e-2", T0 + timedelta(hours=1), 88))
+    failed = e.on_event(live, first.dedup, parse_event(raw), raw)
+    assert failed.dead_letters and isinstance(failed.session, StoredSession)
+    assert failed.session.model_dump_json() == before  # not the half-run's (alerts 2, the code counted twice)
+    again = e.on_event(failed.session, failed.dedup, parse_event(raw), raw)
+    assert again.diagnoses and isinstance(again.session, SessionState)
+    assert again.session.alerts == 2 and again.session.codes == {"P0A7F": 2}
 
 
 def test_interrupts_still_propagate(pack: KnowledgePack) -> None:
@@ -412,10 +453,13 @@ def test_interrupts_still_propagate(pack: KnowledgePack) -> None:
 
 
 def test_a_failure_text_names_the_type_and_bounds_the_message() -> None:
-    assert failure_text(KeyError("cell_voltage_diff_mv")) == "processing failed: KeyError: 'cell_voltage_diff_mv'"
-    assert failure_text(ZeroDivisionError()) == "processing failed: ZeroDivisionError"
-    long = failure_text(ValueError("x" * 10_000))
-    assert long == "processing failed: ValueError: " + "x" * MAX_FAILURE_CHARS + "…"
+    # A foreign error's message may hold anything a library put there (a URL, a reply): its type only.
+    foreign = failure_text(KeyError("sk-secret"))
+    assert foreign == "processing failed: KeyError (its message and traceback are in the job's log)"
+    # Ours are written to be shown, bounded.
+    assert failure_text(ConfigError("model down")) == "processing failed: ConfigError: model down"
+    long = failure_text(ConfigError("x" * 10_000))
+    assert long == "processing failed: ConfigError: " + "x" * MAX_FAILURE_CHARS + "…"
 
 
 # -- a dead letter's event may be sent again -----------------------------------------------------------------

@@ -66,6 +66,7 @@ from vdoctor.memory.summarizer import (
     SummaryRequest,
     summarize_checked,
 )
+from vdoctor.memory.working import CLIP_MARK, clip_line
 from vdoctor.records import MAX_SUMMARY_CHARS
 
 __all__ = [
@@ -79,8 +80,6 @@ __all__ = [
     "upgrade_case_request",
 ]
 
-# The end of a milestone's hypothesis cut to fit its line.
-CLIPPED = "…"
 GIVE_WAY = (
     "opening alert line",
     "readings of signals no code of the session names",
@@ -159,8 +158,9 @@ def milestone_summary(session: SessionState, number: int, at: datetime) -> tuple
     if len(head) > MAX_SUMMARY_CHARS and hypothesis:
         # A model's hypothesis may be longer than a summary holds: the line carries its start, and the record
         # says it carries less (``omitted``: the whole hypothesis), rather than no milestone being written.
-        keep = max(0, len(hypothesis) - (len(head) - MAX_SUMMARY_CHARS) - len(CLIPPED))
-        head = _milestone_line(session, number, at, hypothesis[:keep].rstrip() + CLIPPED)
+        keep = max(0, len(hypothesis) - (len(head) - MAX_SUMMARY_CHARS) - len(CLIP_MARK))
+        # Never cut inside a number, code or URI (a cut 1873 would read as an invented 18).
+        head = _milestone_line(session, number, at, clip_line(hypothesis, keep))
         omitted.append(f"leading: {hypothesis}")
     clipped = len(omitted)  # spans are shown in order until the first that does not fit
     used = len(head)

@@ -178,7 +178,7 @@ def _facts_by_text(text: str) -> tuple[KeyFact, ...]:
     return tuple(extract_text_facts(text, _WHEN))
 
 
-def _clip(text: str, limit: int) -> str:
+def clip_line(text: str, limit: int) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     if len(first) <= limit:
         return first
@@ -220,7 +220,7 @@ def _fit_events(events: list[SummaryLine]) -> list[list[SummaryLine]]:
     A summary line is at most ``FOLD_MAX_CHARS`` (an alert's event names every
     signal): a line too long would be left out of the fold whole. So the
     event parts of the longer lines are clipped to a fair share of the fold
-    (``_clip``: never inside a number, code or URI; shorter lines stay whole);
+    (``clip_line``: never inside a number, code or URI; shorter lines stay whole);
     time, conclusion and URI stay whole.
     Events that do not fit one fold with at least ``MIN_EVENT_CHARS`` each go
     to the next fold.
@@ -257,7 +257,7 @@ def _clip_events(events: list[SummaryLine], fixed: list[int]) -> list[SummaryLin
         limit = share[i] - fixed[i]
         if len(e.event) > limit:
             # A fixed part too long for the share (a long conclusion) still gives its line an event start.
-            event = _clip(e.event, max(limit, MIN_EVENT_CHARS) - len(CLIP_MARK))
+            event = clip_line(e.event, max(limit, MIN_EVENT_CHARS) - len(CLIP_MARK))
             e = SummaryLine(e.ts, event, e.conclusion, e.evidence)
         out.append(e)
     return out
@@ -479,8 +479,8 @@ class WorkingMemory:
         events = [
             SummaryLine(
                 ts=r.ts,
-                event=r.event or _clip(r.user, EVENT_CHARS),
-                conclusion=r.conclusion or _clip(r.assistant, CONCLUSION_CHARS),
+                event=r.event or clip_line(r.user, EVENT_CHARS),
+                conclusion=r.conclusion or clip_line(r.assistant, CONCLUSION_CHARS),
                 evidence=r.evidence or next(iter(URI_RE.findall(f"{r.assistant}\n{r.user}")), "-"),
             )
             for r in rounds
