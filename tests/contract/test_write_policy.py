@@ -58,6 +58,18 @@ def test_a_session_run_again_keeps_the_verdict_of_its_recheck(h: Harness, store:
     assert record.verified_ts == T0 + timedelta(days=2)
 
 
+def test_a_merged_session_run_again_keeps_the_verdict_of_its_recheck(h: Harness, store: MemoryStore) -> None:
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=10), signals=CONFIRMING))
+    assert "l3_merged" in second.flags
+    h.send(recheck("r-2", T0 + timedelta(days=12), second.session_id, ok=True))
+    again = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=10), signals=CONFIRMING))
+    assert again.session_id == second.session_id and "l3_merged" in again.flags
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.merged_sessions == [second.session_id]
+    assert record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=12)
+
+
 def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     later = h.diagnose(alert("e-2", T0 + timedelta(days=31), signals=CONFIRMING))

@@ -70,13 +70,15 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     status = WriteStatus.WRITTEN
     if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
-        # The fault came back: the new version is not verified (its own recheck will say).
+        # The fault came back: the new version is not verified (its own recheck will say). Unless this is a
+        # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays.
+        again = record.session_id in duplicate.merged_sessions
         record = record.model_copy(
             update={
                 "session_id": duplicate.session_id,
                 "merged_sessions": merged,
-                "recheck_ok": None,
-                "verified_ts": None,
+                "recheck_ok": duplicate.recheck_ok if again else None,
+                "verified_ts": duplicate.verified_ts if again else None,
             }
         )
         status = WriteStatus.MERGED
