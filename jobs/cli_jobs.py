@@ -15,6 +15,7 @@ from jobs.job_settings import (
     add_flink_arguments,
     add_kafka_arguments,
     domain_settings,
+    kafka_job_identity,
     kafka_settings,
     replay_settings,
     resume_by_default,
@@ -61,8 +62,10 @@ def _run_kafka(args: argparse.Namespace) -> int:
     if args.alerts or args.out:
         print("vdoctor run: --kafka reads topics; --alerts/--out are for file replays", file=sys.stderr)
         return 2
-    resumed = resume_by_default(args)
     job = kafka_settings(args)
+    resumed = resume_by_default(args, kafka_job_identity(job))
+    if resumed is not None:
+        job = kafka_settings(args)  # now restoring from it
     settings = domain_settings(args)
     scheme = url_scheme(settings.memory.url)
     if resumed is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -347,22 +348,43 @@ RESTORE_LATEST = "latest"
 RESTORE_NONE = "none"
 
 
-def resume_by_default(args: argparse.Namespace) -> Path | None:
+# Beside a local Kafka run's checkpoints: which job wrote them (``resume_by_default``).
+JOB_MARKER = "vdoctor-job.json"
+
+
+def kafka_job_identity(job: KafkaJobSettings) -> dict[str, Any]:
+    """What makes a Kafka job's checkpoints its own: the broker, the topics it reads and its consumer group."""
+    return {"bootstrap": job.bootstrap, "topics": list(job.input_topics()), "group_id": job.group_id}
+
+
+def resume_by_default(args: argparse.Namespace, identity: Mapping[str, Any]) -> Path | None:
     """``vdoctor run --kafka`` without ``--restore``: resume from the newest complete checkpoint under
-    ``--checkpoint-dir`` when there is one (``args.restore`` becomes "latest"); returns it, or None.
+    ``--checkpoint-dir`` when that folder's checkpoints are this job's (``args.restore`` becomes "latest");
+    returns the checkpoint, or None. The folder is marked as this job's either way (``JOB_MARKER``).
 
     A Kafka job started again after a stop or a crash must carry on with its sessions, its dedup ids and
     the events whose runs were in flight at its last checkpoint: its committed offsets alone would skip
-    those events (they were read before the checkpoint) and start every vehicle afresh. Only for a local
-    run: a job submitted to a cluster is restored by ``flink run -s``.
+    those events (they were read before the checkpoint) and start every vehicle afresh. Checkpoints of
+    another job (another broker, topics or consumer group, in the same default folder) are never taken:
+    that job's sessions and offsets are not this one's. Only for a local run: a job submitted to a
+    cluster is restored by ``flink run -s``.
     """
-    if getattr(args, "restore", None):
-        return None
     folder = Path(getattr(args, "checkpoint_dir", None) or DEFAULT_KAFKA_CHECKPOINT_DIR)
     local = _local_path(str(folder))
-    found = latest_checkpoint(local) if local is not None and local.is_dir() else None
-    if found is not None:
-        args.restore = RESTORE_LATEST
+    if local is None:
+        return None
+    marker = local / JOB_MARKER
+    try:
+        ours = json.loads(marker.read_text(encoding="utf-8")) == dict(identity)
+    except (OSError, ValueError):
+        ours = False
+    found = None
+    if not getattr(args, "restore", None) and ours and local.is_dir():
+        found = latest_checkpoint(local)
+        if found is not None:
+            args.restore = RESTORE_LATEST
+    local.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(dict(identity), sort_keys=True), encoding="utf-8")
     return found
 
 

@@ -120,23 +120,34 @@ def test_restore_latest_picks_the_newest_complete_checkpoint(tmp_path: Path) -> 
 
 def test_a_local_kafka_run_resumes_from_its_newest_checkpoint_unless_told_otherwise(tmp_path: Path) -> None:
     ck = tmp_path / "ck"
-    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck))
-    assert js.resume_by_default(args) is None  # no folder yet: a first run starts afresh
-    assert js.kafka_settings(args, env={}).flink.restore_from is None
+
+    def resumed(*argv: str) -> tuple[Path | None, str | None]:
+        args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck), *argv)
+        found = js.resume_by_default(args, js.kafka_job_identity(js.kafka_settings(args, env={})))
+        return found, js.kafka_settings(args, env={}).flink.restore_from
+
+    assert resumed() == (None, None)  # a first run starts afresh, and marks the folder as its own
     _checkpoint(ck, "job1", 3)
     newest = _checkpoint(ck, "job1", 4)
     (ck / "job1" / "chk-5").mkdir()  # being written when the job died: no _metadata
-    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck))
-    assert js.resume_by_default(args) == newest
-    assert js.kafka_settings(args, env={}).flink.restore_from == newest.resolve().as_uri()
+    assert resumed() == (newest, newest.resolve().as_uri())
     # Told otherwise: afresh, or from what is named.
-    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck), "--restore", "none")
-    assert js.resume_by_default(args) is None
-    assert js.kafka_settings(args, env={}).flink.restore_from is None
+    assert resumed("--restore", "none") == (None, None)
     older = ck / "job1" / "chk-3"
-    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck), "--restore", str(older))
-    assert js.resume_by_default(args) is None
-    assert js.kafka_settings(args, env={}).flink.restore_from == older.resolve().as_uri()
+    assert resumed("--restore", str(older)) == (None, older.resolve().as_uri())
+    # Another job's checkpoints in the same folder (another consumer group): never taken.
+    assert resumed("--group-id", "other-fleet") == (None, None)
+    # ... and the folder is that job's now: the first one started again does not take them either.
+    assert resumed() == (None, None)
+
+
+def test_checkpoints_without_a_job_marker_are_not_resumed_by_default(tmp_path: Path) -> None:
+    """Checkpoints of a release before the marker: whose they are is not known, so only --restore takes them."""
+    ck = tmp_path / "ck"
+    _checkpoint(ck, "job1", 3)
+    args = _kafka_args(tmp_path, "--checkpoint-dir", str(ck))
+    assert js.resume_by_default(args, js.kafka_job_identity(js.kafka_settings(args, env={}))) is None
+    assert (ck / js.JOB_MARKER).is_file()
 
 
 def test_kafka_job_resumes_from_a_savepoint_and_keeps_unclaimed_state_an_error(tmp_path: Path) -> None:
