@@ -40,6 +40,10 @@ def alert_block(alert: AlertEvent, alert_text: str | None = None) -> str:
     return render_alert_block(body)
 
 
+# What stands for an alert's text when the working budget leaves no room for any of it.
+TEXT_LEFT_OUT = "[the alert's text, {} characters, left out to fit the working context]"
+
+
 def _current(session: SessionState, alert: AlertEvent, block: str) -> str:
     return (
         f"## Current alert\n{block}\n"
@@ -61,9 +65,12 @@ def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMem
         rest = count(_current(session, alert, alert_block(alert, "")))
         text_room = room - rest
         while True:
-            text = clip_to_tokens(alert.alert_text, text_room, working.counter)
+            # With no room for any of it, the marker alone says the text was there.
+            text = clip_to_tokens(alert.alert_text, text_room, working.counter) or TEXT_LEFT_OUT.format(
+                len(alert.alert_text)
+            )
             current = _current(session, alert, alert_block(alert, text))
-            if not text or count(current) <= room:
+            if text_room <= 0 or count(current) <= room:
                 return current
             text_room -= count(current) - room
 
