@@ -42,6 +42,8 @@ DTC_RE = re.compile(r"^([PCBU][0-9A-F]{4})(?:-?[0-9A-F]{2})?$")
 # string is read as the number, true and false as 1 and 0, and a null
 # reading (the sensor had no value) is left out.
 _NAME_SEPARATORS = str.maketrans({".": "_", "-": "_", " ": "_"})
+# A number sent as text: decimal digits (ASCII), a point, an exponent; not 1_000, nan or other scripts' digits.
+_NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 # Event times: an ECU whose clock was never set reports 1970 or 2000-01-01,
 # and a time beyond these bounds is a clock fault (near the years 1 and 9999
 # the session arithmetic would not even run). Such an event is a dead letter
@@ -196,15 +198,17 @@ class AlertEvent(_Event):
         for name, value in signals.items():
             if value is None:
                 continue
+            given = name
             if isinstance(name, str):
                 name = name.strip().lower().translate(_NAME_SEPARATORS)
+            if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
+                raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):
                 value = float(value)
             elif isinstance(value, str):
-                try:
-                    value = float(value.strip())
-                except ValueError:
-                    raise ValueError(f"signal {str(name)[:40]} = {value[:20]!r} is not a number") from None
+                if not _NUMBER_TEXT_RE.fullmatch(value.strip()):
+                    raise ValueError(f"signal {str(name)[:40]} = {value[:20]!r} is not a number")
+                value = float(value)
             read[name] = value
         return read
 

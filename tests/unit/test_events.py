@@ -350,9 +350,13 @@ def test_signals_as_fleets_send_them() -> None:
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent)
     assert event.signals == {"pack_temp_c": 41.5, "vehicle_speed": 62.0, "soc_pct": 80.0, "charging": 1.0}
-    # A number as text is held to the same rules as a number.
-    assert rejected(json.dumps(alert(signals={"pack_temp_c": "nan"}))).stage == "validate"
-    assert rejected(json.dumps(alert(signals={"pack_temp_c": "1e300"}))).stage == "validate"
+    # A number as text is held to the same rules as a number, and is written in plain decimal digits.
+    for text in ("nan", "1e300", "1_000", "١٢٣", "0x1A", "inf"):
+        assert rejected(json.dumps(alert(signals={"pack_temp_c": text}))).stage == "validate", text
+    assert parse_event(json.dumps(alert(signals={"pack_temp_c": "-4.5e1"}))).signals == {"pack_temp_c": -45.0}
+    # Two names of one alert that read as the same signal: which one is the reading is not known.
+    error = rejected(json.dumps(alert(signals={"Pack_Temp_C": 41, "pack_temp_c": 42})))
+    assert error.stage == "validate" and "pack_temp_c" in str(error)
 
 
 def test_null_for_an_optional_field_is_its_empty_value() -> None:
