@@ -86,3 +86,14 @@ def test_tool_arguments_that_are_not_json_are_shown_scrubbed(monkeypatch: pytest
     with pytest.raises(ModelError, match="not JSON") as err:
         chat.chat(MESSAGES, [])
     assert KEY not in "".join(traceback.format_exception(err.value))
+
+
+def test_the_reprs_of_a_model_and_its_config_mask_credentials_in_the_base_url() -> None:
+    from vdoctor.models import ChatModelConfig
+
+    url = "https://team:Pw0rdSECRET@llm.example/v1"
+    model = OpenAIChatModel("m", api_key=SecretStr("sk-key"), base_url=url)
+    config = ChatModelConfig(model="m", base_url=url, api_key=SecretStr("sk-key"))
+    for shown in (repr(model), repr(config)):
+        assert "Pw0rdSECRET" not in shown and "sk-key" not in shown
+        assert "llm.example/v1" in shown

@@ -26,6 +26,7 @@ from pydantic import SecretStr
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.openai_clients import ThreadClients, http_client
+from vdoctor.url_credentials import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +131,8 @@ class OpenAIChatModel:
         return self._clients.get()
 
     def __repr__(self) -> str:  # the key must never show, not even in a debugger's repr
-        return f"OpenAIChatModel(model={self.name!r}, base_url={self.base_url!r})"
+        shown = redact_url(self.base_url) if self.base_url else self.base_url  # a URL may hold credentials too
+        return f"OpenAIChatModel(model={self.name!r}, base_url={shown!r})"
 
     def close(self) -> None:
         self._clients.close()
