@@ -111,6 +111,12 @@ def test_the_opening_alert_run_again_recalls_a_case_it_merged_into_as_it_was(
     # Run again: the earlier case as e-1's first run found it (verified), not as e-1's merge left it.
     again, _ = run(store, pack, alert("e-1", T0), checkpoint)
     assert again.model_dump(exclude=TIMINGS) == first.model_dump(exclude=TIMINGS)
+    if isinstance(store, StoreAudit):  # the recall explainer shows the same version recall took
+        recall = SessionRecall(store, HashingEmbedder(), pack)
+        explained = explain_recall(recall, store, VIN, "EV-A", "电池包单体压差过大", ["P0A7F"], T0)
+        [entry] = [e for e in explained.own if e.record.session_id == early_sid]
+        assert entry.outcome is Outcome.CHOSEN
+        assert entry.record.merged_sessions == [] and entry.record.recheck_ok is True
 
 
 def record(session_id: str, concluded_at: datetime) -> MemoryRecord:

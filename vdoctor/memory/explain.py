@@ -36,6 +36,7 @@ import numpy as np
 
 from vdoctor.events import session_id_for
 from vdoctor.memory.recall import (
+    EVENT_TIME_STEP,
     OWN_HISTORY_LIMIT,
     OWN_HISTORY_WINDOW,
     SIMILAR_TOP,
@@ -253,6 +254,9 @@ def _own_entries(
     admitted: list[tuple[MemoryRecord, RecordVersion]] = []
     for versions in _by_record(audit.versions(vin)).values():
         version, record = _at(versions, at)
+        if record is not None and opening in record.merged_sessions:
+            # The opening session merged into this case: recall takes it as it was before (``own_history``).
+            version, record = _at(versions, at - EVENT_TIME_STEP)
         if record is None:
             detail = f"concluded {_when(version.record.concluded_at)}"
             entries.append(_entry(version.record, version, Outcome.NOT_CONCLUDED, detail))
