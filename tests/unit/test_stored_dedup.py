@@ -48,14 +48,17 @@ def _start(rng: random.Random, size: int, awkward: bool) -> DedupState:
     return state
 
 
+def _both(rng: random.Random, near_full: int, awkward: bool) -> tuple[list[str], DedupState, StoredDedup]:
+    """A random starting state (its ids, in order), parsed and as stored text."""
+    size = rng.choice([0, 1, 2, 5, near_full, MAX_DEDUP_IDS, rng.randrange(MAX_DEDUP_IDS)])
+    text = _start(rng, size, awkward=awkward).model_dump_json()
+    return list(DedupState.model_validate_json(text).seen), DedupState.model_validate_json(text), StoredDedup(text)
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_stored_dedup_answers_and_writes_as_the_parsed_state(seed: int) -> None:
     rng = random.Random(seed)
-    size = rng.choice([0, 1, 2, 5, MAX_DEDUP_IDS - 3, MAX_DEDUP_IDS, rng.randrange(MAX_DEDUP_IDS)])
-    text = _start(rng, size, awkward=seed % 3 == 0).model_dump_json()
-    made = list(DedupState.model_validate_json(text).seen)
-    plain = DedupState.model_validate_json(text)
-    stored = StoredDedup(text)
+    made, plain, stored = _both(rng, MAX_DEDUP_IDS - 3, awkward=seed % 3 == 0)
     for step in range(rng.choice([5, 20, 60])):
         eid = _random_id(rng, made)
         ts = T0 + timedelta(seconds=rng.randrange(-(10**6), 10**8))
@@ -114,11 +117,7 @@ def test_ids_counted_across_adds_up_to_the_bound() -> None:
 def test_stored_dedup_discards_as_the_parsed_state(seed: int) -> None:
     """Adds and discards mixed (an id discarded, added again, discarded twice): the same answers and texts."""
     rng = random.Random(1000 + seed)
-    size = rng.choice([0, 1, 2, 5, MAX_DEDUP_IDS - 1, MAX_DEDUP_IDS, rng.randrange(MAX_DEDUP_IDS)])
-    text = _start(rng, size, awkward=seed % 3 == 0).model_dump_json()
-    made = list(DedupState.model_validate_json(text).seen)
-    plain = DedupState.model_validate_json(text)
-    stored = StoredDedup(text)
+    made, plain, stored = _both(rng, MAX_DEDUP_IDS - 1, awkward=seed % 3 == 0)
     for step in range(rng.choice([5, 20, 60])):
         eid = _random_id(rng, made)
         if rng.random() < 0.5:

@@ -363,9 +363,8 @@ class WorkingMemory:
         # Folds of this run whose summarizer failed (a model outage): the engine flags the diagnosis.
         self.summary_model_failures = 0
         # Tokens by which the last ``fit`` was over the budget with only key facts left to leave out
-        # (they never are): the engine flags the diagnosis. Readings that ``fit`` left out of its text.
+        # (they never are): the engine flags the diagnosis.
         self.over_budget_tokens = 0
-        self.readings_not_shown = 0
 
     def add_facts(self, facts: list[KeyFact]) -> None:
         self._add_trends(facts)
@@ -558,7 +557,6 @@ class WorkingMemory:
         still does not fit is sent whole, and ``over_budget_tokens`` says by how much (the engine flags it).
         """
         self.over_budget_tokens = 0
-        self.readings_not_shown = 0
         parts = self._parts(current)
         if self._fits(parts):
             return _BLANK_LINE.join(parts)
@@ -585,7 +583,6 @@ class WorkingMemory:
             kept, reading_note, excess = self._shed([shown[i] for i in order], excess, _READINGS_NOT_SHOWN)
             gone = set(order[: len(order) - len(kept)])
             shown = [line for i, line in enumerate(shown) if i not in gone]
-            self.readings_not_shown = len(gone)
         parts = []
         if summary or summary_note:
             parts.append(_SUMMARY_HEAD + "\n".join([*([summary_note] if summary_note else []), *summary]))
