@@ -11,9 +11,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from vdoctor.agent.prompt import build_messages
+from vdoctor.agent.prompt import build_window
 from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
+from vdoctor.agent.window import TOOL_RESULT_CLIPPED
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.embedders.base import Vectors
 from vdoctor.errors import EventError, ModelError, StoreError, VDoctorError
@@ -281,8 +282,8 @@ class DiagnosisEngine:
             self.working_keep_rounds,
         )
         failures_before = session.working.fidelity_failures
-        messages = build_messages(session, alert, working)
-        run = run_react(self.model, Toolbox(self.pack, session, self.knowledge), messages)
+        messages, window = build_window(session, alert, working)
+        run = run_react(self.model, Toolbox(self.pack, session, self.knowledge), messages, window=window)
         if run.error is not None:
             log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
         answer = run.answer
@@ -321,6 +322,8 @@ class DiagnosisEngine:
             flags.append(SUMMARY_MODEL_FAILED)
         if working.over_budget_tokens:
             flags.append(WORKING_OVER_BUDGET)
+        if window.clipped_results:
+            flags.append(TOOL_RESULT_CLIPPED)
 
         diagnosis = Diagnosis(
             vin=alert.vin,
@@ -349,7 +352,7 @@ class DiagnosisEngine:
         # exclusion, a void conclusion) must not run on into the codes.
         user = alert.alert_text + "\n" + " ".join(alert.dtc_codes)
         user += "".join(f" {k}={fmt_num(v)}" for k, v in alert.signals.items())
-        tool_lines = [m.content for m in run.transcript if m.role == "tool"]
+        tool_lines = run.tool_results
         final = run.transcript[-1].content if run.transcript else ""
         steps = "; ".join(run.tools_used)
         assistant = f"{final}\n" + (f"tools: {steps}\n" if steps else "") + "\n".join(tool_lines)

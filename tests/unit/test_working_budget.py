@@ -3,6 +3,7 @@ and every folded event keeps its summary line (DESIGN.md §4)."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -274,3 +275,76 @@ def test_an_alert_text_with_no_room_left_is_replaced_by_a_marker_not_dropped() -
     user = build_messages(session, event, memory)[1].content
     assert f"[the alert's text, {len(text)} characters, left out to fit the working context]" in user
     assert memory.over_budget_tokens > 0
+
+
+# -- every call of an alert: the working context and the ReAct steps (agent.window) ------
+
+
+class _Calls(OfflineModel):
+    """The offline model, recording the messages of every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[list[Message]] = []
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        self.calls.append(list(messages))
+        return super().chat(messages, tools)
+
+
+def _window_tokens(messages: list[Message]) -> int:
+    """The user message and the steps after it (the model's tool calls and the tools' results)."""
+    count = DEFAULT_COUNTER.count
+    steps = 0
+    for m in messages[2:]:
+        calls = "".join(c.name + json.dumps(c.arguments, ensure_ascii=False) for c in m.tool_calls)
+        steps += count(m.content + calls) if m.content or calls else 0
+    return count(messages[1].content) + steps
+
+
+def test_every_call_of_an_alert_keeps_its_context_and_steps_within_the_budget(pack: KnowledgePack) -> None:
+    # 16 known codes: their lookup alone is ~2,500 tokens. Before, the first call fitted 4,000 tokens and
+    # the second carried the lookup on top of them.
+    model = _Calls()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    codes = list(pack.entries)[:16]
+    flags: list[str] = []
+    for i in range(4):
+        signals = {f"sig{j}_mv": 100 + ((i * 37 + j * 11) % 97) for j in range(16)}
+        out = h.diagnose(alert(f"e{i}", T0 + timedelta(minutes=30 * i), codes=codes, signals=signals, text="压差" * 20))
+        flags += out.flags
+    later = [messages for messages in model.calls if len(messages) > 2]
+    assert later, "the model was never called with tool results"
+    assert max(DEFAULT_COUNTER.count(m.content) for ms in later for m in ms if m.role == "tool") > BUDGET // 4
+    for messages in model.calls:
+        assert _window_tokens(messages) <= BUDGET
+    # The lookup was clipped with a marker, and the output says so; the key facts were read from the whole
+    # result: every code's definition is in the session's working memory.
+    assert "tool_result_clipped" in flags
+    assert any("more characters clipped to fit the working context" in m.content for ms in later for m in ms)
+    session = h.session(VIN)
+    assert session is not None
+    facts = session.working.key_facts
+    for code in codes:
+        assert any(f.render().startswith(f"code {code}: {pack.entries[code].definition_en}") for f in facts), code
+    assert "working_over_budget" not in flags
+
+
+def test_a_short_alert_is_not_refitted_nor_clipped(pack: KnowledgePack) -> None:
+    model = _Calls()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    out = h.diagnose(alert("e0", T0, codes=["P0A7F"], signals={"cell_voltage_diff_mv": 187}))
+    assert len(model.calls) >= 2 and "tool_result_clipped" not in out.flags
+    # The user message of every call is the first call's: nothing was over the budget.
+    assert {ms[1].content for ms in model.calls} == {model.calls[0][1].content}
+
+
+def test_the_offline_model_takes_a_clipped_lookup_as_unknown_and_does_not_ask_again(pack: KnowledgePack) -> None:
+    model = _Calls()
+    engine = DiagnosisEngine(
+        store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack, working_budget_tokens=800
+    )
+    out = Harness(engine).diagnose(alert("e0", T0, codes=list(pack.entries)[:8], signals={"sig_mv": 1}))
+    assert "tool_result_clipped" in out.flags and "iteration_cap" not in out.flags
+    lookups = [c for ms in model.calls for m in ms for c in m.tool_calls if c.name == "lookup_dtc"]
+    assert len({c.id for c in lookups}) == 1

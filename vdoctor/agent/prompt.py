@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vdoctor.agent.window import ContextWindow
 from vdoctor.events import AlertEvent
 from vdoctor.lines import iso, render_alert_block, render_codes_seen
 from vdoctor.memory.session import SessionState
@@ -54,6 +55,15 @@ def _current(session: SessionState, alert: AlertEvent, block: str) -> str:
 
 
 def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMemory) -> list[Message]:
+    """The first model call's messages: system (instructions, injected memory) and user (the working context)."""
+    return build_window(session, alert, working)[0]
+
+
+def build_window(
+    session: SessionState, alert: AlertEvent, working: WorkingMemory
+) -> tuple[list[Message], ContextWindow]:
+    """The first call's messages, and the window that keeps the alert's later calls within the working
+    budget (``agent.window``)."""
     system = SYSTEM_PROMPT
     if session.memory_text:
         system += "\n\n" + session.memory_text
@@ -75,4 +85,5 @@ def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMem
             text_room -= count(current) - room
 
     current = _current(session, alert, alert_block(alert))
-    return [Message(role="system", content=system), Message(role="user", content=working.fit(current, clipped))]
+    window = ContextWindow(working, lambda reserve: working.fit(current, clipped, reserve))
+    return [Message(role="system", content=system), Message(role="user", content=window.first())], window

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from vdoctor.agent.tools import Toolbox
+from vdoctor.agent.window import ContextWindow
 from vdoctor.errors import ModelError
 from vdoctor.models.base import ChatModel, Message
 from vdoctor.records import Phase, Priority
@@ -69,6 +70,9 @@ class AgentRun:
     completion_tokens: int = 0
     latency_ms: float = 0.0
     tools_used: list[str] = field(default_factory=list)
+    # Each tool result as the tool gave it (the transcript's may be clipped to fit the window): key facts
+    # are read from these.
+    tool_results: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     error: str | None = None
 
@@ -103,11 +107,19 @@ def parse_answer(content: str) -> FinalAnswer | None:
 
 
 def run_react(
-    model: ChatModel, toolbox: Toolbox, messages: list[Message], max_iterations: int = MAX_ITERATIONS
+    model: ChatModel,
+    toolbox: Toolbox,
+    messages: list[Message],
+    max_iterations: int = MAX_ITERATIONS,
+    window: ContextWindow | None = None,
 ) -> AgentRun:
+    """The ReAct loop of one alert. ``window`` (``build_window``'s) keeps each call after the first within
+    the working budget: the steps so far counted, a long tool result clipped, the working context fitted again."""
     transcript = list(messages)
     run = AgentRun(answer=FinalAnswer(phase=Phase.INVESTIGATING), transcript=transcript)
     for _ in range(max_iterations):
+        if window is not None:
+            window.before_call(transcript)
         try:
             response = model.chat(transcript, toolbox.specs)
         except ModelError as e:
@@ -127,6 +139,7 @@ def run_react(
                 run.tool_calls += 1
                 run.tools_used.append(f"{call.name}({_ARGUMENTS_JSON(call.arguments)})")
                 result = toolbox.call(call.name, call.arguments)
+                run.tool_results.append(result)
                 transcript.append(Message(role="tool", content=result, tool_call_id=call.id))
             continue
         transcript.append(Message(role="assistant", content=response.content or ""))

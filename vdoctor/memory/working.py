@@ -362,8 +362,8 @@ class WorkingMemory:
         self.keep_rounds = keep_rounds
         # Folds of this run whose summarizer failed (a model outage): the engine flags the diagnosis.
         self.summary_model_failures = 0
-        # Tokens by which the last ``fit`` was over the budget with only key facts left to leave out
-        # (they never are): the engine flags the diagnosis.
+        # Tokens by which a ``fit`` of this alert was over the budget (the most) with only key facts left
+        # to leave out (they never are): the engine flags the diagnosis.
         self.over_budget_tokens = 0
 
     def add_facts(self, facts: list[KeyFact]) -> None:
@@ -540,8 +540,9 @@ class WorkingMemory:
         """The working context as text: summary, recent rounds, ``current``, key facts last."""
         return _BLANK_LINE.join(self._parts(current))
 
-    def fit(self, current: str = "", clip_current: Callable[[int], str] | None = None) -> str:
-        """The working context of a model call, ``current`` included, within ``budget_tokens`` (DESIGN.md §4).
+    def fit(self, current: str = "", clip_current: Callable[[int], str] | None = None, reserve: int = 0) -> str:
+        """The working context of a model call, ``current`` included, within ``budget_tokens`` less ``reserve``
+        (DESIGN.md §4): ``reserve`` is what the alert's ReAct steps so far take (``agent.window``).
 
         While it does not fit, by ``counter``, parts give way in this order:
 
@@ -554,19 +555,20 @@ class WorkingMemory:
 
         Only 1 changes the state; 2-5 leave out of this text only, each with a line saying what and how
         many. Codes, decisions, exclusions, void conclusions and ids are never left out: a context that
-        still does not fit is sent whole, and ``over_budget_tokens`` says by how much (the engine flags it).
+        still does not fit is sent whole, and ``over_budget_tokens`` says by how much, the most of any fit
+        of this alert's calls (the engine flags it).
         """
-        self.over_budget_tokens = 0
+        budget = self.budget_tokens - max(reserve, 0)
         parts = self._parts(current)
-        if self._fits(parts):
+        if self._fits(parts, budget):
             return _BLANK_LINE.join(parts)
         while self.state.rounds:
             self.compress_oldest_half()
             parts = self._parts(current)
-            if self._fits(parts):
+            if self._fits(parts, budget):
                 return _BLANK_LINE.join(parts)
         count = self.counter.count
-        excess = self._count(parts) - self.budget_tokens
+        excess = self._count(parts) - budget
         trends, trend_note, excess = self._shed([f.render() for f in self.trend_facts()], excess, _TRENDS_NOT_SHOWN)
         summary, summary_note, excess = self._shed(self.state.summary_lines, excess, _SUMMARY_NOT_SHOWN)
         if excess > 0 and current:
@@ -591,18 +593,19 @@ class WorkingMemory:
         lines = [*shown, *([reading_note] if reading_note else []), *trends, *([trend_note] if trend_note else [])]
         if lines:
             parts.append(_FACTS_HEAD + "\n".join(lines))
-        self.over_budget_tokens = max(0, self._count(parts) - self.budget_tokens)
-        if self.over_budget_tokens:
-            log.warning("working context over its budget by %d tokens: key facts are kept", self.over_budget_tokens)
+        over = max(0, self._count(parts) - budget)
+        if over:
+            log.warning("working context over its budget by %d tokens: key facts are kept", over)
+        self.over_budget_tokens = max(self.over_budget_tokens, over)
         return _BLANK_LINE.join(parts)
 
-    def _fits(self, parts: list[str]) -> bool:
-        """True when ``parts`` joined fit ``budget_tokens`` (by their length alone, where the counter allows)."""
+    def _fits(self, parts: list[str], budget: int) -> bool:
+        """True when ``parts`` joined fit ``budget`` tokens (by their length alone, where the counter allows)."""
         if getattr(self.counter, "at_most_one_per_char", False):
             chars = sum(map(len, parts)) + len(_BLANK_LINE) * max(len(parts) - 1, 0)
-            if chars <= self.budget_tokens:
+            if chars <= budget:
                 return True
-        return self._count(parts) <= self.budget_tokens
+        return self._count(parts) <= budget
 
     def _shed(self, lines: list[str], excess: int, note: str) -> tuple[list[str], str, int]:
         """``lines`` less the first ones until ``excess`` tokens are saved, the note that stands for them

@@ -131,10 +131,15 @@ class OfflineModel:
         looked_up: dict[str, _Fault | None] = {}
         histories: dict[str, list[dict[str, Any]]] = {}
         searched = False
+        asked: dict[str, ToolCall] = {}  # this alert's tool calls, by id
         for m in messages[last_user + 1 :]:
+            asked.update((c.id, c) for c in m.tool_calls)
             if m.role != "tool":
                 continue
-            result = json.loads(m.content)
+            try:
+                result = json.loads(m.content)
+            except ValueError:  # a result clipped to fit the working context: taken as telling nothing
+                result = _nothing_found(asked.get(m.tool_call_id or ""))
             for item in result.get("codes", []):
                 looked_up[str(item["code"])] = _fault_from_lookup(item)
             for code in result.get("unknown", []):
@@ -211,3 +216,18 @@ class OfflineModel:
     def _call(self, name: str, arguments: dict[str, Any]) -> ToolCall:
         self._calls += 1
         return ToolCall(id=f"call_{self._calls}", name=name, arguments=arguments)
+
+
+def _nothing_found(call: ToolCall | None) -> dict[str, Any]:
+    """What a tool result that could not be read (clipped to fit the working context) is taken to say: the
+    codes looked up are unknown, the signal has no readings, the search found nothing."""
+    if call is None:
+        return {}
+    arguments = call.arguments
+    if call.name == "lookup_dtc":
+        return {"unknown": list(arguments.get("codes", []))}
+    if call.name == "signal_history":
+        return {"signal": arguments.get("signal", ""), "readings": []}
+    if call.name == "search_knowledge":
+        return {"hits": []}
+    return {}

@@ -1,0 +1,73 @@
+"""The L1 window of one alert's model calls: its working context and its ReAct steps, within one budget.
+
+The first call of an alert carries the working context (``WorkingMemory.fit``)
+in the whole budget. Each later call carries the alert's steps as well: the
+model's tool calls and the tools' results. Before such a call the new steps
+are counted, and:
+
+- a tool result that would take the steps past ``STEPS_SHARE`` of the budget
+  is clipped (its start, and a marker with how many characters were clipped;
+  a marker alone when no room is left), so the working context always keeps
+  the other part;
+- when the working context and the steps together are over the budget, the
+  working context is fitted again into what the steps leave: its parts give
+  way in ``fit``'s order, and key facts never do (``over_budget_tokens``
+  then says by how much, and the engine flags the diagnosis).
+
+The system message (instructions and the injected long-term memory, itself
+within its own 800-token budget) is outside this window, as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from vdoctor.memory.working import WorkingMemory, clip_to_tokens
+from vdoctor.models.base import Message
+
+# The most of the working budget an alert's ReAct steps take (the working context keeps the rest).
+STEPS_SHARE = 0.5
+# What stands for a tool result when the steps leave no room for any of it.
+RESULT_LEFT_OUT = "[the tool's result, {} characters, left out to fit the working context]"
+TOOL_RESULT_CLIPPED = "tool_result_clipped"
+
+_JSON = json.JSONEncoder(ensure_ascii=False).encode
+
+
+class ContextWindow:
+    """One alert's window: ``context(reserve)`` is its working context fitted with ``reserve`` tokens left
+    for the steps; ``first()`` is the first call's user message and ``before_call`` keeps a transcript
+    (system message, user message, then the steps) within the budget before each later call."""
+
+    def __init__(self, working: WorkingMemory, context: Callable[[int], str]) -> None:
+        self.working = working
+        self._context = context
+        self.steps_cap = int(working.budget_tokens * STEPS_SHARE)
+        self.steps_tokens = 0
+        self.clipped_results = 0
+        self._counted = 2  # the transcript's messages counted so far (system and user are not steps)
+
+    def first(self) -> str:
+        return self._context(0)
+
+    def before_call(self, transcript: list[Message]) -> None:
+        count = self.working.counter.count
+        for i in range(self._counted, len(transcript)):
+            message = transcript[i]
+            if message.role == "tool":
+                text = message.content
+                room = self.steps_cap - self.steps_tokens
+                if count(text) > room:
+                    text = clip_to_tokens(text, room, self.working.counter)
+                    if not text and count(left_out := RESULT_LEFT_OUT.format(len(message.content))) <= room:
+                        text = left_out
+                    transcript[i] = Message(role="tool", content=text, tool_call_id=message.tool_call_id)
+                    self.clipped_results += 1
+                self.steps_tokens += count(text)
+            else:
+                calls = "".join(call.name + _JSON(call.arguments) for call in message.tool_calls)
+                self.steps_tokens += count(message.content + calls) if message.content or calls else 0
+        self._counted = len(transcript)
+        if self.steps_tokens and count(transcript[1].content) + self.steps_tokens > self.working.budget_tokens:
+            transcript[1] = Message(role="user", content=self._context(self.steps_tokens))
