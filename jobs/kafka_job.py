@@ -102,7 +102,7 @@ def build_job(job: KafkaJobSettings, settings: Settings) -> Any:
     _read_values_as_text(source)
     source = source.build()
     raw = env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka: " + ",".join(job.input_topics()))
-    results = pipeline.build(raw, settings)
+    results = pipeline.build(raw, settings, withhold_passwords=job.flink.python_env == "cluster")
     row_type = Types.ROW_NAMED(["kind", "vin", "payload"], [Types.STRING(), Types.STRING(), Types.STRING()])
     keyed = results.map(lambda t: Row(t[0], record_key(t[0], t[1]), t[1]), output_type=row_type).name("key by vin")
 

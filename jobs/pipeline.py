@@ -20,13 +20,19 @@ PARSED_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.STRING(), Types
 
 
 def build(
-    raw_lines: DataStream, settings: Settings, rate: float | None = None, output_type: TypeInformation = OUTPUT_TYPE
+    raw_lines: DataStream,
+    settings: Settings,
+    rate: float | None = None,
+    output_type: TypeInformation = OUTPUT_TYPE,
+    withhold_passwords: bool = False,
 ) -> DataStream:
     """Return a stream of ``(kind, json)``: kind "D" for diagnoses, "X" for dead letters.
 
     The one place the diagnosis settings are shipped to the workers (inside the operator).
     ``output_type``: the tuple as two Java strings (``OUTPUT_TYPE``, what the Kafka sinks read), or
     ``Types.PICKLED_BYTE_ARRAY()`` for a stream this client collects (``COLLECTED_TYPE``).
+    ``withhold_passwords``: a job submitted to a cluster ships its URLs without their passwords, which
+    its workers read from their environment (``Settings.for_workers``).
     """
     if rate:
         raw_lines = raw_lines.map(Throttle(rate), output_type=Types.STRING()).name("throttle")
@@ -40,7 +46,7 @@ def build(
     )
     diagnosed = (
         events.key_by(lambda t: t[1], key_type=Types.STRING())
-        .process(DiagnosisFunction(settings.for_workers()), output_type=output_type)
+        .process(DiagnosisFunction(settings.for_workers(withhold_passwords)), output_type=output_type)
         .name("diagnosis")
         .uid("diagnosis")
     )

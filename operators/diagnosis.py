@@ -68,7 +68,7 @@ from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
 from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
-from vdoctor.settings import Settings, with_secrets
+from vdoctor.settings import worker_settings
 
 # Flink's TTL runs on processing time and only bounds the state's size; the
 # session's expiry proper is judged on event time inside SessionState. The
@@ -133,8 +133,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     """Keyed by VIN: (vin, event json, raw) -> (kind, json) diagnoses and dead letters."""
 
     def __init__(self, settings: dict[str, Any]) -> None:
-        # ``Settings.for_workers()``: no API key. The operator is pickled and
-        # shipped to the workers; the key is read in open() on the worker.
+        # ``Settings.for_workers()``: no API key (nor, for a cluster, any URL's password). The operator is
+        # pickled and shipped to the workers; what was left out is read in open() on the worker.
         self._settings = settings
         self.engine: DiagnosisEngine | None = None
         self.pool: KeyedRunPool[Item, Applied] | None = None
@@ -152,7 +152,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._closed = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        settings = with_secrets(Settings.model_validate(self._settings), os.environ)
+        settings = worker_settings(self._settings, os.environ)
         logs.configure(settings.runtime.log_level)
         self.engine = build_engine(settings)
         self._leave_trimming = start_trimming(settings.runtime.malloc_trim_s)

@@ -7,7 +7,10 @@ never print, log or serialise in clear; ``for_workers`` leaves the API key out
 of what is shipped (pickled) to Flink workers, and a worker reads it in
 ``open()`` with ``with_secrets`` from its own environment or a key file.
 A store URL's password is part of a plain ``str`` (the stores need the URL
-whole): ``repr()`` and ``str()`` mask it, while ``model_dump`` keeps it.
+whole): ``repr()`` and ``str()`` mask it, while ``model_dump`` keeps it. A job
+submitted to a cluster ships its URLs without their passwords as well
+(``for_workers(withhold_passwords=True)``), and each worker reads them whole
+from its environment (``worker_settings``).
 
 Only the assembly root (``vdoctor.assembly``) turns settings into parts; the
 parts' registries take the sub-model they need.
@@ -27,7 +30,7 @@ from vdoctor.events import describe_validation_error
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
 from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
-from vdoctor.url_credentials import redact_url
+from vdoctor.url_credentials import redact_url, without_password
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
 DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
@@ -148,10 +151,26 @@ class Settings(_Frozen):
     endpoint: EndpointSettings = EndpointSettings()
     runtime: RuntimeSettings = RuntimeSettings()
 
-    def for_workers(self) -> dict[str, Any]:
-        """A plain dict to ship to Flink workers: everything but the API key (workers read it in open())."""
+    def for_workers(self, withhold_passwords: bool = False) -> dict[str, Any]:
+        """A plain dict to ship to Flink workers: everything but the API key (workers read it in open(),
+        ``worker_settings``).
+
+        ``withhold_passwords`` (a job submitted to a cluster, whose JobGraph the JobManager keeps in its
+        blob and HA storage): the URLs of ``WITHHELD_URLS`` go without their passwords too, and each
+        worker reads them whole from its own environment. A local run's workers are in this process.
+        """
         data = self.model_dump(mode="json")
         data["endpoint"]["api_key"] = None
+        if withhold_passwords:
+            withheld = []
+            for name in WITHHELD_URLS:
+                section, field, _ = FIELDS[name]
+                url = data[section][field]
+                if url is not None and (bare := without_password(url)) != url:
+                    data[section][field] = bare
+                    withheld.append(name)
+            if withheld:
+                data[WITHHELD_KEY] = withheld
         return data
 
     def needs_api_key(self) -> bool:
@@ -190,6 +209,10 @@ FIELDS: dict[str, tuple[str, str, str]] = {
 }
 # The environment variables, by flat name (for documentation and tests).
 ENV_VARS: dict[str, str] = {name: var for name, (_, _, var) in FIELDS.items()}
+# The URL settings (flat names) whose passwords a cluster job's workers read from their own environment.
+WITHHELD_URLS = ("memory_url", "knowledge_url", "openai_base_url")
+# The key of ``for_workers``'s dict naming the URLs shipped without their passwords.
+WITHHELD_KEY = "withheld_passwords"
 
 
 def _validate(values: dict[str, dict[str, Any]]) -> Settings:
@@ -222,6 +245,30 @@ def with_overrides(settings: Settings, **flat: Any) -> Settings:
         values["endpoint"]["api_key"] = settings.endpoint.api_key.get_secret_value()
     _nest(flat, values)
     return _validate(values)
+
+
+def worker_settings(shipped: Mapping[str, Any], env: Mapping[str, str]) -> Settings:
+    """The settings a worker runs with (its ``open()``): ``for_workers``'s dict with what it left out read
+    from the worker's environment: each URL shipped without its password from the URL's variable, which
+    must name the same URL, password included; then the API key (``with_secrets``)."""
+    data = dict(shipped)
+    withheld = data.pop(WITHHELD_KEY, [])
+    settings = Settings.model_validate(data)
+    restored: dict[str, str] = {}
+    for name in withheld:
+        section, field, var = FIELDS[name]
+        bare = getattr(getattr(settings, section), field)
+        given = env.get(var, "")
+        if given == bare or without_password(given) != bare:
+            found = f"it is {redact_url(given)}" if given else "it is not set"
+            raise ConfigError(
+                f"the password of the job's {var} ({redact_url(bare)}) is not shipped to a cluster's workers: "
+                f"set {var} in every TaskManager's environment to that URL, password included ({found})"
+            )
+        restored[name] = given
+    if restored:
+        settings = with_overrides(settings, **restored)
+    return with_secrets(settings, env)
 
 
 def with_secrets(settings: Settings, env: Mapping[str, str]) -> Settings:

@@ -94,3 +94,12 @@ def url_password(url: str) -> str | None:
     """The password of ``url``, percent-decoded; None without one."""
     split = split_url(url)
     return None if split is None else split.password or None
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password left out and its user kept (``mysql://root@db:3306/vd``): what may travel
+    where the password may not. A URL without a password is returned as it is."""
+    split = split_url(url)
+    if split is None or split.userinfo is None or ":" not in split.userinfo:
+        return url
+    return f"{split.scheme}{SCHEME_END}{split.userinfo.partition(':')[0]}@{split.rest}"

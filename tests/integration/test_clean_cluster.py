@@ -15,6 +15,8 @@ import os
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,9 @@ from tests.conftest import REPO_ROOT
 from tests.integration.conftest import write_events
 from tests.integration.events import PART_1, A, B
 from tests.services.kafka_flink import SERVICES, FlinkCluster, KafkaBroker, read_topic
+from tests.services.mariadb import MariaDB
+from vdoctor.stores import open_store
+from vdoctor.stores.mysql import open_mysql
 
 pytestmark = pytest.mark.integration
 
@@ -39,10 +44,31 @@ def readme_block() -> str:
 
 
 @pytest.fixture(scope="module")
-def clean_cluster(tmp_path_factory: pytest.TempPathFactory) -> FlinkCluster:
+def cluster_memory(mariadb: MariaDB) -> Iterator[str]:
+    """A MariaDB database with the store's schema, for the cluster's jobs: its URL, password included."""
+    name = "cluster_" + uuid.uuid4().hex[:12]
+    conn = mariadb.admin()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+    url = mariadb.url(name)
+    store = open_mysql(url)
+    try:
+        store.init_schema(512)
+    finally:
+        store.close()
+    yield url
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE {name}")
+    conn.close()
+
+
+@pytest.fixture(scope="module")
+def clean_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_memory: str) -> Iterator[FlinkCluster]:
     if not CLEAN_PYTHON.is_file():
         pytest.fail(f"no clean apache-flink environment at {CLEAN_PYTHON}: run `bash scripts/setup.sh`")
-    cluster = FlinkCluster(tmp_path_factory.mktemp("clean-flink"), slots=1, python=CLEAN_PYTHON).start()
+    # The memory URL with its password in the TaskManagers' environment, as the README asks of a cluster.
+    env = {"VDOCTOR_MEMORY_URL": cluster_memory}
+    cluster = FlinkCluster(tmp_path_factory.mktemp("clean-flink"), slots=1, python=CLEAN_PYTHON, env=env).start()
     yield cluster
     cluster.stop()
 
@@ -62,20 +88,21 @@ def test_the_clean_environment_has_nothing_of_ours(clean_cluster: FlinkCluster) 
     assert str(REPO_ROOT / ".venv") not in conf and "PYTHONPATH" not in clean_cluster.env
 
 
-def test_job_submitted_as_the_readme_says_diagnoses_on_a_clean_cluster(
-    kafka: KafkaBroker, clean_cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path
-) -> None:
+def _submit(
+    kafka: KafkaBroker, cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path, memory_url: str
+) -> tuple[dict[str, tuple[str, dict]], list[tuple[str, str]], dict[str, object]]:  # type: ignore[type-arg]
+    """The README's block run with ``MEMORY_URL=memory_url`` over PART_1 and a bad line: the diagnoses by
+    event id (with their keys), the dead letters, and the job's status while it ran; the job is cancelled."""
     work = tmp_path / "user"
     work.mkdir()
     # The README's commands run from a checkout; .venv/bin/vdoctor is this project's environment.
     (work / ".venv").symlink_to(REPO_ROOT / ".venv")
-    memory = tmp_path / "memory.db"
     env = {
-        **clean_cluster.env,
-        "JOBMANAGER": f"localhost:{clean_cluster.rest_port}",
+        **cluster.env,
+        "JOBMANAGER": f"localhost:{cluster.rest_port}",
         "CLIENT_PYTHON": str(CLEAN_PYTHON),  # the client needs no more than apache-flink either
         "KAFKA": kafka.bootstrap,
-        "MEMORY_URL": f"sqlite:///{memory}",
+        "MEMORY_URL": memory_url,
         "CHECKPOINTS": (tmp_path / "checkpoints").as_uri(),
     }
     # The test's own topics, consumer group and transactional ids, after the README's flags.
@@ -99,10 +126,18 @@ def test_job_submitted_as_the_readme_says_diagnoses_on_a_clean_cluster(
         diagnoses = read_topic(kafka.bootstrap, topics["diagnoses"], expect=3, timeout_s=240)
         dead = read_topic(kafka.bootstrap, topics["dead"], expect=1, timeout_s=60)
     finally:
-        status = clean_cluster.rest(f"/jobs/{job_id}")
-        clean_cluster.flink("cancel", job_id)
+        status = cluster.rest(f"/jobs/{job_id}")
+        cluster.flink("cancel", job_id)
+    assert os.path.isfile(work / "dist" / "flink-job" / "vdoctor-job.zip")
+    return {json.loads(v)["event_id"]: (k, json.loads(v)) for k, v in diagnoses}, dead, status
+
+
+def test_job_submitted_as_the_readme_says_diagnoses_on_a_clean_cluster(
+    kafka: KafkaBroker, clean_cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path
+) -> None:
+    memory = tmp_path / "memory.db"
+    by_id, dead, status = _submit(kafka, clean_cluster, topics, tmp_path, f"sqlite:///{memory}")
     assert status["state"] == "RUNNING", status
-    by_id = {json.loads(v)["event_id"]: (k, json.loads(v)) for k, v in diagnoses}
     assert sorted(by_id) == ["e-1", "e-2", "e-5"]
     assert [by_id[e][1]["phase"] for e in ("e-1", "e-2", "e-5")] == ["CONCLUDED", "CONCLUDED", "INVESTIGATING"]
     assert by_id["e-1"][0] == A and by_id["e-2"][0] == B  # keyed by VIN
@@ -116,5 +151,25 @@ def test_job_submitted_as_the_readme_says_diagnoses_on_a_clean_cluster(
     # Every Python the job ran on was the clean one (the TaskManager log names its interpreter).
     logs = "".join(p.read_text(errors="replace") for p in (clean_cluster.workdir / "log").glob("*taskexecutor*.log"))
     assert str(CLEAN_PYTHON) in logs and str(REPO_ROOT / ".venv") not in logs
-    assert os.path.isfile(work / "dist" / "flink-job" / "vdoctor-job.zip")
+
+
+def test_a_cluster_jobs_workers_take_the_store_password_from_their_own_environment(
+    kafka: KafkaBroker, clean_cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path, cluster_memory: str
+) -> None:
+    # The client is given the URL with another password. The job ships the URL without it, and the workers
+    # read the whole URL from the TaskManagers' environment: were the client's password shipped in the
+    # JobGraph (which a cluster keeps in its blob and HA storage), the workers would fail to log in.
+    user_and_password = cluster_memory.split("://", 1)[1].rpartition("@")[0]
+    elsewhere = cluster_memory.replace(user_and_password, user_and_password.split(":")[0] + ":not-the-password")
+    by_id, dead, status = _submit(kafka, clean_cluster, topics, tmp_path, elsewhere)
+    assert status["state"] == "RUNNING", status
+    assert [by_id[e][1]["phase"] for e in ("e-1", "e-2", "e-5")] == ["CONCLUDED", "CONCLUDED", "INVESTIGATING"]
+    assert not [d for _, d in by_id.values() if "l3_write_failed" in d["flags"] or d["memory"]["degraded"]]
+    assert [json.loads(v)["stage"] for _, v in dead] == ["parse"]
+    store = open_store(cluster_memory)
+    try:
+        for vin, session in ((A, f"{A}-20261101T080000"), (B, f"{B}-20261102T080000")):
+            assert [r.session_id for r in store.history(vin)] == [session]
+    finally:
+        store.close()
 

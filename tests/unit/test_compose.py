@@ -52,6 +52,8 @@ def test_job_is_submitted_with_the_kafka_entry_point_and_schema_applied_first() 
     assert schema["command"][:2] == ["python", "/opt/vdoctor/scripts/doris_schema.py"]
     assert schema["command"][2] == job["environment"]["VDOCTOR_MEMORY_URL"].split(":-", 1)[1].rstrip("}")
     assert (REPO_ROOT / "scripts" / "doris_schema.py").is_file()
+    # The submitted job's workers read the memory URL, password included, from the TaskManager's environment.
+    assert SERVICES["taskmanager"]["environment"]["VDOCTOR_MEMORY_URL"] == job["environment"]["VDOCTOR_MEMORY_URL"]
     assert re.search(r"^COPY sql sql$", (REPO_ROOT / "docker" / "flink" / "Dockerfile").read_text(), flags=re.M)
 
 

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from vdoctor.errors import ConfigError
-from vdoctor.settings import ENV_VARS, FIELDS, Settings, load_settings, with_overrides, with_secrets
+from vdoctor.settings import (
+    ENV_VARS,
+    FIELDS,
+    Settings,
+    load_settings,
+    with_overrides,
+    with_secrets,
+    worker_settings,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -93,3 +101,55 @@ def test_repr_and_str_mask_a_url_password_and_the_code_still_gets_it() -> None:
     # The value the stores open, and the one shipped to workers, are the URL as given.
     assert settings.memory.url == url and settings.for_workers()["memory"]["url"] == url
     assert with_overrides(settings, concurrency=2).memory.url == url
+
+
+# -- a cluster job's URLs: passwords stay out of the JobGraph ---------------------------------------------
+
+SECRET_URLS = {
+    "VDOCTOR_MEMORY_URL": "mysql://u:Pw0rdSECRET@db.example:3306/vd",
+    "VDOCTOR_KNOWLEDGE_URL": "doris://k:Kn0wSECRET@fe:9030/kb",
+    "OPENAI_BASE_URL": "https://proxy:Pr0xySECRET@llm.example/v1",
+}
+
+
+def test_a_cluster_jobs_pickled_operator_carries_no_url_password() -> None:
+    import cloudpickle
+
+    from operators.diagnosis import DiagnosisFunction
+
+    settings = load_settings({**SECRET_URLS, "OPENAI_API_KEY": KEY, "VDOCTOR_MODEL": "openai"})
+    blob = cloudpickle.dumps(DiagnosisFunction(settings.for_workers(withhold_passwords=True)))
+    assert b"SECRET" not in blob and KEY.encode() not in blob
+    assert b"mysql://u@db.example:3306/vd" in blob  # the URL goes, its user included
+    # A local run's workers are in this process: its operator keeps the URLs whole.
+    assert b"Pw0rdSECRET" in cloudpickle.dumps(DiagnosisFunction(settings.for_workers()))
+
+
+def test_a_cluster_worker_reads_the_urls_whole_from_its_environment() -> None:
+    settings = load_settings(SECRET_URLS)
+    shipped = settings.for_workers(withhold_passwords=True)
+    restored = worker_settings(shipped, {**SECRET_URLS, "OPENAI_API_KEY": KEY})
+    assert restored.memory.url == SECRET_URLS["VDOCTOR_MEMORY_URL"]
+    assert restored.memory.knowledge_url == SECRET_URLS["VDOCTOR_KNOWLEDGE_URL"]
+    assert restored.endpoint.base_url == SECRET_URLS["OPENAI_BASE_URL"]
+    assert restored.endpoint.api_key is not None and restored.endpoint.api_key.get_secret_value() == KEY
+    # URLs without a password go as they are, and need nothing from the worker's environment.
+    plain = load_settings({"VDOCTOR_MEMORY_URL": "mysql://u@db:3306/vd"}).for_workers(withhold_passwords=True)
+    assert worker_settings(plain, {}).memory.url == "mysql://u@db:3306/vd"
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("", "it is not set"),
+        ("mysql://u@db.example:3306/vd", "it is mysql://u@db.example:3306/vd"),
+        ("mysql://u:OtherSECRET@db2.example:3306/vd", "it is mysql://u:***@db2.example:3306/vd"),
+    ],
+)
+def test_a_cluster_worker_without_the_url_in_its_environment_says_where_to_set_it(given: str, said: str) -> None:
+    shipped = load_settings({"VDOCTOR_MEMORY_URL": SECRET_URLS["VDOCTOR_MEMORY_URL"]}).for_workers(True)
+    with pytest.raises(ConfigError) as err:
+        worker_settings(shipped, {"VDOCTOR_MEMORY_URL": given} if given else {})
+    message = str(err.value)
+    assert "VDOCTOR_MEMORY_URL in every TaskManager's environment" in message and said in message
+    assert "SECRET" not in message
