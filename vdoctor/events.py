@@ -35,6 +35,26 @@ VIN_RE = re.compile(r"^[A-HJ-NPR-Z0-9]{17}$")
 # the first five characters, as a scan tool shows it and the knowledge pack
 # knows it.
 DTC_RE = re.compile(r"^([PCBU][0-9A-F]{4})(?:-?[0-9A-F]{2})?$")
+# SAE J1939 codes (trucks, buses, machines): a suspect parameter number (SPN, 0 to 524287) and a failure
+# mode identifier (FMI, 0 to 31), however a gateway writes them (``SPN 1569 FMI 31``, ``spn1569/fmi31``,
+# ``SPN:1569-FMI:31``); an occurrence count (``OC 3``) is left out, as a UDS failure type is. Read as
+# ``SPN1569-FMI31``.
+J1939_RE = re.compile(r"^SPN[\s:=_-]*(\d{1,6})[\s,;/:_-]*FMI[\s:=_-]*(\d{1,2})(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?$")
+MAX_SPN, MAX_FMI = 524287, 31
+CODE_EXAMPLES = "P0A7F or SPN1569-FMI31"
+def trouble_code(text: str) -> str | None:
+    """A trouble code in its one written form (``P0A7F``, ``SPN1569-FMI31``; see ``DTC_RE`` and ``J1939_RE``),
+    or None when ``text`` is none."""
+    code = text.strip().upper()
+    if (match := DTC_RE.match(code)) is not None:
+        return match.group(1)
+    if (match := J1939_RE.match(code)) is not None:
+        spn, fmi = int(match.group(1)), int(match.group(2))
+        if spn <= MAX_SPN and fmi <= MAX_FMI:
+            return f"SPN{spn}-FMI{fmi}"
+    return None
+
+
 # A signal is any snake_case name with a finite number; its unit, where the
 # name's suffix declares a known one, comes from vdoctor.units. No reading is
 # rejected for its unit. A name is lower-cased, with ``.``, ``-`` and spaces
@@ -180,10 +200,10 @@ class AlertEvent(_Event):
     def _check_codes(cls, codes: list[str]) -> list[str]:
         out: list[str] = []
         for code in codes:
-            match = DTC_RE.match(code.strip().upper())
-            if match is None:
-                raise ValueError(f"{code[:20]!r} is not a trouble code like P0A7F")
-            if (norm := match.group(1)) not in out:
+            norm = trouble_code(code)
+            if norm is None:
+                raise ValueError(f"{code[:24]!r} is not a trouble code like {CODE_EXAMPLES}")
+            if norm not in out:
                 out.append(norm)
         return out
 

@@ -465,7 +465,7 @@ _RECHECK_WORDS: dict[bool | None, str] = {True: "ok", False: "failed", None: "pe
 MILESTONE_STATE = "milestone (not concluded)"
 _RECALL_HEAD_RE = re.compile(
     r"^- \[(own|similar)\] case://([^/\s]+)/(\S+) \| (concluded|milestone \(not concluded\)) (\S+) "
-    r"\| codes ([A-Z0-9,]*) \| (P[123]|no priority yet) \| recheck (\w+)$"
+    r"\| codes ([A-Z0-9,-]*) \| (P[123]|no priority yet) \| recheck (\w+)$"
 )
 
 

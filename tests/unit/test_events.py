@@ -204,6 +204,9 @@ _DROP = object()
         (alert(signals={"压差_mv": 187}), "signals"),
         (alert(dtc_codes=["XYZ"]), "dtc_codes"),
         (alert(dtc_codes=["P0A7F-1B2"]), "dtc_codes"),
+        (alert(dtc_codes=["SPN 524288 FMI 1"]), "dtc_codes"),
+        (alert(dtc_codes=["SPN 1569 FMI 32"]), "dtc_codes"),
+        (alert(dtc_codes=["1569-31"]), "dtc_codes"),
         (alert(alert_text="压" * 4001), "alert_text"),
         (alert(series=_DROP), "series"),
         (recheck(session_id=_DROP), "session_id"),
@@ -232,6 +235,9 @@ _DROP = object()
         "signal-name-not-ascii",
         "bad-dtc",
         "dtc-with-a-long-suffix",
+        "j1939-spn-out-of-range",
+        "j1939-fmi-out-of-range",
+        "j1939-bare-numbers",
         "alert-text-too-long",
         "alert-without-series",
         "recheck-without-session-id",
@@ -337,6 +343,16 @@ def test_uds_trouble_codes_are_read_as_their_obd_code() -> None:
     event = parse_event(json.dumps(alert(dtc_codes=["P0A7F-1B", "p0a7f1b", "U0100-00", "P0300"])))
     assert isinstance(event, AlertEvent)
     assert event.dtc_codes == ["P0A7F", "U0100", "P0300"]
+
+
+def test_j1939_codes_are_read_in_one_written_form() -> None:
+    # As gateways of trucks and buses send them; an occurrence count is left out (it is no part of the code).
+    sent = ["SPN 1569 FMI 31", "spn1569/fmi31", "SPN:1569-FMI:31", "SPN 520210 FMI 3 OC 7", "SPN0 FMI0", "P0A7F"]
+    event = parse_event(json.dumps(alert(dtc_codes=sent)))
+    assert isinstance(event, AlertEvent)
+    assert event.dtc_codes == ["SPN1569-FMI31", "SPN520210-FMI3", "SPN0-FMI0", "P0A7F"]
+    error = rejected(json.dumps(alert(dtc_codes=["SPN 1569"])))
+    assert error.stage == "validate" and "not a trouble code like P0A7F or SPN1569-FMI31" in str(error)
 
 
 def test_signals_as_fleets_send_them() -> None:

@@ -27,7 +27,7 @@ CHUNK_MAX_TOKENS = 400
 # Codes sharing the system letter and the first two digits (P0A7x) are one family.
 FAMILY_PREFIX_LEN = 4
 SEARCH_TOP = 5
-_CODE_IN_TEXT_RE = re.compile(r"(?<![A-Za-z0-9])[PCBU][0-9A-F]{4}(?![A-Za-z0-9])")
+_CODE_IN_TEXT_RE = re.compile(r"(?<![A-Za-z0-9])(?:[PCBU][0-9A-F]{4}|SPN\d{1,6}-FMI\d{1,2})(?![A-Za-z0-9])")
 
 
 @dataclass(frozen=True)

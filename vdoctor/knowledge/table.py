@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vdoctor.errors import KnowledgeError
-from vdoctor.events import DTC_RE
+from vdoctor.events import trouble_code
 
 GENERIC = "GENERIC"
 
@@ -34,10 +34,10 @@ def read_code_table(path: Path) -> Iterator[CodeRow]:
                     f"{path}: a code table needs the columns code and description, found {reader.fieldnames}"
                 )
             for row in reader:
-                code = (row.get("code") or "").strip().upper()
+                code = trouble_code(row.get("code") or "")
                 desc = " ".join((row.get("description") or "").split())
                 maker = (row.get("manufacturer") or GENERIC).strip().upper() or GENERIC
-                if DTC_RE.match(code) and desc:
+                if code is not None and desc:
                     yield CodeRow(code=code, description=desc, manufacturer=maker)
     except OSError as e:
         raise KnowledgeError(f"cannot read code table {path}: {e}") from e

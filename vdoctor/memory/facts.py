@@ -49,7 +49,8 @@ from vdoctor.lines import (
 # behind that character after it: ``[PCBU](?<!\w[PCBU])`` is ``\b[PCBU]``. The
 # scan skips fast to a leading character class; a leading \b or lookbehind is
 # tried at every position (twice the time on a case's source).
-CODE_RE = re.compile(r"[PCBU](?<!\w[PCBU])[0-9A-F]{4}\b", re.ASCII)
+# A J1939 code is written SPN<n>-FMI<n> (``events.trouble_code``): its S is one more leading character.
+CODE_RE = re.compile(r"[PCBUS](?<!\w[PCBUS])(?:(?<=[PCBU])[0-9A-F]{4}|(?<=S)PN\d{1,6}-FMI\d{1,2})\b", re.ASCII)
 # Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
 URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
 # A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %. The number is

@@ -1,0 +1,80 @@
+"""J1939 trouble codes (SPN/FMI, as trucks and buses send them) through the whole diagnosis: read from the
+event, kept as key facts, looked up, summarised and checked, stored, recalled for a similar vehicle."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_engine import T0, VIN, VIN_B, Harness, alert, recheck
+from vdoctor.diagnosis import DiagnosisEngine
+from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.knowledge import KnowledgePack, load_pack
+from vdoctor.knowledge.chunks import codes_in
+from vdoctor.lines import RecallEntry
+from vdoctor.memory.fidelity import check_summary
+from vdoctor.models.offline import OfflineModel
+from vdoctor.stores.memory import InMemoryStore
+
+pytestmark = pytest.mark.unit
+
+CODE = "SPN1569-FMI31"
+
+
+@pytest.fixture
+def pack() -> KnowledgePack:
+    """Our pack, with a J1939 code that the cell-voltage rule confirms (as a fleet's own table would add)."""
+    pack = load_pack()
+    pack.entries[CODE] = dataclasses.replace(pack.entries["P0A7F"], code=CODE, source="test")
+    return pack
+
+
+def test_a_j1939_fault_is_diagnosed_stored_and_recalled_for_a_similar_vehicle(pack: KnowledgePack) -> None:
+    store = InMemoryStore()
+    h = Harness(DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
+    signals = {"cell_voltage_diff_mv": 187}
+    first = h.diagnose(alert("a1", T0, codes=["SPN 1569 FMI 31"], signals=signals))
+    assert first.phase == "CONCLUDED" and f"dtc://{CODE}" in first.evidence
+    [record] = store.history(VIN)
+    assert record.dtc_codes == [CODE] and CODE in record.summary  # the fidelity check passed: it was written
+    assert not [f for f in first.flags if "fidelity" in f or "omitted" in f]
+    h.send(recheck("r1", T0 + timedelta(hours=2), first.session_id))
+    # Another vehicle of the series with the same fault recalls the verified case by its code.
+    second = h.diagnose(alert("b1", T0 + timedelta(days=1), codes=["spn1569/fmi31"], signals=signals, vin=VIN_B))
+    assert [ref.session_id for ref in second.memory.similar] == [first.session_id]
+    assert second.phase == "CONCLUDED" and f"case://{VIN}/{first.session_id}" in second.evidence
+
+
+def test_a_j1939_code_is_a_key_fact_and_the_summary_check_holds_it(pack: KnowledgePack) -> None:
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
+    h.diagnose(alert("a1", T0, codes=["SPN520210 FMI3"], signals={"sig_mv": 1}))
+    session = h.session()
+    assert session is not None
+    assert "code SPN520210-FMI3" in [f.render().split(":")[0] for f in session.working.key_facts]
+    source = f"2026-11-01 08:15 | alert {CODE} cell_voltage_diff_mv=187 | investigating | dtc://{CODE}"
+    good = f"2026-11-01 08:15 | alert {CODE} cell_voltage_diff_mv=187 | investigating | dtc://{CODE}"
+    assert check_summary(good, [CODE], source).ok
+    assert check_summary(good.replace(CODE, "P0A7F"), [CODE], source).missing == [CODE]
+    assert "SPN9-FMI1" in check_summary(good + " SPN9-FMI1", [CODE], source).invented
+
+
+def test_recall_entries_and_knowledge_queries_read_j1939_codes() -> None:
+    text = (
+        f"- [similar] case://{VIN}/{VIN}-20261101T081530 | concluded 2026-11-01 | codes {CODE},P0A7F | P2 | "
+        "recheck ok\n  cause: cell imbalance\n  fix: balance the pack\n  summary: s"
+    )
+    [entry] = RecallEntry.parse_block(text)
+    assert list(entry.codes) == [CODE, "P0A7F"]
+    assert codes_in(f"what is {CODE.lower()}, and P0A7F?") == {CODE, "P0A7F"}
+
+
+def test_a_code_table_may_define_j1939_codes(tmp_path: Path) -> None:
+    table = tmp_path / "codes.csv"
+    table.write_text("code,description\nSPN 1569 FMI 31,Engine fuel derate\nSPN 1569,no FMI: skipped\n")
+    pack = load_pack(extra_csv=table)
+    assert pack.entries[CODE].definition_en == "Engine fuel derate"
+    assert not [c for c in pack.entries if c.startswith("SPN") and c != CODE]
+
