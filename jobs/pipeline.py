@@ -6,6 +6,7 @@ from pyflink.common import Types
 from pyflink.common.typeinfo import TypeInformation
 from pyflink.datastream import DataStream
 
+from operators.code_identity import code_id
 from operators.diagnosis import DiagnosisFunction
 from operators.parse import DEAD_LETTER, EVENT, DeadLetters, ParseEvents, Throttle
 from vdoctor.settings import Settings
@@ -46,7 +47,7 @@ def build(
     )
     diagnosed = (
         events.key_by(lambda t: t[1], key_type=Types.STRING())
-        .process(DiagnosisFunction(settings.for_workers(withhold_passwords)), output_type=output_type)
+        .process(DiagnosisFunction(settings.for_workers(withhold_passwords), code_id()), output_type=output_type)
         .name("diagnosis")
         .uid("diagnosis")
     )

@@ -58,6 +58,7 @@ from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import StateTtlConfig, ValueStateDescriptor
 
 from operators import logs
+from operators.code_identity import enter_job
 from operators.keys import KeySwitch
 from operators.metrics import DiagnosisMetrics
 from operators.parse import DEAD_LETTER, DIAGNOSIS
@@ -132,10 +133,12 @@ def next_tick_ms(now_ms: int) -> int:
 class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     """Keyed by VIN: (vin, event json, raw) -> (kind, json) diagnoses and dead letters."""
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], code: str | None = None) -> None:
         # ``Settings.for_workers()``: no API key (nor, for a cluster, any URL's password). The operator is
         # pickled and shipped to the workers; what was left out is read in open() on the worker.
         self._settings = settings
+        # The identity of the code the job was built from (``code_identity.code_id``), checked in open().
+        self._code = code
         self.engine: DiagnosisEngine | None = None
         self.pool: KeyedRunPool[Item, Applied] | None = None
         self.inline = False
@@ -152,6 +155,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._closed = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        if self._code is not None:
+            enter_job(self._code)  # before any import: an earlier job's packages may point at deleted files
         settings = worker_settings(self._settings, os.environ)
         logs.configure(settings.runtime.log_level)
         self.engine = build_engine(settings)

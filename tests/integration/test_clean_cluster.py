@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,13 +63,25 @@ def cluster_memory(mariadb: MariaDB) -> Iterator[str]:
     conn.close()
 
 
-@pytest.fixture(scope="module")
-def clean_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_memory: str) -> Iterator[FlinkCluster]:
+def _cluster(workdir: Path, memory_url: str) -> FlinkCluster:
     if not CLEAN_PYTHON.is_file():
         pytest.fail(f"no clean apache-flink environment at {CLEAN_PYTHON}: run `bash scripts/setup.sh`")
     # The memory URL with its password in the TaskManagers' environment, as the README asks of a cluster.
-    env = {"VDOCTOR_MEMORY_URL": cluster_memory}
-    cluster = FlinkCluster(tmp_path_factory.mktemp("clean-flink"), slots=1, python=CLEAN_PYTHON, env=env).start()
+    env = {"VDOCTOR_MEMORY_URL": memory_url}
+    return FlinkCluster(workdir, slots=1, python=CLEAN_PYTHON, env=env).start()
+
+
+@pytest.fixture(scope="module")
+def clean_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_memory: str) -> Iterator[FlinkCluster]:
+    cluster = _cluster(tmp_path_factory.mktemp("clean-flink"), cluster_memory)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def fresh_cluster(tmp_path_factory: pytest.TempPathFactory, cluster_memory: str) -> Iterator[FlinkCluster]:
+    """A cluster of its own: its TaskManager has run no job (see ``operators/code_identity.py``)."""
+    cluster = _cluster(tmp_path_factory.mktemp("fresh-flink"), cluster_memory)
     yield cluster
     cluster.stop()
 
@@ -88,13 +101,13 @@ def test_the_clean_environment_has_nothing_of_ours(clean_cluster: FlinkCluster) 
     assert str(REPO_ROOT / ".venv") not in conf and "PYTHONPATH" not in clean_cluster.env
 
 
-def _submit(
+def _start(
     kafka: KafkaBroker, cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path, memory_url: str
-) -> tuple[dict[str, tuple[str, dict]], list[tuple[str, str]], dict[str, object]]:  # type: ignore[type-arg]
-    """The README's block run with ``MEMORY_URL=memory_url`` over PART_1 and a bad line: the diagnoses by
-    event id (with their keys), the dead letters, and the job's status while it ran; the job is cancelled."""
+) -> tuple[str, Path]:
+    """The README's block run with ``MEMORY_URL=memory_url`` over PART_1 and a bad line: the job's id and the
+    user's folder."""
     work = tmp_path / "user"
-    work.mkdir()
+    work.mkdir(parents=True)
     # The README's commands run from a checkout; .venv/bin/vdoctor is this project's environment.
     (work / ".venv").symlink_to(REPO_ROOT / ".venv")
     env = {
@@ -121,12 +134,22 @@ def _submit(
                                capture_output=True, text=True, timeout=600)
     found = re.search(r"JobID ([0-9a-f]{32})", submitted.stdout)
     assert submitted.returncode == 0 and found, submitted.stdout[-3000:] + submitted.stderr[-3000:]
-    job_id = found.group(1)
+    return found.group(1), work
+
+
+def _submit(
+    kafka: KafkaBroker, cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path, memory_url: str
+) -> tuple[dict[str, tuple[str, dict]], list[tuple[str, str]], dict[str, object]]:  # type: ignore[type-arg]
+    """``_start``, then the diagnoses by event id (with their keys), the dead letters, and the job's status
+    while it ran; the job is cancelled."""
+    job_id, work = _start(kafka, cluster, topics, tmp_path, memory_url)
     try:
         diagnoses = read_topic(kafka.bootstrap, topics["diagnoses"], expect=3, timeout_s=240)
         dead = read_topic(kafka.bootstrap, topics["dead"], expect=1, timeout_s=60)
     finally:
         status = cluster.rest(f"/jobs/{job_id}")
+        if status.get("state") != "RUNNING":  # why, in the assertion's message
+            status["exceptions"] = cluster.rest(f"/jobs/{job_id}/exceptions")
         cluster.flink("cancel", job_id)
     assert os.path.isfile(work / "dist" / "flink-job" / "vdoctor-job.zip")
     return {json.loads(v)["event_id"]: (k, json.loads(v)) for k, v in diagnoses}, dead, status
@@ -137,7 +160,7 @@ def test_job_submitted_as_the_readme_says_diagnoses_on_a_clean_cluster(
 ) -> None:
     memory = tmp_path / "memory.db"
     by_id, dead, status = _submit(kafka, clean_cluster, topics, tmp_path, f"sqlite:///{memory}")
-    assert status["state"] == "RUNNING", status
+    assert status["state"] == "RUNNING", json.dumps(status.get("exceptions"))[-6000:]
     assert sorted(by_id) == ["e-1", "e-2", "e-5"]
     assert [by_id[e][1]["phase"] for e in ("e-1", "e-2", "e-5")] == ["CONCLUDED", "CONCLUDED", "INVESTIGATING"]
     assert by_id["e-1"][0] == A and by_id["e-2"][0] == B  # keyed by VIN
@@ -154,15 +177,15 @@ def test_job_submitted_as_the_readme_says_diagnoses_on_a_clean_cluster(
 
 
 def test_a_cluster_jobs_workers_take_the_store_password_from_their_own_environment(
-    kafka: KafkaBroker, clean_cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path, cluster_memory: str
+    kafka: KafkaBroker, fresh_cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path, cluster_memory: str
 ) -> None:
     # The client is given the URL with another password. The job ships the URL without it, and the workers
     # read the whole URL from the TaskManagers' environment: were the client's password shipped in the
     # JobGraph (which a cluster keeps in its blob and HA storage), the workers would fail to log in.
     user_and_password = cluster_memory.split("://", 1)[1].rpartition("@")[0]
     elsewhere = cluster_memory.replace(user_and_password, user_and_password.split(":")[0] + ":not-the-password")
-    by_id, dead, status = _submit(kafka, clean_cluster, topics, tmp_path, elsewhere)
-    assert status["state"] == "RUNNING", status
+    by_id, dead, status = _submit(kafka, fresh_cluster, topics, tmp_path, elsewhere)
+    assert status["state"] == "RUNNING", json.dumps(status.get("exceptions"))[-6000:]
     assert [by_id[e][1]["phase"] for e in ("e-1", "e-2", "e-5")] == ["CONCLUDED", "CONCLUDED", "INVESTIGATING"]
     assert not [d for _, d in by_id.values() if "l3_write_failed" in d["flags"] or d["memory"]["degraded"]]
     assert [json.loads(v)["stage"] for _, v in dead] == ["parse"]
@@ -173,3 +196,24 @@ def test_a_cluster_jobs_workers_take_the_store_password_from_their_own_environme
     finally:
         store.close()
 
+
+
+def test_a_job_resubmitted_to_taskmanagers_that_ran_one_stops_with_an_error_that_says_why(
+    kafka: KafkaBroker, clean_cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path
+) -> None:
+    # A resubmission (or an upgrade) to TaskManagers that ran the job before: their one interpreter (thread
+    # mode) still holds the earlier job's modules, whose files were deleted with it.
+    if not clean_cluster.rest("/jobs/overview")["jobs"]:  # run alone: a job first
+        _submit(kafka, clean_cluster, topics, tmp_path / "first", f"sqlite:///{tmp_path / 'first.db'}")
+    job_id, _ = _start(kafka, clean_cluster, topics, tmp_path / "again", f"sqlite:///{tmp_path / 'memory.db'}")
+    try:
+        deadline = time.monotonic() + 180
+        while clean_cluster.rest(f"/jobs/{job_id}")["state"] != "FAILED" and time.monotonic() < deadline:
+            time.sleep(2)
+        status = clean_cluster.rest(f"/jobs/{job_id}")
+        exceptions = json.dumps(clean_cluster.rest(f"/jobs/{job_id}/exceptions"))
+    finally:
+        clean_cluster.flink("cancel", job_id)
+    assert status["state"] == "FAILED", status
+    assert "loaded by an earlier job, whose files are gone" in exceptions
+    assert "run this job on fresh TaskManagers" in exceptions
