@@ -103,7 +103,8 @@ CLIPPED_TEXT = "…[{} more characters clipped to fit the working context]"
 _TRENDS_NOT_SHOWN = "({} trend lines not shown to fit the working context; the readings stay key facts)"
 _SUMMARY_NOT_SHOWN = "({} earlier summary lines not shown to fit the working context)"
 _READINGS_NOT_SHOWN = (
-    "({} older readings not shown to fit the working context; the signal_history tool returns every reading)"
+    "({} older readings not shown to fit the working context; "
+    "the signal_history tool returns a signal's newest readings)"
 )
 _SUMMARY_HEAD = "## Earlier in this session (summary)\n"
 _FACTS_HEAD = "## Key facts (never compressed)\n"
