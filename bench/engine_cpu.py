@@ -23,7 +23,7 @@ stage's own time: a nested stage's time is its own, not its caller's):
   shown apart. ``--model openai``: the ``openai`` client over HTTP against the
   local model server answering at once in its own process, so its time here is
   the HTTP client and the reply's parsing.
-- prompt assembly (build_messages, WorkingMemory.render), token counting
+- prompt assembly (build_window, WorkingMemory.fit, the window before each later call), token counting
   (the counter's ``count``), fact extraction (the key-fact readers), working
   memory upkeep (adding and folding rounds), recall (query, ranking,
   rendering), embedding, store I/O (every public method of the store), case
@@ -190,7 +190,10 @@ def instrument(clock: StageClock, targets: dict[str, list[str]]) -> list[str]:
 
 # Stage -> functions, by where they are defined (module:qualified name).
 TARGETS: dict[str, list[str]] = {
-    "prompt assembly": ["vdoctor.agent.prompt:build_messages", "vdoctor.memory.working:WorkingMemory.render"],
+    "prompt assembly": [
+        "vdoctor.agent.prompt:build_window", "vdoctor.memory.working:WorkingMemory.fit",
+        "vdoctor.agent.window:ContextWindow.before_call",
+    ],
     "fact extraction": [
         "vdoctor.memory.facts:extract_text_facts", "vdoctor.memory.facts:extract_tool_facts",
         "vdoctor.memory.facts:extract_answer_facts", "vdoctor.memory.facts:dedupe",

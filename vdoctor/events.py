@@ -42,6 +42,8 @@ DTC_RE = re.compile(r"^([PCBU][0-9A-F]{4})(?:-?[0-9A-F]{2})?$")
 J1939_RE = re.compile(r"^SPN[\s:=_-]*(\d{1,6})[\s,;/:_-]*FMI[\s:=_-]*(\d{1,2})(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?$")
 MAX_SPN, MAX_FMI = 524287, 31
 CODE_EXAMPLES = "P0A7F or SPN1569-FMI31"
+
+
 def trouble_code(text: str) -> str | None:
     """A trouble code in its one written form (``P0A7F``, ``SPN1569-FMI31``; see ``DTC_RE`` and ``J1939_RE``),
     or None when ``text`` is none."""

@@ -90,6 +90,11 @@ def redact_url(url: str) -> str:
     return f"{split.scheme}{SCHEME_END}{user}:{MASK}@{split.rest}"
 
 
+def shown_url(url: str | None) -> str | None:
+    """``redact_url`` of a URL that may be unset: for a repr."""
+    return None if url is None else redact_url(url)
+
+
 def url_password(url: str) -> str | None:
     """The password of ``url``, percent-decoded; None without one."""
     split = split_url(url)

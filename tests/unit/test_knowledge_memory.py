@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SHARED_DATA
-from vdoctor.agent.prompt import build_messages
+from vdoctor.agent.prompt import build_window
 from vdoctor.agent.react import run_react
 from vdoctor.agent.tools import Toolbox
 from vdoctor.embedders.hashing import HashingEmbedder
@@ -125,7 +125,7 @@ def test_agent_searches_knowledge_for_a_code_the_pack_cannot_act_on() -> None:
         }
     )
     session, alert = _session_with(line)
-    messages = build_messages(session, alert, WorkingMemory(session.working))
+    messages, _ = build_window(session, alert, WorkingMemory(session.working))
     run = run_react(OfflineModel(), Toolbox(load_pack(), session, base), messages)
     assert [t.split("(")[0] for t in run.tools_used] == ["lookup_dtc", "search_knowledge"]
     tool_results = [m.content for m in run.transcript if m.role == "tool"]

@@ -261,7 +261,7 @@ def test_an_empty_summary_of_events_fails_the_check() -> None:
 
 
 def test_an_alert_text_with_no_room_left_is_replaced_by_a_marker_not_dropped() -> None:
-    from vdoctor.agent.prompt import build_messages
+    from vdoctor.agent.prompt import build_window
     from vdoctor.events import AlertEvent
     from vdoctor.memory.session import SessionState
 
@@ -272,7 +272,7 @@ def test_an_alert_text_with_no_room_left_is_replaced_by_a_marker_not_dropped() -
     session = SessionState(vin=VIN, series="EV-A", session_id="s", opened_at=T0, last_event_at=T0)
     memory = WorkingMemory(session.working, budget_tokens=200)
     memory.add_facts([KeyFact.code(f"P1{n:03d}") for n in range(60)])  # key facts alone are over the budget
-    user = build_messages(session, event, memory)[1].content
+    user = build_window(session, event, memory)[0][1].content
     assert f"[the alert's text, {len(text)} characters, left out to fit the working context]" in user
     assert memory.over_budget_tokens > 0
 

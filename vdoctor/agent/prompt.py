@@ -54,16 +54,11 @@ def _current(session: SessionState, alert: AlertEvent, block: str) -> str:
     )
 
 
-def build_messages(session: SessionState, alert: AlertEvent, working: WorkingMemory) -> list[Message]:
-    """The first model call's messages: system (instructions, injected memory) and user (the working context)."""
-    return build_window(session, alert, working)[0]
-
-
 def build_window(
     session: SessionState, alert: AlertEvent, working: WorkingMemory
 ) -> tuple[list[Message], ContextWindow]:
-    """The first call's messages, and the window that keeps the alert's later calls within the working
-    budget (``agent.window``)."""
+    """The first model call's messages (system: instructions and injected memory; user: the working
+    context), and the window that keeps the alert's later calls within the working budget (``agent.window``)."""
     system = SYSTEM_PROMPT
     if session.memory_text:
         system += "\n\n" + session.memory_text

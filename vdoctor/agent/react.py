@@ -25,8 +25,6 @@ MAX_ITERATIONS = 6
 # Output flag of a run whose model call failed for good.
 MODEL_FAILED = "model_failed"
 _JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
-# ``json.dumps(arguments, ensure_ascii=False)`` without building an encoder per call.
-_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class FinalAnswer(BaseModel):
@@ -137,7 +135,7 @@ def run_react(
             transcript.append(Message(role="assistant", content=response.content or "", tool_calls=response.tool_calls))
             for call in response.tool_calls:
                 run.tool_calls += 1
-                run.tools_used.append(f"{call.name}({_ARGUMENTS_JSON(call.arguments)})")
+                run.tools_used.append(f"{call.name}({call.arguments_json})")
                 result = toolbox.call(call.name, call.arguments)
                 run.tool_results.append(result)
                 transcript.append(Message(role="tool", content=result, tool_call_id=call.id))

@@ -20,7 +20,6 @@ within its own 800-token budget) is outside this window, as before.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from vdoctor.memory.working import WorkingMemory, clip_to_tokens
@@ -31,8 +30,6 @@ STEPS_SHARE = 0.5
 # What stands for a tool result when the steps leave no room for any of it.
 RESULT_LEFT_OUT = "[the tool's result, {} characters, left out to fit the working context]"
 TOOL_RESULT_CLIPPED = "tool_result_clipped"
-
-_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class ContextWindow:
@@ -47,6 +44,7 @@ class ContextWindow:
         self.steps_tokens = 0
         self.clipped_results = 0
         self._counted = 2  # the transcript's messages counted so far (system and user are not steps)
+        self._user: tuple[str, int | None] = ("", None)  # the user message last looked at, and its tokens
 
     def first(self) -> str:
         return self._context(0)
@@ -66,8 +64,14 @@ class ContextWindow:
                     self.clipped_results += 1
                 self.steps_tokens += count(text)
             else:
-                calls = "".join(call.name + _JSON(call.arguments) for call in message.tool_calls)
+                calls = "".join(call.name + call.arguments_json for call in message.tool_calls)
                 self.steps_tokens += count(message.content + calls) if message.content or calls else 0
         self._counted = len(transcript)
-        if self.steps_tokens and count(transcript[1].content) + self.steps_tokens > self.working.budget_tokens:
+        if not self.steps_tokens:
+            return
+        user, tokens = self._user
+        if tokens is None or transcript[1].content is not user:  # counted once, not at every call
+            tokens = count(transcript[1].content)
+            self._user = (transcript[1].content, tokens)
+        if tokens + self.steps_tokens > self.working.budget_tokens:
             transcript[1] = Message(role="user", content=self._context(self.steps_tokens))

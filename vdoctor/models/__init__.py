@@ -19,7 +19,7 @@ from pydantic import SecretStr
 from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.registry import Registry
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
-from vdoctor.url_credentials import redact_url
+from vdoctor.url_credentials import shown_url
 
 ChatModelName = Literal["offline", "openai"]
 # A hosted model answers in 0.3-5 s; 60 s means the call is stuck, not slow.
@@ -40,8 +40,7 @@ class ChatModelConfig:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
 
     def __repr__(self) -> str:  # the key never shows
-        shown = redact_url(self.base_url) if self.base_url else self.base_url  # a URL may hold credentials too
-        return f"ChatModelConfig(model={self.model!r}, base_url={shown!r})"
+        return f"ChatModelConfig(model={self.model!r}, base_url={shown_url(self.base_url)!r})"  # nor a URL's password
 
 
 def _open_offline(config: ChatModelConfig, counter: TokenCounter) -> ChatModel:

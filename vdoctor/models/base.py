@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+# ``json.dumps(arguments, ensure_ascii=False)`` without building an encoder per call.
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False).encode
 
 
 @dataclass(frozen=True)
@@ -11,6 +15,11 @@ class ToolCall:
     id: str
     name: str
     arguments: dict[str, Any]
+
+    @property
+    def arguments_json(self) -> str:
+        """The arguments as the model wrote them: a JSON object, non-ASCII kept as it is."""
+        return _ARGUMENTS_JSON(self.arguments)
 
 
 @dataclass(frozen=True)

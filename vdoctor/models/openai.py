@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.openai_clients import ThreadClients, http_client
-from vdoctor.url_credentials import redact_url
+from vdoctor.url_credentials import shown_url
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def to_wire(messages: list[Message]) -> list[dict[str, Any]]:
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+                    "function": {"name": c.name, "arguments": c.arguments_json},
                 }
                 for c in m.tool_calls
             ]
@@ -131,8 +131,7 @@ class OpenAIChatModel:
         return self._clients.get()
 
     def __repr__(self) -> str:  # the key must never show, not even in a debugger's repr
-        shown = redact_url(self.base_url) if self.base_url else self.base_url  # a URL may hold credentials too
-        return f"OpenAIChatModel(model={self.name!r}, base_url={shown!r})"
+        return f"OpenAIChatModel(model={self.name!r}, base_url={shown_url(self.base_url)!r})"  # nor a URL's password
 
     def close(self) -> None:
         self._clients.close()
