@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from vdoctor.errors import EventError
-from vdoctor.events import AlertEvent, LifecycleEvent, RecheckEvent, parse_event, session_id_for
+from vdoctor.events import MAX_SIGNALS, AlertEvent, LifecycleEvent, RecheckEvent, parse_event, session_id_for
+from vdoctor.memory.session import MAX_READINGS
 
 pytestmark = pytest.mark.unit
 
@@ -208,6 +209,7 @@ _DROP = object()
         (alert(dtc_codes=["SPN 1569 FMI 32"]), "dtc_codes"),
         (alert(dtc_codes=["1569-31"]), "dtc_codes"),
         (alert(alert_text="压" * 4001), "alert_text"),
+        (alert(signals={f"cell_{i}_voltage_v": 3.9 for i in range(1, MAX_SIGNALS + 2)}), "signals"),
         (alert(series=_DROP), "series"),
         (recheck(session_id=_DROP), "session_id"),
         (recheck(recheck_ok=_DROP), "recheck_ok"),
@@ -239,6 +241,7 @@ _DROP = object()
         "j1939-fmi-out-of-range",
         "j1939-bare-numbers",
         "alert-text-too-long",
+        "more-signals-than-the-session-keeps",
         "alert-without-series",
         "recheck-without-session-id",
         "recheck-without-result",
@@ -268,6 +271,16 @@ def test_an_epoch_millisecond_counter_is_a_reading_but_1e300_is_not() -> None:
     event = parse_event(json.dumps(alert(signals={"gps_fix_time_ms": 1_764_000_000_000})))
     assert isinstance(event, AlertEvent)
     assert rejected(json.dumps(alert(signals={"pack_temp_c": 1e300}))).stage == "validate"
+
+
+def test_a_whole_battery_snapshot_is_an_alert_not_a_dead_letter() -> None:
+    # A BMS snapshot of an 800 V pack: 192 cell voltages, 32 module temperatures and the pack's own readings.
+    # Before, anything over 64 signals was a dead letter. The session keeps every reading of an alert.
+    signals = {f"cell_{i}_voltage_v": 3.91 for i in range(1, 193)} | {f"module_{i}_temp_c": 31 for i in range(1, 33)}
+    signals |= {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71}
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent) and len(event.signals) == 227
+    assert MAX_SIGNALS == MAX_READINGS  # signal_history can read every signal of the largest alert
 
 
 def test_alert_text_of_exactly_4000_chars_is_accepted() -> None:

@@ -9,10 +9,11 @@ from datetime import timedelta
 import pytest
 
 from tests.unit.test_engine import T0, VIN, Harness, alert, iso
+from vdoctor.agent.prompt import signal_families, summarise_signals
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import KnowledgePack, load_pack
-from vdoctor.lines import KeyFact, SummaryLine
+from vdoctor.lines import KeyFact, SummaryLine, parse_alert_block
 from vdoctor.memory.summarizer import OfflineSummarizer, SummaryRequest, summarize_checked
 from vdoctor.memory.working import (
     MAX_KEY_FACTS,
@@ -266,9 +267,7 @@ def test_an_alert_text_with_no_room_left_is_replaced_by_a_marker_not_dropped() -
     from vdoctor.memory.session import SessionState
 
     text = "电池包单体压差过大" * 100
-    event = AlertEvent(
-        type="alert", event_id="e", vin=VIN, series="EV-A", ts=T0, alert_text=text, dtc_codes=["P0A7F"]
-    )
+    event = AlertEvent(type="alert", event_id="e", vin=VIN, series="EV-A", ts=T0, alert_text=text, dtc_codes=["P0A7F"])
     session = SessionState(vin=VIN, series="EV-A", session_id="s", opened_at=T0, last_event_at=T0)
     memory = WorkingMemory(session.working, budget_tokens=200)
     memory.add_facts([KeyFact.code(f"P1{n:03d}") for n in range(60)])  # key facts alone are over the budget
@@ -348,3 +347,58 @@ def test_the_offline_model_takes_a_clipped_lookup_as_unknown_and_does_not_ask_ag
     assert "tool_result_clipped" in out.flags and "iteration_cap" not in out.flags
     lookups = [c for ms in model.calls for m in ms for c in m.tool_calls if c.name == "lookup_dtc"]
     assert len({c.id for c in lookups}) == 1
+
+
+# -- an alert of hundreds of signals (a battery snapshot) ----------------------------
+
+
+def _snapshot(i: int) -> dict[str, float]:
+    """An 800 V pack's BMS snapshot: 192 cell voltages (cell 17 the weakest), 32 module temperatures, the pack."""
+    cells = {f"cell_{n}_voltage_v": 3.90 + (n * 7 + i) % 5 / 100 for n in range(1, 193)}
+    cells["cell_17_voltage_v"] = 3.71 - i / 100
+    modules = {f"module_{n}_temp_c": 30.0 + (n + i) % 4 for n in range(1, 33)}
+    return cells | modules | {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71}
+
+
+def test_an_alert_of_227_signals_fits_by_summarising_its_signal_families(pack: KnowledgePack) -> None:
+    model = _Calls()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    flags: list[str] = []
+    for i in range(3):
+        out = h.diagnose(alert(f"e{i}", T0 + timedelta(minutes=30 * i), codes=["P0A7F"], signals=_snapshot(i)))
+        flags += out.flags
+    for messages in model.calls:
+        assert _window_tokens(messages) <= BUDGET
+    assert "working_over_budget" not in flags
+    block = parse_alert_block(model.calls[-1][1].content)
+    # The families are summarised by their exact extremes, naming the signals that hold them; the pack's own
+    # readings stay whole.
+    assert block["signal_families"]["cell_{1-192}_voltage_v"] == (
+        "192 signals, lowest 3.69 (cell_17_voltage_v), highest 3.94 (cell_1_voltage_v); signal_history reads each"
+    )
+    assert set(block["signal_families"]) == {"cell_{1-192}_voltage_v", "module_{1-32}_temp_c"}
+    assert block["signals"] == {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71}
+    # Every reading of the summarised families in this alert is still the session's (it keeps its newest 256
+    # readings, as many as an alert may carry): signal_history reads each; the spans keep every signal's
+    # first, lowest, highest and latest reading of the session for its case summary.
+    session = h.session(VIN)
+    assert session is not None
+    assert all(session.readings_of(name)[-1].value == value for name, value in _snapshot(2).items())
+    cell_17 = session.signals["cell_17_voltage_v"]
+    assert (cell_17.first, cell_17.lowest, cell_17.latest) == (3.71, 3.69, 3.69)
+
+
+def test_signals_whole_when_they_fit_and_a_family_only_of_two_or_more() -> None:
+    assert signal_families(["cell_1_v", "cell_2_v", "cell_3_v", "cell_5_v", "soc_pct", "temp1"]) == [
+        ("cell_{1-3,5}_v", ["cell_1_v", "cell_2_v", "cell_3_v", "cell_5_v"])
+    ]
+    # Numbers written with leading zeros are listed as written; the last number of a name is its index.
+    assert signal_families(["m1_cell_01_v", "m1_cell_02_v"]) == [
+        ("m1_cell_{01,02}_v", ["m1_cell_01_v", "m1_cell_02_v"])
+    ]
+    assert summarise_signals({"cell_1_v": 3.9, "cell_2_v": 3.8}, lambda s: True) is None
+    shown = summarise_signals({"cell_1_v": 3.9, "cell_2_v": 3.8, "soc_pct": 70}, lambda s: s is not None)
+    assert shown is not None and shown.signals == {"soc_pct": 70}
+    assert shown.families == {
+        "cell_{1-2}_v": "2 signals, lowest 3.8 (cell_2_v), highest 3.9 (cell_1_v); signal_history reads each"
+    }
