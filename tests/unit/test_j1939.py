@@ -12,10 +12,13 @@ import pytest
 from tests.unit.test_engine import T0, VIN, VIN_B, Harness, alert, recheck
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
+from vdoctor.events import canonical_codes
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.knowledge.chunks import codes_in
 from vdoctor.lines import RecallEntry
 from vdoctor.memory.fidelity import check_summary
+from vdoctor.memory.request import SummaryRequest
+from vdoctor.memory.summarizer import OfflineSummarizer
 from vdoctor.models.offline import OfflineModel
 from vdoctor.stores.memory import InMemoryStore
 
@@ -78,3 +81,37 @@ def test_a_code_table_may_define_j1939_codes(tmp_path: Path) -> None:
     assert pack.entries[CODE].definition_en == "Engine fuel derate"
     assert not [c for c in pack.entries if c.startswith("SPN") and c != CODE]
 
+
+class _GatewayWording(OfflineSummarizer):
+    """A summary model that writes J1939 codes as a gateway does (``SPN 1569 FMI 31``)."""
+
+    def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
+        return super().summarize(request, feedback).replace(CODE, "SPN 1569 FMI 31")
+
+
+def test_a_summary_that_writes_a_j1939_code_as_a_gateway_does_passes_and_is_stored_in_one_form(
+    pack: KnowledgePack,
+) -> None:
+    # Before, the code written "SPN 1569 FMI 31" was no code to the check: the case summary failed as missing
+    # it, and was repaired with a fact line or rewritten.
+    store = InMemoryStore()
+    engine = DiagnosisEngine(
+        store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=pack, summarizer=_GatewayWording()
+    )
+    out = Harness(engine).diagnose(alert("a1", T0, codes=[CODE], signals={"cell_voltage_diff_mv": 187}))
+    assert out.phase == "CONCLUDED"
+    assert not [f for f in out.flags if "fidelity" in f], out.flags
+    [record] = store.history(VIN)
+    assert CODE in record.summary and "SPN 1569" not in record.summary and "fact |" not in record.summary
+    assert engine.summary_metrics.passed_first == engine.summary_metrics.checked
+
+
+def test_j1939_codes_in_free_text_are_written_in_one_form_only_when_in_range() -> None:
+    assert canonical_codes("SPN 1569 FMI 31, then spn:190/fmi:2") == "SPN1569-FMI31, then SPN190-FMI2"
+    assert (
+        canonical_codes("SPN 524288 FMI 1; SPN 1 FMI 32; XSPN 1 FMI 2")
+        == "SPN 524288 FMI 1; SPN 1 FMI 32; XSPN 1 FMI 2"
+    )
+    # The check reads a source's code in any form: a summary may state the code the alert's text wrote.
+    source = "2026-11-01 08:15 | alert: fuel derate (SPN 1569 FMI 31) | investigating | -"
+    assert check_summary(canonical_codes("fuel derate SPN 1569 FMI 31"), [], source).ok

@@ -19,6 +19,7 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 
+from vdoctor.events import canonical_codes
 from vdoctor.lines import _SPAN_RE
 from vdoctor.memory.facts import CODE_RE, split_uris
 from vdoctor.memory.meaning import check_case
@@ -143,7 +144,8 @@ def check_summary(
     numbers = _NUMBER_RE.findall(plain)
     source_numbers = _tokens_in(_NUMBER_RE, source_plain, numbers, times=True)
     codes = CODE_RE.findall(plain)
-    source_codes = _tokens_in(CODE_RE, source, codes)
+    # The source's J1939 codes as a summary writes them (``summarize_checked`` writes them in one form).
+    source_codes = _tokens_in(CODE_RE, canonical_codes(source), codes)
     known_uris = set(source_uris)
     report.invented = [f"time {t.group()}" for t in times if not _time_in(source_plain, t)]
     report.invented += [n for n in numbers if n not in source_numbers]

@@ -24,6 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from vdoctor.events import canonical_codes
 from vdoctor.lines import ReadingsLine, ReadingSpan
 from vdoctor.memory.fidelity import FidelityReport, check_request
 from vdoctor.memory.request import (
@@ -222,7 +223,8 @@ def summarize_checked(
 
     # Counted once there is a summary to check: a summarizer that raises (a model outage, ``ModelError``)
     # checked nothing, and its caller may have the request summarised by another (``WorkingMemory``).
-    text = summarizer.summarize(request)
+    # A J1939 code is read as a code in its one written form: a model may write it as a gateway does.
+    text = canonical_codes(summarizer.summarize(request))
     metrics.checked += 1
     report = check(text)
     if report.ok:
@@ -238,7 +240,7 @@ def summarize_checked(
 
     # Invented facts, no compression, too long, or a repair that did not fit: retry once.
     metrics.retried += 1
-    retry = summarizer.summarize(request, feedback=report.describe())
+    retry = canonical_codes(summarizer.summarize(request, feedback=report.describe()))
     retry_report = check(retry)
     result = CheckedSummary(text=retry, report=retry_report, attempts=2, notes=[report.describe()])
     if not retry_report.ok and retry_report.repairable:
