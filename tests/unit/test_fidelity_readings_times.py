@@ -13,7 +13,7 @@ from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.fidelity import check_request, check_summary
 from vdoctor.memory.request import SummaryRequest, request_from_json
-from vdoctor.memory.summarizer import OfflineSummarizer
+from vdoctor.memory.summarizer import OfflineSummarizer, Summarizer
 from vdoctor.models.offline import OfflineModel
 from vdoctor.stores.memory import InMemoryStore
 
@@ -111,7 +111,7 @@ class Inventor:
         return "\n".join(["2026-11-01 08:15 | cell voltage diff 30 mV | - | -", *text.splitlines()[1:]])
 
 
-def _two_alerts(summarizer: OfflineSummarizer | Inventor) -> tuple[InMemoryStore, list[str]]:
+def _two_alerts(summarizer: Summarizer) -> tuple[InMemoryStore, list[str]]:
     store = InMemoryStore()
     engine = DiagnosisEngine(
         store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack(), summarizer=summarizer
@@ -137,3 +137,55 @@ def test_the_offline_summary_of_the_review_case_passes_and_quotes_times_and_read
     assert check_request(record.summary, request).ok
     # The alert's time, quoted again in another form, is still its time.
     assert check_request(record.summary + "; at 10:15:30", request).invented == []
+
+
+@pytest.mark.parametrize(
+    "date",
+    ["11-01", "11/01", "01/11", "Nov 1", "1 November 2026", "Nov. 1st, 2026", "2026年11月1日", "11月1日"],
+    ids=[
+        "month-day",
+        "month/day",
+        "day/month",
+        "month-name",
+        "day-month-year",
+        "abbreviated",
+        "chinese",
+        "chinese-short",
+    ],
+)
+def test_a_date_of_the_source_written_short_or_in_words_passes(date: str) -> None:
+    # Before, its numbers were checked as numbers: 11 and 01 are no numbers of the source, so a model
+    # writing "于11月1日" had its summary rejected as inventing them.
+    report = check_summary(f"{GOOD}\n{date} 08:15 | alert P0A7F | investigating | dtc://P0A7F", [], SOURCE)
+    assert report.invented == []
+    assert report.ok
+
+
+@pytest.mark.parametrize(
+    ("date", "invented"),
+    [("11-02", ["11", "02"]), ("Nov 2", ["2"]), ("2025年11月1日", ["2025", "11", "1"]), ("13/14", ["13", "14"])],
+    ids=["another-day", "another-day-in-words", "another-year", "no-date"],
+)
+def test_a_short_date_that_is_no_date_of_the_source_is_its_numbers_invented(date: str, invented: list[str]) -> None:
+    report = check_summary(f"{GOOD}\n{date} | alert P0A7F | investigating | dtc://P0A7F", [], SOURCE)
+    assert report.invented == invented
+
+
+class WordyDates:
+    """The offline summary with its dates written as a model may write them (2026年11月1日, Nov 1)."""
+
+    name = "wordy-dates"
+
+    def __init__(self, date: str) -> None:
+        self.date = date
+
+    def summarize(self, request: SummaryRequest, feedback: str = "") -> str:
+        return OfflineSummarizer().summarize(request, feedback).replace("2026-11-01 ", f"{self.date} ")
+
+
+@pytest.mark.parametrize("date", ["2026年11月1日", "11月1日", "Nov 1", "1 November 2026", "11/01"])
+def test_a_case_summary_with_dates_written_short_or_in_words_is_stored(date: str) -> None:
+    store, flags = _two_alerts(WordyDates(date))
+    assert "summary_fidelity_failed" not in flags
+    [record] = store.history(VIN)
+    assert f"{date} 10:15" in record.summary and "fact |" not in record.summary

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from vdoctor.events import canonical_codes
 from vdoctor.lines import _SPAN_RE
+from vdoctor.memory.dates import without_source_dates
 from vdoctor.memory.facts import CODE_RE, split_uris
 from vdoctor.memory.meaning import check_case
 from vdoctor.memory.request import SummaryRequest
@@ -141,6 +142,7 @@ def check_summary(
     source_plain, source_uris = split_uris(source)
     plain, uris = split_uris(summary) if split is None else split
     plain, times = _split_times(plain)
+    plain = without_source_dates(plain, source_plain)
     numbers = _NUMBER_RE.findall(plain)
     source_numbers = _tokens_in(_NUMBER_RE, source_plain, numbers, times=True)
     codes = CODE_RE.findall(plain)

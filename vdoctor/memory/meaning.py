@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from vdoctor.lines import NUM, ReadingSpan, SummaryLine
+from vdoctor.memory.dates import without_source_dates
 from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, fold_case, split_uris
 from vdoctor.memory.request import CaseDecision, SummaryRequest
 from vdoctor.retrieval.tokens import CJK_RUN_RE
@@ -290,6 +291,8 @@ def _check_words(summary: str, stripped: str, source: str, out: CaseFindings) ->
     words are format or function words, and most summaries have no snake_case
     name outside a reading and no Chinese.
     """
+    # A date of the source written short or in words (11月1日, Nov 1) is neither words nor Chinese of its own.
+    summary, stripped = without_source_dates(summary, source), without_source_dates(stripped, source)
     plain = _TIME_RE.sub(" ", stripped)
     plain = _SPAN_OR_ASSIGN.sub(" ", plain)
     # The names are found once: a summary without one has none to take out before its words are read.
