@@ -102,6 +102,13 @@ class _Builder:
         }
 
 
+def _snapshot(rng: random.Random) -> dict[str, float]:
+    """An 800 V pack's BMS snapshot: 192 cell voltages, 32 module temperatures and 3 pack readings."""
+    cells = {f"cell_{n}_voltage_v": round(rng.uniform(3.6, 4.0), 3) for n in range(1, 193)}
+    modules = {f"module_{n}_temp_c": round(rng.uniform(20, 45), 1) for n in range(1, 33)}
+    return cells | modules | {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71}
+
+
 def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     """(kind, raw, expected stage) for one of each kind of bad input, freshly randomised."""
     rng = b.rng
@@ -135,6 +142,8 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
         [vin[:16], vin + "X", vin[:8] + "I" + vin[9:], vin[:3] + "O" + vin[4:], vin[:5] + "Q" + vin[6:]]
     )
     out.append(("invalid_vin", json.dumps(dict(good, event_id=good_id + "-v", vin=bad_vin)), "validate"))
+    too_many = _snapshot(rng) | {f"probe_{i}_temp_c": 30.0 for i in range(1, 31)}  # 257 signals
+    out.append(("too_many_signals", json.dumps(dict(good, event_id=good_id + "-n", signals=too_many)), "validate"))
     out.append(
         ("huge_number", json.dumps(dict(good, event_id=good_id + "-h", signals={"pack_temp_c": 1e300})), "validate")
     )
@@ -215,6 +224,10 @@ def generate(events: int = 10_000, seed: int = 7, vins: int = 400) -> list[Line]
         elif b.rng.random() < 0.03:
             kind, text = "escaped_control_chars", "告警\u0000\u001b[0m\u2028 text"
         event = b.alert(text=text)
+        if kind == "alert" and b.rng.random() < 0.01:
+            # A whole BMS snapshot beside the confirming reading: 227 signals, an alert (at most 256).
+            kind = "battery_snapshot"
+            event["signals"] = _snapshot(b.rng) | dict(event["signals"])  # type: ignore[arg-type]
         if event["vin"] in b.injection_vins:
             kind = "injection"
         b.emitted.append(event)

@@ -83,6 +83,8 @@ def test_corpus_covers_every_kind_of_bad_input(corpus: tuple[list[Line], list[di
         "signal_as_string",
         "invalid_vin",
         "huge_number",
+        "too_many_signals",
+        "battery_snapshot",
         "ts_out_of_range",
         "one_mb_text",
         "unknown_type",
