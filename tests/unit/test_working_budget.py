@@ -292,13 +292,14 @@ class _Calls(OfflineModel):
 
 
 def _window_tokens(messages: list[Message]) -> int:
-    """The user message and the steps after it (the model's tool calls and the tools' results)."""
+    """The user message and the steps after it (the model's tool calls and the tools' results), each with
+    the tokens a chat API adds to a message (OpenAI: 3)."""
     count = DEFAULT_COUNTER.count
     steps = 0
     for m in messages[2:]:
         calls = "".join(c.name + json.dumps(c.arguments, ensure_ascii=False) for c in m.tool_calls)
-        steps += count(m.content + calls) if m.content or calls else 0
-    return count(messages[1].content) + steps
+        steps += 3 + (count(m.content + calls) if m.content or calls else 0)
+    return 3 + count(messages[1].content) + steps
 
 
 def test_every_call_of_an_alert_keeps_its_context_and_steps_within_the_budget(pack: KnowledgePack) -> None:

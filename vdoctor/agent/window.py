@@ -14,8 +14,10 @@ are counted, and:
   way in ``fit``'s order, and key facts never do (``over_budget_tokens``
   then says by how much, and the engine flags the diagnosis).
 
-The system message (instructions and the injected long-term memory, itself
-within its own 800-token budget) is outside this window, as before.
+Each message counts ``MESSAGE_TOKENS`` beside its text: what the chat API adds
+for its role and markers. The system message (instructions and the injected
+long-term memory, itself within its own 800-token budget) is outside this
+window, as before.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from vdoctor.models.base import Message
 
 # The most of the working budget an alert's ReAct steps take (the working context keeps the rest).
 STEPS_SHARE = 0.5
+# What a chat API adds to each message beside its text (its role and the markers around it): OpenAI's
+# chat models take 3 tokens a message; counted in the window as 4, for the user message and every step.
+MESSAGE_TOKENS = 4
 # What stands for a tool result when the steps leave no room for any of it.
 RESULT_LEFT_OUT = "[the tool's result, {} characters, left out to fit the working context]"
 TOOL_RESULT_CLIPPED = "tool_result_clipped"
@@ -47,7 +52,7 @@ class ContextWindow:
         self._user: tuple[str, int | None] = ("", None)  # the user message last looked at, and its tokens
 
     def first(self) -> str:
-        return self._context(0)
+        return self._context(MESSAGE_TOKENS)
 
     def before_call(self, transcript: list[Message]) -> None:
         count = self.working.counter.count
@@ -55,17 +60,19 @@ class ContextWindow:
             message = transcript[i]
             if message.role == "tool":
                 text = message.content
-                room = self.steps_cap - self.steps_tokens
+                room = self.steps_cap - self.steps_tokens - MESSAGE_TOKENS
                 if count(text) > room:
                     text = clip_to_tokens(text, room, self.working.counter)
                     if not text and count(left_out := RESULT_LEFT_OUT.format(len(message.content))) <= room:
                         text = left_out
                     transcript[i] = Message(role="tool", content=text, tool_call_id=message.tool_call_id)
                     self.clipped_results += 1
-                self.steps_tokens += count(text)
+                self.steps_tokens += MESSAGE_TOKENS + count(text)
             else:
                 calls = "".join(call.name + call.arguments_json for call in message.tool_calls)
-                self.steps_tokens += count(message.content + calls) if message.content or calls else 0
+                self.steps_tokens += MESSAGE_TOKENS + (
+                    count(message.content + calls) if message.content or calls else 0
+                )
         self._counted = len(transcript)
         if not self.steps_tokens:
             return
@@ -73,5 +80,5 @@ class ContextWindow:
         if tokens is None or transcript[1].content is not user:  # counted once, not at every call
             tokens = count(transcript[1].content)
             self._user = (transcript[1].content, tokens)
-        if tokens + self.steps_tokens > self.working.budget_tokens:
-            transcript[1] = Message(role="user", content=self._context(self.steps_tokens))
+        if MESSAGE_TOKENS + tokens + self.steps_tokens > self.working.budget_tokens:
+            transcript[1] = Message(role="user", content=self._context(MESSAGE_TOKENS + self.steps_tokens))
