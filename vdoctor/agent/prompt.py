@@ -104,8 +104,9 @@ def summarise_signals(
     """The alert's signals as few families summarised as ``fits``, the largest family first (all of them
     when even that does not fit); None when the signals fit whole or form no family.
 
-    A summarised family loses no reading: the session keeps every one (``signal_history``), and the
-    alert's readings are key facts as well (which give way only after this, ``WorkingMemory.fit``).
+    A summarised family loses no reading of the alert: the session keeps its newest 256 readings, as many
+    as an alert may carry (``signal_history`` reads them), and the alert's readings are key facts as well
+    (which give way only after this, ``WorkingMemory.fit``).
     """
     if fits(None):
         return None
@@ -141,9 +142,9 @@ def build_window(
         system += "\n\n" + session.memory_text
 
     def clipped(room: int) -> str:
-        # The alert's own text gives way first (marked as clipped), then its signals' families (``summarise_signals``);
-        # its codes stay whole. The text's JSON escapes may cost a few tokens more than the text: the
-        # room shrinks until it fits.
+        # The alert's own text gives way first (marked as clipped), then its signals' families
+        # (``summarise_signals``); its codes stay whole. The text's JSON escapes may cost a few tokens
+        # more than the text: the room shrinks until it fits.
         count = working.counter.count
         marker = TEXT_LEFT_OUT.format(len(alert.alert_text))
         summarised = summarise_signals(
