@@ -142,12 +142,16 @@ def check_summary(
     source_plain, source_uris = split_uris(source)
     plain, uris = split_uris(summary) if split is None else split
     plain, times = _split_times(plain)
-    plain = without_source_dates(plain, source_plain)
     numbers = _NUMBER_RE.findall(plain)
     source_numbers = _tokens_in(_NUMBER_RE, source_plain, numbers, times=True)
+    if any(n not in source_numbers for n in numbers) and (dated := without_source_dates(plain, source_plain)) != plain:
+        # A date of the source written short or in words (11-01, 11月1日) is that date, not its numbers:
+        # looked for only when a number would otherwise not be the source's (most summaries have none).
+        plain, numbers = dated, _NUMBER_RE.findall(dated)
     codes = CODE_RE.findall(plain)
     # The source's J1939 codes as a summary writes them (``summarize_checked`` writes them in one form).
-    source_codes = _tokens_in(CODE_RE, canonical_codes(source), codes)
+    j1939 = any(code[0] == "S" for code in codes)
+    source_codes = _tokens_in(CODE_RE, canonical_codes(source) if j1939 else source, codes)
     known_uris = set(source_uris)
     report.invented = [f"time {t.group()}" for t in times if not _time_in(source_plain, t)]
     report.invented += [n for n in numbers if n not in source_numbers]

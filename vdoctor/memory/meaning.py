@@ -287,12 +287,20 @@ def _check_claims(summary: str, decision: CaseDecision, out: CaseFindings) -> No
 def _check_words(summary: str, stripped: str, source: str, out: CaseFindings) -> None:
     """``stripped``: ``summary`` without URIs and confirmation phrases, which are checked whole.
 
-    The source is read only for what the summary leaves to check: most summary
-    words are format or function words, and most summaries have no snake_case
-    name outside a reading and no Chinese.
+    A date of the source written short or in words (11月1日, Nov 1) is neither words nor Chinese of its
+    own: looked for only when some word would otherwise not be the source's (most summaries have none).
     """
-    # A date of the source written short or in words (11月1日, Nov 1) is neither words nor Chinese of its own.
-    summary, stripped = without_source_dates(summary, source), without_source_dates(stripped, source)
+    found = _word_findings(summary, stripped, source)
+    if found and (dated := without_source_dates(summary, source)) != summary:
+        found = _word_findings(dated, without_source_dates(stripped, source), source)
+    out.invented += found
+
+
+def _word_findings(summary: str, stripped: str, source: str) -> list[str]:
+    """What ``_check_words`` finds. The source is read only for what the summary leaves to check: most
+    summary words are format or function words, and most summaries have no snake_case name outside a
+    reading and no Chinese."""
+    found = []
     plain = _TIME_RE.sub(" ", stripped)
     plain = _SPAN_OR_ASSIGN.sub(" ", plain)
     # The names are found once: a summary without one has none to take out before its words are read.
@@ -302,15 +310,16 @@ def _check_words(summary: str, stripped: str, source: str, out: CaseFindings) ->
     if stray:
         stray -= _words(source)
     if stray:
-        out.invented.append("words not in the source: " + ", ".join(sorted(stray)[:8]))
+        found.append("words not in the source: " + ", ".join(sorted(stray)[:8]))
     if names:
         names -= set(_SNAKE_RE.findall(source))
-    out.invented += [f"name {s}" for s in sorted(names)]
+    found += [f"name {s}" for s in sorted(names)]
     pairs = _cjk_pairs(summary) - _FORMAT_CJK_PAIRS
     if pairs:
         pairs -= _cjk_pairs(source)
     if pairs:
-        out.invented.append("Chinese not in the source: " + ", ".join(sorted(pairs)[:8]))
+        found.append("Chinese not in the source: " + ", ".join(sorted(pairs)[:8]))
+    return found
 
 
 _SPAN_OR_ASSIGN = re.compile(rf"(?<![A-Za-z0-9_])[a-z][a-z0-9_]*={NUM}\S*")
