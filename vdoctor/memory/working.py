@@ -550,8 +550,9 @@ class WorkingMemory:
         1. the verbatim rounds, folded into the rolling summary (as the 70% trigger folds them);
         2. trend lines, the oldest signal first (each value stays in the session's readings);
         3. the rolling summary's oldest lines;
-        4. the current alert's long text: ``clip_current(room)`` gives ``current`` in at most ``room``
-           tokens (see ``clip_to_tokens``; without it, ``current`` is clipped as a whole);
+        4. the current alert's long text, then its signal families (``agent.prompt.summarise_signals``):
+           ``clip_current(room)`` gives ``current`` in at most ``room`` tokens where it can (see
+           ``clip_to_tokens``; without it, ``current`` is clipped as a whole);
         5. readings of the key facts, the oldest first, each signal's latest last.
 
         Only 1 changes the state; 2-5 leave out of this text only, each with a line saying what and how
