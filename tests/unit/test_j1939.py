@@ -16,6 +16,7 @@ from vdoctor.events import canonical_codes
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.knowledge.chunks import codes_in
 from vdoctor.lines import RecallEntry
+from vdoctor.memory.check import check_stored
 from vdoctor.memory.fidelity import check_summary
 from vdoctor.memory.request import SummaryRequest
 from vdoctor.memory.summarizer import OfflineSummarizer
@@ -49,6 +50,9 @@ def test_a_j1939_fault_is_diagnosed_stored_and_recalled_for_a_similar_vehicle(pa
     second = h.diagnose(alert("b1", T0 + timedelta(days=1), codes=["spn1569/fmi31"], signals=signals, vin=VIN_B))
     assert [ref.session_id for ref in second.memory.similar] == [first.session_id]
     assert second.phase == "CONCLUDED" and f"case://{VIN}/{first.session_id}" in second.evidence
+    # `vdoctor memory check-summary` reads the code in a gateway's form as the write path does.
+    _, report = check_stored(store, VIN, first.session_id, record.summary.replace(CODE, "SPN 1569 FMI 31"))
+    assert report.ok, report.describe()
 
 
 def test_a_j1939_code_is_a_key_fact_and_the_summary_check_holds_it(pack: KnowledgePack) -> None:

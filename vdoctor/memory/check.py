@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from vdoctor.errors import NothingToCheck
+from vdoctor.events import canonical_codes
 from vdoctor.memory.fidelity import FidelityReport, check_request
 from vdoctor.memory.request import request_from_json
 from vdoctor.memory.write_policy import record_key_for_session
@@ -29,7 +30,8 @@ def check_stored(store: MemoryStore, vin: str, session_id: str, summary: str) ->
             f"record {record.session_id} keeps no source to check against (a milestone, or written before "
             "sources were kept)"
         )
-    return record, check_request(summary, request_from_json(record.source))
+    # As the write path checks a summary: its J1939 codes in their one written form (``summarize_checked``).
+    return record, check_request(canonical_codes(summary), request_from_json(record.source))
 
 
 def report_dict(record: MemoryRecord, report: FidelityReport) -> dict[str, Any]:
