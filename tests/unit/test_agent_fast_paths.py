@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from vdoctor.agent.react import FinalAnswer, parse_answer
-from vdoctor.agent.tools import Toolbox
+from vdoctor.agent.tools import MAX_CODES_PER_LOOKUP, Toolbox
 from vdoctor.knowledge import load_pack
 from vdoctor.lines import ALERT_FENCE, render_alert_block
 from vdoctor.memory.session import Reading, SessionState
@@ -112,3 +112,15 @@ def test_answer_json_dict_is_model_dump_in_json_mode() -> None:
         assert [type(v) for v in fast.values()] == [type(v) for v in plain.values()]
         for key in ("codes", "evidence", "excluded", "voided"):
             assert fast[key] is not getattr(answer, key)  # copies, as the dump's are
+
+
+def test_a_lookup_of_more_codes_than_one_call_takes_names_the_rest() -> None:
+    # Before, codes beyond the 8 of a call were dropped unsaid: a model asking for 12 got 8 answers and no
+    # word of the other 4.
+    session = SessionState(vin=VIN, series="EV-A", session_id=f"{VIN}-s", opened_at=AT, last_event_at=AT)
+    codes = ["P0A7F", *(f"U0{n}" for n in range(100, 111))]
+    result = json.loads(Toolbox(load_pack(), session).call("lookup_dtc", {"codes": codes}))
+    answered = [c["code"] for c in result["codes"]] + result["unknown"]
+    assert sorted(answered) == sorted(codes[:MAX_CODES_PER_LOOKUP])
+    assert result["not_looked_up"] == codes[MAX_CODES_PER_LOOKUP:]
+    assert "not_looked_up" not in json.loads(Toolbox(load_pack(), session).call("lookup_dtc", {"codes": codes[:8]}))

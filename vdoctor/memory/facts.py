@@ -278,7 +278,7 @@ def extract_tool_facts(result: str, when: str = "") -> list[KeyFact]:
             at = str(reading.get("ts", ""))
             facts.append(KeyFact(READING_FACT, f"{signal}={_num(reading['value'])}", at=at))
     # Whatever else the tool said in prose (notes, ticket ids) is read as text.
-    rest = {k: v for k, v in data.items() if k not in ("codes", "readings", "signal", "unknown")}
+    rest = {k: v for k, v in data.items() if k not in ("codes", "readings", "signal", "unknown", "not_looked_up")}
     if rest:
         facts += extract_text_facts(json.dumps(rest, ensure_ascii=False), when)
     return facts
