@@ -39,9 +39,20 @@ DTC_RE = re.compile(r"^([PCBU][0-9A-F]{4})(?:-?[0-9A-F]{2})?$")
 # mode identifier (FMI, 0 to 31), however a gateway writes them (``SPN 1569 FMI 31``, ``spn1569/fmi31``,
 # ``SPN:1569-FMI:31``); an occurrence count (``OC 3``) is left out, as a UDS failure type is. Read as
 # ``SPN1569-FMI31``.
-J1939_RE = re.compile(r"^SPN[\s:=_-]*(\d{1,6})[\s,;/:_-]*FMI[\s:=_-]*(\d{1,2})(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?$")
+# The SPN and FMI with what a gateway writes around them; ``{ws}``: the blanks it may hold (a code field's
+# any whitespace, free text's spaces and tabs: a code never runs on across lines).
+_J1939 = r"SPN[{ws}:=_-]*(\d{{1,6}})[{ws},;/:_-]*FMI[{ws}:=_-]*(\d{{1,2}})"
+J1939_RE = re.compile("^" + _J1939.format(ws=r"\s") + r"(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?$")
+# A J1939 code written in free text (a model's summary, an alert's text) in any of those forms.
+_J1939_IN_TEXT_RE = re.compile("(?<![A-Za-z0-9])" + _J1939.format(ws=r" \t") + "(?![0-9])", re.IGNORECASE | re.ASCII)
 MAX_SPN, MAX_FMI = 524287, 31
 CODE_EXAMPLES = "P0A7F or SPN1569-FMI31"
+
+
+def _j1939_code(match: re.Match[str]) -> str | None:
+    """The one written form of a J1939 match's code; None when its SPN or FMI is out of range."""
+    spn, fmi = int(match.group(1)), int(match.group(2))
+    return f"SPN{spn}-FMI{fmi}" if spn <= MAX_SPN and fmi <= MAX_FMI else None
 
 
 def trouble_code(text: str) -> str | None:
@@ -51,21 +62,8 @@ def trouble_code(text: str) -> str | None:
     if (match := DTC_RE.match(code)) is not None:
         return match.group(1)
     if (match := J1939_RE.match(code)) is not None:
-        spn, fmi = int(match.group(1)), int(match.group(2))
-        if spn <= MAX_SPN and fmi <= MAX_FMI:
-            return f"SPN{spn}-FMI{fmi}"
+        return _j1939_code(match)
     return None
-
-
-# A J1939 code written in free text (a model's summary, an alert's text) in any of those forms.
-_J1939_IN_TEXT_RE = re.compile(
-    r"(?<![A-Za-z0-9])SPN[ \t:=_-]*(\d{1,6})[ \t,;/:_-]*FMI[ \t:=_-]*(\d{1,2})(?![0-9])", re.IGNORECASE | re.ASCII
-)
-
-
-def _j1939_written(match: re.Match[str]) -> str:
-    spn, fmi = int(match.group(1)), int(match.group(2))
-    return f"SPN{spn}-FMI{fmi}" if spn <= MAX_SPN and fmi <= MAX_FMI else match.group()
 
 
 def canonical_codes(text: str) -> str:
@@ -73,7 +71,7 @@ def canonical_codes(text: str) -> str:
     (``SPN1569-FMI31``) that key facts, the fidelity check and recall read as a code."""
     # A case-blind scan of a whole source costs ~10 times the four plain searches that rule most texts out.
     if "PN" in text or "pn" in text or "Pn" in text or "pN" in text:
-        return _J1939_IN_TEXT_RE.sub(_j1939_written, text)
+        return _J1939_IN_TEXT_RE.sub(lambda m: _j1939_code(m) or m.group(), text)
     return text
 
 

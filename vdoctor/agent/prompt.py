@@ -108,11 +108,12 @@ def summarise_signals(
     as an alert may carry (``signal_history`` reads them), and the alert's readings are key facts as well
     (which give way only after this, ``WorkingMemory.fit``).
     """
-    if fits(None):
+    families = signal_families(list(signals)) if len(signals) > 1 else []
+    if not families or fits(None):
         return None
     done: list[tuple[str, list[str]]] = []
     shown = None
-    for family in signal_families(list(signals)):
+    for family in families:
         done.append(family)
         if fits(shown := SummarisedSignals(signals, done)):
             break

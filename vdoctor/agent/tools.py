@@ -62,10 +62,11 @@ def _lookup_dtc(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
             unknown.append(code)
         else:
             found.append(entry.as_tool_result())
-    if len(codes) <= MAX_CODES_PER_LOOKUP:
-        return {"codes": found, "unknown": unknown}
-    # Named, not dropped unsaid: a model that asked for more is told which codes to ask for again.
-    return {"codes": found, "unknown": unknown, "not_looked_up": codes[MAX_CODES_PER_LOOKUP:]}
+    result: dict[str, Any] = {"codes": found, "unknown": unknown}
+    if len(codes) > MAX_CODES_PER_LOOKUP:
+        # Named, not dropped unsaid: a model that asked for more is told which codes to ask for again.
+        result["not_looked_up"] = codes[MAX_CODES_PER_LOOKUP:]
+    return result
 
 
 def _signal_history(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
