@@ -103,10 +103,12 @@ class _Builder:
 
 
 def _snapshot(rng: random.Random) -> dict[str, float]:
-    """An 800 V pack's BMS snapshot: 192 cell voltages, 32 module temperatures and 3 pack readings."""
+    """An 800 V pack's BMS snapshot: 192 cell voltages, 32 module temperatures, 3 pack readings and the
+    low-voltage rails, named as fleets name them (starting with a digit)."""
     cells = {f"cell_{n}_voltage_v": round(rng.uniform(3.6, 4.0), 3) for n in range(1, 193)}
     modules = {f"module_{n}_temp_c": round(rng.uniform(20, 45), 1) for n in range(1, 33)}
-    return cells | modules | {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71}
+    rails = {"12v_battery_v": 13.9, "48v_bus_v": 47.8}
+    return cells | modules | {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71} | rails
 
 
 def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
@@ -225,7 +227,8 @@ def generate(events: int = 10_000, seed: int = 7, vins: int = 400) -> list[Line]
             kind, text = "escaped_control_chars", "告警\u0000\u001b[0m\u2028 text"
         event = b.alert(text=text)
         if kind == "alert" and b.rng.random() < 0.01:
-            # A whole BMS snapshot beside the confirming reading: 227 signals, an alert (at most 256).
+            # A whole BMS snapshot beside the confirming reading: 229 signals, among them the 12 V and
+            # 48 V rails (12v_battery_v, 48v_bus_v), an alert (at most 256).
             kind = "battery_snapshot"
             event["signals"] = _snapshot(b.rng) | dict(event["signals"])  # type: ignore[arg-type]
         if event["vin"] in b.injection_vins:

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import PlainSerializer, PlainValidator
 
-from vdoctor.units import unit_of, unit_symbols
+from vdoctor.units import SIGNAL_NAME, unit_of, unit_symbols
 
 # Time format of summary lines (case summaries, rolling folds, the timeline).
 SUMMARY_TIME = "%Y-%m-%d %H:%M"
@@ -119,7 +119,7 @@ COUNT_FACT = FactKind.COUNT
 
 # Kinds rendered as ``kind: text @time``: a clause of the session's reasoning.
 CLAUSE_KINDS = frozenset({FactKind.DECISION, FactKind.VOID, FactKind.EXCLUDED})
-_READING_TEXT_RE = re.compile(r"^(?:([a-z][a-z0-9_]*)=)?(-?\d+(?:\.\d+)?)([^\s@]*)")
+_READING_TEXT_RE = re.compile(rf"^(?:({SIGNAL_NAME})=)?(-?\d+(?:\.\d+)?)([^\s@]*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +306,7 @@ TO_LATEST, LOWEST, HIGHEST = "→", "↓", "↑"
 _UNIT_ALT = "|".join(re.escape(u) for u in unit_symbols())
 # name=first[→latest][↓lowest][↑highest][unit], then no letter, digit or span mark.
 _SPAN_RE = re.compile(
-    rf"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=({NUM})(?:{TO_LATEST}({NUM}))?(?:{LOWEST}({NUM}))?(?:{HIGHEST}({NUM}))?"
+    rf"(?<![A-Za-z0-9_])({SIGNAL_NAME})=({NUM})(?:{TO_LATEST}({NUM}))?(?:{LOWEST}({NUM}))?(?:{HIGHEST}({NUM}))?"
     rf"({_UNIT_ALT})?(?![A-Za-z0-9_.{TO_LATEST}{LOWEST}{HIGHEST}])"
 )
 
@@ -420,7 +420,7 @@ class ReadingsLine:
 
 # -- the evidence a conclusion rests on ----------------------------------------------------
 
-_CONFIRM_SIGNAL_RE = re.compile(r"confirmed ([a-z][a-z0-9_]*)=(-?[\d.]+)(>=|<=)(-?[\d.]+)")
+_CONFIRM_SIGNAL_RE = re.compile(rf"confirmed ({SIGNAL_NAME})=(-?[\d.]+)(>=|<=)(-?[\d.]+)")
 _CONFIRM_REPEAT_RE = re.compile(r"confirmed repeat (\d+)")
 
 

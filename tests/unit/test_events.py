@@ -201,7 +201,8 @@ _DROP = object()
         (alert(ts="17620000001"), "ts"),
         (alert(signals={"cell_voltage_diff_mv": "187 mV"}), "signals"),
         (alert(signals={"cell_voltage_diff_mv": [187]}), "signals.cell_voltage_diff_mv"),
-        (alert(signals={"12v_battery_v": 12.6}), "signals"),
+        (alert(signals={"2026_11": 12.6}), "signals"),
+        (alert(signals={"_12v_battery_v": 12.6}), "signals"),
         (alert(signals={"压差_mv": 187}), "signals"),
         (alert(dtc_codes=["XYZ"]), "dtc_codes"),
         (alert(dtc_codes=["P0A7F-1B2"]), "dtc_codes"),
@@ -233,7 +234,8 @@ _DROP = object()
         "epoch-digits-read-as-year-2528",
         "signal-text-value",
         "signal-list-value",
-        "signal-name-starting-with-a-digit",
+        "signal-name-of-digits-only",
+        "signal-name-starting-with-an-underscore",
         "signal-name-not-ascii",
         "bad-dtc",
         "dtc-with-a-long-suffix",
@@ -260,8 +262,11 @@ def test_contract_violations_fail_at_validate_naming_the_field(payload: dict[str
 
 @pytest.mark.parametrize(
     "name",
-    ["cell_voltage_diff", "insulation_res_kohm", "motor_power_kw", "brake_pressure_bar", "coolant_flow_lph", "x1"],
-)
+    [
+        "cell_voltage_diff", "insulation_res_kohm", "motor_power_kw", "brake_pressure_bar", "coolant_flow_lph", "x1",
+        "12v_battery_v", "48v_bus_v", "2nd_row_temp_c", "12_v_battery",
+    ],
+)  # fmt: skip
 def test_any_snake_case_signal_is_accepted_whatever_its_unit(name: str) -> None:
     event = parse_event(json.dumps(alert(signals={name: 12.5, "pack_temp_c": 41.5})))
     assert isinstance(event, AlertEvent) and event.signals[name] == 12.5

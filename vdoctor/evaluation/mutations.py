@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from vdoctor.memory.request import SummaryRequest
-from vdoctor.units import unit_symbols
+from vdoctor.units import SIGNAL_NAME, unit_symbols
 
 KINDS = (
     "digit",
@@ -43,9 +43,9 @@ KINDS = (
 # A number not glued to a letter (so not a digit of a code, a VIN or a name).
 _NUMBER = re.compile(r"(?<![A-Za-z0-9_.])\d+(?:\.\d+)?")
 # A reading as the summary writes it: name=value, up to the next space.
-_READING = re.compile(r"(?<![A-Za-z0-9_])[a-z][a-z0-9_]*=-?\d[^\s|;]*")
+_READING = re.compile(rf"(?<![A-Za-z0-9_]){SIGNAL_NAME}=-?\d[^\s|;]*")
 _PART = re.compile(r"[→↓↑]-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
-_CONFIRMED = re.compile(r";? ?confirmed [a-z][a-z0-9_]*=-?[\d.]+(?:>=|<=)-?[\d.]+")
+_CONFIRMED = re.compile(rf";? ?confirmed {SIGNAL_NAME}=-?[\d.]+(?:>=|<=)-?[\d.]+")
 _UNITS = sorted(unit_symbols(), key=len, reverse=True)
 # A unit right after a number of its own (not the last letter of a code like P1A9A).
 _UNIT_AFTER_NUMBER = re.compile(

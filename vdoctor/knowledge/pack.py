@@ -19,8 +19,9 @@ from typing import Any, Literal
 
 from vdoctor.errors import KnowledgeError
 from vdoctor.lines import fmt_num
+from vdoctor.units import SIGNAL_NAME
 
-_RULE_SIGNAL_RE = re.compile(r"^([a-z][a-z0-9_]*)(>=|<=)(-?[\d.]+)$")
+_RULE_SIGNAL_RE = re.compile(rf"^({SIGNAL_NAME})(>=|<=)(-?[\d.]+)$")
 _RULE_REPEAT_RE = re.compile(r"^code seen in (\d+) alerts$")
 
 

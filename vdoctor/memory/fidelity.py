@@ -25,7 +25,7 @@ from vdoctor.memory.dates import without_source_dates
 from vdoctor.memory.facts import CODE_RE, split_uris
 from vdoctor.memory.meaning import check_case
 from vdoctor.memory.request import SummaryRequest
-from vdoctor.units import unit_of, unit_symbols
+from vdoctor.units import UNITS, unit_of, unit_symbols
 
 # Sources shorter than this are not worth compressing 5:1 (DESIGN.md §4).
 COMPRESSION_MIN_SOURCE_CHARS = 1500
@@ -72,6 +72,10 @@ _UNIT_AFTER_RE = re.compile(rf"[ \u00a0]?{_UNIT_WORD}", re.ASCII)
 # What may stand between a span's "=" and one of its numbers (cell_voltage_diff_mv=87→187mV).
 _SPAN_CHARS = frozenset("0123456789.-+e→↓↑")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+# The unit of the digits a signal's name starts with (the 12 V of 12v_battery_v, a unit suffix of
+# ``vdoctor.units`` then "_"): a summary's "12 V battery" is the source's when its names have it.
+_NAME_UNIT_RE = re.compile(r"([a-z]+)_[a-z0-9]", re.ASCII)
+_NAME_READING_RE = re.compile(rf"({_NUMBER})([a-z]+)_[a-z0-9]", re.ASCII)
 
 
 @dataclass
@@ -330,6 +334,8 @@ def _units_at(source: str, at: int, end: int) -> set[str]:
     units = set()
     if (after := _UNIT_AFTER_RE.match(source, end)) is not None and after.group(1) in _UNITS:
         units.add(_unit(after.group(1)))
+    elif (name := _NAME_UNIT_RE.match(source, end)) is not None and name.group(1) in UNITS:
+        units.add(_unit(UNITS[name.group(1)]))
     # Back over the span's marks and numbers to its "=", then over its name.
     eq = at
     while eq > 0 and at - eq < _TIME_REACH and source[eq - 1] in _SPAN_CHARS:
@@ -347,6 +353,7 @@ def _units_at(source: str, at: int, end: int) -> set[str]:
 def _source_readings(source: str) -> set[tuple[str, str]]:
     """Every reading of ``source`` as (number, folded unit), read whole (see ``_readings_not_in``)."""
     found = {(value, _unit(unit)) for value, unit in _READING_RE.findall(source) if unit in _UNITS}
+    found.update((value, _unit(UNITS[unit])) for value, unit in _NAME_READING_RE.findall(source) if unit in UNITS)
     for m in _SPAN_RE.finditer(source):
         unit = m.group(6) or unit_of(m.group(1))
         if unit:

@@ -68,6 +68,7 @@ from vdoctor.memory.summarizer import (
 )
 from vdoctor.memory.working import CLIP_MARK, clip_line
 from vdoctor.records import MAX_SUMMARY_CHARS
+from vdoctor.units import SIGNAL_NAME
 
 __all__ = [
     "GIVE_WAY",
@@ -343,8 +344,8 @@ def summarize_case(
 
 # -- requests stored before readings and decisions were kept -----------------------------------
 
-_SOURCE_READING_RE = re.compile(rf"^reading ([a-z][a-z0-9_]*)=({NUM}) @(\S+)", re.M)
-_SOURCE_RULE_RE = re.compile(r"^rule [A-Z0-9]+: ([a-z][a-z0-9_]*)(?:>=|<=)", re.M)
+_SOURCE_READING_RE = re.compile(rf"^reading ({SIGNAL_NAME})=({NUM}) @(\S+)", re.M)
+_SOURCE_RULE_RE = re.compile(rf"^rule [A-Z0-9]+: ({SIGNAL_NAME})(?:>=|<=)", re.M)
 
 
 def upgrade_case_request(old: SummaryRequest) -> SummaryRequest:
