@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from vdoctor.agent.react import FinalAnswer, parse_answer
-from vdoctor.agent.tools import MAX_CODES_PER_LOOKUP, Toolbox
+from vdoctor.agent.tools import MAX_ENTRIES_PER_LOOKUP, Toolbox
 from vdoctor.knowledge import load_pack
 from vdoctor.lines import ALERT_FENCE, render_alert_block
 from vdoctor.memory.session import Reading, SessionState
@@ -114,13 +114,22 @@ def test_answer_json_dict_is_model_dump_in_json_mode() -> None:
             assert fast[key] is not getattr(answer, key)  # copies, as the dump's are
 
 
-def test_a_lookup_of_more_codes_than_one_call_takes_names_the_rest() -> None:
+def test_a_lookup_answers_8_entries_and_every_code_the_pack_lacks_and_names_the_rest() -> None:
     # Before, codes beyond the 8 of a call were dropped unsaid: a model asking for 12 got 8 answers and no
-    # word of the other 4.
+    # word of the other 4. Then every code counted toward the 8, so a full scan of 48 codes took 6 calls.
+    # An entry is some 180 tokens; a code the pack lacks costs its name alone.
     session = SessionState(vin=VIN, series="EV-A", session_id=f"{VIN}-s", opened_at=AT, last_event_at=AT)
-    codes = ["P0A7F", *(f"U0{n}" for n in range(100, 111))]
-    result = json.loads(Toolbox(load_pack(), session).call("lookup_dtc", {"codes": codes}))
-    answered = [c["code"] for c in result["codes"]] + result["unknown"]
-    assert sorted(answered) == sorted(codes[:MAX_CODES_PER_LOOKUP])
-    assert result["not_looked_up"] == codes[MAX_CODES_PER_LOOKUP:]
-    assert "not_looked_up" not in json.loads(Toolbox(load_pack(), session).call("lookup_dtc", {"codes": codes[:8]}))
+    pack = load_pack()
+    known = list(pack.entries)[:12]
+    lost = [f"U{n:04X}" for n in range(0x0150, 0x0150 + 24)]
+    codes = [code for i, k in enumerate(known) for code in (k, lost[2 * i], lost[2 * i + 1])]
+    result = json.loads(Toolbox(pack, session).call("lookup_dtc", {"codes": codes}))
+    ninth = codes.index(known[MAX_ENTRIES_PER_LOOKUP])
+    assert [c["code"] for c in result["codes"]] == known[:MAX_ENTRIES_PER_LOOKUP]
+    assert result["unknown"] == [c for c in codes[:ninth] if c in lost]
+    assert result["not_looked_up"] == codes[ninth:]
+    # A full scan of 100 codes, 2 of them the pack's, is answered in one call.
+    scan = ["P0A7F", *(f"U{n:04X}" for n in range(0x0150, 0x0150 + 98)), "U0100"]
+    result = json.loads(Toolbox(pack, session).call("lookup_dtc", {"codes": scan}))
+    assert [c["code"] for c in result["codes"]] == ["P0A7F", "U0100"] and result["unknown"] == scan[1:-1]
+    assert "not_looked_up" not in result

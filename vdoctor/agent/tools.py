@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 # A tool result is injected into the context: keep it small.
 MAX_READINGS_RETURNED = 12
-MAX_CODES_PER_LOOKUP = 8
+MAX_ENTRIES_PER_LOOKUP = 8
 MAX_QUERY_CHARS = 500
 MAX_HIT_CHARS = 400
 # A tool result as ``json.dumps(result, ensure_ascii=False, sort_keys=True)`` writes it, without an encoder per call.
@@ -56,16 +56,23 @@ def _lookup_dtc(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
         return {"error": "codes must be a list of strings"}
     found: list[dict[str, object]] = []
     unknown: list[str] = []
-    for code in codes[:MAX_CODES_PER_LOOKUP]:
+    # At most 8 entries a call (each some 180 tokens), up to the ninth code the pack has; a code the pack lacks
+    # costs its name alone, and each before that ninth is answered: a full scan after a low-voltage event
+    # lists dozens of lost-communication codes.
+    done = len(codes)
+    for i, code in enumerate(codes):
         entry = ctx.pack.get(code)
         if entry is None:
             unknown.append(code)
-        else:
+        elif len(found) < MAX_ENTRIES_PER_LOOKUP:
             found.append(entry.as_tool_result())
+        else:
+            done = i
+            break
     result: dict[str, Any] = {"codes": found, "unknown": unknown}
-    if len(codes) > MAX_CODES_PER_LOOKUP:
+    if done < len(codes):
         # Named, not dropped unsaid: a model that asked for more is told which codes to ask for again.
-        result["not_looked_up"] = codes[MAX_CODES_PER_LOOKUP:]
+        result["not_looked_up"] = codes[done:]
     return result
 
 
