@@ -111,6 +111,11 @@ def _snapshot(rng: random.Random) -> dict[str, float]:
     return cells | modules | {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71} | rails
 
 
+def _lost_communication(n: int) -> list[str]:
+    """``n`` lost-communication codes our pack lacks, as a full scan after a 12 V dip lists them."""
+    return [f"U{c:04X}" for c in range(0x0150, 0x0150 + n)]
+
+
 def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     """(kind, raw, expected stage) for one of each kind of bad input, freshly randomised."""
     rng = b.rng
@@ -144,8 +149,10 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
         [vin[:16], vin + "X", vin[:8] + "I" + vin[9:], vin[:3] + "O" + vin[4:], vin[:5] + "Q" + vin[6:]]
     )
     out.append(("invalid_vin", json.dumps(dict(good, event_id=good_id + "-v", vin=bad_vin)), "validate"))
-    too_many = _snapshot(rng) | {f"probe_{i}_temp_c": 30.0 for i in range(1, 31)}  # 257 signals
+    too_many = _snapshot(rng) | {f"probe_{i}_temp_c": 30.0 for i in range(1, 29)}  # 257 signals
     out.append(("too_many_signals", json.dumps(dict(good, event_id=good_id + "-n", signals=too_many)), "validate"))
+    codes = [*good["dtc_codes"], *_lost_communication(128)]  # type: ignore[misc]
+    out.append(("too_many_codes", json.dumps(dict(good, event_id=good_id + "-c", dtc_codes=codes)), "validate"))
     out.append(
         ("huge_number", json.dumps(dict(good, event_id=good_id + "-h", signals={"pack_temp_c": 1e300})), "validate")
     )
@@ -231,6 +238,10 @@ def generate(events: int = 10_000, seed: int = 7, vins: int = 400) -> list[Line]
             # 48 V rails (12v_battery_v, 48v_bus_v), an alert (at most 256).
             kind = "battery_snapshot"
             event["signals"] = _snapshot(b.rng) | dict(event["signals"])  # type: ignore[arg-type]
+        elif kind == "alert" and b.rng.random() < 0.01:
+            # A full scan: the confirming code among 63 the pack lacks, an alert (at most 128 codes).
+            kind = "full_scan"
+            event["dtc_codes"] = [*event["dtc_codes"], *_lost_communication(63)]  # type: ignore[misc]
         if event["vin"] in b.injection_vins:
             kind = "injection"
         b.emitted.append(event)

@@ -93,7 +93,7 @@ MAX_TS = datetime(2200, 1, 1, tzinfo=UTC)
 # Bounds on free text and collections: an alert is a short message from a
 # vehicle, and an unbounded one would blow the model's context and the state.
 MAX_TEXT_CHARS = 4000
-MAX_DTC_CODES = 32
+MAX_DTC_CODES = 128
 MAX_SIGNALS = 256
 MAX_ID_CHARS = 128
 # Beyond this magnitude a float no longer holds every integer exactly (2**53 is

@@ -85,6 +85,8 @@ def test_corpus_covers_every_kind_of_bad_input(corpus: tuple[list[Line], list[di
         "huge_number",
         "too_many_signals",
         "battery_snapshot",
+        "too_many_codes",
+        "full_scan",
         "ts_out_of_range",
         "one_mb_text",
         "unknown_type",

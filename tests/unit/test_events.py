@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from vdoctor.errors import EventError
-from vdoctor.events import MAX_SIGNALS, AlertEvent, LifecycleEvent, RecheckEvent, parse_event, session_id_for
+from vdoctor.events import (
+    MAX_DTC_CODES,
+    MAX_SIGNALS,
+    AlertEvent,
+    LifecycleEvent,
+    RecheckEvent,
+    parse_event,
+    session_id_for,
+)
 from vdoctor.memory.session import MAX_READINGS
 
 pytestmark = pytest.mark.unit
@@ -211,6 +219,7 @@ _DROP = object()
         (alert(dtc_codes=["1569-31"]), "dtc_codes"),
         (alert(alert_text="压" * 4001), "alert_text"),
         (alert(signals={f"cell_{i}_voltage_v": 3.9 for i in range(1, MAX_SIGNALS + 2)}), "signals"),
+        (alert(dtc_codes=[f"U{n:04X}" for n in range(MAX_DTC_CODES + 1)]), "dtc_codes"),
         (alert(series=_DROP), "series"),
         (recheck(session_id=_DROP), "session_id"),
         (recheck(recheck_ok=_DROP), "recheck_ok"),
@@ -244,6 +253,7 @@ _DROP = object()
         "j1939-bare-numbers",
         "alert-text-too-long",
         "more-signals-than-the-session-keeps",
+        "more-than-128-codes",
         "alert-without-series",
         "recheck-without-session-id",
         "recheck-without-result",
@@ -286,6 +296,13 @@ def test_a_whole_battery_snapshot_is_an_alert_not_a_dead_letter() -> None:
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent) and len(event.signals) == 227
     assert MAX_SIGNALS == MAX_READINGS  # signal_history can read every signal of the largest alert
+
+
+def test_a_full_scan_of_128_codes_is_an_alert_not_a_dead_letter() -> None:
+    # A full scan after a 12 V dip lists dozens of lost-communication codes. Before, over 32 was a dead letter.
+    codes = [f"U{n:04X}" for n in range(0x0100, 0x0100 + MAX_DTC_CODES)]
+    event = parse_event(json.dumps(alert(dtc_codes=codes)))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == codes and MAX_DTC_CODES == 128
 
 
 def test_alert_text_of_exactly_4000_chars_is_accepted() -> None:

@@ -403,3 +403,54 @@ def test_signals_whole_when_they_fit_and_a_family_only_of_two_or_more() -> None:
     assert shown.families == {
         "cell_{1-2}_v": "2 signals, lowest 3.8 (cell_2_v), highest 3.9 (cell_1_v); signal_history reads each"
     }
+
+
+# -- a full scan: dozens of codes, a few of them the pack's ----------------------------
+
+_THE_PACKS = ["U0100", "U0121", "U0140", "P0562", "P0A7F"]
+
+
+def _full_scan(n: int) -> list[str]:
+    """A full scan after a 12 V dip: ``n`` codes, lost-communication codes the pack lacks and 5 it has."""
+    lost = [f"U{c:04X}" for c in range(0x0150, 0x0150 + n - len(_THE_PACKS))]
+    step = len(lost) // len(_THE_PACKS)
+    return [code for i, known in enumerate(_THE_PACKS) for code in (known, *lost[i * step : (i + 1) * step])] + lost[
+        len(_THE_PACKS) * step :
+    ]
+
+
+@pytest.mark.parametrize("n", [32, 64])
+def test_a_full_scan_is_looked_up_in_one_call_and_concluded_within_the_budget(pack: KnowledgePack, n: int) -> None:
+    # Before, a lookup answered 8 codes a call, known or not: 32 codes took 4 lookups, the signal's history
+    # was then clipped and the session did not conclude; and over 32 codes was a dead letter.
+    model = _Calls()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    codes = _full_scan(n)
+    assert len(set(codes)) == n
+    signals = {"cell_voltage_diff_mv": 187, "battery_voltage_v": 12.4}
+    out = h.diagnose(alert("e0", T0, codes=codes, signals=signals, text="整车扫描: 低压掉电后多个模块失去通讯"))
+    assert out.phase == "CONCLUDED" and out.root_cause == pack.entries["P0A7F"].root_cause
+    assert "tool_result_clipped" not in out.flags and "working_over_budget" not in out.flags
+    lookups = [c for ms in model.calls for m in ms for c in m.tool_calls if c.name == "lookup_dtc"]
+    assert len({c.id for c in lookups}) == 1
+    for messages in model.calls:
+        assert _window_tokens(messages) <= BUDGET
+    session = h.session(VIN)
+    assert session is not None
+    rendered = [f.render() for f in session.working.key_facts]
+    assert all(any(r == f"code {c}" or r.startswith(f"code {c}:") for r in rendered) for c in codes)
+
+
+def test_an_alert_of_128_codes_is_diagnosed_within_the_budget(pack: KnowledgePack) -> None:
+    # The most an alert may carry. Its lookup does not fit the steps' half of the budget whole: it is clipped
+    # and flagged, and every call still keeps within the budget, with every code a key fact.
+    model = _Calls()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    codes = _full_scan(128)
+    out = h.diagnose(alert("e0", T0, codes=codes, signals={"cell_voltage_diff_mv": 187}))
+    assert "working_over_budget" not in out.flags and "tool_result_clipped" in out.flags
+    for messages in model.calls:
+        assert _window_tokens(messages) <= BUDGET
+    session = h.session(VIN)
+    assert session is not None
+    assert {f.render().split(":")[0] for f in session.working.key_facts} >= {f"code {c}" for c in codes}
