@@ -197,7 +197,6 @@ def test_a_cluster_jobs_workers_take_the_store_password_from_their_own_environme
         store.close()
 
 
-
 def test_a_job_resubmitted_to_taskmanagers_that_ran_one_stops_with_an_error_that_says_why(
     kafka: KafkaBroker, clean_cluster: FlinkCluster, topics: dict[str, str], tmp_path: Path
 ) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,43 @@ def test_the_images_java_options_are_flink_2_3s_defaults_for_java_17() -> None:
     manifest = yaml.safe_load_all((REPO_ROOT / "deploy" / "kubernetes" / "vdoctor.yaml").read_text())
     deployment = next(d for d in manifest if d and d["kind"] == "FlinkDeployment")
     assert deployment["spec"]["flinkConfiguration"]["env.java.opts.all"] == wanted
+
+
+def _submit(tmp_path: Path, checkpoints: Path, running: bool = False) -> tuple[list[str] | None, str]:
+    """Run the vdoctor-job service's command (compose's ``$$`` read as ``$``) with a ``flink`` that records
+    its arguments: (the ``flink run`` arguments, or None when it did not run; what the command printed)."""
+    command = SERVICES["vdoctor-job"]["command"][2].replace("$$", "$")
+    command = command.replace("/opt/flink/checkpoints", str(checkpoints))
+    flink = tmp_path / "flink-home" / "bin" / "flink"
+    flink.parent.mkdir(parents=True, exist_ok=True)
+    args = tmp_path / "run-args"
+    listed = "echo '05.12.2026 08:00:00 : 1f2e : vdoctor-kafka (RUNNING)'" if running else "true"
+    flink.write_text(f'#!/bin/bash\nif [ "$1" = list ]; then {listed}; exit 0; fi\nprintf "%s\\n" "$@" > {args}\n')
+    flink.chmod(0o755)
+    args.unlink(missing_ok=True)
+    done = subprocess.run(
+        ["bash", "-c", command], env={"FLINK_HOME": str(flink.parent.parent), "PATH": os.environ["PATH"]},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return (args.read_text().splitlines() if args.exists() else None), done.stdout
+
+
+def test_a_resubmitted_job_resumes_from_the_newest_complete_checkpoint_it_kept(tmp_path: Path) -> None:
+    # Before, `docker compose up` after a `down` submitted the job afresh: its open sessions were lost.
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    run, said = _submit(tmp_path, checkpoints)
+    assert run is not None and "-s" not in run and "starting afresh" in said
+    assert run[run.index("-py") + 1] == "/opt/vdoctor/jobs/kafka_job.py"
+    for i, (job, chk, complete) in enumerate([("a1", 3, True), ("b2", 7, True), ("b2", 8, False)]):
+        folder = checkpoints / job / f"chk-{chk}"
+        (folder / "shared").mkdir(parents=True)
+        if complete:
+            (folder / "_metadata").write_bytes(b"x")
+            os.utime(folder / "_metadata", (1_700_000_000 + i, 1_700_000_000 + i))
+    run, said = _submit(tmp_path, checkpoints)
+    newest = f"file://{checkpoints}/b2/chk-7"
+    assert run is not None and run[run.index("-s") + 1] == newest and f"resuming from {newest[7:]}" in said
+    assert run.index("-s") < run.index("-py")  # a flag of `flink run`, not of the job
+    # A job already running is not submitted again.
+    assert _submit(tmp_path, checkpoints, running=True)[0] is None
