@@ -26,7 +26,10 @@ UNIT = r"(?:mV|V|A|kPa|rpm|km|ms|s|%|℃|°C)"
 PLAIN_FORMS = {
     "reading": (
         facts._READING_RE,
-        re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])", re.ASCII),
+        re.compile(
+            rf"(?<![\w.])(-?\d+(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])(?!(?<=V){facts._RATED})",
+            re.ASCII,
+        ),
     ),
     "part": (
         facts._PART_RE,
@@ -62,6 +65,7 @@ PIECES = [
     "cell_voltage_diff_mv", "soc_pct", "_raw", "confidence", "confidence ", "confidence: ", "\"confidence\": ",
     "WO", "WO-", "TK#", "RO ", "TICK", "ORD:", "工单", "xWO", "压差", "电池", "٣", "Ｘ",
     "cell", "cell 37", "pin #3", "step-4", "module", "the", " #", "#", "Cell",
+    "battery", " battery", " system", "-bus", "平台", "蓄电池",
 ]  # fmt: skip
 
 

@@ -94,3 +94,17 @@ def test_readings_lines_and_rules_read_the_whole_name() -> None:
     [span] = ReadingSpan.find_all(f"{RAIL}=11.2→10.9↓10.9 48_=1 2026_11=3")
     assert (span.name, span.first, span.latest) == (RAIL, "11.2", "10.9")
     assert ConfirmRule.parse(f"{RAIL}<=11.5") == ConfirmRule(signal=RAIL, op="<=", threshold=11.5)
+
+
+def test_a_voltage_rating_is_no_reading() -> None:
+    # Before, the pack's own root cause of B1318 ("12 V battery is discharged ...") gave every such session
+    # a key fact "reading 12V": no reading of the vehicle.
+    texts = {
+        "12 V battery is discharged by a parasitic drain": [],
+        "the 48V system sags to 44.1 V": ["44.1V"],
+        "pack at 750 V on an 800V platform, 12V蓄电池亏电": ["750V"],
+        "battery voltage 11.6 V, 13.2V电压正常": ["11.6V", "13.2V"],
+        "a 50 A supply": ["50A"],
+    }
+    for text, readings in texts.items():
+        assert [f.text for f in extract_text_facts(text) if f.kind is FactKind.READING] == readings, text

@@ -53,10 +53,17 @@ from vdoctor.lines import (
 CODE_RE = re.compile(r"[PCBUS](?<!\w[PCBUS])(?:(?<=[PCBU])[0-9A-F]{4}|(?<=S)PN\d{1,6}-FMI\d{1,2})\b", re.ASCII)
 # Evidence URIs use [A-Za-z0-9_-/@:.] only; a trailing full stop ends the sentence.
 URI_RE = re.compile(r"\b(?:dtc|signal|case)://[\w\-/@:.]*[\w\-/@:]", re.ASCII)
+# What a voltage rating names (after the V and a space, if any): "12 V battery", "48V system", "800V平台".
+_RATED = (
+    r"[ -]?(?:batter(?:y|ies)|systems?|rails?|bus(?:es)?|packs?|supply|supplies|architecture|platforms?|circuits?"
+    r"|networks?|side|sockets?|outlets?)\b|蓄电池|电池|系统|平台|架构|电源|供电|母线"
+)
 # A number with a unit, Chinese or English style: 压差187mV, 46.5℃, 3.2 s, 12 %. The number is
-# (?<![\w.])(-?\d+(?:\.\d+)?), written to start with its first character (see CODE_RE).
+# (?<![\w.])(-?\d+(?:\.\d+)?), written to start with its first character (see CODE_RE). A voltage that
+# names what it is the voltage of (the 12 V battery, a 48 V system, an 800V平台) is its rating, no reading.
 _READING_RE = re.compile(
-    r"([-\d](?<![\w.][-\d])(?:(?<=-)\d+|(?<=\d)\d*)(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])",
+    r"([-\d](?<![\w.][-\d])(?:(?<=-)\d+|(?<=\d)\d*)(?:\.\d+)?)\s?(mV|V|A|kPa|rpm|km|ms|s|%|℃|°C|kΩ|Ω)(?![A-Za-z])"
+    rf"(?!(?<=V){_RATED})",
     re.ASCII,
 )
 # A signal assignment in free text: a snake_case name with at least one
