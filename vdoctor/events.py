@@ -258,8 +258,8 @@ class AlertEvent(_Event):
         for name, value in signals.items():
             if not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
-                    f"signal name {name[:40]!r} must be snake_case (letters, digits and _, with a letter before "
-                    "any other character but digits and _, at most 64 characters)"
+                    f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "
+                    "with at least one letter, at most 64 characters)"
                 )
             if abs(value) > MAX_SIGNAL_ABS:
                 raise ValueError(f"signal {name} = {value!r} is out of range")

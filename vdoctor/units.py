@@ -94,13 +94,14 @@ UNITS: dict[str, str] = {
 }
 # Suffixes longest first, so that ``_kwh`` wins over ``_h`` and ``_kohm`` over ``_ohm``.
 _SUFFIXES = sorted(UNITS, key=len, reverse=True)
-# A signal's name in text: snake_case (a-z, 0-9 and _) with a letter before any other character
-# but digits and _. It may start with digits (12v_battery_v, 48v_bus_v, 2nd_row_temp_c), as fleets
-# name their low-voltage rails; a number alone (2026_11) is none. Place what must not precede it
-# before it: the lookahead asks for the letter only where a name starts.
-SIGNAL_NAME = r"(?=[0-9_]*[a-z])[a-z0-9][a-z0-9_]*"
+# A signal's name: snake_case (a-z, 0-9 and _), not starting with _, with at least one letter. It may
+# start with digits (12v_battery_v, 48v_bus_v, 2nd_row_temp_c), as fleets name their low-voltage rails;
+# digits alone (2026_11) are no name. In text, put what must not precede a name before this: the
+# lookahead asks for the letter only where a name starts.
+_NAME_START = r"(?=[0-9_]*[a-z])[a-z0-9]"
+SIGNAL_NAME = _NAME_START + r"[a-z0-9_]*"
 # A signal's name as the contract allows it: ``SIGNAL_NAME``, at most 64 characters.
-SIGNAL_NAME_RE = re.compile(r"^(?=[0-9_]*[a-z])[a-z0-9][a-z0-9_]{0,63}$")
+SIGNAL_NAME_RE = re.compile("^" + _NAME_START + r"[a-z0-9_]{0,63}$")
 
 
 # Names whose unit is remembered: a fleet reports a few hundred signal names, and every
