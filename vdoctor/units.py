@@ -98,10 +98,12 @@ _SUFFIXES = sorted(UNITS, key=len, reverse=True)
 # start with digits (12v_battery_v, 48v_bus_v, 2nd_row_temp_c), as fleets name their low-voltage rails;
 # digits alone (2026_11) are no name. In text, put what must not precede a name before this: the
 # lookahead asks for the letter only where a name starts.
-_NAME_START = r"(?=[0-9_]*[a-z])[a-z0-9]"
-SIGNAL_NAME = _NAME_START + r"[a-z0-9_]*"
+# ``HAS_LETTER`` at a name's start: a letter comes before anything but digits and _ (patterns of names with
+# another shape, snake_case words in text, start with it too).
+HAS_LETTER = r"(?=[0-9_]*[a-z])"
+SIGNAL_NAME = HAS_LETTER + r"[a-z0-9][a-z0-9_]*"
 # A signal's name as the contract allows it: ``SIGNAL_NAME``, at most 64 characters.
-SIGNAL_NAME_RE = re.compile("^" + _NAME_START + r"[a-z0-9_]{0,63}$")
+SIGNAL_NAME_RE = re.compile("^" + HAS_LETTER + r"[a-z0-9][a-z0-9_]{0,63}$")
 
 
 # Names whose unit is remembered: a fleet reports a few hundred signal names, and every

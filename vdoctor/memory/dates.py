@@ -12,6 +12,7 @@ numbers and words as before: a date the session never had still fails.
 
 from __future__ import annotations
 
+import functools
 import re
 
 _MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
@@ -43,13 +44,20 @@ def _meanings(m: re.Match[str]) -> list[_Date]:
     return [(int(year) if year else None, _MONTHS.index(month[:3].lower()) + 1, int(day))]
 
 
+@functools.lru_cache(maxsize=4)
+def _source_dates(source: str) -> tuple[frozenset[_Date], frozenset[tuple[int, int]]]:
+    """The full dates of ``source`` (year, month, day), and their (month, day); read once for the checks of
+    one summary, which ask for them up to three times."""
+    dates = frozenset((int(y), int(mo), int(d)) for y, _, mo, d in _FULL_DATE_RE.findall(source))
+    return dates, frozenset(date[1:] for date in dates)
+
+
 def without_source_dates(text: str, source: str) -> str:
     """``text`` with each short date that is a date of ``source`` replaced by a space."""
     found = list(SHORT_DATE_RE.finditer(text))
     if not found:
         return text
-    dates = {(int(y), int(mo), int(d)) for y, _, mo, d in _FULL_DATE_RE.findall(source)}
-    days = {date[1:] for date in dates}
+    dates, days = _source_dates(source)
     pieces, end = [], 0
     for m in found:
         if any((y, mo, d) in dates if y is not None else (mo, d) in days for y, mo, d in _meanings(m)):

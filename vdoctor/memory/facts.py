@@ -42,6 +42,7 @@ from vdoctor.lines import (
     KeyFact,
     fmt_num,
 )
+from vdoctor.units import HAS_LETTER
 
 # re.ASCII throughout: CJK characters count as \w in Python, so a plain \b or
 # (?<!\w) would miss 压差187mV, 报P0A7F or 证据signal://... in Chinese text.
@@ -68,7 +69,7 @@ _READING_RE = re.compile(
 )
 # A signal assignment in free text: a snake_case name with at least one
 # underscore (any unit, or none; ``vdoctor.units``), then = or : and a number.
-_SIGNAL_RE = re.compile(r"\b((?=[0-9_]*[a-z])[a-z0-9]+(?:_[a-z0-9]+)+)\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
+_SIGNAL_RE = re.compile(rf"\b({HAS_LETTER}[a-z0-9]+(?:_[a-z0-9]+)+)\s*[=:]\s*(-?\d+(?:\.\d+)?)", re.ASCII)
 # What every signal assignment contains: the scan above tries every word of a text
 # (a lowercase first letter is too common to skip to), this one only each underscore.
 _SIGNAL_GATE = re.compile(r"_[a-z0-9]+\s*[=:]\s*-?\d", re.ASCII)

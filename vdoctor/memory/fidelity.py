@@ -74,8 +74,9 @@ _SPAN_CHARS = frozenset("0123456789.-+e→↓↑")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 # The unit of the digits a signal's name starts with (the 12 V of 12v_battery_v, a unit suffix of
 # ``vdoctor.units`` then "_"): a summary's "12 V battery" is the source's when its names have it.
-_NAME_UNIT_RE = re.compile(r"([a-z]+)_[a-z0-9]", re.ASCII)
-_NAME_READING_RE = re.compile(rf"({_NUMBER})([a-z]+)_[a-z0-9]", re.ASCII)
+_NAME_UNIT = r"([a-z]+)_[a-z0-9]"
+_NAME_UNIT_RE = re.compile(_NAME_UNIT, re.ASCII)
+_NAME_READING_RE = re.compile(f"({_NUMBER}){_NAME_UNIT}", re.ASCII)
 
 
 @dataclass

@@ -48,13 +48,13 @@ from vdoctor.memory.dates import without_source_dates
 from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, fold_case, split_uris
 from vdoctor.memory.request import CaseDecision, SummaryRequest
 from vdoctor.retrieval.tokens import CJK_RUN_RE
-from vdoctor.units import SIGNAL_NAME, unit_symbols
+from vdoctor.units import HAS_LETTER, SIGNAL_NAME, unit_symbols
 
 # (?<!\d)(\d{4}-\d{2}-\d{2}) ..., written to start with its first digit (see facts.CODE_RE).
 _TIME_RE = re.compile(r"(\d(?<!\d\d)\d{3}-\d{2}-\d{2})[ T](\d{2}:\d{2})(?::\d{2}Z?)?(?!\d)")
 _CONFIRM_RE = re.compile(rf"confirmed (?:{SIGNAL_NAME}={NUM}(?:>=|<=){NUM}|repeat \d+)")
 _ASSIGN_RE = re.compile(rf"(?<![A-Za-z0-9_])({SIGNAL_NAME})=({NUM})")
-_SNAKE_RE = re.compile(r"(?<![A-Za-z0-9_])(?=[0-9_]*[a-z])[a-z0-9]+(?:_[a-z0-9]+)+(?![A-Za-z0-9_])")
+_SNAKE_RE = re.compile(rf"(?<![A-Za-z0-9_]){HAS_LETTER}[a-z0-9]+(?:_[a-z0-9]+)+(?![A-Za-z0-9_])")
 # [A-Za-z]+, written as one character then the rest: the re compiler skips ahead to a
 # pattern's first character only when the pattern starts with a class (not with a repeat);
 # otherwise a match is tried at every place of the text. Chinese runs: ``CJK_RUN_RE``.
