@@ -77,11 +77,20 @@ def canonical_codes(text: str) -> str:
 
 # A signal is any snake_case name with a finite number; its unit, where the
 # name's suffix declares a known one, comes from vdoctor.units. No reading is
-# rejected for its unit. A name is lower-cased, with ``.``, ``-`` and spaces
-# read as ``_`` (``pack_temp_C``, ``Vehicle.Speed``); a number sent as a
-# string is read as the number, true and false as 1 and 0, and a null
-# reading (the sensor had no value) is left out.
-_NAME_SEPARATORS = str.maketrans({".": "_", "-": "_", " ": "_"})
+# rejected for its unit. A name is read as a fleet's payloads write one:
+# - in lower case, with ``.``, ``-``, ``/``, ``:`` and spaces as ``_``
+#   (``pack_temp_C``, ``Vehicle.Speed``, ``BMS/PackVolt``);
+# - an index or unit in brackets as a part of its own, as a flattened payload
+#   writes an array's items or a table its column (``cells[3].temp`` is
+#   ``cells_3_temp``, ``Pack Voltage (V)`` is ``pack_voltage_v``);
+# - ``%`` as the part ``pct``, and ``°`` left out (``SOC (%)``, ``temp_°C``).
+# A number sent as a string is read as the number, true and false as 1 and 0,
+# and a null reading (the sensor had no value) is left out.
+_NAME_SEPARATORS = str.maketrans({".": "_", "-": "_", " ": "_", "/": "_", ":": "_", "%": "pct", "°": ""})
+# A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
+_NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
+# A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
+_NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
 # A number sent as text: decimal digits (ASCII), a point, an exponent; not 1_000, nan or other scripts' digits.
 _NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
 # Event times: an ECU whose clock was never set reports 1970 or 2000-01-01,
@@ -123,6 +132,21 @@ def key_vin(vin: object) -> str | None:
     except UnicodeEncodeError:
         return None
     return vin
+
+
+def _signal_name(given: str) -> str:
+    """A signal's name as sent, read as its snake_case name (the rules above); not checked here."""
+    name = given.strip().lower()
+    if "[" in name or "(" in name:
+        name = _NAME_BRACKETS_RE.sub(_bracket_part, name)
+    if "%" in name:
+        name = _NAME_PERCENT_RE.sub("_%", name)
+    return name.translate(_NAME_SEPARATORS)
+
+
+def _bracket_part(found: re.Match[str]) -> str:
+    part = (found.group(1) if found.group(1) is not None else found.group(2)).strip()
+    return "_" + part if part else ""
 
 
 def _to_utc_second(value: datetime) -> datetime:
@@ -240,7 +264,7 @@ class AlertEvent(_Event):
                 continue
             given = name
             if isinstance(name, str):
-                name = name.strip().lower().translate(_NAME_SEPARATORS)
+                name = _signal_name(name)
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):

@@ -20,6 +20,7 @@ from vdoctor.events import (
     session_id_for,
 )
 from vdoctor.memory.session import MAX_READINGS
+from vdoctor.units import unit_of
 
 pytestmark = pytest.mark.unit
 
@@ -408,6 +409,32 @@ def test_signals_as_fleets_send_them() -> None:
     # Two names of one alert that read as the same signal: which one is the reading is not known.
     error = rejected(json.dumps(alert(signals={"Pack_Temp_C": 41, "pack_temp_c": 42})))
     assert error.stage == "validate" and "pack_temp_c" in str(error)
+
+
+def test_signal_names_of_flattened_payloads_and_tables() -> None:
+    # An array's items and a table's columns, as a telematics platform flattens or exports them.
+    signals = {
+        "battery.cells[3].temp_c": 41,  # a flattened array item
+        "cell_v[12]": 3.61,
+        "BMS/PackVolt": 398,
+        "bms:soc": 80,
+        "Pack Voltage (V)": 398.5,  # a table's column with its unit
+        "Cell Temp [7] (°C)": 39,
+        "SOC (%)": 80.5,
+        "soh%": 97,
+        "inverter_temp_°C": 55,
+    }
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "battery_cells_3_temp_c": 41.0, "cell_v_12": 3.61, "bms_packvolt": 398.0, "bms_soc": 80.0,
+        "pack_voltage_v": 398.5, "cell_temp_7_c": 39.0, "soc_pct": 80.5, "soh_pct": 97.0, "inverter_temp_c": 55.0,
+    }  # fmt: skip
+    # The units in brackets are read as any name's suffix.
+    assert [unit_of(n) for n in ("pack_voltage_v", "cell_temp_7_c", "soc_pct")] == ["V", "°C", "%"]
+    # Still no name: nothing but an index, brackets inside brackets, and an index that names a signal twice.
+    for bad in ({"[3]": 1}, {"a(b[1])": 1}, {"cell_v[12]": 3.6, "cell_v_12": 3.7}):
+        assert rejected(json.dumps(alert(signals=bad))).stage == "validate", bad
 
 
 def test_null_for_an_optional_field_is_its_empty_value() -> None:
