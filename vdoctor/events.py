@@ -30,11 +30,23 @@ from vdoctor.units import SIGNAL_NAME_RE
 # (they are too easily confused with 1 and 0). A VIN in lower case is the
 # same vehicle: it is upper-cased first (one key per vehicle).
 VIN_RE = re.compile(r"^[A-HJ-NPR-Z0-9]{17}$")
-# OBD-II / SAE J2012 trouble codes: system letter and four hex digits. A UDS
-# code may carry its failure-type byte (``P0A7F-1B``, ``P0A7F1B``): the code is
-# the first five characters, as a scan tool shows it and the knowledge pack
-# knows it.
-DTC_RE = re.compile(r"^([PCBU][0-9A-F]{4})(?:-?[0-9A-F]{2})?$")
+# OBD-II / SAE J2012 trouble codes: system letter and four hex digits. The code
+# is these five characters, as a scan tool shows it and the knowledge pack
+# knows it, however a gateway writes what comes with it:
+# - a UDS code's failure-type byte, and a status byte after it (``P0A7F-1B``,
+#   ``P0A7F1B``, ``P0A7F 1B``, ``P0A7F:1B-08``);
+# - a name before it (``DTC P0A7F``) and its state after it, in brackets or as
+#   a word (``P0A7F (active)``, ``P0A7F-1B [08]``, ``P0A7F pending``).
+DTC_STATES = (
+    "ACTIVE", "PENDING", "CONFIRMED", "STORED", "HISTORY", "HISTORIC", "PERMANENT", "CURRENT", "INTERMITTENT",
+    "INACTIVE", "PASSIVE", "PREVIOUS",
+)  # fmt: skip
+DTC_RE = re.compile(
+    r"^(?:DTC[\s:#-]*)?([PCBU][0-9A-F]{4})(?:[\s:/._-]?[0-9A-F]{2}){0,2}"
+    r"(?:\s*\([^()]*\)|\s*\[[^\[\]]*\]|\s+(?:" + "|".join(DTC_STATES) + r"))*$"
+)
+# Several codes in one string (``P0300,P0301``, ``P0300 P0301``): split at these, then at blanks.
+_CODE_LIST_RE = re.compile(r"\s*[,;|]\s*")
 # SAE J1939 codes (trucks, buses, machines): a suspect parameter number (SPN, 0 to 524287) and a failure
 # mode identifier (FMI, 0 to 31), however a gateway writes them (``SPN 1569 FMI 31``, ``spn1569/fmi31``,
 # ``SPN:1569-FMI:31``); an occurrence count (``OC 3``) is left out, as a UDS failure type is. Read as
@@ -63,6 +75,18 @@ def trouble_code(text: str) -> str | None:
         return match.group(1)
     if (match := J1939_RE.match(code)) is not None:
         return _j1939_code(match)
+    return None
+
+
+def trouble_codes(text: str) -> list[str] | None:
+    """The codes of one entry of an alert's ``dtc_codes``: one code (``trouble_code``), or several that a
+    gateway wrote in one string, split at commas, semicolons or bars, else at blanks (each must be a code);
+    None when it is neither."""
+    if (code := trouble_code(text)) is not None:
+        return [code]
+    for parts in (_CODE_LIST_RE.split(text.strip()), text.split()):
+        if len(parts) > 1 and None not in (codes := [trouble_code(part) for part in parts if part]):
+            return codes  # type: ignore[return-value]
     return None
 
 
@@ -244,11 +268,12 @@ class AlertEvent(_Event):
     def _check_codes(cls, codes: list[str]) -> list[str]:
         out: list[str] = []
         for code in codes:
-            norm = trouble_code(code)
-            if norm is None:
+            found = trouble_codes(code)
+            if found is None:
                 raise ValueError(f"{code[:24]!r} is not a trouble code like {CODE_EXAMPLES}")
-            if norm not in out:
-                out.append(norm)
+            out.extend(norm for norm in found if norm not in out)
+        if len(out) > MAX_DTC_CODES:
+            raise ValueError(f"{len(out)} trouble codes: at most {MAX_DTC_CODES} in one alert")
         return out
 
     @field_validator("signals", mode="before")

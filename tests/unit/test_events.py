@@ -381,6 +381,27 @@ def test_uds_trouble_codes_are_read_as_their_obd_code() -> None:
     assert event.dtc_codes == ["P0A7F", "U0100", "P0300"]
 
 
+def test_trouble_codes_as_gateways_write_them() -> None:
+    # A failure type and status byte, a name before the code, its state after it: the code is its five characters.
+    sent = [
+        "P0A7F 1B", "P0A7F:1B-08", "P0A7F.1B", "U0100 87", "DTC B1318", "C0035 (active)", "P0562-16 [08]",
+        "U0073 pending", "dtc: P0301 confirmed",
+    ]  # fmt: skip
+    event = parse_event(json.dumps(alert(dtc_codes=sent)))
+    assert isinstance(event, AlertEvent)
+    assert event.dtc_codes == ["P0A7F", "U0100", "B1318", "C0035", "P0562", "U0073", "P0301"]
+    # Several codes in one string, each read as one of the list (repeats once).
+    event = parse_event(json.dumps(alert(dtc_codes=["P0300,P0301", "P0302; P0300", "U0100 U0121", "P0A7F-1B|P0AFA"])))
+    assert isinstance(event, AlertEvent)
+    assert event.dtc_codes == ["P0300", "P0301", "P0302", "U0100", "U0121", "P0A7F", "P0AFA"]
+    joined = parse_event(json.dumps(alert(dtc_codes=["SPN 1569 FMI 31, SPN 520 FMI 3 OC 2"])))
+    assert isinstance(joined, AlertEvent) and joined.dtc_codes == ["SPN1569-FMI31", "SPN520-FMI3"]
+    # Still no code: other words around one, one piece of a list that is none, and a list past the bound.
+    for bad in ("P0A7F garbage", "P0A7FX", "P0300, oil low", "0x0A7F", ",".join(f"U{n:04X}" for n in range(129))):
+        error = rejected(json.dumps(alert(dtc_codes=[bad])))
+        assert error.stage == "validate" and "dtc_codes" in str(error), bad
+
+
 def test_j1939_codes_are_read_in_one_written_form() -> None:
     # As gateways of trucks and buses send them; an occurrence count is left out (it is no part of the code).
     sent = ["SPN 1569 FMI 31", "spn1569/fmi31", "SPN:1569-FMI:31", "SPN 520210 FMI 3 OC 7", "SPN0 FMI0", "P0A7F"]
