@@ -111,6 +111,21 @@ def _snapshot(rng: random.Random) -> dict[str, float]:
     return cells | modules | {"pack_voltage_v": 750.7, "pack_current_a": -12.5, "soc_pct": 71} | rails
 
 
+def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
+    """``event``'s codes and signals as a gateway or a platform's export writes them, read as the same alert:
+    a UDS failure-type and status byte, DTC before a code, its state after it, two codes in one string; a
+    signal named as a table's column (``Cell Voltage Diff (mV)``) or an array's item (``cells[3].temp_c``)."""
+    code = str(event["dtc_codes"][0])  # type: ignore[index]
+    event["dtc_codes"] = [
+        rng.choice((f"DTC {code}-1B (active)", f"{code}:1B-08", f"{code} pending", f"{code}-1B, U0100 [08]"))
+    ]
+    signals: dict[str, object] = dict(event["signals"])  # type: ignore[call-overload]
+    ((name, value),) = signals.items()
+    words, _, unit = name.rpartition("_")
+    column = " ".join(w.capitalize() for w in words.split("_")) + f" ({'%' if unit == 'pct' else unit})"
+    event["signals"] = {column: value, f"cells[{rng.randint(1, 96)}].temp_c": round(rng.uniform(20, 40), 1)}
+
+
 def _lost_communication(n: int) -> list[str]:
     """``n`` lost-communication codes our pack lacks, as a full scan after a 12 V dip lists them."""
     return [f"U{c:04X}" for c in range(0x0150, 0x0150 + n)]
@@ -242,6 +257,9 @@ def generate(events: int = 10_000, seed: int = 7, vins: int = 400) -> list[Line]
             # A full scan: the confirming code among 63 the pack lacks, an alert (at most 128 codes).
             kind = "full_scan"
             event["dtc_codes"] = [*event["dtc_codes"], *_lost_communication(63)]  # type: ignore[misc]
+        elif kind == "alert" and b.rng.random() < 0.02:
+            kind = "gateway_forms"
+            _gateway_forms(b.rng, event)
         if event["vin"] in b.injection_vins:
             kind = "injection"
         b.emitted.append(event)

@@ -17,6 +17,8 @@ import pytest
 
 from devtools.bad_corpus import Line, generate, write
 from tests.conftest import REPO_ROOT
+from vdoctor.events import AlertEvent, parse_event, trouble_code
+from vdoctor.units import SIGNAL_NAME_RE
 
 pytestmark = pytest.mark.e2e
 
@@ -87,6 +89,7 @@ def test_corpus_covers_every_kind_of_bad_input(corpus: tuple[list[Line], list[di
         "battery_snapshot",
         "too_many_codes",
         "full_scan",
+        "gateway_forms",
         "ts_out_of_range",
         "one_mb_text",
         "unknown_type",
@@ -116,6 +119,31 @@ def test_every_valid_alert_is_diagnosed_exactly_once(corpus: tuple[list[Line], l
     lines, diagnoses, _ = corpus
     expected = sorted(line.event_id for line in lines if line.expect == "diagnosis")
     assert sorted(d["event_id"] for d in diagnoses) == expected
+
+
+def test_codes_and_signal_names_as_gateways_write_them_are_cited_in_one_form(
+    corpus: tuple[list[Line], list[dict], list[dict]],
+) -> None:
+    # ``DTC P0A7F-1B (active)``, ``P0562-1B, U0100 [08]``, ``Battery Voltage (v)``, ``cells[61].temp_c``.
+    lines, diagnoses, _ = corpus
+    by_event = {d["event_id"]: d for d in diagnoses}
+    written = [line for line in lines if line.kind == "gateway_forms"]
+    assert written
+    cited_codes = cited_signals = 0
+    for line in written:
+        event = parse_event(line.raw)
+        assert isinstance(event, AlertEvent)
+        evidence = by_event[line.event_id]["evidence"]
+        for uri in evidence:
+            scheme, _, rest = uri.partition("://")
+            if scheme == "dtc":
+                assert trouble_code(rest) == rest, uri  # the one written form, never the gateway's
+                cited_codes += rest in event.dtc_codes
+            elif scheme == "signal":
+                name = rest.split("/", 1)[1].split("@", 1)[0]
+                assert SIGNAL_NAME_RE.match(name) and name in event.signals, uri
+                cited_signals += 1
+    assert cited_codes >= len(written) and cited_signals > 0
 
 
 def test_injection_vehicles_never_reach_other_vehicles(corpus: tuple[list[Line], list[dict], list[dict]]) -> None:
