@@ -93,6 +93,7 @@ _DOMAIN_FLAGS = {
     "extra_runs": "extra_runs",
     "embedder": "embedder",
     "deterministic": "deterministic",
+    "naive_ts_zone": "naive_ts_zone",
 }
 
 
@@ -235,6 +236,12 @@ def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         help="order the runs in flight so that results do not depend on --concurrency (parallelism 1; "
         "README: Deterministic replays)",
+    )
+    parser.add_argument(
+        "--naive-ts-zone",
+        metavar="ZONE",
+        help="the zone of event times written without one, e.g. Asia/Shanghai or +08:00 (default: such an "
+        "event is a dead letter)",
     )
 
 

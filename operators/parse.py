@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import tzinfo
 
 from pyflink.datastream.functions import MapFunction, ProcessFunction, RuntimeContext
 
 from operators.metrics import dead_letter_counter
 from vdoctor.errors import EventError
-from vdoctor.events import parse_event
+from vdoctor.events import parse_event, time_zone
 from vdoctor.records import DeadLetter
 
 # Tags on the operators' output tuples (kind, json).
@@ -20,7 +21,18 @@ NO_VALUE = "a record with no value (a Kafka tombstone) is not an event"
 
 
 class ParseEvents(ProcessFunction):  # type: ignore[misc]
-    """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, "")."""
+    """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, "").
+
+    ``naive_ts_zone``: the zone of event times written without one (the setting's name, checked by the
+    settings; ``events.parse_event``).
+    """
+
+    def __init__(self, naive_ts_zone: str | None = None) -> None:
+        self.naive_ts_zone = naive_ts_zone
+        self._zone: tzinfo | None = None
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self._zone = time_zone(self.naive_ts_zone) if self.naive_ts_zone is not None else None
 
     def process_element(
         self, value: str | None, ctx: ProcessFunction.Context
@@ -33,7 +45,7 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         if not raw.strip():
             return  # blank lines carry nothing to lose
         try:
-            event = parse_event(raw)
+            event = parse_event(raw, self._zone)
         except EventError as e:
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
             yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""

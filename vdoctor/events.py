@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     AwareDatetime,
@@ -373,14 +374,65 @@ def describe_validation_error(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def parse_event(raw: str) -> Event:
-    """Parse one JSON line into an event, or raise ``EventError`` with its stage."""
+# The setting that names the zone of event times written without one (``parse_event``'s ``naive_zone``).
+NAIVE_TS_ZONE_ENV = "VDOCTOR_NAIVE_TS_ZONE"
+# A fixed offset from UTC: +08:00, -0530, +8.
+_OFFSET_RE = re.compile(r"^(?:UTC|GMT)?([+-])([0-9]{1,2})(?::?([0-9]{2}))?$")
+
+
+def time_zone(name: str) -> tzinfo:
+    """The zone a setting names: an IANA name (``Asia/Shanghai``, ``Europe/Berlin``: daylight saving
+    time included), ``UTC``, or a fixed offset (``+08:00``, ``UTC+8``); ``ValueError`` for anything else."""
+    text = name.strip()
+    if text.upper() in ("UTC", "Z", "GMT"):
+        return UTC
+    if (offset := _OFFSET_RE.match(text.upper())) is not None:
+        sign, hours, minutes = offset.groups()
+        delta = timedelta(hours=int(hours), minutes=int(minutes or 0))
+        if delta > timedelta(hours=14):
+            raise ValueError(f"{name!r} is more than 14 hours from UTC")
+        return timezone(-delta if sign == "-" else delta)
+    try:
+        return ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"{name!r} is no time zone: give an IANA name (Asia/Shanghai), UTC or an offset (+08:00)"
+        ) from None
+
+
+def _naive_time(value: object) -> datetime | None:
+    """``value`` read as a date and time without a zone (``2026-11-01 08:15:30``); None for anything else."""
+    if not isinstance(value, str) or _UTC_SECOND_RE.fullmatch(value):
+        return None
+    try:
+        read = datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None  # not a time this reads: pydantic's parse and errors
+    return read if read.tzinfo is None else None
+
+
+def parse_event(raw: str, naive_zone: tzinfo | None = None) -> Event:
+    """Parse one JSON line into an event, or raise ``EventError`` with its stage.
+
+    ``naive_zone``: the zone of a ``ts`` written without one (``VDOCTOR_NAIVE_TS_ZONE``: a fleet whose
+    clocks send local time, as GB/T 32960 terminals send Beijing time); None: such a ``ts`` is a dead
+    letter that says so. A local time that a change to daylight saving time repeats is read as its first
+    occurrence, and one it skips as the time that far past the change.
+    """
     try:
         data: Any = _load_json(raw)
     except (ValueError, RecursionError) as e:
         raise EventError("parse", f"not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise EventError("parse", f"expected a JSON object, got {type(data).__name__}")
+    if (naive := _naive_time(data.get("ts"))) is not None:
+        if naive_zone is None:
+            raise EventError(
+                "validate",
+                f"ts: {str(data['ts'])[:40]!r} has no timezone: write one (Z, +08:00), or set "
+                f"{NAIVE_TS_ZONE_ENV} to the zone the fleet's clocks are in (Asia/Shanghai)",
+            )
+        data["ts"] = naive.replace(tzinfo=naive_zone)
     kind = data.get("type")
     name = kind.strip().lower() if isinstance(kind, str) else str(kind)  # "Alert" is "alert"
     model = _MODELS.get(name)

@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
-from vdoctor.events import describe_validation_error
+from vdoctor.events import NAIVE_TS_ZONE_ENV, describe_validation_error, time_zone
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
 from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
@@ -135,6 +135,16 @@ class RuntimeSettings(_Frozen):
     deterministic: bool = False
     # Seconds between gives of glibc's free pages back to the system (``vdoctor.malloc_trim``); 0: never.
     malloc_trim_s: float = Field(default=DEFAULT_MALLOC_TRIM_S, ge=0)
+    # The zone of event times written without one (``events.time_zone``: Asia/Shanghai, +08:00); None:
+    # such an event is a dead letter that says so (``events.parse_event``).
+    naive_ts_zone: str | None = None
+
+    @field_validator("naive_ts_zone")
+    @classmethod
+    def _check_zone(cls, name: str | None) -> str | None:
+        if name is not None:
+            time_zone(name)
+        return name
 
     def runs_in_flight(self) -> int:
         """Worker threads of the operator's run pool: ``concurrency`` plus the extra runs."""
@@ -206,6 +216,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "state_ttl_s": ("runtime", "state_ttl_s", "VDOCTOR_STATE_TTL_S"),
     "deterministic": ("runtime", "deterministic", "VDOCTOR_DETERMINISTIC"),
     "malloc_trim_s": ("runtime", "malloc_trim_s", "VDOCTOR_MALLOC_TRIM_S"),
+    "naive_ts_zone": ("runtime", "naive_ts_zone", NAIVE_TS_ZONE_ENV),
 }
 # The environment variables, by flat name (for documentation and tests).
 ENV_VARS: dict[str, str] = {name: var for name, (_, _, var) in FIELDS.items()}

@@ -4,7 +4,7 @@ why a bad line goes to the dead letters (stage and field named)."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 import pytest
@@ -18,6 +18,7 @@ from vdoctor.events import (
     RecheckEvent,
     parse_event,
     session_id_for,
+    time_zone,
 )
 from vdoctor.memory.session import MAX_READINGS
 from vdoctor.units import unit_of
@@ -68,9 +69,9 @@ def lifecycle(**overrides: Any) -> dict[str, Any]:
     return data
 
 
-def rejected(raw: str) -> EventError:
+def rejected(raw: str, naive_zone: tzinfo | None = None) -> EventError:
     with pytest.raises(EventError) as info:
-        parse_event(raw)
+        parse_event(raw, naive_zone)
     return info.value
 
 
@@ -456,6 +457,36 @@ def test_signal_names_of_flattened_payloads_and_tables() -> None:
     # Still no name: nothing but an index, brackets inside brackets, and an index that names a signal twice.
     for bad in ({"[3]": 1}, {"a(b[1])": 1}, {"cell_v[12]": 3.6, "cell_v_12": 3.7}):
         assert rejected(json.dumps(alert(signals=bad))).stage == "validate", bad
+
+
+def test_an_event_time_without_a_zone_is_read_in_the_fleets_zone_when_one_is_set() -> None:
+    # GB/T 32960 terminals send Beijing time, and many platforms pass it on as it came.
+    for written in ("2026-11-01 16:15:30", "2026-11-01T16:15:30", "2026-11-01T16:15:30.250", "20261101T161530"):
+        error = rejected(json.dumps(alert(ts=written)))
+        assert error.stage == "validate" and "has no timezone" in str(error) and "VDOCTOR_NAIVE_TS_ZONE" in str(error)
+        for zone in ("Asia/Shanghai", "+08:00", "UTC+8"):
+            event = parse_event(json.dumps(alert(ts=written)), time_zone(zone))
+            assert event.ts == datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC), (written, zone)
+    # A time that writes its zone, or a Unix time, is read as it is, whatever the fleet's zone.
+    shanghai = time_zone("Asia/Shanghai")
+    assert parse_event(json.dumps(alert(ts="2026-11-01T08:15:30Z")), shanghai).ts.hour == 8
+    assert parse_event(json.dumps(alert(ts="2026-11-01T08:15:30-05:00")), shanghai).ts.hour == 13
+    assert parse_event(json.dumps(recheck(ts=1762000000)), shanghai).ts == datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)
+    # Every kind of event; and the bounds and a bad date are still checked.
+    assert parse_event(json.dumps(lifecycle(ts="2026-11-01 16:15:30")), shanghai).ts.hour == 8
+    assert rejected(json.dumps(alert(ts="1999-12-31 23:00:00")), shanghai).stage == "validate"
+    assert "month" in str(rejected(json.dumps(alert(ts="2026-13-01 08:00:00")), shanghai))
+    # Daylight saving time: a repeated hour is read as its first occurrence, a skipped one as past the change.
+    berlin = time_zone("Europe/Berlin")
+    assert parse_event(json.dumps(alert(ts="2026-10-25 02:30:00")), berlin).ts.hour == 0  # CEST, UTC+2
+    assert parse_event(json.dumps(alert(ts="2026-03-29 02:30:00")), berlin).ts.hour == 1  # 03:30 CEST
+    assert parse_event(json.dumps(alert(ts="2026-07-01 12:00:00")), berlin).ts.hour == 10
+
+
+@pytest.mark.parametrize("name", ["Beijing", "asia/shanghai", "+15:00", "", "../../etc/passwd"])
+def test_a_zone_that_is_none_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="time zone|hours from UTC"):
+        time_zone(name)
 
 
 def test_null_for_an_optional_field_is_its_empty_value() -> None:

@@ -205,6 +205,12 @@ def test_domain_settings_pin_relative_sqlite_paths_and_take_overrides(tmp_path: 
     assert full.memory.url == "sqlite:///" + str(Path("rel/memory.db").resolve()) + "?synchronous=full"
 
 
+def test_the_zone_of_naive_event_times_is_a_flag_of_both_jobs(tmp_path: Path) -> None:
+    replay = js.domain_settings(_replay_args(tmp_path, "--naive-ts-zone", "Asia/Shanghai"), env={})
+    kafka = js.domain_settings(_kafka_args(tmp_path), env={"VDOCTOR_NAIVE_TS_ZONE": "+08:00"})
+    assert (replay.runtime.naive_ts_zone, kafka.runtime.naive_ts_zone) == ("Asia/Shanghai", "+08:00")
+
+
 @pytest.mark.parametrize(
     ("url", "pinned"),
     [

@@ -46,6 +46,14 @@ def test_a_bad_value_or_name_is_a_clear_error() -> None:
         load_settings({"VDOCTOR_WORKING_BUDGET_TOKENS": "10"})
 
 
+def test_the_zone_of_naive_event_times_is_checked_when_set() -> None:
+    assert load_settings({}).runtime.naive_ts_zone is None
+    assert load_settings({"VDOCTOR_NAIVE_TS_ZONE": "Asia/Shanghai"}).runtime.naive_ts_zone == "Asia/Shanghai"
+    assert load_settings({}, naive_ts_zone="+08:00").runtime.naive_ts_zone == "+08:00"
+    with pytest.raises(ConfigError, match="naive_ts_zone.*'Beijing' is no time zone"):
+        load_settings({"VDOCTOR_NAIVE_TS_ZONE": "Beijing"})
+
+
 def test_overrides_are_validated_and_keep_the_key() -> None:
     settings = load_settings({"OPENAI_API_KEY": KEY})
     changed = with_overrides(settings, memory_enabled=False, memory_url="sqlite:///x.db")
