@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from vdoctor.knowledge import load_pack
+from vdoctor.units import UNITS
 
 VIN_CHARS = "ABCDEFGHJKLMNPRSTUVWXYZ0123456789"
 SERIES = ("EV-A", "EV-B", "ICE-C")
@@ -114,7 +115,8 @@ def _snapshot(rng: random.Random) -> dict[str, float]:
 def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
     """``event``'s codes and signals as a gateway or a platform's export writes them, read as the same alert:
     a UDS failure-type and status byte, DTC before a code, its state after it, two codes in one string; a
-    signal named as a table's column (``Cell Voltage Diff (mV)``) or an array's item (``cells[3].temp_c``)."""
+    signal named as a table's column (``Cell Voltage Diff (mV)``) or an array's item (``cells[3].temp_c``), its
+    reading written with its unit (``"6.9 V"``, ``"31.5℃"``)."""
     code = str(event["dtc_codes"][0])  # type: ignore[index]
     event["dtc_codes"] = [
         rng.choice((f"DTC {code}-1B (active)", f"{code}:1B-08", f"{code} pending", f"{code}-1B, U0100 [08]"))
@@ -123,7 +125,9 @@ def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
     ((name, value),) = signals.items()
     words, _, unit = name.rpartition("_")
     column = " ".join(w.capitalize() for w in words.split("_")) + f" ({'%' if unit == 'pct' else unit})"
-    event["signals"] = {column: value, f"cells[{rng.randint(1, 96)}].temp_c": round(rng.uniform(20, 40), 1)}
+    if rng.random() < 0.5 and unit in UNITS:  # the reading as text with its unit: "6.9 V"
+        value = f"{value} {UNITS[unit]}"
+    event["signals"] = {column: value, f"cells[{rng.randint(1, 96)}].temp_c": f"{rng.uniform(20, 40):.1f}℃"}
 
 
 def _lost_communication(n: int) -> list[str]:
@@ -153,13 +157,10 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     wrong_types = {"vin": 12345678901234567, "dtc_codes": "P0A7F", "signals": [1, 2], "ts": [2026], "series": None}
     name, value = rng.choice(list(wrong_types.items()))
     out.append((f"wrong_type_{name}", json.dumps(dict(good, event_id=good_id + "-t", **{name: value})), "validate"))
-    out.append(
-        (
-            "signal_as_string",
-            json.dumps(dict(good, event_id=good_id + "-s", signals={"pack_temp_c": "41.5 C"})),
-            "validate",
-        )
-    )
+    # A reading as words, not a number; and one in another unit than its name's (°F for a _c name).
+    for kind, reading in (("signal_as_string", "warm, 41.5"), ("signal_in_another_unit", "106.7 °F")):
+        signals = {"pack_temp_c": reading}
+        out.append((kind, json.dumps(dict(good, event_id=f"{good_id}-{kind}", signals=signals)), "validate"))
     bad_vin = rng.choice(
         [vin[:16], vin + "X", vin[:8] + "I" + vin[9:], vin[:3] + "O" + vin[4:], vin[:5] + "Q" + vin[6:]]
     )

@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from vdoctor.errors import EventError
-from vdoctor.units import SIGNAL_NAME_RE
+from vdoctor.units import SIGNAL_NAME_RE, unit_of, unit_symbol
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
 # (they are too easily confused with 1 and 0). A VIN in lower case is the
@@ -102,22 +102,25 @@ def canonical_codes(text: str) -> str:
 
 # A signal is any snake_case name with a finite number; its unit, where the
 # name's suffix declares a known one, comes from vdoctor.units. No reading is
-# rejected for its unit. A name is read as a fleet's payloads write one:
+# rejected for the unit its name declares or lacks. A name is read as a
+# fleet's payloads write one:
 # - in lower case, with ``.``, ``-``, ``/``, ``:`` and spaces as ``_``
 #   (``pack_temp_C``, ``Vehicle.Speed``, ``BMS/PackVolt``);
 # - an index or unit in brackets as a part of its own, as a flattened payload
 #   writes an array's items or a table its column (``cells[3].temp`` is
 #   ``cells_3_temp``, ``Pack Voltage (V)`` is ``pack_voltage_v``);
 # - ``%`` as the part ``pct``, and ``°`` left out (``SOC (%)``, ``temp_°C``).
-# A number sent as a string is read as the number, true and false as 1 and 0,
-# and a null reading (the sensor had no value) is left out.
+# A number sent as a string is read as the number, with or without a unit
+# (``_number_text``), true and false as 1 and 0, and a null reading (the sensor
+# had no value) is left out.
 _NAME_SEPARATORS = str.maketrans({".": "_", "-": "_", " ": "_", "/": "_", ":": "_", "%": "pct", "°": ""})
 # A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
 _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
 # A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
 _NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
 # A number sent as text: decimal digits (ASCII), a point, an exponent; not 1_000, nan or other scripts' digits.
-_NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+# A unit may follow it (``_number_text``).
+_NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?(?![0-9_])", re.ASCII)
 # Event times: an ECU whose clock was never set reports 1970 or 2000-01-01,
 # and a time beyond these bounds is a clock fault (near the years 1 and 9999
 # the session arithmetic would not even run). Such an event is a dead letter
@@ -172,6 +175,26 @@ def _signal_name(given: str) -> str:
 def _bracket_part(found: re.Match[str]) -> str:
     part = (found.group(1) if found.group(1) is not None else found.group(2)).strip()
     return "_" + part if part else ""
+
+
+def _number_text(name: str, text: str) -> float:
+    """A reading sent as text: a number, or a number and the unit the signal's name declares
+    (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``), or any unit of the table
+    (``vdoctor.units``) when the name declares none (the reading's unit then stays unknown, as the
+    name's). A unit other than the name's is refused: which of the two is right is not known."""
+    number = _NUMBER_TEXT_RE.match(text := text.strip())
+    if number is None:
+        raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number")
+    if unit := text[number.end() :].strip():
+        symbol = unit_symbol(unit)
+        if symbol is None:
+            raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
+        if (declared := unit_of(name)) is not None and symbol != declared:
+            raise ValueError(
+                f"signal {name[:40]} = {text[:20]!r} is in {symbol}, its name's unit is {declared}: "
+                f"send the number in {declared}"
+            )
+    return float(number.group())
 
 
 def _to_utc_second(value: datetime) -> datetime:
@@ -296,9 +319,7 @@ class AlertEvent(_Event):
             if isinstance(value, bool):
                 value = float(value)
             elif isinstance(value, str):
-                if not _NUMBER_TEXT_RE.fullmatch(value.strip()):
-                    raise ValueError(f"signal {str(name)[:40]} = {value[:20]!r} is not a number")
-                value = float(value)
+                value = _number_text(str(name), value)
             read[name] = value
         return read
 

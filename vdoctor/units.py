@@ -2,7 +2,9 @@
 
 ``cell_voltage_diff_mv`` is in mV, ``insulation_res_kohm`` in kΩ. A name whose
 suffix is not in the table keeps its readings with the unit unknown: no
-reading or alert is ever rejected for its unit. The table covers what vehicle
+reading or alert is ever rejected for the unit its name declares or lacks (a
+reading sent as text in another unit than its name's is: ``unit_symbol``
+reads such units, ``events`` refuses the conflict). The table covers what vehicle
 telemetry reports (electrical, thermal, pressure, speed, time, energy, flow,
 mass, angle, ratios); extend it here, in one place.
 """
@@ -92,6 +94,8 @@ UNITS: dict[str, str] = {
     "dbm": "dBm",
     "lux": "lx",
 }
+# The symbols, as written (``unit_symbol``: mΩ and MΩ, mV and MV differ by their case alone).
+_SYMBOLS = frozenset(UNITS.values())
 # Suffixes longest first, so that ``_kwh`` wins over ``_h`` and ``_kohm`` over ``_ohm``.
 _SUFFIXES = sorted(UNITS, key=len, reverse=True)
 # A signal's name: snake_case (a-z, 0-9 and _), not starting with _, with at least one letter. It may
@@ -118,6 +122,16 @@ def unit_of(name: str) -> str | None:
         if name.endswith("_" + suffix) and len(name) > len(suffix) + 1:
             return UNITS[suffix]
     return None
+
+
+def unit_symbol(written: str) -> str | None:
+    """The table's symbol of a unit written after a number (``"mV"``, ``"°C"``, ``"km/h"``, ``"kΩ"``), or of
+    one written as a name's suffix is, in any case (``"mv"``, ``"C"``, ``"kph"``, ``"KWH"``); None for none."""
+    text = written.strip().replace("℃", "°C").replace("℉", "°F")  # the one-character forms of CJK text
+    if text in _SYMBOLS:
+        return text
+    key = text.lower().replace("/", "").replace("·", "").replace(" ", "").replace("µ", "u").replace("ω", "ohm")
+    return UNITS.get(key.removeprefix("°") if key != "°" else "deg")
 
 
 def unit_symbols() -> list[str]:

@@ -83,6 +83,7 @@ def test_corpus_covers_every_kind_of_bad_input(corpus: tuple[list[Line], list[di
         "missing_vin",
         "missing_ts",
         "signal_as_string",
+        "signal_in_another_unit",
         "invalid_vin",
         "huge_number",
         "too_many_signals",

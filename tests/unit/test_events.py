@@ -209,7 +209,8 @@ _DROP = object()
         (alert(ts="0001-01-01T00:00:00+01:00"), "ts"),
         (alert(ts="9999-12-31T23:59:59-01:00"), "ts"),
         (alert(ts="17620000001"), "ts"),
-        (alert(signals={"cell_voltage_diff_mv": "187 mV"}), "signals"),
+        (alert(signals={"cell_voltage_diff_mv": "0.187 V"}), "signals"),
+        (alert(signals={"cell_voltage_diff_mv": "187 mV high"}), "signals"),
         (alert(signals={"cell_voltage_diff_mv": [187]}), "signals.cell_voltage_diff_mv"),
         (alert(signals={"2026_11": 12.6}), "signals"),
         (alert(signals={"_12v_battery_v": 12.6}), "signals"),
@@ -243,7 +244,8 @@ _DROP = object()
         "ts-before-year-1-in-utc",
         "ts-after-year-9999-in-utc",
         "epoch-digits-read-as-year-2528",
-        "signal-text-value",
+        "signal-text-value-in-another-unit",
+        "signal-text-value-with-words",
         "signal-list-value",
         "signal-name-of-digits-only",
         "signal-name-starting-with-an-underscore",
@@ -431,6 +433,34 @@ def test_signals_as_fleets_send_them() -> None:
     # Two names of one alert that read as the same signal: which one is the reading is not known.
     error = rejected(json.dumps(alert(signals={"Pack_Temp_C": 41, "pack_temp_c": 42})))
     assert error.stage == "validate" and "pack_temp_c" in str(error)
+
+
+def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
+    # The unit the name declares, as people write it; or any known unit where the name declares none.
+    signals = {
+        "cell_voltage_diff_mv": "187 mV", "pack_temp_c": "41.5℃", "inlet_temp_c": "38 °C", "soc_pct": "80%",
+        "speed_kmh": "62 km/h", "insulation_res_kohm": "500kΩ", "insulation_res_megohm": "5 MΩ",
+        "energy_kwh": "12 KWH", "torque_nm": "120 N·m", "battery_voltage": "12.6V",
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "cell_voltage_diff_mv": 187.0, "pack_temp_c": 41.5, "inlet_temp_c": 38.0, "soc_pct": 80.0, "speed_kmh": 62.0,
+        "insulation_res_kohm": 500.0, "insulation_res_megohm": 5.0, "energy_kwh": 12.0, "torque_nm": 120.0,
+        "battery_voltage": 12.6,
+    }  # fmt: skip
+    # Another unit than the name's: which one is right is not known. mΩ and MΩ differ by their case alone.
+    for name, text, said in (
+        ("cell_voltage_diff_mv", "0.187 V", "is in V, its name's unit is mV"),
+        ("insulation_res_mohm", "5 MΩ", "is in MΩ, its name's unit is mΩ"),
+        ("pack_temp_c", "105 °F", "is in °F, its name's unit is °C"),
+    ):
+        error = rejected(json.dumps(alert(signals={name: text})))
+        assert error.stage == "validate" and said in str(error), text
+    # No number, or words that are no unit.
+    for text in ("12.6 volts please", "12 34", "12.6e", "12abc", "3,6 V", "V 12.6"):
+        error = rejected(json.dumps(alert(signals={"battery_voltage": text})))
+        assert error.stage == "validate" and "is not a number" in str(error), text
 
 
 def test_signal_names_of_flattened_payloads_and_tables() -> None:
