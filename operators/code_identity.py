@@ -47,14 +47,16 @@ def _loaded_root() -> Path:
 
 
 def code_id(root: Path | None = None) -> str:
-    """The identity of the job's code: its packages' sources and the distributions shipped beside them
-    (``*.dist-info`` in the same folder: the job archive's dependencies), as found under ``root`` (default:
-    where ``vdoctor`` was imported from)."""
+    """The identity of the job's code: its packages' files, sources and data alike (the knowledge pack), as
+    ``vdoctor package`` ships them (bytecode left out: each machine compiles its own), and the distributions
+    shipped beside them (``*.dist-info`` in the same folder, named with their versions: the job archive's
+    dependencies), as found under ``root`` (default: where ``vdoctor`` was imported from)."""
     root = _loaded_root() if root is None else root
     digest = hashlib.sha256()
     for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+        for path in sorted((root / package).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     for dist in sorted(p.name for p in root.glob("*.dist-info")):
         digest.update(dist.encode() + b"\0")
     return digest.hexdigest()[:16]

@@ -28,6 +28,13 @@ def test_the_code_id_follows_the_sources_and_the_shipped_distributions(tmp_path:
     c = _tree(tmp_path / "c")
     (c / "pydantic-2.11.0.dist-info").mkdir()
     assert code_id(a) != code_id(c)
+    # A data file shipped in a package (the knowledge pack) is the code's too; bytecode is each machine's.
+    d = _tree(tmp_path / "d")
+    (d / "vdoctor" / "__pycache__").mkdir()
+    (d / "vdoctor" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"\0")
+    assert code_id(a) == code_id(d)
+    (d / "vdoctor" / "dtc_pack.json").write_text('{"version": "2026.12.1"}')
+    assert code_id(a) != code_id(d)
     # The checkout's own code: what the client computes and a worker of the same checkout finds.
     assert code_id() == code_id(Path(code_identity.__file__).resolve().parent.parent)
 
