@@ -115,8 +115,9 @@ def _snapshot(rng: random.Random) -> dict[str, float]:
 def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
     """``event``'s codes and signals as a gateway or a platform's export writes them, read as the same alert:
     a UDS failure-type and status byte, DTC before a code, its state after it, two codes in one string; a
-    signal named as a table's column (``Cell Voltage Diff (mV)``) or an array's item (``cells[3].temp_c``), its
-    reading written with its unit (``"6.9 V"``, ``"31.5℃"``)."""
+    signal named as a table's column (``Cell Voltage Diff (mV)``, at times in full-width forms) or an array's
+    item (``cells[3].temp_c``, ``Température cellule [3] (°C)``), its reading written with its unit (``"6.9 V"``,
+    ``"31.5℃"``)."""
     code = str(event["dtc_codes"][0])  # type: ignore[index]
     event["dtc_codes"] = [
         rng.choice((f"DTC {code}-1B (active)", f"{code}:1B-08", f"{code} pending", f"{code}-1B, U0100 [08]"))
@@ -127,7 +128,11 @@ def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
     column = " ".join(w.capitalize() for w in words.split("_")) + f" ({'%' if unit == 'pct' else unit})"
     if rng.random() < 0.5 and unit in UNITS:  # the reading as text with its unit: "6.9 V"
         value = f"{value} {UNITS[unit]}"
-    event["signals"] = {column: value, f"cells[{rng.randint(1, 96)}].temp_c": f"{rng.uniform(20, 40):.1f}℃"}
+    if rng.random() < 0.25:  # as an input method writes it: full-width forms (ＳＯＣ（％）)
+        column = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in column)
+    cell = rng.randint(1, 96)
+    item = rng.choice((f"cells[{cell}].temp_c", f"Température cellule [{cell}] (°C)"))  # an export's own language
+    event["signals"] = {column: value, item: f"{rng.uniform(20, 40):.1f}℃"}
 
 
 def _lost_communication(n: int) -> list[str]:
@@ -161,6 +166,10 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     for kind, reading in (("signal_as_string", "warm, 41.5"), ("signal_in_another_unit", "106.7 °F")):
         signals = {"pack_temp_c": reading}
         out.append((kind, json.dumps(dict(good, event_id=f"{good_id}-{kind}", signals=signals)), "validate"))
+    # A signal named in another script than Latin: no snake_case form to read it as.
+    named = {rng.choice(("电池温度", "温度_c", "напряжение_v")): 41.5}
+    raw = json.dumps(dict(good, event_id=good_id + "-script", signals=named), ensure_ascii=False)
+    out.append(("signal_name_other_script", raw, "validate"))
     bad_vin = rng.choice(
         [vin[:16], vin + "X", vin[:8] + "I" + vin[9:], vin[:3] + "O" + vin[4:], vin[:5] + "Q" + vin[6:]]
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -109,11 +110,20 @@ def canonical_codes(text: str) -> str:
 # - an index or unit in brackets as a part of its own, as a flattened payload
 #   writes an array's items or a table its column (``cells[3].temp`` is
 #   ``cells_3_temp``, ``Pack Voltage (V)`` is ``pack_voltage_v``);
-# - ``%`` as the part ``pct``, and ``°`` left out (``SOC (%)``, ``temp_°C``).
+# - ``%`` as the part ``pct``, and ``°`` left out (``SOC (%)``, ``temp_°C``);
+# - outside ASCII, in Latin letters without their accents (``Température``
+#   is ``temperature``, ``Öltemp`` ``oltemp``, ``ß`` ``ss``), full-width
+#   forms as ASCII (``ＳＯＣ（％）``), and unit symbols as the suffixes write
+#   them (``kΩ`` is ``kohm``, ``MΩ`` ``megohm``, ``µA`` ``ua``, ``℃`` ``c``).
+#   A name in another script (``电池温度``) has no such form: a dead letter
+#   that says so.
 # A number sent as a string is read as the number, with or without a unit
 # (``_number_text``), true and false as 1 and 0, and a null reading (the sensor
 # had no value) is left out.
 _NAME_SEPARATORS = str.maketrans({".": "_", "-": "_", " ": "_", "/": "_", ":": "_", "%": "pct", "°": ""})
+# After NFKD (``Ω`` the ohm sign is then the Greek omega, ``µ`` the micro sign the Greek mu): the unit
+# symbols a name may hold, as the unit suffixes write them (``vdoctor.units``), and ``ß``.
+_NAME_SYMBOLS = str.maketrans({"\u03a9": "ohm", "\u03bc": "u", "ß": "ss"})
 # A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
 _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
 # A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
@@ -164,12 +174,22 @@ def key_vin(vin: object) -> str | None:
 
 def _signal_name(given: str) -> str:
     """A signal's name as sent, read as its snake_case name (the rules above); not checked here."""
-    name = given.strip().lower()
+    name = given.strip()
+    if not name.isascii():
+        name = _latin_name(name)
+    name = name.lower()
     if "[" in name or "(" in name:
         name = _NAME_BRACKETS_RE.sub(_bracket_part, name)
     if "%" in name:
         name = _NAME_PERCENT_RE.sub("_%", name)
     return name.translate(_NAME_SEPARATORS)
+
+
+def _latin_name(name: str) -> str:
+    """A name outside ASCII in the Latin letters it holds (``_signal_name``); other scripts left as they are."""
+    # Before lower-casing: MΩ is megohms, mΩ milliohms.
+    name = unicodedata.normalize("NFKD", name).replace("M\u03a9", "megohm").translate(_NAME_SYMBOLS)
+    return "".join(c for c in name if not unicodedata.combining(c))
 
 
 def _bracket_part(found: re.Match[str]) -> str:
@@ -327,6 +347,11 @@ class AlertEvent(_Event):
     @classmethod
     def _check_signals(cls, signals: dict[str, float]) -> dict[str, float]:
         for name, value in signals.items():
+            if not name.isascii():
+                raise ValueError(
+                    f"signal name {name[:40]!r} is not written in Latin letters: a signal's name is snake_case in "
+                    "ASCII (accents are dropped: Température is temperature)"
+                )
             if not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
                     f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "

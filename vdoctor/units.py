@@ -20,6 +20,7 @@ UNITS: dict[str, str] = {
     "mv": "mV",
     "v": "V",
     "kv": "kV",
+    "ua": "µA",
     "ma": "mA",
     "a": "A",
     "ka": "kA",

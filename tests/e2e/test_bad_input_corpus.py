@@ -84,6 +84,7 @@ def test_corpus_covers_every_kind_of_bad_input(corpus: tuple[list[Line], list[di
         "missing_ts",
         "signal_as_string",
         "signal_in_another_unit",
+        "signal_name_other_script",
         "invalid_vin",
         "huge_number",
         "too_many_signals",

@@ -489,6 +489,39 @@ def test_signal_names_of_flattened_payloads_and_tables() -> None:
         assert rejected(json.dumps(alert(signals=bad))).stage == "validate", bad
 
 
+def test_signal_names_outside_ascii_are_read_in_latin_letters() -> None:
+    # A European export's accented names, an IME's full-width forms, unit symbols in a name.
+    signals = {
+        "Température batterie (°C)": 41.5,
+        "Öltemperatur": 96,
+        "Straße_Speed (km/h)": 62,
+        "ＳＯＣ（％）": 80,
+        "Insulation Resistance (MΩ)": 2.5,
+        "contact_res (mΩ)": 0.8,
+        "insulation_res_kΩ": 480,
+        "leak_current_µA": 12,
+        "motor_temp_℃": 77,
+    }
+    event = parse_event(json.dumps(alert(signals=signals), ensure_ascii=False))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "temperature_batterie_c": 41.5, "oltemperatur": 96.0, "strasse_speed_km_h": 62.0, "soc_pct": 80.0,
+        "insulation_resistance_megohm": 2.5, "contact_res_mohm": 0.8, "insulation_res_kohm": 480.0,
+        "leak_current_ua": 12.0, "motor_temp_c": 77.0,
+    }  # fmt: skip
+    # MΩ and mΩ stay apart, as every unit the name now declares.
+    assert [unit_of(n) for n in ("insulation_resistance_megohm", "contact_res_mohm", "leak_current_ua")] == [
+        "MΩ", "mΩ", "µA",
+    ]  # fmt: skip
+    # Two spellings of one name are one name, as with case.
+    error = rejected(json.dumps(alert(signals={"Température_c": 40, "temperature_c": 41}), ensure_ascii=False))
+    assert "as another name of this alert is" in str(error)
+    # Another script has no Latin form: a dead letter that says what a name is written in.
+    for name in ("电池温度", "temp_батареи", "温度_c"):
+        error = rejected(json.dumps(alert(signals={name: 41.5}), ensure_ascii=False))
+        assert error.stage == "validate" and "not written in Latin letters" in str(error), name
+
+
 def test_an_event_time_without_a_zone_is_read_in_the_fleets_zone_when_one_is_set() -> None:
     # GB/T 32960 terminals send Beijing time, and many platforms pass it on as it came.
     for written in ("2026-11-01 16:15:30", "2026-11-01T16:15:30", "2026-11-01T16:15:30.250", "20261101T161530"):
