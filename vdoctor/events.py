@@ -12,6 +12,7 @@ import math
 import re
 import unicodedata
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -69,6 +70,7 @@ def _j1939_code(match: re.Match[str]) -> str | None:
     return f"SPN{spn}-FMI{fmi}" if spn <= MAX_SPN and fmi <= MAX_FMI else None
 
 
+@lru_cache(maxsize=4096)  # as signal names (``_signal_name``): a fleet sends the same codes over and over
 def trouble_code(text: str) -> str | None:
     """A trouble code in its one written form (``P0A7F``, ``SPN1569-FMI31``; see ``DTC_RE`` and ``J1939_RE``),
     or None when ``text`` is none."""
@@ -172,6 +174,8 @@ def key_vin(vin: object) -> str | None:
     return vin
 
 
+# A fleet's payloads name the same few hundred signals over and over: each name is read once.
+@lru_cache(maxsize=4096)
 def _signal_name(given: str) -> str:
     """A signal's name as sent, read as its snake_case name (the rules above); not checked here."""
     name = given.strip()
