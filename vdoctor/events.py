@@ -252,6 +252,33 @@ def _none_as(default: object) -> Any:
 _UTC_SECOND_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
+# Times as platforms and exports write them besides ISO 8601, each rewritten in the ISO form and then
+# read as any ISO time (without a zone: in ``VDOCTOR_NAIVE_TS_ZONE``'s): a date with ``/`` or ``.``
+# and unpadded parts (``2026/11/1 8:15:30``, as Chinese platforms and spreadsheets write it), a zone
+# after a blank (``08:15:30 UTC``, ``08:15:30 +08:00``), and the 14 digits ``YYYYMMDDhhmmss`` (text or
+# a number) in which GB/T 32960 platforms keep a terminal's time (as a Unix time in milliseconds those
+# digits would be after the year 2600: never a time this reads).
+_LOOSE_DATE_RE = re.compile(r"([0-9]{4})[-/.]([0-9]{1,2})[-/.]([0-9]{1,2})(?:([ T])([0-9]{1,2})(?=:))?")
+_ZONE_AFTER_BLANK_RE = re.compile(r" (?:(?:UTC|GMT|Z)|([+-][0-9]{2}:?[0-9]{2}))\Z", re.IGNORECASE)
+_COMPACT_TIME_RE = re.compile(r"(2[01][0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})")
+
+
+def _iso_form(value: object) -> object:
+    """``value`` as an ISO 8601 time where it writes one in another form (the forms above); else as it is."""
+    if isinstance(value, int) and not isinstance(value, bool) and 20000101000000 <= value < 22000101000000:
+        value = str(value)
+    if not isinstance(value, str):
+        return value
+    text = value
+    if (compact := _COMPACT_TIME_RE.fullmatch(text)) is not None:
+        return "{}-{}-{}T{}:{}:{}".format(*compact.groups())
+    if (date := _LOOSE_DATE_RE.match(text)) is not None:
+        year, month, day, sep, hour = date.groups()
+        head = f"{year}-{int(month):02d}-{int(day):02d}" + (f"{sep}{int(hour):02d}" if hour is not None else "")
+        text = head + text[date.end() :]
+    return _ZONE_AFTER_BLANK_RE.sub(lambda m: m.group(1) or "Z", text)
+
+
 class _Event(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, str_strip_whitespace=True)
 
@@ -288,7 +315,7 @@ class _Event(BaseModel):
                 return datetime.fromisoformat(value)
             except ValueError:
                 pass
-        return value
+        return _iso_form(value)
 
     @field_validator("ts")
     @classmethod
@@ -452,10 +479,12 @@ def time_zone(name: str) -> tzinfo:
 
 def _naive_time(value: object) -> datetime | None:
     """``value`` read as a date and time without a zone (``2026-11-01 08:15:30``); None for anything else."""
-    if not isinstance(value, str) or _UTC_SECOND_RE.fullmatch(value):
+    if isinstance(value, str) and _UTC_SECOND_RE.fullmatch(value):
+        return None
+    if not isinstance(text := _iso_form(value), str):
         return None
     try:
-        read = datetime.fromisoformat(value.strip())
+        read = datetime.fromisoformat(text)
     except ValueError:
         return None  # not a time this reads: pydantic's parse and errors
     return read if read.tzinfo is None else None

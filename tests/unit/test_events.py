@@ -546,6 +546,27 @@ def test_an_event_time_without_a_zone_is_read_in_the_fleets_zone_when_one_is_set
     assert parse_event(json.dumps(alert(ts="2026-07-01 12:00:00")), berlin).ts.hour == 10
 
 
+def test_event_times_as_platforms_and_exports_write_them() -> None:
+    at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+    # A zone after a blank, and a date written with / or . (its zone given).
+    for written in ("2026-11-01 08:15:30 UTC", "2026-11-01 08:15:30 gmt", "2026-11-01 16:15:30 +08:00",
+                    "2026-11-01 16:15:30 +0800", "2026/11/01T08:15:30Z", "2026.11.01 16:15:30+08:00"):  # fmt: skip
+        assert parse_event(json.dumps(alert(ts=written))).ts == at, written
+    # Without a zone (a Chinese platform's export, GB/T 32960's YYYYMMDDhhmmss as text or as a number):
+    # read in the fleet's zone, and a dead letter naming the setting while none is set.
+    shanghai = time_zone("Asia/Shanghai")
+    local: list[object] = ["2026/11/01 16:15:30", "2026/11/1 16:15:30", "2026-11-1 16:15:30", "20261101161530"]
+    for written in [*local, 20261101161530]:
+        assert parse_event(json.dumps(alert(ts=written)), shanghai).ts == at, written
+        assert "VDOCTOR_NAIVE_TS_ZONE" in str(rejected(json.dumps(alert(ts=written)))), written
+    assert parse_event(json.dumps(alert(ts="2026/11/1 8:15:30")), time_zone("UTC")).ts == at
+    # Still refused: a month 13, a compact time that is no date, and text around a time.
+    for bad in ("2026/13/01 08:15:30", "20261301081530", "at 2026/11/01 08:15:30", "2026/11/01 08:15:30 CET"):
+        assert rejected(json.dumps(alert(ts=bad)), shanghai).stage == "validate", bad
+    # A Unix time in milliseconds is still one: 13 digits, never the 14 of a compact time.
+    assert parse_event(json.dumps(alert(ts=1762000000000))).ts == datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)
+
+
 @pytest.mark.parametrize("name", ["Beijing", "asia/shanghai", "+15:00", "", "../../etc/passwd"])
 def test_a_zone_that_is_none_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match="time zone|hours from UTC"):
