@@ -117,7 +117,8 @@ def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
     a UDS failure-type and status byte, DTC before a code, its state after it, two codes in one string; a
     signal named as a table's column (``Cell Voltage Diff (mV)``, at times in full-width forms) or an array's
     item (``cells[3].temp_c``, ``Température cellule [3] (°C)``), its reading written with its unit (``"6.9 V"``,
-    ``"31.5℃"``)."""
+    ``"31.5℃"``); or codes and readings as objects (``{"code": "P0A7F", "status": "active"}``, ``{"name": "Pack
+    Temp", "value": 41.5, "unit": "°C"}``)."""
     code = str(event["dtc_codes"][0])  # type: ignore[index]
     event["dtc_codes"] = [
         rng.choice((f"DTC {code}-1B (active)", f"{code}:1B-08", f"{code} pending", f"{code}-1B, U0100 [08]"))
@@ -133,6 +134,14 @@ def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
     cell = rng.randint(1, 96)
     item = rng.choice((f"cells[{cell}].temp_c", f"Température cellule [{cell}] (°C)"))  # an export's own language
     event["signals"] = {column: value, item: f"{rng.uniform(20, 40):.1f}℃"}
+    if rng.random() < 0.3:  # a platform that writes codes and readings as objects
+        event["dtc_codes"] = [{"code": code, "status": rng.choice(("active", "pending", "0x08"))}]
+        title = " ".join(w.capitalize() for w in words.split("_"))
+        reading: dict[str, object] = {"name": name, "value": value}
+        if unit in UNITS:
+            reading = {"name": title, "value": value, "unit": UNITS[unit]}
+        cell_temp = {"name": f"cells[{cell}].temp", "value": round(rng.uniform(20, 40), 1), "unit": "°C"}
+        event["signals"] = [reading, cell_temp]
 
 
 def _lost_communication(n: int) -> list[str]:
@@ -159,7 +168,7 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
         broken = dict(good, event_id=good_id + "-m" + field)
         del broken[field]
         out.append((f"missing_{field}", json.dumps(broken, ensure_ascii=False), "validate"))
-    wrong_types = {"vin": 12345678901234567, "dtc_codes": "P0A7F", "signals": [1, 2], "ts": [2026], "series": None}
+    wrong_types = {"vin": 12345678901234567, "dtc_codes": 42, "signals": [1, 2], "ts": [2026], "series": None}
     name, value = rng.choice(list(wrong_types.items()))
     out.append((f"wrong_type_{name}", json.dumps(dict(good, event_id=good_id + "-t", **{name: value})), "validate"))
     # A reading as words, not a number; and one in another unit than its name's (°F for a _c name).

@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from vdoctor.errors import EventError
-from vdoctor.units import SIGNAL_NAME_RE, unit_of, unit_symbol
+from vdoctor.units import SIGNAL_NAME_RE, unit_of, unit_suffix, unit_symbol
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
 # (they are too easily confused with 1 and 0). A VIN in lower case is the
@@ -221,6 +221,40 @@ def _number_text(name: str, text: str) -> float:
     return float(number.group())
 
 
+def _reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, object]]:
+    """Readings sent as a list of objects (``[{"name": "Pack Temp", "value": 41.5, "unit": "°C"}]``, keys in
+    any case) as (name, value) pairs: a unit of the table that the name does not declare becomes its suffix
+    (``pack_temp_c``), one other than the name's is refused, one not in the table leaves the name as it is
+    (the reading's unit unknown, as a name's unknown suffix)."""
+    pairs: list[tuple[object, object]] = []
+    for item in items:
+        fields = {str(k).lower(): v for k, v in item.items()}
+        name, unit = fields.get("name"), fields.get("unit")
+        if not isinstance(name, str) or "value" not in fields:
+            raise ValueError(f'a reading needs a "name" and a "value", got {json.dumps(item, default=str)[:80]}')
+        if isinstance(unit, str) and (symbol := unit_symbol(unit)) is not None:
+            read = _signal_name(name)
+            if (declared := unit_of(read)) is None:
+                name = f"{read}_{unit_suffix(symbol)}"
+            elif declared != symbol:
+                raise ValueError(f"signal {read[:40]} is sent in {symbol}, its name's unit is {declared}")
+        pairs.append((name, fields["value"]))
+    return pairs
+
+
+def _code_entry(entry: dict[object, object]) -> object:
+    """A code sent as an object: its ``code`` or ``dtc`` (``{"code": "P0A7F", "status": "active"}``), or a
+    J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out."""
+    fields = {str(k).lower(): v for k, v in entry.items()}
+    for key in ("code", "dtc", "dtc_code"):
+        if isinstance(code := fields.get(key), str):
+            return code
+    spn, fmi = fields.get("spn"), fields.get("fmi")
+    if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool):
+        return f"SPN{spn}-FMI{fmi}"
+    raise ValueError(f'a code entry needs a "code" (or "spn" and "fmi"), got {json.dumps(entry, default=str)[:80]}')
+
+
 def _to_utc_second(value: datetime) -> datetime:
     if value.tzinfo is not UTC or value.microsecond:
         try:
@@ -336,7 +370,18 @@ class AlertEvent(_Event):
     ] = {}
 
     _empty_text = field_validator("alert_text", mode="before")(_none_as(""))
-    _no_codes = field_validator("dtc_codes", mode="before")(_none_as([]))
+
+    @field_validator("dtc_codes", mode="before")
+    @classmethod
+    def _code_entries(cls, codes: object) -> object:
+        # null is no code; one string is one entry ("P0A7F", "P0300,P0301"); an entry may be an object.
+        if codes is None:
+            return []
+        if isinstance(codes, str):
+            return [codes]
+        if isinstance(codes, list) and any(isinstance(entry, dict) for entry in codes):
+            return [_code_entry(entry) if isinstance(entry, dict) else entry for entry in codes]
+        return codes
 
     @field_validator("dtc_codes")
     @classmethod
@@ -356,10 +401,14 @@ class AlertEvent(_Event):
     def _read_signals(cls, signals: object) -> object:
         if signals is None:
             return {}
-        if not isinstance(signals, dict):
+        if isinstance(signals, list) and all(isinstance(item, dict) for item in signals):  # [] is no reading
+            pairs = _reading_pairs(signals)
+        elif isinstance(signals, dict):
+            pairs = list(signals.items())
+        else:
             return signals  # the field's own error
         read: dict[object, object] = {}
-        for name, value in signals.items():
+        for name, value in pairs:
             if value is None:
                 continue
             given = name

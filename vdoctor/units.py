@@ -97,6 +97,8 @@ UNITS: dict[str, str] = {
 }
 # The symbols, as written (``unit_symbol``: mΩ and MΩ, mV and MV differ by their case alone).
 _SYMBOLS = frozenset(UNITS.values())
+# Each symbol's first suffix in the table (``unit_suffix``).
+_SUFFIX_OF = {symbol: suffix for suffix, symbol in reversed(UNITS.items())}
 # Suffixes longest first, so that ``_kwh`` wins over ``_h`` and ``_kohm`` over ``_ohm``.
 _SUFFIXES = sorted(UNITS, key=len, reverse=True)
 # A signal's name: snake_case (a-z, 0-9 and _), not starting with _, with at least one letter. It may
@@ -133,6 +135,12 @@ def unit_symbol(written: str) -> str | None:
         return text
     key = text.lower().replace("/", "").replace("·", "").replace(" ", "").replace("µ", "u").replace("ω", "ohm")
     return UNITS.get(key.removeprefix("°") if key != "°" else "deg")
+
+
+def unit_suffix(symbol: str) -> str:
+    """The suffix a name declares ``symbol`` by (``"°C"``: ``c``, ``"%"``: ``pct``, ``"km/h"``: ``kmh``): the
+    table's first for it."""
+    return _SUFFIX_OF[symbol]
 
 
 def unit_symbols() -> list[str]:

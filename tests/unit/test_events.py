@@ -546,6 +546,41 @@ def test_an_event_time_without_a_zone_is_read_in_the_fleets_zone_when_one_is_set
     assert parse_event(json.dumps(alert(ts="2026-07-01 12:00:00")), berlin).ts.hour == 10
 
 
+def test_readings_and_codes_sent_as_lists_of_objects() -> None:
+    # A platform that writes readings as name/value/unit objects, codes as objects or one code as a string.
+    readings = [
+        {"name": "Pack Temp", "value": 41.5, "unit": "°C"},  # the unit becomes the name's suffix
+        {"name": "soc", "value": "80", "unit": "%"},
+        {"Name": "Vehicle Speed", "Value": 62, "Unit": "km/h"},  # keys in any case
+        {"name": "cell_voltage_diff_mv", "value": "187 mV", "unit": "mV"},  # the name's own unit
+        {"name": "wheel_ticks", "value": 3, "unit": "counts"},  # a unit not in the table: left unknown
+        {"name": "dcdc_output_v", "value": None, "unit": "V"},  # no value: left out, as a null reading
+    ]
+    codes = [{"code": "P0A7F", "status": "active"}, {"DTC": "u0100-87"}, "P0562", {"spn": 1569, "fmi": 31}]
+    event = parse_event(json.dumps(alert(signals=readings, dtc_codes=codes), ensure_ascii=False))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "pack_temp_c": 41.5, "soc_pct": 80.0, "vehicle_speed_kmh": 62.0, "cell_voltage_diff_mv": 187.0,
+        "wheel_ticks": 3.0,
+    }  # fmt: skip
+    assert event.dtc_codes == ["P0A7F", "U0100", "P0562", "SPN1569-FMI31"]
+    one = parse_event(json.dumps(alert(dtc_codes="P0300, P0301", signals=[])))
+    assert isinstance(one, AlertEvent) and one.dtc_codes == ["P0300", "P0301"] and one.signals == {}
+    # Still dead letters, each saying why: a unit other than the name's, an object without its name,
+    # value or code, a J1939 code out of range, and values that are no readings or codes at all.
+    for signals, dtc_codes, says in (
+        ([{"name": "cell_voltage_diff_mv", "value": 0.187, "unit": "V"}], [], "its name's unit is mV"),
+        ([{"value": 3, "unit": "V"}], [], 'needs a "name" and a "value"'),
+        ([{"name": "soc"}], [], 'needs a "name" and a "value"'),
+        ({}, [{"status": "active"}], 'needs a "code"'),
+        ({}, [{"spn": 600000, "fmi": 3}], "is not a trouble code"),
+        ([1, 2], [], "valid dictionary"),
+        ({}, 42, "valid list"),
+    ):
+        error = rejected(json.dumps(alert(signals=signals, dtc_codes=dtc_codes)))
+        assert error.stage == "validate" and says in str(error), (signals, dtc_codes, str(error))
+
+
 def test_event_times_as_platforms_and_exports_write_them() -> None:
     at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
     # A zone after a blank, and a date written with / or . (its zone given).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdoctor.units import UNIT_CACHE_NAMES, unit_of
+from vdoctor.units import UNIT_CACHE_NAMES, UNITS, unit_of, unit_suffix
 
 pytestmark = pytest.mark.unit
 
@@ -40,3 +40,10 @@ def test_units_are_remembered_for_at_most_the_bound_of_names() -> None:
     assert [unit_of(name) for name in names] == ["mV"] * len(names)
     assert [unit_of(name) for name in names[-3:]] == ["mV"] * 3  # remembered
     assert unit_of.cache_info().currsize <= UNIT_CACHE_NAMES
+
+
+def test_every_unit_has_a_suffix_that_declares_it() -> None:
+    # A reading sent with its unit apart ({"name": "pack_temp", "unit": "°C"}) is named by this suffix.
+    for symbol in set(UNITS.values()):
+        assert unit_of(f"reading_{unit_suffix(symbol)}") == symbol, symbol
+    assert [unit_suffix(s) for s in ("°C", "%", "km/h", "s", "h")] == ["c", "pct", "kmh", "s", "h"]
