@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -282,9 +283,12 @@ def generate(events: int = 10_000, seed: int = 7, vins: int = 400) -> list[Line]
         if event["vin"] in b.injection_vins:
             kind = "injection"
         b.emitted.append(event)
+        written = event
+        if kind == "gateway_forms" and b.rng.random() < 0.3:  # a Java platform's field names: eventId, dtcCodes
+            written = {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v for k, v in event.items()}
         lines.append(
             Line(
-                raw=json.dumps(event, ensure_ascii=False),
+                raw=json.dumps(written, ensure_ascii=False),
                 expect="diagnosis",
                 kind=kind,
                 event_id=str(event["event_id"]),

@@ -38,7 +38,7 @@ from jobs.job_settings import (
     kafka_settings,
 )
 from vdoctor.errors import ConfigError
-from vdoctor.events import key_vin
+from vdoctor.events import key_vin, raw_vin
 from vdoctor.settings import Settings
 
 
@@ -65,10 +65,9 @@ def record_key(kind: str, payload: str) -> str | None:
     anything a producer sent: whatever cannot give a key gives none, and the record still goes out)."""
     try:
         data = json.loads(payload)
-        vin = data.get("vin") if isinstance(data, dict) else None
+        vin = raw_vin(data)
         if vin is None and kind != "D" and isinstance(data, dict) and isinstance(data.get("raw"), str):
-            raw = json.loads(data["raw"])
-            vin = raw.get("vin") if isinstance(raw, dict) else None
+            vin = raw_vin(json.loads(data["raw"]))  # (a producer's own spelling of the field too: VIN, Vin)
     except (ValueError, RecursionError):  # not JSON, or nested too deep to read
         return None
     return key_vin(vin)

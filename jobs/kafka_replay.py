@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from vdoctor.errors import VDoctorError
-from vdoctor.events import key_vin
+from vdoctor.events import key_vin, raw_vin
 
 # Redraw the progress bar at most this often.
 PROGRESS_EVERY_S = 0.5
@@ -52,7 +52,7 @@ def vin_key(line: str) -> bytes | None:
         data = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    vin = key_vin(data.get("vin") if isinstance(data, dict) else None)
+    vin = key_vin(raw_vin(data))
     return None if vin is None else vin.encode("utf-8")
 
 

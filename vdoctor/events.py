@@ -474,6 +474,46 @@ _MODELS: dict[str, type[AlertEvent] | type[RecheckEvent] | type[LifecycleEvent]]
 }
 
 
+# The contract's field names. A platform's own spelling of one is read as it: in any case, camelCase or
+# PascalCase, with - or blanks (eventId, DTCCodes, Alert-Text, VIN); other fields are left out, as ever.
+CONTRACT_FIELDS = frozenset(name for model in _MODELS.values() for name in model.model_fields)
+_WORD_START_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_KEY_SEPARATORS = str.maketrans({"-": "_", " ": "_", ".": "_"})
+
+
+@lru_cache(maxsize=1024)
+def contract_field(key: str) -> str | None:
+    """The contract's field that ``key`` spells another way (``eventId``: ``event_id``); None for none."""
+    name = _WORD_START_RE.sub("_", key.strip()).lower().translate(_KEY_SEPARATORS)
+    return name if name in CONTRACT_FIELDS else None
+
+
+def contract_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with each field a platform spells its own way under the contract's name; ``ValueError``
+    when two spellings of one field are both given (which one holds the value is not known)."""
+    if CONTRACT_FIELDS.issuperset(data):
+        return data
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key if key in CONTRACT_FIELDS else contract_field(key) if isinstance(key, str) else None
+        if name is None:
+            out[key] = value  # not a field of the contract: left out when validated
+        elif name in out:
+            raise ValueError(f"{key!r} is the field {name!r}, given twice")
+        else:
+            out[name] = value
+    return out
+
+
+def raw_vin(data: object) -> object:
+    """The ``vin`` field of a raw event's JSON object, however the producer spells it; None without one."""
+    if not isinstance(data, dict):
+        return None
+    if "vin" in data:
+        return data["vin"]
+    return next((v for k, v in data.items() if isinstance(k, str) and contract_field(k) == "vin"), None)
+
+
 def _reject_constant(name: str) -> float:
     # json.loads accepts NaN and Infinity, which are not JSON and not readings.
     raise ValueError(f"{name} is not a valid JSON number")
@@ -553,6 +593,10 @@ def parse_event(raw: str, naive_zone: tzinfo | None = None) -> Event:
         raise EventError("parse", f"not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise EventError("parse", f"expected a JSON object, got {type(data).__name__}")
+    try:
+        data = contract_keys(data)
+    except ValueError as e:
+        raise EventError("validate", str(e)) from None
     if (naive := _naive_time(data.get("ts"))) is not None:
         if naive_zone is None:
             raise EventError(

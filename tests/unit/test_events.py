@@ -581,6 +581,27 @@ def test_readings_and_codes_sent_as_lists_of_objects() -> None:
         assert error.stage == "validate" and says in str(error), (signals, dtc_codes, str(error))
 
 
+def test_a_platforms_own_spelling_of_the_contracts_fields() -> None:
+    # A Java platform's camelCase, an export's PascalCase and headings: the same alert.
+    spelled = {
+        "Type": "Alert", "eventId": "e-1", "VIN": "lsvau2180n2183294", "Series": "EV-A",
+        "TS": "2026-11-01T08:15:30Z", "alertText": "Cell imbalance", "DTCCodes": ["P0A7F"],
+        "Signals": {"cellVoltageDiff_mV": 187}, "receivedAt": "2026-11-01T08:15:31Z",  # not a field: left out
+    }  # fmt: skip
+    event = parse_event(json.dumps(spelled))
+    assert isinstance(event, AlertEvent)
+    assert (event.event_id, event.vin, event.series, event.alert_text, event.dtc_codes) == (
+        "e-1", "LSVAU2180N2183294", "EV-A", "Cell imbalance", ["P0A7F"],
+    )  # fmt: skip
+    recheck = parse_event(json.dumps({"type": "recheck", "EventId": "r-1", "vin": "LSVAU2180N2183294",
+                                      "ts": "2026-11-02T08:00:00Z", "sessionId": "LSVAU2180N2183294-20261101T081530",
+                                      "recheckOK": True}))  # fmt: skip
+    assert isinstance(recheck, RecheckEvent) and recheck.recheck_ok
+    # Two spellings of one field: which one holds the value is not known.
+    error = rejected(json.dumps(alert(eventId="e-2")))
+    assert error.stage == "validate" and "given twice" in str(error)
+
+
 def test_event_times_as_platforms_and_exports_write_them() -> None:
     at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
     # A zone after a blank, and a date written with / or . (its zone given).

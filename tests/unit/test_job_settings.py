@@ -298,6 +298,9 @@ def test_output_records_are_keyed_by_vin_when_one_can_be_read() -> None:
     assert kafka_job.record_key("X", json.dumps(process_letter)) == VIN
     parse_letter = {"raw": "{not json", "error": "not valid JSON", "stage": "parse"}
     assert kafka_job.record_key("X", json.dumps(parse_letter)) is None
+    # A producer that spells the field its own way: its dead letters are keyed by its VIN as well.
+    spelled = {"raw": json.dumps({"Type": "alert", "VIN": VIN}), "error": "x", "stage": "validate"}
+    assert kafka_job.record_key("X", json.dumps(spelled)) == VIN
 
 
 def test_replay_keys_lines_by_vin() -> None:
@@ -307,6 +310,7 @@ def test_replay_keys_lines_by_vin() -> None:
     assert vin_key(json.dumps({"vin": 17})) is None
     # The key the job gives the vehicle's outputs; nothing a producer sends makes it fail.
     assert vin_key(json.dumps({"vin": VIN.lower()})) == VIN.encode()
+    assert vin_key(json.dumps({"eventId": "e-1", "Vin": VIN})) == VIN.encode()
     assert vin_key("[" * 100_000) is None
     assert vin_key('{"vin": "\\ud800"}') is None
 
