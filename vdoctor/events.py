@@ -442,6 +442,13 @@ class AlertEvent(_Event):
         return signals
 
 
+# A recheck's verdict as workshop and QA systems write it (``PASS``, ``OK``/``NG``, 合格).
+_VERDICT_WORDS = {
+    **dict.fromkeys(("pass", "passed", "ok", "good", "fixed", "合格", "正常", "通过"), True),
+    **dict.fromkeys(("fail", "failed", "ng", "bad", "not fixed", "不合格", "异常", "未通过"), False),
+}
+
+
 class RecheckEvent(_Event):
     """The result of a recheck after a repair, naming the session it verifies."""
 
@@ -451,6 +458,14 @@ class RecheckEvent(_Event):
     note: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
 
     _empty_note = field_validator("note", mode="before")(_none_as(""))
+
+    @field_validator("recheck_ok", mode="before")
+    @classmethod
+    def _verdict_word(cls, value: object) -> object:
+        # Besides true/false (yes/no, 1/0: pydantic's), the words workshop systems write a verdict in.
+        if isinstance(value, str) and (verdict := _VERDICT_WORDS.get(value.strip().lower())) is not None:
+            return verdict
+        return value
 
 
 class LifecycleEvent(_Event):

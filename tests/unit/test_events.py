@@ -602,6 +602,15 @@ def test_a_platforms_own_spelling_of_the_contracts_fields() -> None:
     assert error.stage == "validate" and "given twice" in str(error)
 
 
+def test_a_recheck_verdict_in_the_words_workshops_write() -> None:
+    for written, verdict in (("PASS", True), ("ok", True), ("合格", True), (" Failed ", False), ("NG", False),
+                             ("不合格", False), ("yes", True), ("0", False), (True, True)):  # fmt: skip
+        event = parse_event(json.dumps(recheck(recheck_ok=written), ensure_ascii=False))
+        assert isinstance(event, RecheckEvent) and event.recheck_ok is verdict, written
+    for unknown in ("maybe", "pending", "", 2):
+        assert rejected(json.dumps(recheck(recheck_ok=unknown))).stage == "validate", unknown
+
+
 def test_event_times_as_platforms_and_exports_write_them() -> None:
     at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
     # A zone after a blank, and a date written with / or . (its zone given).
