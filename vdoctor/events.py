@@ -468,6 +468,13 @@ class RecheckEvent(_Event):
         return value
 
 
+# A lifecycle change as fleet systems write it (``write-off``, ``sold``, 报废, 过户).
+_CHANGE_WORDS = {
+    **dict.fromkeys(("scrap", "scrapped", "write off", "written off", "total loss", "报废", "報廢"), "scrapped"),
+    **dict.fromkeys(("transfer", "transferred", "sold", "ownership change", "过户", "過戶", "转让"), "transferred"),
+}
+
+
 class LifecycleEvent(_Event):
     """A vehicle leaves the fleet's care: its long-term memory is soft-deleted."""
 
@@ -477,7 +484,10 @@ class LifecycleEvent(_Event):
     @field_validator("change", mode="before")
     @classmethod
     def _lower_case(cls, value: object) -> object:
-        return value.strip().lower() if isinstance(value, str) else value
+        if not isinstance(value, str):
+            return value
+        word = value.strip().lower()
+        return _CHANGE_WORDS.get(word.replace("_", " ").replace("-", " "), word)
 
 
 Event = AlertEvent | RecheckEvent | LifecycleEvent

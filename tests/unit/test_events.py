@@ -226,7 +226,7 @@ _DROP = object()
         (alert(series=_DROP), "series"),
         (recheck(session_id=_DROP), "session_id"),
         (recheck(recheck_ok=_DROP), "recheck_ok"),
-        (lifecycle(change="sold"), "change"),
+        (lifecycle(change="stolen"), "change"),
         (lifecycle(event_id=""), "event_id"),
     ],
     ids=[
@@ -261,7 +261,7 @@ _DROP = object()
         "alert-without-series",
         "recheck-without-session-id",
         "recheck-without-result",
-        "lifecycle-sold",
+        "lifecycle-stolen",
         "empty-event-id",
     ],
 )
@@ -609,6 +609,16 @@ def test_a_recheck_verdict_in_the_words_workshops_write() -> None:
         assert isinstance(event, RecheckEvent) and event.recheck_ok is verdict, written
     for unknown in ("maybe", "pending", "", 2):
         assert rejected(json.dumps(recheck(recheck_ok=unknown))).stage == "validate", unknown
+
+
+def test_a_lifecycle_change_in_the_words_fleet_systems_write() -> None:
+    scrapped = [("Scrapped", "scrapped"), ("write-off", "scrapped"), ("报废", "scrapped")]
+    transferred = [("sold", "transferred"), ("ownership_change", "transferred"), ("过户", "transferred")]
+    for written, change in scrapped + transferred:
+        event = parse_event(json.dumps(lifecycle(change=written), ensure_ascii=False))
+        assert isinstance(event, LifecycleEvent) and event.change == change, written
+    for unknown in ("repaired", "", "stolen"):
+        assert rejected(json.dumps(lifecycle(change=unknown))).stage == "validate", unknown
 
 
 def test_event_times_as_platforms_and_exports_write_them() -> None:
