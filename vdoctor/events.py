@@ -11,6 +11,7 @@ import json
 import math
 import re
 import unicodedata
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
 from typing import Annotated, Any, Literal
@@ -379,7 +380,7 @@ class AlertEvent(_Event):
             return []
         if isinstance(codes, str):
             return [codes]
-        if isinstance(codes, list) and any(isinstance(entry, dict) for entry in codes):
+        if isinstance(codes, list) and dict in map(type, codes):  # (map: no Python frame per entry)
             return [_code_entry(entry) if isinstance(entry, dict) else entry for entry in codes]
         return codes
 
@@ -401,10 +402,10 @@ class AlertEvent(_Event):
     def _read_signals(cls, signals: object) -> object:
         if signals is None:
             return {}
-        if isinstance(signals, list) and all(isinstance(item, dict) for item in signals):  # [] is no reading
+        if isinstance(signals, dict):
+            pairs: Iterable[tuple[object, object]] = signals.items()
+        elif isinstance(signals, list) and all(isinstance(item, dict) for item in signals):  # [] is no reading
             pairs = _reading_pairs(signals)
-        elif isinstance(signals, dict):
-            pairs = list(signals.items())
         else:
             return signals  # the field's own error
         read: dict[object, object] = {}
