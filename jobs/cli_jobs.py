@@ -152,6 +152,36 @@ def _cmd_eval_ab(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check_events(args: argparse.Namespace) -> int:
+    """``vdoctor check-events``: how the job reads a feed; exit 1 when any line would be a dead letter."""
+    import json
+
+    from vdoctor.events import NAIVE_TS_ZONE_ENV, time_zone
+    from vdoctor.feed_check import check_feed, render
+
+    zone_name = args.naive_ts_zone or os.environ.get(NAIVE_TS_ZONE_ENV) or None
+    try:
+        zone = time_zone(zone_name) if zone_name else None
+    except ValueError as e:
+        print(f"vdoctor check-events: --naive-ts-zone: {e}", file=sys.stderr)
+        return 2
+
+    def progress(lines: int) -> None:
+        print(f"  ... {lines:,} lines", file=sys.stderr, flush=True)
+
+    if args.alerts == "-":
+        report = check_feed(sys.stdin, zone, progress)
+    else:
+        path = Path(args.alerts)
+        if not path.is_file():
+            print(f"vdoctor check-events: no such file: {path}", file=sys.stderr)
+            return 2
+        with path.open(encoding="utf-8", errors="replace", newline="") as lines:
+            report = check_feed(lines, zone, progress)
+    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render(report, zone_name))
+    return 1 if report.dead_letters else 0
+
+
 def add_commands(sub: Any) -> None:
     """Add ``run``, ``replay`` and ``eval`` to the ``vdoctor`` parser's sub-commands."""
     run = sub.add_parser(
@@ -172,6 +202,17 @@ def add_commands(sub: Any) -> None:
     add_kafka_arguments(run)
     run.set_defaults(func=_cmd_run)
 
+    check = sub.add_parser(
+        "check-events",
+        help="how the job reads a feed's events, before running it: events and dead letters by field, and every "
+        "form the feed writes that the job reads as another (a field's spelling, a signal name, a code, a time)",
+    )
+    check.add_argument("--alerts", required=True, help="JSONL file of events ('-' reads stdin)")
+    check.add_argument("--naive-ts-zone", default=None, metavar="ZONE",
+                       help="the zone of event times written without one, as the job's flag (default: "
+                            "VDOCTOR_NAIVE_TS_ZONE)")  # fmt: skip
+    check.add_argument("--json", action="store_true", help="the report as one JSON object")
+    check.set_defaults(func=_cmd_check_events)
     replay = sub.add_parser("replay", help="produce a JSONL file of events to a Kafka topic, keyed by VIN")
     replay.add_argument("--alerts", required=True, help="JSONL file of alert/recheck/lifecycle events")
     replay.add_argument("--bootstrap", required=True, metavar="HOST:PORT", help="Kafka bootstrap servers")

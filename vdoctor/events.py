@@ -71,7 +71,7 @@ def _j1939_code(match: re.Match[str]) -> str | None:
     return f"SPN{spn}-FMI{fmi}" if spn <= MAX_SPN and fmi <= MAX_FMI else None
 
 
-@lru_cache(maxsize=4096)  # as signal names (``_signal_name``): a fleet sends the same codes over and over
+@lru_cache(maxsize=4096)  # as signal names (``signal_name``): a fleet sends the same codes over and over
 def trouble_code(text: str) -> str | None:
     """A trouble code in its one written form (``P0A7F``, ``SPN1569-FMI31``; see ``DTC_RE`` and ``J1939_RE``),
     or None when ``text`` is none."""
@@ -177,7 +177,7 @@ def key_vin(vin: object) -> str | None:
 
 # A fleet's payloads name the same few hundred signals over and over: each name is read once.
 @lru_cache(maxsize=4096)
-def _signal_name(given: str) -> str:
+def signal_name(given: str) -> str:
     """A signal's name as sent, read as its snake_case name (the rules above); not checked here."""
     name = given.strip()
     if not name.isascii():
@@ -191,7 +191,7 @@ def _signal_name(given: str) -> str:
 
 
 def _latin_name(name: str) -> str:
-    """A name outside ASCII in the Latin letters it holds (``_signal_name``); other scripts left as they are."""
+    """A name outside ASCII in the Latin letters it holds (``signal_name``); other scripts left as they are."""
     # Before lower-casing: MΩ is megohms, mΩ milliohms.
     name = unicodedata.normalize("NFKD", name).replace("M\u03a9", "megohm").translate(_NAME_SYMBOLS)
     return "".join(c for c in name if not unicodedata.combining(c))
@@ -222,7 +222,7 @@ def _number_text(name: str, text: str) -> float:
     return float(number.group())
 
 
-def _reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, object]]:
+def reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, object]]:
     """Readings sent as a list of objects (``[{"name": "Pack Temp", "value": 41.5, "unit": "°C"}]``, keys in
     any case) as (name, value) pairs: a unit of the table that the name does not declare becomes its suffix
     (``pack_temp_c``), one other than the name's is refused, one not in the table leaves the name as it is
@@ -234,7 +234,7 @@ def _reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, obje
         if not isinstance(name, str) or "value" not in fields:
             raise ValueError(f'a reading needs a "name" and a "value", got {json.dumps(item, default=str)[:80]}')
         if isinstance(unit, str) and (symbol := unit_symbol(unit)) is not None:
-            read = _signal_name(name)
+            read = signal_name(name)
             if (declared := unit_of(read)) is None:
                 name = f"{read}_{unit_suffix(symbol)}"
             elif declared != symbol:
@@ -405,7 +405,7 @@ class AlertEvent(_Event):
         if isinstance(signals, dict):
             pairs: Iterable[tuple[object, object]] = signals.items()
         elif isinstance(signals, list) and all(isinstance(item, dict) for item in signals):  # [] is no reading
-            pairs = _reading_pairs(signals)
+            pairs = reading_pairs(signals)
         else:
             return signals  # the field's own error
         read: dict[object, object] = {}
@@ -414,7 +414,7 @@ class AlertEvent(_Event):
                 continue
             given = name
             if isinstance(name, str):
-                name = _signal_name(name)
+                name = signal_name(name)
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):

@@ -1,0 +1,90 @@
+"""``vdoctor check-events``: how the job reads a feed, before it runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from vdoctor.events import time_zone
+from vdoctor.feed_check import check_feed, render
+
+pytestmark = pytest.mark.unit
+
+VIN = "LSVAU2180N2183294"
+
+
+def alert(**fields: object) -> str:
+    event = {"type": "alert", "event_id": "e-1", "vin": VIN, "series": "EV-A", "ts": "2026-11-01T08:15:30Z",
+             "alert_text": "cell imbalance", "dtc_codes": ["P0A7F"],
+             "signals": {"cell_voltage_diff_mv": 187}}  # fmt: skip
+    return json.dumps(event | fields, ensure_ascii=False)
+
+
+FEED = [
+    alert(),
+    alert(event_id="e-2", signals={"cells[3].temp_c": 41, "Pack Voltage (V)": 398}),
+    alert(event_id="e-3", signals={"cells[7].temp_c": 40}, dtc_codes=["DTC P0A7F-1B (active)"]),
+    alert(event_id="e-4", ts="2026/11/01 16:15:30", dtc_codes=[{"code": "P0A7F", "status": "active"}]),
+    json.dumps({"type": "recheck", "eventId": "r-1", "vin": VIN, "ts": "2026-11-02T08:00:00Z",
+                "session_id": f"{VIN}-20261101T081530", "recheck_ok": "PASS"}),  # fmt: skip
+    "",  # blank: skipped, as the job skips it
+    "{not json",
+    alert(event_id="e-5", vin="LSVAU2180N218329"),
+    alert(event_id="e-6", vin="LSVAU2180N21832"),
+    alert(event_id="e-7", signals={"电池温度": 41}),
+    alert(event_id="e-8", signals=[{"name": "Pack Temp", "value": 41.5, "unit": "°C"}]),
+]
+
+
+def test_the_report_counts_events_groups_dead_letters_and_lists_the_forms_read_as_others() -> None:
+    report = check_feed(FEED, time_zone("Asia/Shanghai"))
+    assert report.lines == 10 and report.events == {"alert": 5, "recheck": 1}
+    assert report.dead_letters == 4
+    vin = report.dead[("validate", "vin")]
+    assert (vin.count, vin.first_line) == (2, 8) and "ISO 3779" in vin.reason
+    assert report.dead[("parse", "")].count == 1 and report.dead[("validate", "signals")].first_line == 10
+    forms = report.forms
+    # An array's items are one form; each line counts once per form.
+    assert forms[("signal", "cells[N].temp_c", "cells_N_temp_c")] == 2
+    assert forms[("signal", "Pack Voltage (V)", "pack_voltage_v")] == 1
+    assert forms[("code", "DTC <code>-1B (active)", "<code>")] == 1
+    assert forms[("code", '{"code", "status"}', "<code>")] == 1
+    assert forms[("field", "eventId", "event_id")] == 1
+    assert forms[("signal", "Pack Temp [°C]", "pack_temp_c")] == 1  # a reading as an object, its unit apart
+    assert forms[("ts", "9999/99/99 99:99:99", "YYYY-MM-DDThh:mm:ssZ")] == 1
+    # What the job reads as written is no form of its own.
+    assert not any(written == "cell_voltage_diff_mv" for _, written, _ in forms)
+    text = render(report, "Asia/Shanghai")
+    assert "10 lines: 6 events (alert 5, recheck 1), 4 dead letters" in text
+    assert "cells[N].temp_c" in text and "line 8:" in text
+
+
+def test_without_the_zone_a_local_time_is_a_dead_letter_of_its_own_group() -> None:
+    report = check_feed(FEED)
+    ts = report.dead[("validate", "ts")]
+    assert ts.count == 1 and ts.first_line == 4 and "VDOCTOR_NAIVE_TS_ZONE" in ts.reason
+
+
+def test_the_command_exits_1_with_dead_letters_and_0_without(tmp_path: Path) -> None:
+    feed = tmp_path / "feed.jsonl"
+    feed.write_text("\n".join(FEED) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "jobs.cli", "check-events", "--alerts", str(feed), "--json"]
+    run = subprocess.run([*command, "--naive-ts-zone", "Asia/Shanghai"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    report = json.loads(run.stdout)
+    assert report["dead_letters"] == 4 and report["events"] == {"alert": 5, "recheck": 1}
+    assert {"kind": "field", "written": "eventId", "read": "event_id", "lines": 1} in report["read_as"]
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text(FEED[0] + "\n" + FEED[1] + "\n", encoding="utf-8")
+    run = subprocess.run([*command[:5], str(clean)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("2 lines: 2 events (alert 2), 0 dead letters")
+    bad_zone = subprocess.run([*command[:5], str(clean), "--naive-ts-zone", "Beijing"], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad_zone.returncode == 2 and "time zone" in bad_zone.stderr

@@ -1,0 +1,183 @@
+"""How the job reads a fleet's feed, before it runs: ``vdoctor check-events``.
+
+Every line is parsed as the job's parse stage parses it (``events.parse_event``,
+with the same ``VDOCTOR_NAIVE_TS_ZONE``). The report counts the events by kind
+and the dead letters by stage and field, each group with its first line and
+reason, and lists every form the feed writes that the job reads as another:
+a field's spelling (``eventId``), a signal's name (``Pack Voltage (V)``), a
+trouble code (``P0A7F-1B (active)``), an event time without the ISO form or a
+zone. What a line becomes later in the job (a replayed duplicate, a recheck
+for a session memory does not know) needs the job's state, and is not checked
+here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
+from typing import Any
+
+from vdoctor.errors import EventError
+from vdoctor.events import (
+    AlertEvent,
+    Event,
+    contract_field,
+    contract_keys,
+    parse_event,
+    reading_pairs,
+    signal_name,
+    trouble_codes,
+)
+
+# Kinds of rewritten forms, in the order the report lists them.
+FIELD, SIGNAL, CODE, TIME = "field", "signal", "code", "ts"
+# Forms kept per kind in the report (the most frequent first); the counts cover them all.
+TOP_FORMS = 20
+
+
+@dataclass
+class DeadGroup:
+    """Dead letters of one stage and field: how many, and the first one's line number and reason."""
+
+    count: int
+    first_line: int
+    reason: str
+
+
+@dataclass
+class FeedReport:
+    lines: int = 0
+    events: Counter[str] = field(default_factory=Counter)
+    dead: dict[tuple[str, str], DeadGroup] = field(default_factory=dict)
+    # (kind, as written, as read) -> lines
+    forms: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+
+    @property
+    def dead_letters(self) -> int:
+        return sum(group.count for group in self.dead.values())
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "events": dict(self.events),
+            "dead_letters": self.dead_letters,
+            "dead": [
+                {"stage": stage, "field": name, "count": g.count, "first_line": g.first_line, "reason": g.reason}
+                for (stage, name), g in sorted(self.dead.items(), key=lambda kv: -kv[1].count)
+            ],
+            "read_as": [
+                {"kind": kind, "written": written, "read": read, "lines": n}
+                for (kind, written, read), n in self.forms.most_common()
+            ],
+        }
+
+
+def check_feed(
+    lines: Iterable[str], naive_zone: tzinfo | None = None, progress: Callable[[int], None] | None = None
+) -> FeedReport:
+    """The report of ``lines`` (one JSON event each; blank lines are skipped, as the job skips them)."""
+    report = FeedReport()
+    for number, line in enumerate(lines, start=1):
+        raw = line.rstrip("\r\n")
+        if not raw.strip():
+            continue
+        report.lines += 1
+        if progress is not None and report.lines % 100_000 == 0:
+            progress(report.lines)
+        try:
+            event = parse_event(raw, naive_zone)
+        except EventError as e:
+            reason = str(e)
+            name = reason.split(":", 1)[0] if e.stage == "validate" and ":" in reason else ""
+            group = report.dead.get((e.stage, name))
+            if group is None:
+                report.dead[(e.stage, name)] = DeadGroup(1, number, reason[:300])
+            else:
+                group.count += 1
+            continue
+        report.events[event.type] += 1
+        _count_forms(report.forms, raw, event)
+    return report
+
+
+def _count_forms(forms: Counter[tuple[str, str, str]], raw: str, event: Event) -> None:
+    """Each form of ``raw`` that ``event`` holds in another (one count per line and form)."""
+    data = json.loads(raw)  # it parsed: a JSON object
+    seen: set[tuple[str, str, str]] = set()
+    for key in data:
+        if isinstance(key, str) and (name := contract_field(key)) is not None and name != key:
+            seen.add((FIELD, key, name))
+    data = contract_keys(data)
+    written_ts = data.get("ts")
+    read_ts = event.ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(written_ts, str | int | float) and str(written_ts) != read_ts:
+        seen.add((TIME, _shape(str(written_ts)), "YYYY-MM-DDThh:mm:ssZ"))
+    if isinstance(event, AlertEvent):
+        signals = data.get("signals")
+        if isinstance(signals, dict):
+            for written, value in signals.items():
+                if value is not None and (read := signal_name(written)) != written:
+                    seen.add((SIGNAL, *_index_shape(written, read)))
+        elif isinstance(signals, list):  # readings as objects: the name with its unit apart
+            for item in signals:
+                ((read_as, value),) = reading_pairs([item])
+                fields = {str(k).lower(): v for k, v in item.items()}
+                given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
+                if value is not None and (read := signal_name(str(read_as))) != given:
+                    seen.add((SIGNAL, *_index_shape(given, read)))
+        codes = data.get("dtc_codes")
+        for entry in [codes] if isinstance(codes, str) else codes if isinstance(codes, list) else []:
+            if isinstance(entry, str) and (read_codes := trouble_codes(entry)) is not None and read_codes != [entry]:
+                seen.add((CODE, _CODE_TOKEN_RE.sub("<code>", entry), ", ".join(["<code>"] * len(read_codes))))
+            elif isinstance(entry, dict):
+                keys = ", ".join(f'"{k}"' for k in entry)
+                seen.add((CODE, f"{{{keys}}}", "<code>"))
+    forms.update(seen)
+
+
+# A trouble code inside a gateway's form (P0A7F, SPN 1569 FMI 31): forms group by what is around it.
+_CODE_TOKEN_RE = re.compile(r"(?<![A-Z0-9])[PCBU][0-9][0-9A-F]{3}(?![0-9A-F])|(?:SPN|FMI)\W{0,2}[0-9]+", re.IGNORECASE)
+_INDEX_RE = re.compile(r"\[([0-9]+)\]")
+
+
+def _index_shape(written: str, read: str) -> tuple[str, str]:
+    """A signal name's form with its indexes in brackets as N (``cells[3].temp`` -> ``cells_3_temp`` is
+    ``cells[N].temp`` -> ``cells_N_temp``): an array's items group as one form."""
+    for index in _INDEX_RE.findall(written):
+        read = re.sub(rf"(?<=_){index}(?=_|$)", "N", read, count=1)
+    return _INDEX_RE.sub("[N]", written), read
+
+
+def _shape(ts: str) -> str:
+    """An event time's form, its digits as 9 (``2026/11/1 8:15:30`` is ``9999/99/9 9:99:99``): times group by
+    the form they are written in."""
+    return "".join("9" if c.isdigit() else c for c in ts[:40])
+
+
+def render(report: FeedReport, zone_name: str | None) -> str:
+    """The report as text."""
+    kinds = ", ".join(f"{kind} {n:,}" for kind, n in report.events.most_common())
+    out = [
+        f"{report.lines:,} lines: {sum(report.events.values()):,} events ({kinds or 'none'}), "
+        f"{report.dead_letters:,} dead letters"
+        + (f"; times without a zone read in {zone_name}" if zone_name else ""),
+    ]
+    if report.dead:
+        out.append("\ndead letters, by stage and field (the first line of each, and why):")
+        for (stage, name), g in sorted(report.dead.items(), key=lambda kv: -kv[1].count):
+            out.append(f"  {stage:<8} {name or '-':<12} {g.count:>8,}  line {g.first_line}: {g.reason[:160]}")
+    if report.forms:
+        out.append("\nread as (what this feed writes that the job reads as another form; lines):")
+        for kind in (FIELD, SIGNAL, CODE, TIME):
+            of_kind = [(w, r, n) for (k, w, r), n in report.forms.most_common() if k == kind]
+            for written, read, n in of_kind[:TOP_FORMS]:
+                out.append(f"  {kind:<6} {written[:44]:<44} -> {read[:40]:<40} {n:>8,}")
+            if len(of_kind) > TOP_FORMS:
+                rest = sum(n for _, _, n in of_kind[TOP_FORMS:])
+                more = len(of_kind) - TOP_FORMS
+                out.append(f"  {kind:<6} ... {more:,} more forms ({rest:,} lines; --json lists all)")
+    return "\n".join(out)
