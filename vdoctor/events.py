@@ -222,6 +222,11 @@ def _number_text(name: str, text: str) -> float:
     return float(number.group())
 
 
+def lower_keys(obj: dict[object, object]) -> dict[str, object]:
+    """An object's fields by their names in lower case (a reading's or a code's object, keys in any case)."""
+    return {str(k).lower(): v for k, v in obj.items()}
+
+
 def reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, object]]:
     """Readings sent as a list of objects (``[{"name": "Pack Temp", "value": 41.5, "unit": "°C"}]``, keys in
     any case) as (name, value) pairs: a unit of the table that the name does not declare becomes its suffix
@@ -229,7 +234,7 @@ def reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, objec
     (the reading's unit unknown, as a name's unknown suffix)."""
     pairs: list[tuple[object, object]] = []
     for item in items:
-        fields = {str(k).lower(): v for k, v in item.items()}
+        fields = lower_keys(item)
         name, unit = fields.get("name"), fields.get("unit")
         if not isinstance(name, str) or "value" not in fields:
             raise ValueError(f'a reading needs a "name" and a "value", got {json.dumps(item, default=str)[:80]}')
@@ -246,7 +251,7 @@ def reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, objec
 def _code_entry(entry: dict[object, object]) -> object:
     """A code sent as an object: its ``code`` or ``dtc`` (``{"code": "P0A7F", "status": "active"}``), or a
     J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out."""
-    fields = {str(k).lower(): v for k, v in entry.items()}
+    fields = lower_keys(entry)
     for key in ("code", "dtc", "dtc_code"):
         if isinstance(code := fields.get(key), str):
             return code
@@ -613,12 +618,22 @@ def parse_event(raw: str, naive_zone: tzinfo | None = None) -> Event:
     letter that says so. A local time that a change to daylight saving time repeats is read as its first
     occurrence, and one it skips as the time that far past the change.
     """
+    return event_of(load_object(raw), naive_zone)
+
+
+def load_object(raw: str) -> dict[str, Any]:
+    """The JSON object of one line (``parse_event``'s first step); ``EventError`` at the parse stage."""
     try:
         data: Any = _load_json(raw)
     except (ValueError, RecursionError) as e:
         raise EventError("parse", f"not valid JSON: {e}") from e
     if not isinstance(data, dict):
         raise EventError("parse", f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None) -> Event:
+    """The event of a line's JSON object (``parse_event``'s second step: it may change ``data``)."""
     try:
         data = contract_keys(data)
     except ValueError as e:

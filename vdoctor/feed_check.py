@@ -13,7 +13,6 @@ here.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -27,7 +26,9 @@ from vdoctor.events import (
     Event,
     contract_field,
     contract_keys,
-    parse_event,
+    event_of,
+    load_object,
+    lower_keys,
     reading_pairs,
     signal_name,
     trouble_codes,
@@ -89,7 +90,9 @@ def check_feed(
         if progress is not None and report.lines % 100_000 == 0:
             progress(report.lines)
         try:
-            event = parse_event(raw, naive_zone)
+            data = load_object(raw)
+            written = dict(data)  # (reading it as an event changes it)
+            event = event_of(data, naive_zone)
         except EventError as e:
             reason = str(e)
             name = reason.split(":", 1)[0] if e.stage == "validate" and ":" in reason else ""
@@ -100,13 +103,12 @@ def check_feed(
                 group.count += 1
             continue
         report.events[event.type] += 1
-        _count_forms(report.forms, raw, event)
+        _count_forms(report.forms, written, event)
     return report
 
 
-def _count_forms(forms: Counter[tuple[str, str, str]], raw: str, event: Event) -> None:
-    """Each form of ``raw`` that ``event`` holds in another (one count per line and form)."""
-    data = json.loads(raw)  # it parsed: a JSON object
+def _count_forms(forms: Counter[tuple[str, str, str]], data: dict[str, Any], event: Event) -> None:
+    """Each form of a line's JSON object ``data`` that ``event`` holds in another (one count per line and form)."""
     seen: set[tuple[str, str, str]] = set()
     for key in data:
         if isinstance(key, str) and (name := contract_field(key)) is not None and name != key:
@@ -125,7 +127,7 @@ def _count_forms(forms: Counter[tuple[str, str, str]], raw: str, event: Event) -
         elif isinstance(signals, list):  # readings as objects: the name with its unit apart
             for item in signals:
                 ((read_as, value),) = reading_pairs([item])
-                fields = {str(k).lower(): v for k, v in item.items()}
+                fields = lower_keys(item)
                 given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
                 if value is not None and (read := signal_name(str(read_as))) != given:
                     seen.add((SIGNAL, *_index_shape(given, read)))
