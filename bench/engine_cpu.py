@@ -51,13 +51,27 @@ is frozen out of collections, young collections every 20,000 objects);
 ``--default-gc`` keeps Python's defaults.
 
 The same run goes first without any clock, ``--repeat`` times (3), each in a
-fresh process: the median of their process CPU per alert, less the model's
-time from the timed run, is the engine's total without the clocks' own cost
-(printed below the table, with the range). One run is not enough: on the
+fresh process: the median of their process CPU per alert, each less its own
+model's time (one clock, around the model's ``chat``), is the engine's total
+without the clocks' own cost (printed below the table, with the range). One
+run is not enough: on the
 2-core development machine the same run's figure moved by a quarter from one
 run to the next, a minute apart, with the machine otherwise idle, while a
 fixed cache-sized Python workload (``bench/machine_speed.py``, printed
 before and after) stayed within a few per cent.
+
+The interpreter and its configure flags are printed with the figure: a
+CPython configured with ``--enable-optimizations`` (profile-guided) and
+``--with-lto``, as the official ``python`` images are (this project's Flink
+image is ``python:3.11-slim-bookworm``), runs the reference workload about a
+quarter faster than one without, as pyenv builds by default, but the engine
+only ~5% faster (README, *Engine CPU per alert*). ``--python PATH`` (again
+for more) runs the same runs without clocks under other interpreters too,
+alternating with this one's, each with this project installed
+(``scripts/install/python-release.sh`` makes such a venv); each one's median
+is printed on a line of its own.
+
+    .venv/bin/python bench/engine_cpu.py --embed-child --python .venv-release/bin/python
 
 Prints the table and writes out/bench/engine_cpu.json. Not a model of
 throughput under Flink: the operator's own per-run cost (timer callbacks,
@@ -71,14 +85,17 @@ import functools
 import importlib
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import zlib
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -143,14 +160,77 @@ class NoClock(StageClock):
         pass
 
 
-def without_stages(argv: list[str], store: Path | None = None, run: int = 0) -> float:
-    """Process CPU ms per alert of the same run in a fresh interpreter with no stage clocks (with ``--store``,
-    on a file of its own beside the one named: ``PATH.plainK`` for the K-th of these runs, which the same run
-    of a process sharing the store shares too)."""
+@dataclass(frozen=True)
+class PlainRun:
+    """One run without stage clocks: its process CPU and its model's own time per alert, and the interpreter's."""
+
+    process_ms: float
+    model_ms: float
+    interpreter: str
+    reference_ms: float
+
+    @property
+    def engine_ms(self) -> float:
+        return self.process_ms - self.model_ms
+
+
+def without_stages(argv: list[str], store: Path | None = None, run: int = 0, python: str | None = None) -> PlainRun:
+    """The same run in a fresh interpreter with no stage clocks (with ``--store``, on a file of its own beside
+    the one named: ``PATH.plainK`` for the K-th of these runs, which the same run of a process sharing the
+    store shares too). ``python``: another interpreter to run it (one with this project installed)."""
     if store is not None:
         argv = [*argv, "--store", f"{store}.plain{run}"]  # the last --store given is the one taken
-    done = subprocess.run([sys.executable, __file__, *argv, "--no-stages"], check=True, capture_output=True, text=True)
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["process_ms_per_alert"])
+    command = [python or sys.executable, __file__, *argv, "--no-stages"]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return PlainRun(
+        float(found["process_ms_per_alert"]), float(found.get("model_ms_per_alert", 0.0)),
+        str(found.get("interpreter", "")), float(found.get("reference_ms", 0.0)),
+    )  # fmt: skip
+
+
+def strip_python_args(argv: list[str]) -> list[str]:
+    """``argv`` without its ``--python PATH`` (or ``--python=PATH``): what a run without clocks is given."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--python":
+            skip = True
+        elif not arg.startswith("--python="):
+            kept.append(arg)
+    return kept
+
+
+def model_timer(chat: Callable[..., Any], total: list[float]) -> Callable[..., Any]:
+    """``chat`` adding its thread CPU time to ``total[0]``: the model's own time, in a run without stage clocks."""
+
+    @functools.wraps(chat)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        started = time.thread_time()
+        try:
+            return chat(*args, **kwargs)
+        finally:
+            total[0] += time.thread_time() - started
+
+    return timed
+
+
+def interpreter() -> str:
+    """This interpreter, and the build flags that change its speed (from its configure arguments).
+
+    A CPython configured with ``--enable-optimizations`` (profile-guided) and ``--with-lto`` runs plain
+    Python faster than one without: the official ``python`` images (this project's Flink image is
+    ``python:3.11-slim-bookworm``) are built so, a pyenv build by default is not. A distribution's
+    interpreter may be optimised by its own build rules without these arguments (Debian's is).
+    """
+    configured = str(sysconfig.get_config_var("CONFIG_ARGS") or "")
+    flags = [flag for flag in ("--enable-optimizations", "--with-lto", "--enable-shared") if flag in configured]
+    return (
+        f"{platform.python_implementation()} {platform.python_version()} at {sys.executable}, configured with "
+        f"{' '.join(flags) if flags else 'none of --enable-optimizations, --with-lto, --enable-shared'}"
+    )
 
 
 def _resolve(path: str) -> tuple[Any, str, Any] | None:
@@ -343,15 +423,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="how many times the run without stage clocks goes, each in a fresh process (its "
                              "median is the figure, with the range): the same run's CPU per alert varies by a "
                              "quarter from one run to the next on a shared machine")  # fmt: skip
+    parser.add_argument("--python", action="append", default=[], metavar="PATH",
+                        help="also run the runs without stage clocks under this interpreter (a Python with this "
+                             "project installed, e.g. another venv's bin/python), alternating with this one's: the "
+                             "same engine on another build of Python, side by side; may be given again")  # fmt: skip
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
     speed_before = 0.0 if args.no_stages else reference_ms()
-    plain_runs: list[float] = []
+    pythons: list[str | None] = [None, *args.python]
+    runs_of: dict[str | None, list[PlainRun]] = {python: [] for python in pythons}
+    forwarded = strip_python_args(sys.argv[1:] if argv is None else argv)
     for run in range(0 if args.no_stages else args.repeat):
-        print(f"run {run + 1} of {args.repeat} without the stage clocks ...", file=sys.stderr, flush=True)
-        plain_runs.append(without_stages(sys.argv[1:] if argv is None else argv, args.store, run))
-    plain_ms = statistics.median(plain_runs) if plain_runs else 0.0
+        for i, python in enumerate(pythons):
+            print(f"run {run + 1} of {args.repeat} without the stage clocks{f' ({python})' if python else ''} ...",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            runs_of[python].append(without_stages(forwarded, args.store, run * len(pythons) + i, python))
+    plain_runs = runs_of[None]
+    plain_ms = statistics.median(r.process_ms for r in plain_runs) if plain_runs else 0.0
 
     from vdoctor.errors import EventError
     from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event
@@ -403,6 +492,9 @@ def main(argv: list[str] | None = None) -> int:
                     return asked(texts)
 
                 engine.embedder.embed_queries = recording
+            model_own = [0.0]  # without the stage clocks, the model's own time still comes off the engine's
+            if args.no_stages:
+                engine.model.chat = model_timer(engine.model.chat, model_own)
             alerts = events = 0
             cpu0, wall0 = time.process_time(), time.perf_counter()
             child0 = children_cpu_s(os.getpid(), exclude=not_embedding)
@@ -457,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     speed_after = 0.0 if args.no_stages else reference_ms()
     if args.no_stages:
         print(json.dumps({"process_ms_per_alert": cpu / alerts * 1000, "child_ms_per_alert": child / alerts * 1000,
-                          "alerts": alerts}))  # fmt: skip
+                          "model_ms_per_alert": model_own[0] / alerts * 1000, "alerts": alerts,
+                          "interpreter": interpreter(), "reference_ms": reference_ms()}))  # fmt: skip
         return 0
     model_s = sum(v for k, v in clock.own.items() if k == model_stage)
     engine_s = sum(v for k, v in clock.own.items() if k != model_stage)
@@ -484,12 +577,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'engine total (model excluded)':<36} {engine_s / alerts * 1000:>9.3f}")
     print(f"{model_stage:<36} {model_s / alerts * 1000:>9.3f}   (shown apart)")
     print(f"process CPU {cpu / alerts * 1000:.3f} ms/alert (clock overhead included), wall {wall:.1f} s")
-    model_ms = model_s / alerts * 1000
-    plain_engine_ms = plain_ms - model_ms
+    plain_engine = [r.engine_ms for r in plain_runs]
+    plain_engine_ms = statistics.median(plain_engine)
     print(f"without the stage clocks (the same run, {len(plain_runs)} times first, each in a fresh process): process "
-          f"CPU {plain_ms:.3f} ms/alert (median; {min(plain_runs):.3f}-{max(plain_runs):.3f}), engine "
-          f"{plain_engine_ms:.3f} ({min(plain_runs) - model_ms:.3f}-{max(plain_runs) - model_ms:.3f}) with the "
-          f"model's {model_ms:.3f} taken off ({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
+          f"CPU {plain_ms:.3f} ms/alert (median; {min(r.process_ms for r in plain_runs):.3f}-"
+          f"{max(r.process_ms for r in plain_runs):.3f}), engine {plain_engine_ms:.3f} ({min(plain_engine):.3f}-"
+          f"{max(plain_engine):.3f}) with each run's own model time taken off "
+          f"({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
+    print(f"interpreter: {interpreter()}")
+    if len(pythons) > 1:
+        print(
+            f"the same runs under each interpreter, alternating, {args.repeat} each (median and range; engine is "
+            f"process CPU less the run's own model time; reference: bench/machine_speed.py in the same process):"
+        )
+        for python in pythons:
+            runs = runs_of[python]
+            engine_runs = [r.engine_ms for r in runs]
+            engine_ms = statistics.median(engine_runs)
+            model_ms = statistics.median(r.model_ms for r in runs)
+            reference = statistics.median(r.reference_ms for r in runs)
+            print(f"  engine {engine_ms:.3f} ms/alert ({min(engine_runs):.3f}-{max(engine_runs):.3f}), "
+                  f"{1000 / engine_ms:.0f} alerts/s per core; model {model_ms:.3f}; reference {reference:.1f} ms; "
+                  f"{runs[0].interpreter}")  # fmt: skip
     print(f"alerts/s per core: {alerts / engine_s:.0f} engine only, {alerts / (engine_s + model_s):.0f} with the model")
     print(f"this core's speed at a fixed Python workload (bench/machine_speed.py, lower is faster): "
           f"{speed_before:.1f} ms before the runs, {speed_after:.1f} ms after")  # fmt: skip
@@ -518,7 +627,13 @@ def main(argv: list[str] | None = None) -> int:
         "engine_ms_per_alert": engine_s / alerts * 1000, "model_ms_per_alert": model_s / alerts * 1000,
         "alerts_per_s_per_core": alerts / engine_s, "missing": missing,
         "without_stage_clocks": {"process_ms_per_alert": plain_ms, "engine_ms_per_alert": plain_engine_ms,
-                                 "process_ms_per_alert_runs": plain_runs},
+                                 "process_ms_per_alert_runs": [r.process_ms for r in plain_runs],
+                                 "engine_ms_per_alert_runs": plain_engine},
+        "interpreters": [{"interpreter": runs[0].interpreter, "python": python or sys.executable,
+                          "engine_ms_per_alert_runs": [r.engine_ms for r in runs],
+                          "model_ms_per_alert_runs": [r.model_ms for r in runs],
+                          "reference_ms_runs": [r.reference_ms for r in runs]}
+                         for python, runs in runs_of.items()],
         "embed_child": args.embed_child, "child_ms_per_alert": child / alerts * 1000, "chained": args.chained,
         "reference_ms": {"before": speed_before, "after": speed_after},
     }, indent=2))  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,13 @@ def test_each_run_without_clocks_gets_its_own_store_beside_the_named_one(monkeyp
 
     def fake_run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
         seen.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"process_ms_per_alert": 1.25}) + "\n")
+        found = {"process_ms_per_alert": 1.25, "model_ms_per_alert": 0.25, "interpreter": "CPython", "reference_ms": 30}
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(found) + "\n")
 
     monkeypatch.setattr(engine_cpu.subprocess, "run", fake_run)
     store = Path("/tmp/fleet.db")
     figures = [engine_cpu.without_stages(["--vins", "10"], store, run) for run in range(2)]
-    assert figures == [1.25, 1.25]
+    assert [(f.process_ms, f.engine_ms) for f in figures] == [(1.25, 1.0), (1.25, 1.0)]
     stores = [cmd[cmd.index("--store", cmd.index("--vins")) + 1] for cmd in seen]
     assert stores == [f"{store}.plain0", f"{store}.plain1"]
     assert all(cmd[-1] == "--no-stages" for cmd in seen)
@@ -39,8 +41,34 @@ def test_without_a_store_each_run_makes_a_fresh_one(monkeypatch: pytest.MonkeyPa
         return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"process_ms_per_alert": 2.0}))
 
     monkeypatch.setattr(engine_cpu.subprocess, "run", fake_run)
-    assert engine_cpu.without_stages(["--vins", "10"], None, 1) == 2.0
+    assert engine_cpu.without_stages(["--vins", "10"], None, 1).process_ms == 2.0
     assert "--store" not in seen[0]
+    assert seen[0][0] == sys.executable
+
+
+def test_another_interpreter_runs_the_same_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    def fake_run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        found = {"process_ms_per_alert": 1.5, "model_ms_per_alert": 0.5, "interpreter": "other", "reference_ms": 25}
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps(found))
+
+    monkeypatch.setattr(engine_cpu.subprocess, "run", fake_run)
+    run = engine_cpu.without_stages(["--vins", "10"], None, 0, "/opt/other/bin/python")
+    assert seen[0][0] == "/opt/other/bin/python" and seen[0][2:] == ["--vins", "10", "--no-stages"]
+    assert (run.engine_ms, run.interpreter, run.reference_ms) == (1.0, "other", 25.0)
+
+
+def test_the_interpreter_list_is_not_passed_on() -> None:
+    # A run without clocks under another interpreter must not start runs of its own.
+    argv = ["--vins", "10", "--python", "/a/python", "--repeat", "2", "--python=/b/python"]
+    assert engine_cpu.strip_python_args(argv) == ["--vins", "10", "--repeat", "2"]
+
+
+def test_the_interpreter_names_its_build() -> None:
+    described = engine_cpu.interpreter()
+    assert described.startswith(f"CPython {sys.version.split()[0]} at {sys.executable}, configured with ")
 
 
 def test_repeat_below_one_is_refused() -> None:
