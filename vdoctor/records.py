@@ -15,6 +15,7 @@ from pydantic import (
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
+    ValidatorFunctionWrapHandler,
     field_serializer,
     field_validator,
     model_validator,
@@ -160,6 +161,15 @@ class PackedVector(Sequence[float]):
 
     __hash__ = None  # type: ignore[assignment]  # equal to a list, which is not hashable
 
+    @classmethod
+    def packed_row(cls, row: npt.NDArray[Any]) -> list[float]:
+        """A model's vector as a record's ``summary_vec``: a float32 one as its bytes (a ``PackedVector``, the
+        same floats as its ``tolist()``), any other as its floats (packing would round them)."""
+        if row.dtype == np.float32 and row.ndim == 1:
+            return cls(row.tobytes())  # type: ignore[return-value]  # read as a sequence of floats
+        values: list[float] = row.tolist()
+        return values
+
     def __reduce__(self) -> tuple[type[PackedVector], tuple[bytes]]:
         return PackedVector, (self._data,)
 
@@ -257,10 +267,17 @@ class MemoryRecord(BaseModel):
             raise ValueError("a final record needs a priority; only a milestone may have none yet")
         return self
 
-    @field_validator("summary_vec")
+    @field_validator("summary_vec", mode="wrap")
     @classmethod
-    def _finite(cls, vec: list[float]) -> list[float]:
+    def _finite(cls, vec: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         # Vectors end up as SQL literals in the Doris backend: only finite floats.
+        if isinstance(vec, PackedVector):
+            # A float32 vector as its bytes (``packed_row``: the engine's own writes), checked as one array
+            # and kept so: no list of 512 floats made here, nor turned back into bytes by the store.
+            if not len(vec) or not bool(np.isfinite(vec.array).all()):
+                raise ValueError("summary_vec must be a non-empty list of finite floats")
+            return vec
+        vec = handler(vec)
         # A sum is finite only when every term is (an inf or a NaN makes it inf or
         # NaN), and summing 512 floats takes ~1.3 us where numpy's check takes ~9;
         # only a sum that is not (a bad term, or finite terms that overflowed) is

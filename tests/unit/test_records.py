@@ -88,3 +88,24 @@ def test_a_record_with_a_packed_vector_dumps_validates_and_compares_as_with_the_
     assert packed.model_dump() == plain.model_dump() and packed.model_dump_json() == plain.model_dump_json()
     assert MemoryRecord.model_validate(packed.model_dump()) == plain
     assert MemoryRecord(**dict(packed)).summary_vec == [0.5, -0.25, 1.0]
+
+
+def test_a_float32_model_vector_is_kept_packed_and_reads_as_its_list() -> None:
+    # The engine's writes: the model's float32 row goes into the record as its bytes, never a list of floats.
+    row = np.random.default_rng(5).standard_normal(512).astype(np.float32)
+    packed = record(summary_vec=PackedVector.packed_row(row))
+    assert isinstance(packed.summary_vec, PackedVector)
+    assert packed == record(summary_vec=row.tolist())
+    assert packed.model_dump_json() == record(summary_vec=row.tolist()).model_dump_json()
+    assert np.asarray(packed.summary_vec, dtype=np.float32).tobytes() == row.tobytes()
+
+
+def test_a_vector_of_another_type_is_not_rounded_to_float32() -> None:
+    row = np.array([0.1, 0.2], dtype=np.float64)
+    assert PackedVector.packed_row(row) == [0.1, 0.2] and isinstance(PackedVector.packed_row(row), list)
+
+
+@pytest.mark.parametrize("values", [[0.5, math.nan], [math.inf], [-math.inf, 0.0], []])
+def test_a_packed_vector_with_a_value_that_is_not_finite_is_refused(values: list[float]) -> None:
+    with pytest.raises(ValidationError, match="finite floats"):
+        record(summary_vec=PackedVector(np.asarray(values, dtype=np.float32).tobytes()))
