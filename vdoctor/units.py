@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 # suffix (after the last underscores of the name) -> unit symbol, as people write it.
 UNITS: dict[str, str] = {
@@ -97,6 +98,8 @@ UNITS: dict[str, str] = {
 }
 # The symbols, as written (``unit_symbol``: mΩ and MΩ, mV and MV differ by their case alone).
 _SYMBOLS = frozenset(UNITS.values())
+# The symbols by their NFKC form (``unit_symbol``: the table writes µ as the micro sign, which NFKC makes mu).
+_NFKC_SYMBOLS = {unicodedata.normalize("NFKC", symbol): symbol for symbol in _SYMBOLS}
 # Each symbol's first suffix in the table (``unit_suffix``).
 _SUFFIX_OF = {symbol: suffix for suffix, symbol in reversed(UNITS.items())}
 # Suffixes longest first, so that ``_kwh`` wins over ``_h`` and ``_kohm`` over ``_ohm``.
@@ -127,13 +130,22 @@ def unit_of(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=UNIT_CACHE_NAMES)
 def unit_symbol(written: str) -> str | None:
     """The table's symbol of a unit written after a number (``"mV"``, ``"°C"``, ``"km/h"``, ``"kΩ"``), or of
-    one written as a name's suffix is, in any case (``"mv"``, ``"C"``, ``"kph"``, ``"KWH"``); None for none."""
-    text = written.strip().replace("℃", "°C").replace("℉", "°F")  # the one-character forms of CJK text
-    if text in _SYMBOLS:
-        return text
-    key = text.lower().replace("/", "").replace("·", "").replace(" ", "").replace("µ", "u").replace("ω", "ohm")
+    one written as a name's suffix is, in any case (``"mv"``, ``"C"``, ``"kph"``, ``"KWH"``); None for none.
+
+    Compatibility characters read as what they stand for (Unicode's NFKC): the micro sign and the Greek mu
+    alike (``"µA"``, ``"μA"``), the ohm sign as omega (``"MΩ"`` stays megohms: the symbols' case is read
+    first, and ``"MOhm"`` is megohms too), ``"℃"``, full-width letters (``"ｋＰａ"``) and the squared units
+    of CJK text (``"㎷"``, ``"㏀"``).
+    """
+    text = unicodedata.normalize("NFKC", written).strip()
+    if (symbol := _NFKC_SYMBOLS.get(text)) is not None:
+        return symbol
+    if text[:1] == "M" and text[1:].lower() in ("ohm", "ohms", "ω"):  # megohms however the rest is written
+        return "MΩ"
+    key = text.lower().replace("/", "").replace("·", "").replace(" ", "").replace("μ", "u").replace("ω", "ohm")
     return UNITS.get(key.removeprefix("°") if key != "°" else "deg")
 
 

@@ -463,6 +463,29 @@ def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
         assert error.stage == "validate" and "is not a number" in str(error), text
 
 
+def test_a_unit_in_its_compatibility_characters_is_the_same_unit() -> None:
+    # The micro sign and the Greek mu, the ohm sign and the Greek omega, full-width letters and the squared
+    # units of CJK fonts are the same units to the people who type them. The ohm sign keeps megohms apart.
+    signals = {
+        "leak_current_ua": "12 \u03bcA", "standby_current_ua": "9 \u00b5A", "insulation_res_megohm": "5 M\u2126",
+        "insulation_res_mohm": "5 m\u2126", "isolation_kohm": "480\u33c0",
+        "coolant_kpa": "110 \uff4b\uff30\uff41", "cell_voltage_diff_mv": "187\u33b7", "ground_res_megohm": "2 MOhm",
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "leak_current_ua": 12.0, "standby_current_ua": 9.0, "insulation_res_megohm": 5.0, "insulation_res_mohm": 5.0,
+        "isolation_kohm": 480.0, "coolant_kpa": 110.0, "cell_voltage_diff_mv": 187.0, "ground_res_megohm": 2.0,
+    }  # fmt: skip
+    # Megohms written with the ohm sign are no milliohms: a milliohm name refuses them, as with the omega.
+    error = rejected(json.dumps(alert(signals={"insulation_res_mohm": "5 M\u2126"})))
+    assert error.stage == "validate" and "is in M\u03a9, its name's unit is m\u03a9" in str(error)
+    # A unit given beside the value (a list of readings) is read the same way, and names the unit.
+    listed = [{"name": "Leak Current", "value": 12, "unit": "\u03bcA"}, {"name": "Iso", "value": 5, "unit": "M\u2126"}]
+    event = parse_event(json.dumps(alert(signals=listed)))
+    assert isinstance(event, AlertEvent) and event.signals == {"leak_current_ua": 12.0, "iso_megohm": 5.0}
+
+
 def test_signal_names_of_flattened_payloads_and_tables() -> None:
     # An array's items and a table's columns, as a telematics platform flattens or exports them.
     signals = {
