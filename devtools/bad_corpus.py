@@ -116,7 +116,8 @@ def _snapshot(rng: random.Random) -> dict[str, float]:
 def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
     """``event``'s codes and signals as a gateway or a platform's export writes them, read as the same alert:
     a UDS failure-type and status byte, DTC before a code, its state after it, two codes in one string; a
-    signal named as a table's column (``Cell Voltage Diff (mV)``, at times in full-width forms) or an array's
+    signal named as a table's column (``Cell Voltage Diff (mV)``, at times in full-width forms), in camelCase
+    (``cellVoltageDiff_mV``) or as an array's
     item (``cells[3].temp_c``, ``Température cellule [3] (°C)``), its reading written with its unit (``"6.9 V"``,
     ``"31.5℃"``); or codes and readings as objects (``{"code": "P0A7F", "status": "active"}``, ``{"name": "Pack
     Temp", "value": 41.5, "unit": "°C"}``)."""
@@ -132,6 +133,9 @@ def _gateway_forms(rng: random.Random, event: dict[str, object]) -> None:
         value = f"{value} {UNITS[unit]}"
     if rng.random() < 0.25:  # as an input method writes it: full-width forms (ＳＯＣ（％）)
         column = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in column)
+    elif rng.random() < 0.3:  # a JavaScript platform's camelCase, the unit as written (cellVoltageDiff_mV)
+        first, *rest = words.split("_")
+        column = first + "".join(w.capitalize() for w in rest) + "_" + ("%" if unit == "pct" else UNITS.get(unit, unit))
     cell = rng.randint(1, 96)
     item = rng.choice((f"cells[{cell}].temp_c", f"Température cellule [{cell}] (°C)"))  # an export's own language
     event["signals"] = {column: value, item: f"{rng.uniform(20, 40):.1f}℃"}

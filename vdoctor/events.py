@@ -114,6 +114,11 @@ def canonical_codes(text: str) -> str:
 #   writes an array's items or a table its column (``cells[3].temp`` is
 #   ``cells_3_temp``, ``Pack Voltage (V)`` is ``pack_voltage_v``);
 # - ``%`` as the part ``pct``, and ``°`` left out (``SOC (%)``, ``temp_°C``);
+# - camelCase and PascalCase words as parts of their own, a unit as one
+#   (``cellVoltageDiff_mV`` is ``cell_voltage_diff_mv``, ``HVBattTempC``
+#   ``hv_batt_temp_c``, ``tirePressureKPa`` ``tire_pressure_kpa``,
+#   ``insulationResMOhm`` ``insulation_res_megohm``); digits stay with their
+#   word (``12VBattery`` is ``12v_battery``);
 # - outside ASCII, in Latin letters without their accents (``Température``
 #   is ``temperature``, ``Öltemp`` ``oltemp``, ``ß`` ``ss``), full-width
 #   forms as ASCII (``ＳＯＣ（％）``), and unit symbols as the suffixes write
@@ -131,6 +136,10 @@ _NAME_SYMBOLS = str.maketrans({"\u03a9": "ohm", "\u03bc": "u", "ß": "ss"})
 _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
 # A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
 _NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
+# A name's ASCII words (``_camel_words``), and where a camelCase or PascalCase word starts inside one: at a
+# capital after a lower-case letter, and at the last capital of a run that a lower-case letter follows.
+_NAME_WORD_RE = re.compile(r"[A-Za-z0-9]+")
+_NAME_WORD_START_RE = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 # A number sent as text: decimal digits (ASCII), a point, an exponent; not 1_000, nan or other scripts' digits.
 # A unit may follow it (``_number_text``).
 _NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?(?![0-9_])", re.ASCII)
@@ -182,6 +191,8 @@ def signal_name(given: str) -> str:
     name = given.strip()
     if not name.isascii():
         name = _latin_name(name)
+    if not name.islower() and not name.isupper():
+        name = _NAME_WORD_RE.sub(_camel_words, name)
     name = name.lower()
     if "[" in name or "(" in name:
         name = _NAME_BRACKETS_RE.sub(_bracket_part, name)
@@ -195,6 +206,21 @@ def _latin_name(name: str) -> str:
     # Before lower-casing: MΩ is megohms, mΩ milliohms.
     name = unicodedata.normalize("NFKD", name).replace("M\u03a9", "megohm").translate(_NAME_SYMBOLS)
     return "".join(c for c in name if not unicodedata.combining(c))
+
+
+def _camel_words(found: re.Match[str]) -> str:
+    """A camelCase or PascalCase word of a name as its parts joined by ``_`` (``signal_name``); a unit symbol
+    stays whole (``mV``, ``kWh``), and so does one split from its prefix at the word's end (``KPa``, ``KOhm``)."""
+    word = found.group()
+    if word.islower() or word.isupper():
+        return word
+    if (symbol := unit_symbol(word)) is not None:
+        # In lower case, MOhm would be mOhm: the suffix says megohm. Any other unit reads as written.
+        return unit_suffix(symbol) if symbol == "M\u03a9" else word
+    parts = _NAME_WORD_START_RE.split(word)
+    if len(parts) > 1 and len(parts[-2]) == 1 and (symbol := unit_symbol(parts[-2] + parts[-1])) is not None:
+        parts[-2:] = [unit_suffix(symbol)]
+    return "_".join(parts)
 
 
 def _bracket_part(found: re.Match[str]) -> str:

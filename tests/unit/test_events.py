@@ -18,6 +18,7 @@ from vdoctor.events import (
     RecheckEvent,
     parse_event,
     session_id_for,
+    signal_name,
     time_zone,
 )
 from vdoctor.memory.session import MAX_READINGS
@@ -502,7 +503,7 @@ def test_signal_names_of_flattened_payloads_and_tables() -> None:
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent)
     assert event.signals == {
-        "battery_cells_3_temp_c": 41.0, "cell_v_12": 3.61, "bms_packvolt": 398.0, "bms_soc": 80.0,
+        "battery_cells_3_temp_c": 41.0, "cell_v_12": 3.61, "bms_pack_volt": 398.0, "bms_soc": 80.0,
         "pack_voltage_v": 398.5, "cell_temp_7_c": 39.0, "soc_pct": 80.5, "soh_pct": 97.0, "inverter_temp_c": 55.0,
     }  # fmt: skip
     # The units in brackets are read as any name's suffix.
@@ -510,6 +511,31 @@ def test_signal_names_of_flattened_payloads_and_tables() -> None:
     # Still no name: nothing but an index, brackets inside brackets, and an index that names a signal twice.
     for bad in ({"[3]": 1}, {"a(b[1])": 1}, {"cell_v[12]": 3.6, "cell_v_12": 3.7}):
         assert rejected(json.dumps(alert(signals=bad))).stage == "validate", bad
+
+
+def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> None:
+    # A Java or JavaScript platform's names: each word a part of its own, the unit at the end as one, so that
+    # the unit is read and the knowledge pack's signals (cell_voltage_diff_mv) are found.
+    signals = {
+        "cellVoltageDiff_mV": 187, "HVBattTempC": 41.5, "tirePressureKPa": 230, "insulationResMOhm": 5,
+        "isoRes_mOhm": 80, "energyKWh": 12, "engineRPM": 2100, "SOCPct": 80, "12VBatteryV": 12.6,
+        "accelX": 0.2, "Leak Current (µA)": 9,
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "cell_voltage_diff_mv": 187.0, "hv_batt_temp_c": 41.5, "tire_pressure_kpa": 230.0,
+        "insulation_res_megohm": 5.0, "iso_res_mohm": 80.0, "energy_kwh": 12.0, "engine_rpm": 2100.0,
+        "soc_pct": 80.0, "12v_battery_v": 12.6, "accel_x": 0.2, "leak_current_ua": 9.0,
+    }  # fmt: skip
+    assert [unit_of(n) for n in event.signals] == ["mV", "°C", "kPa", "MΩ", "mΩ", "kWh", "rpm", "%", "V", None, "µA"]
+    # Names already in one case, or in words, read as before.
+    for given, read in (("PACK_TEMP_C", "pack_temp_c"), ("Pack Voltage (V)", "pack_voltage_v"), ("12V Battery",
+                        "12v_battery"), ("Cell Voltage Diff (mV)", "cell_voltage_diff_mv")):  # fmt: skip
+        assert signal_name(given) == read
+    # The same signal in two spellings of one alert: which one is the reading is not known.
+    error = rejected(json.dumps(alert(signals={"packTempC": 41, "pack_temp_c": 42})))
+    assert error.stage == "validate" and "pack_temp_c" in str(error)
 
 
 def test_signal_names_outside_ascii_are_read_in_latin_letters() -> None:
