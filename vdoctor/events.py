@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from vdoctor.errors import EventError
-from vdoctor.units import SIGNAL_NAME_RE, unit_of, unit_suffix, unit_symbol
+from vdoctor.units import MAX_SIGNAL_NAME_CHARS, SIGNAL_NAME_RE, unit_of, unit_suffix, unit_symbol
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
 # (they are too easily confused with 1 and 0). A VIN in lower case is the
@@ -467,7 +467,7 @@ class AlertEvent(_Event):
             if not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
                     f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "
-                    "with at least one letter, at most 64 characters)"
+                    f"with at least one letter, at most {MAX_SIGNAL_NAME_CHARS} characters)"
                 )
             if abs(value) > MAX_SIGNAL_ABS:
                 raise ValueError(f"signal {name} = {value!r} is out of range")

@@ -112,8 +112,11 @@ _SUFFIXES = sorted(UNITS, key=len, reverse=True)
 # another shape, snake_case words in text, start with it too).
 HAS_LETTER = r"(?=[0-9_]*[a-z])"
 SIGNAL_NAME = HAS_LETTER + r"[a-z0-9][a-z0-9_]*"
-# A signal's name as the contract allows it: ``SIGNAL_NAME``, at most 64 characters.
-SIGNAL_NAME_RE = re.compile("^" + HAS_LETTER + r"[a-z0-9][a-z0-9_]{0,63}$")
+# A signal's name as read, at most this long: a bound on what a session keeps, with room for the ``_`` that
+# reading a camelCase name of 64 characters adds (``events.signal_name``).
+MAX_SIGNAL_NAME_CHARS = 96
+# A signal's name as the contract allows it: ``SIGNAL_NAME``, at most ``MAX_SIGNAL_NAME_CHARS`` characters.
+SIGNAL_NAME_RE = re.compile("^" + HAS_LETTER + rf"[a-z0-9][a-z0-9_]{{0,{MAX_SIGNAL_NAME_CHARS - 1}}}$")
 
 
 # Names whose unit is remembered: a fleet reports a few hundred signal names, and every

@@ -533,6 +533,13 @@ def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> No
     for given, read in (("PACK_TEMP_C", "pack_temp_c"), ("Pack Voltage (V)", "pack_voltage_v"), ("12V Battery",
                         "12v_battery"), ("Cell Voltage Diff (mV)", "cell_voltage_diff_mv")):  # fmt: skip
         assert signal_name(given) == read
+    # A long camelCase name grows by its words' underscores: one of 64 characters is still read.
+    long_name = "hvBatteryManagementSystemCellVoltageDifferenceMaximumValue_mV"
+    read = signal_name(long_name)
+    assert read == "hv_battery_management_system_cell_voltage_difference_maximum_value_mv" and len(read) > 64
+    event = parse_event(json.dumps(alert(signals={long_name: 187})))
+    assert isinstance(event, AlertEvent) and event.signals == {read: 187.0}
+    assert rejected(json.dumps(alert(signals={"a" * 97: 1}))).stage == "validate"
     # The same signal in two spellings of one alert: which one is the reading is not known.
     error = rejected(json.dumps(alert(signals={"packTempC": 41, "pack_temp_c": 42})))
     assert error.stage == "validate" and "pack_temp_c" in str(error)
