@@ -118,7 +118,8 @@ def canonical_codes(text: str) -> str:
 #   (``cellVoltageDiff_mV`` is ``cell_voltage_diff_mv``, ``HVBattTempC``
 #   ``hv_batt_temp_c``, ``tirePressureKPa`` ``tire_pressure_kpa``,
 #   ``insulationResMOhm`` ``insulation_res_megohm``); digits stay with their
-#   word (``12VBattery`` is ``12v_battery``);
+#   word (``12VBattery`` is ``12v_battery``), and so do the acronyms written
+#   as SoC (``batterySoC`` is ``battery_soc``, not degrees Celsius);
 # - outside ASCII, in Latin letters without their accents (``Température``
 #   is ``temperature``, ``Öltemp`` ``oltemp``, ``ß`` ``ss``), full-width
 #   forms as ASCII (``ＳＯＣ（％）``), and unit symbols as the suffixes write
@@ -140,6 +141,9 @@ _NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
 # capital after a lower-case letter, and at the last capital of a run that a lower-case letter follows.
 _NAME_WORD_RE = re.compile(r"[A-Za-z0-9]+")
 _NAME_WORD_START_RE = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# A capital and one lower-case letter, which a capital follows in the acronyms batteries are described by
+# (SoC, SoH, SoP, DoD): such a word and that capital are one part.
+_ACRONYM_HEAD_RE = re.compile(r"[A-Z][a-z]")
 # A number sent as text: decimal digits (ASCII), a point, an exponent; not 1_000, nan or other scripts' digits.
 # A unit may follow it (``_number_text``).
 _NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?(?![0-9_])", re.ASCII)
@@ -217,7 +221,12 @@ def _camel_words(found: re.Match[str]) -> str:
     if (symbol := unit_symbol(word)) is not None:
         # In lower case, MOhm would be mOhm: the suffix says megohm. Any other unit reads as written.
         return unit_suffix(symbol) if symbol == "M\u03a9" else word
-    parts = _NAME_WORD_START_RE.split(word)
+    parts: list[str] = []
+    for part in _NAME_WORD_START_RE.split(word):
+        if parts and len(part) == 1 and part.isupper() and _ACRONYM_HEAD_RE.fullmatch(parts[-1]):
+            parts[-1] += part  # SoC, SoH, DoD: one word (as "so" and "c" it would read as degrees Celsius)
+        else:
+            parts.append(part)
     if len(parts) > 1 and len(parts[-2]) == 1 and (symbol := unit_symbol(parts[-2] + parts[-1])) is not None:
         parts[-2:] = [unit_suffix(symbol)]
     return "_".join(parts)

@@ -529,6 +529,11 @@ def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> No
         "soc_pct": 80.0, "12v_battery_v": 12.6, "accel_x": 0.2, "leak_current_ua": 9.0,
     }  # fmt: skip
     assert [unit_of(n) for n in event.signals] == ["mV", "°C", "kPa", "MΩ", "mΩ", "kWh", "rpm", "%", "V", None, "µA"]
+    # State of charge and health as battery people write them: no unit read into them (SoC is not so_c, °C).
+    for given, read in (("batterySoC", "battery_soc"), ("SoH", "soh"), ("DoD_pct", "dod_pct"), ("SoCPct", "soc_pct"),
+                        ("HVBattSoC", "hv_batt_soc"), ("packTempC", "pack_temp_c")):  # fmt: skip
+        assert signal_name(given) == read, given
+    assert unit_of(signal_name("batterySoC")) is None
     # Names already in one case, or in words, read as before.
     for given, read in (("PACK_TEMP_C", "pack_temp_c"), ("Pack Voltage (V)", "pack_voltage_v"), ("12V Battery",
                         "12v_battery"), ("Cell Voltage Diff (mV)", "cell_voltage_diff_mv")):  # fmt: skip
