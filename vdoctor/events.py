@@ -138,9 +138,10 @@ _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
 # A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
 _NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
 # A name's ASCII words (``_camel_words``), and where a camelCase or PascalCase word starts inside one: at a
-# capital after a lower-case letter, and at the last capital of a run that a lower-case letter follows.
+# capital after a lower-case letter, and at the last capital of a run that a lower-case letter follows
+# (digits stay with the word before them). A field's name is split the same way (``contract_field``).
 _NAME_WORD_RE = re.compile(r"[A-Za-z0-9]+")
-_NAME_WORD_START_RE = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_WORD_START_RE = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 # A capital and one lower-case letter, which a capital follows in the acronyms batteries are described by
 # (SoC, SoH, SoP, DoD): such a word and that capital are one part.
 _ACRONYM_HEAD_RE = re.compile(r"[A-Z][a-z]")
@@ -222,7 +223,7 @@ def _camel_words(found: re.Match[str]) -> str:
         # In lower case, MOhm would be mOhm: the suffix says megohm. Any other unit reads as written.
         return unit_suffix(symbol) if symbol == "M\u03a9" else word
     parts: list[str] = []
-    for part in _NAME_WORD_START_RE.split(word):
+    for part in _WORD_START_RE.split(word):
         if parts and len(part) == 1 and part.isupper() and _ACRONYM_HEAD_RE.fullmatch(parts[-1]):
             parts[-1] += part  # SoC, SoH, DoD: one word (as "so" and "c" it would read as degrees Celsius)
         else:
@@ -543,7 +544,6 @@ _MODELS: dict[str, type[AlertEvent] | type[RecheckEvent] | type[LifecycleEvent]]
 # The contract's field names. A platform's own spelling of one is read as it: in any case, camelCase or
 # PascalCase, with - or blanks (eventId, DTCCodes, Alert-Text, VIN); other fields are left out, as ever.
 CONTRACT_FIELDS = frozenset(name for model in _MODELS.values() for name in model.model_fields)
-_WORD_START_RE = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _KEY_SEPARATORS = str.maketrans({"-": "_", " ": "_", ".": "_"})
 
 
