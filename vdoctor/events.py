@@ -208,8 +208,8 @@ def signal_name(given: str) -> str:
 
 def _latin_name(name: str) -> str:
     """A name outside ASCII in the Latin letters it holds (``signal_name``); other scripts left as they are."""
-    # Before lower-casing: MΩ is megohms, mΩ milliohms.
-    name = unicodedata.normalize("NFKD", name).replace("M\u03a9", "megohm").translate(_NAME_SYMBOLS)
+    # Ω as ohm keeps its prefix's case: MΩ is MOhm, megohms (``_camel_words``), mΩ mOhm, milliohms.
+    name = unicodedata.normalize("NFKD", name).translate(_NAME_SYMBOLS)
     return "".join(c for c in name if not unicodedata.combining(c))
 
 
@@ -219,18 +219,16 @@ def _camel_words(found: re.Match[str]) -> str:
     word = found.group()
     if word.islower() or word.isupper():
         return word
-    if (symbol := unit_symbol(word)) is not None:
-        # In lower case, MOhm would be mOhm: the suffix says megohm. Any other unit reads as written.
-        return unit_suffix(symbol) if symbol == "M\u03a9" else word
     parts: list[str] = []
-    for part in _WORD_START_RE.split(word):
+    for part in [word] if unit_symbol(word) is not None else _WORD_START_RE.split(word):
         if parts and len(part) == 1 and part.isupper() and _ACRONYM_HEAD_RE.fullmatch(parts[-1]):
             parts[-1] += part  # SoC, SoH, DoD: one word (as "so" and "c" it would read as degrees Celsius)
         else:
             parts.append(part)
-    if len(parts) > 1 and len(parts[-2]) == 1 and (symbol := unit_symbol(parts[-2] + parts[-1])) is not None:
-        parts[-2:] = [unit_suffix(symbol)]
-    return "_".join(parts)
+    if len(parts) > 1 and len(parts[-2]) == 1 and unit_symbol(parts[-2] + parts[-1]) is not None:
+        parts[-2:] = [parts[-2] + parts[-1]]
+    # In lower case, MOhm would be mOhm: a part in megohms is written as its suffix (any other as it is).
+    return "_".join(unit_suffix("M\u03a9") if unit_symbol(part) == "M\u03a9" else part for part in parts)
 
 
 def _bracket_part(found: re.Match[str]) -> str:

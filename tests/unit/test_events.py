@@ -534,6 +534,10 @@ def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> No
                         ("HVBattSoC", "hv_batt_soc"), ("packTempC", "pack_temp_c")):  # fmt: skip
         assert signal_name(given) == read, given
     assert unit_of(signal_name("batterySoC")) is None
+    # Megohms however the word before them is written: a whole word, after a word, with the ohm sign.
+    for given in ("ResMohm", "resMΩ", "Res_MOhm", "insulationResMOhm", "Iso (MΩ)"):
+        assert unit_of(signal_name(given)) == "MΩ", given
+    assert unit_of(signal_name("res_mOhm")) == "mΩ"
     # Names already in one case, or in words, read as before.
     for given, read in (("PACK_TEMP_C", "pack_temp_c"), ("Pack Voltage (V)", "pack_voltage_v"), ("12V Battery",
                         "12v_battery"), ("Cell Voltage Diff (mV)", "cell_voltage_diff_mv")):  # fmt: skip
