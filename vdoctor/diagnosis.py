@@ -155,6 +155,11 @@ class DiagnosisEngine:
     def close(self) -> None:
         self.store.close()
         self.model.close()
+        # The process's embedder outlives an engine (one per model per process); the query vectors it has not
+        # written to the shared file yet are written now.
+        flush = getattr(self.embedder, "flush", None)
+        if callable(flush):
+            flush()
         if self.knowledge is not None:
             self.knowledge.close()
 

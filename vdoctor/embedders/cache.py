@@ -101,6 +101,11 @@ class QueryCache:
             found.update(fresh)
         return found
 
+    def flush(self) -> None:
+        """Write the query vectors waiting for the shared file (``QueryVectorFile.flush``)."""
+        if self.shared is not None:
+            self.shared.flush()
+
     def _keep(self, fresh: dict[str, Vectors]) -> dict[str, Vectors]:
         """Keep the model's new rows (newest last; the least recently used go past ``size``); returns the kept rows."""
         kept: dict[str, Vectors] = {}
