@@ -123,7 +123,12 @@ def canonical_codes(text: str) -> str:
 # - outside ASCII, in Latin letters without their accents (``Température``
 #   is ``temperature``, ``Öltemp`` ``oltemp``, ``ß`` ``ss``), full-width
 #   forms as ASCII (``ＳＯＣ（％）``), and unit symbols as the suffixes write
-#   them (``kΩ`` is ``kohm``, ``MΩ`` ``megohm``, ``µA`` ``ua``, ``℃`` ``c``).
+#   them (``kΩ`` is ``kohm``, ``MΩ`` ``megohm``, ``µA`` ``ua``, ``℃`` ``c``);
+#   such a symbol glued to a word starts a part of its own, with its prefix
+#   (``leakCurrentµA`` is ``leak_current_ua``, ``cellResistancemΩ``
+#   ``cell_resistance_mohm``, ``packTemp℃`` ``pack_temp_c``);
+# - a unit written with a slash as its suffix (``speed_km/h`` is
+#   ``speed_kmh``, ``Fuel rate (L/h)`` ``fuel_rate_lph``).
 #   A name in another script (``电池温度``) has no such form: a dead letter
 #   that says so.
 # A number sent as a string is read as the number, with or without a unit
@@ -133,6 +138,13 @@ _NAME_SEPARATORS = str.maketrans({".": "_", "-": "_", " ": "_", "/": "_", ":": "
 # After NFKD (``Ω`` the ohm sign is then the Greek omega, ``µ`` the micro sign the Greek mu): the unit
 # symbols a name may hold, as the unit suffixes write them (``vdoctor.units``), and ``ß``.
 _NAME_SYMBOLS = str.maketrans({"\u03a9": "ohm", "\u03bc": "u", "ß": "ss"})
+# After NFKD: a unit symbol outside ASCII (micro, ohm with its prefix, degrees Celsius or Fahrenheit) glued to a
+# letter or digit before it, where a part starts (``_latin_name``).
+_GLUED_SYMBOL_RE = re.compile(
+    r"(?<=[A-Za-z0-9])(?=[kKmMG]\u03a9|\u03bc[A-Za-z]|°[CFcf](?![A-Za-z]))|(?<=[A-Za-z0-9])(?<![kKmMG])(?=\u03a9)"
+)
+# A unit written with a slash (``km/h``, ``L/100km``) and the name's characters around it up to a separator.
+_SLASH_UNIT_RE = re.compile(r"[^\s_.:()\[\]-]*/[^\s_.:()\[\]-]*")
 # A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
 _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
 # A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
@@ -194,6 +206,8 @@ def key_vin(vin: object) -> str | None:
 def signal_name(given: str) -> str:
     """A signal's name as sent, read as its snake_case name (the rules above); not checked here."""
     name = given.strip()
+    if "/" in name:
+        name = _SLASH_UNIT_RE.sub(_slash_unit, name)
     if not name.isascii():
         name = _latin_name(name)
     if not name.islower() and not name.isupper():
@@ -209,8 +223,14 @@ def signal_name(given: str) -> str:
 def _latin_name(name: str) -> str:
     """A name outside ASCII in the Latin letters it holds (``signal_name``); other scripts left as they are."""
     # Ω as ohm keeps its prefix's case: MΩ is MOhm, megohms (``_camel_words``), mΩ mOhm, milliohms.
-    name = unicodedata.normalize("NFKD", name).translate(_NAME_SYMBOLS)
+    name = _GLUED_SYMBOL_RE.sub("_", unicodedata.normalize("NFKD", name)).translate(_NAME_SYMBOLS)
     return "".join(c for c in name if not unicodedata.combining(c))
+
+
+def _slash_unit(found: re.Match[str]) -> str:
+    """A part of a name holding a slash: the suffix of the unit it writes (``km/h``: ``kmh``), else as it is."""
+    symbol = unit_symbol(found.group()) if found.group() != "/" else None
+    return unit_suffix(symbol) if symbol is not None else found.group()
 
 
 def _camel_words(found: re.Match[str]) -> str:

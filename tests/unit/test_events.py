@@ -554,6 +554,29 @@ def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> No
     assert error.stage == "validate" and "pack_temp_c" in str(error)
 
 
+def test_units_glued_to_a_name_or_written_with_a_slash_are_read_as_its_suffix() -> None:
+    # A unit symbol outside ASCII right after a camelCase word: a part of its own, with its prefix. Before, the
+    # micro sign joined the word before it and leakCurrentµA read as amperes, a million times its value.
+    for given, read, unit in (
+        ("leakCurrentµA", "leak_current_ua", "µA"), ("leakCurrentμA", "leak_current_ua", "µA"),
+        ("cellResistancemΩ", "cell_resistance_mohm", "mΩ"), ("isoResistancekΩ", "iso_resistance_kohm", "kΩ"),
+        ("insulationResMΩ", "insulation_res_megohm", "MΩ"), ("insulationΩ", "insulation_ohm", "Ω"),
+        ("packTemp℃", "pack_temp_c", "°C"), ("packTemp°C", "pack_temp_c", "°C"), ("oilTemp°F", "oil_temp_f", "°F"),
+        # A unit with a slash is its suffix: speed_km/h read as hours before, and "62 km/h" was refused for it.
+        ("speed_km/h", "speed_kmh", "km/h"), ("Vehicle Speed (km/h)", "vehicle_speed_kmh", "km/h"),
+        ("Fuel rate (L/h)", "fuel_rate_lph", "L/h"), ("accel_m/s²", "accel_mps2", "m/s²"),
+        ("consumption_L/100km", "consumption_l100km", "L/100km"),
+    ):  # fmt: skip
+        assert (signal_name(given), unit_of(signal_name(given))) == (read, unit), given
+    # A slash between words is a separator, as before; so is a degree sign that is not a temperature's.
+    for given, read in (("BMS/PackVolt", "bms_pack_volt"), ("cells[3]/temp", "cells_3_temp"),
+                        ("steeringAngle°", "steering_angle"), ("res_mΩ", "res_mohm")):  # fmt: skip
+        assert signal_name(given) == read, given
+    sent = {"speed_km/h": "62 km/h", "leakCurrentµA": "9 µA"}
+    event = parse_event(json.dumps(alert(signals=sent), ensure_ascii=False))
+    assert isinstance(event, AlertEvent) and event.signals == {"speed_kmh": 62.0, "leak_current_ua": 9.0}
+
+
 def test_signal_names_outside_ascii_are_read_in_latin_letters() -> None:
     # A European export's accented names, an IME's full-width forms, unit symbols in a name.
     signals = {
@@ -570,7 +593,7 @@ def test_signal_names_outside_ascii_are_read_in_latin_letters() -> None:
     event = parse_event(json.dumps(alert(signals=signals), ensure_ascii=False))
     assert isinstance(event, AlertEvent)
     assert event.signals == {
-        "temperature_batterie_c": 41.5, "oltemperatur": 96.0, "strasse_speed_km_h": 62.0, "soc_pct": 80.0,
+        "temperature_batterie_c": 41.5, "oltemperatur": 96.0, "strasse_speed_kmh": 62.0, "soc_pct": 80.0,
         "insulation_resistance_megohm": 2.5, "contact_res_mohm": 0.8, "insulation_res_kohm": 480.0,
         "leak_current_ua": 12.0, "motor_temp_c": 77.0,
     }  # fmt: skip
