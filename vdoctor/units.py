@@ -100,6 +100,9 @@ UNITS: dict[str, str] = {
 _SYMBOLS = frozenset(UNITS.values())
 # The symbols by their NFKC form (``unit_symbol``: the table writes µ as the micro sign, which NFKC makes mu).
 _NFKC_SYMBOLS = {unicodedata.normalize("NFKC", symbol): symbol for symbol in _SYMBOLS}
+# The symbols written with a slash, by their lower-case form: ``l/min`` and ``L/MIN`` are litres a minute. (The
+# others are not read case-blind: mΩ and MΩ, mV and MV differ by their case alone.)
+_SLASH_SYMBOLS = {written.lower(): symbol for written, symbol in _NFKC_SYMBOLS.items() if "/" in written}
 # Each symbol's first suffix in the table (``unit_suffix``).
 _SUFFIX_OF = {symbol: suffix for suffix, symbol in reversed(UNITS.items())}
 # Suffixes longest first, so that ``_kwh`` wins over ``_h`` and ``_kohm`` over ``_ohm``.
@@ -148,6 +151,8 @@ def unit_symbol(written: str) -> str | None:
         return symbol
     if text[:1] == "M" and text[1:].lower() in ("ohm", "ohms", "ω"):  # megohms however the rest is written
         return "MΩ"
+    if "/" in text and (symbol := _SLASH_SYMBOLS.get(text.lower().replace(" ", ""))) is not None:
+        return symbol
     key = text.lower().replace("/", "").replace("·", "").replace(" ", "").replace("μ", "u").replace("ω", "ohm")
     return UNITS.get(key.removeprefix("°") if key != "°" else "deg")
 

@@ -487,6 +487,19 @@ def test_a_unit_in_its_compatibility_characters_is_the_same_unit() -> None:
     assert isinstance(event, AlertEvent) and event.signals == {"leak_current_ua": 12.0, "iso_megohm": 5.0}
 
 
+def test_a_unit_with_a_slash_is_read_in_any_case() -> None:
+    # Litres and kilometres as people type them: "l/min" was a dead letter, "L/min" was read.
+    signals = {"coolant_flow_lpm": "12 l/min", "fuel_rate_lph": "3.5 l/h", "speed_kmh": "62 KM/H",
+               "accel_mps2": "1.2 m/s2", "flow": "4 L/MIN"}  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {"coolant_flow_lpm": 12.0, "fuel_rate_lph": 3.5, "speed_kmh": 62.0, "accel_mps2": 1.2,
+                             "flow": 4.0}  # fmt: skip
+    listed = [{"name": "Coolant Flow", "value": 12, "unit": "l/min"}]
+    event = parse_event(json.dumps(alert(signals=listed)))
+    assert isinstance(event, AlertEvent) and event.signals == {"coolant_flow_lpm": 12.0}
+
+
 def test_signal_names_of_flattened_payloads_and_tables() -> None:
     # An array's items and a table's columns, as a telematics platform flattens or exports them.
     signals = {
