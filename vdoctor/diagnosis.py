@@ -372,9 +372,11 @@ class DiagnosisEngine:
         answer = run.answer
         conclusion = conclusion_text(answer.phase is Phase.CONCLUDED, answer.priority, answer.confidence)
         evidence = answer.evidence[0] if answer.evidence else "-"
+        # The codes and readings after the alert's text are read above, from the alert itself.
         working.add_round(
             Round(ts=when, user=user, assistant=assistant, event=event, conclusion=conclusion, evidence=evidence),
             facts,
+            user_text=alert.alert_text,
         )
 
     def _add_timeline(

@@ -110,6 +110,25 @@ def small_round(i: int) -> Round:
     return Round(ts=ts(i), user=f"alert {i}", assistant=f"answer {i}\nmore detail {i}")
 
 
+def test_a_round_whose_codes_and_readings_are_given_keeps_the_same_facts_reading_only_its_alert_text() -> None:
+    # The engine's round: the alert's text, then its codes and readings, which it gives as facts read from the
+    # alert itself; the text after the alert's own is then not read again, and the key facts are the same.
+    alert_text = "电池压差过大，已排除 BMS 采样线松动，工单 WO-88231"
+    user = alert_text + "\nP0A7F U0111 cell_voltage_diff_mv=187 pack_temp_c=-3.5 12v_battery_v=12.6"
+    given = [KeyFact.code("P0A7F", "Hybrid/EV battery pack deterioration"), KeyFact.code("U0111")]
+    given += [KeyFact.signal(n, v, ts(1)) for n, v in (("cell_voltage_diff_mv", 187), ("pack_temp_c", -3.5),
+                                                       ("12v_battery_v", 12.6))]  # fmt: skip
+    whole, alert_only = WorkingMemory(WorkingState()), WorkingMemory(WorkingState())
+    answer = "concluded P0A7F; confirmed cell_voltage_diff_mv=187>=100 signal://V1/cell_voltage_diff_mv@" + ts(1)
+    whole.add_round(Round(ts=ts(1), user=user, assistant=answer), given)
+    alert_only.add_round(Round(ts=ts(1), user=user, assistant=answer), given, user_text=alert_text)
+    assert alert_only.state.key_facts == whole.state.key_facts
+    assert alert_only.state.trends == whole.state.trends
+    # What only the alert's text says is still read from it: the exclusion and the work order.
+    texts = [fact.text for fact in alert_only.state.key_facts]
+    assert "WO-88231" in texts and any("BMS 采样线松动" in text for text in texts)
+
+
 def test_six_rounds_stay_verbatim() -> None:
     wm = WorkingMemory(WorkingState())
     for i in range(1, KEEP_ROUNDS + 1):

@@ -402,16 +402,20 @@ class WorkingMemory:
             if len(points) >= MIN_TREND_POINTS
         ]
 
-    def add_round(self, round_: Round, facts: list[KeyFact] | None = None) -> None:
+    def add_round(self, round_: Round, facts: list[KeyFact] | None = None, user_text: str | None = None) -> None:
         """Add a round and its key facts (``facts``: extracted structurally by the caller).
 
-        The round's free text is always read for facts too.
+        The round's free text is always read for facts too. ``user_text``: the part of the user's text
+        whose facts ``facts`` do not hold already (default: all of it). The engine gives its alert's text:
+        the codes and readings after it are in ``facts``, and reading them again as text found the same
+        facts, at ~50 us a round (the readings' values make each round's text new to ``_text_facts``' cache,
+        where a fleet's alert texts recur).
         """
         self.state.rounds.append(round_)
         self.add_facts(
             [
                 *(facts or []),
-                *extract_key_facts(round_.user, round_.ts),
+                *extract_key_facts(round_.user if user_text is None else user_text, round_.ts),
                 *extract_key_facts(round_.assistant, round_.ts),
             ]
         )
