@@ -284,6 +284,24 @@ def test_a_hypothesis_longer_than_a_summary_holds_is_clipped_in_its_milestone(pa
     assert milestone.omitted == [f"leading: {cause.strip()}", "cell_voltage_diff_mv=87→88mV"]
 
 
+def test_a_milestone_of_more_suspected_codes_than_its_line_holds_names_those_that_fit(pack: KnowledgePack) -> None:
+    """A full scan's 60 codes suspected, no hypothesis yet: the line names the first that fit and the record keeps
+    them all as omitted. Before, the milestone was no valid record and every later alert was flagged for it."""
+    codes = [f"P{0x0100 + i:04X}" for i in range(60)]
+    reply = json.dumps({"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.3, "codes": codes})
+    store = InMemoryStore()
+    h = Harness(engine(pack, store=store, model=ScriptedModel([ChatResponse(content=reply)] * 3)))
+    h.diagnose(alert("e-1", T0, 87))
+    later = h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88))
+    assert later.flags == ["l3_milestone"]
+    [milestone] = store.history(VIN)
+    line = milestone.summary.splitlines()[-1]
+    assert len(milestone.summary) <= 300 and "leading: suspected P0100 P0101" in line
+    named = line.split("leading: suspected ", 1)[1].split(" conf ", 1)[0].split()
+    assert named == codes[: len(named)] and 0 < len(named) < len(codes)
+    assert milestone.omitted[0] == "suspected: " + " ".join(codes)
+
+
 def test_a_clipped_hypothesis_never_ends_inside_a_number(pack: KnowledgePack) -> None:
     """A cut 1873456789 must not read as an invented 18 in long-term memory."""
     for pad in range(0, 40, 3):

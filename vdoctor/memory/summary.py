@@ -163,6 +163,15 @@ def milestone_summary(session: SessionState, number: int, at: datetime) -> tuple
         # Never cut inside a number, code or URI (a cut 1873 would read as an invented 18).
         head = _milestone_line(session, number, at, clip_line(hypothesis, keep))
         omitted.append(f"leading: {hypothesis}")
+    elif len(head) > MAX_SUMMARY_CHARS and session.suspected:
+        # No hypothesis but many suspected codes (a full scan's): the line names those that fit, in order, and
+        # the record keeps them all in ``omitted``. Before, such a milestone was no valid record, and each later
+        # alert of the session failed to write it.
+        codes = list(session.suspected)
+        while codes and len(head) > MAX_SUMMARY_CHARS:
+            codes.pop()
+            head = _milestone_line(session, number, at, None, codes)
+        omitted.append("suspected: " + " ".join(session.suspected))
     clipped = len(omitted)  # spans are shown in order until the first that does not fit
     used = len(head)
     shown: list[ReadingSpan] = []
@@ -183,8 +192,12 @@ def milestone_summary(session: SessionState, number: int, at: datetime) -> tuple
     return "\n".join([*kept, *readings, head]), omitted
 
 
-def _milestone_line(session: SessionState, number: int, at: datetime, hypothesis: str | None) -> str:
-    conclusion = milestone_conclusion(session.priority, hypothesis, session.suspected, session.hypothesis_confidence)
+def _milestone_line(
+    session: SessionState, number: int, at: datetime, hypothesis: str | None, suspected: list[str] | None = None
+) -> str:
+    """The milestone's own line; ``suspected``: the suspected codes it names (default: all of the session's)."""
+    codes = session.suspected if suspected is None else suspected
+    conclusion = milestone_conclusion(session.priority, hypothesis, codes, session.hypothesis_confidence)
     return SummaryLine(summary_time(at), f"milestone {number}", conclusion, "-").render()
 
 
