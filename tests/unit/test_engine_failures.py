@@ -31,7 +31,7 @@ from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
 from vdoctor.memory.summarizer import ModelSummarizer, Summarizer
 from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.models.offline import OfflineModel
-from vdoctor.records import DeadLetter, Diagnosis, MemoryRef, Phase
+from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryRef, Phase
 from vdoctor.stores.memory import InMemoryStore
 
 pytestmark = pytest.mark.unit
@@ -267,17 +267,23 @@ def test_a_milestone_the_embedder_cannot_embed_is_flagged_and_written_by_the_nex
     assert [r.session_id for r in store.history(VIN)] == [f"{SID_1}-m1"]
 
 
-def test_a_hypothesis_longer_than_a_summary_holds_is_clipped_in_its_milestone(pack: KnowledgePack) -> None:
-    """A model's leading hypothesis of 480 characters: the milestone's line carries its start and the record
-    lists the whole of it as omitted, instead of every later alert of the session failing on its milestone."""
-    cause = "suspected the low-voltage harness connector X12 is corroded " * 8
-    reply = json.dumps({"phase": "INVESTIGATING", "root_cause": cause.strip(), "priority": "P2", "confidence": 0.3})
+def _first_milestone(pack: KnowledgePack, answer: dict[str, Any]) -> MemoryRecord:
+    """The milestone a session writes 25 h in, its model answering ``answer`` (investigating, P2) every time."""
+    reply = json.dumps({"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.3, **answer})
     store = InMemoryStore()
     h = Harness(engine(pack, store=store, model=ScriptedModel([ChatResponse(content=reply)] * 3)))
     h.diagnose(alert("e-1", T0, 87))
     later = h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88))
     assert later.flags == ["l3_milestone"]
     [milestone] = store.history(VIN)
+    return milestone
+
+
+def test_a_hypothesis_longer_than_a_summary_holds_is_clipped_in_its_milestone(pack: KnowledgePack) -> None:
+    """A model's leading hypothesis of 480 characters: the milestone's line carries its start and the record
+    lists the whole of it as omitted, instead of every later alert of the session failing on its milestone."""
+    cause = "suspected the low-voltage harness connector X12 is corroded " * 8
+    milestone = _first_milestone(pack, {"root_cause": cause.strip()})
     assert len(milestone.summary) <= 300 and "leading: suspected the low-voltage harness" in milestone.summary
     assert "…" in milestone.summary
     # The whole hypothesis first; then whatever else the line left no room for (here the readings).
@@ -288,13 +294,7 @@ def test_a_milestone_of_more_suspected_codes_than_its_line_holds_names_those_tha
     """A full scan's 60 codes suspected, no hypothesis yet: the line names the first that fit and the record keeps
     them all as omitted. Before, the milestone was no valid record and every later alert was flagged for it."""
     codes = [f"P{0x0100 + i:04X}" for i in range(60)]
-    reply = json.dumps({"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.3, "codes": codes})
-    store = InMemoryStore()
-    h = Harness(engine(pack, store=store, model=ScriptedModel([ChatResponse(content=reply)] * 3)))
-    h.diagnose(alert("e-1", T0, 87))
-    later = h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88))
-    assert later.flags == ["l3_milestone"]
-    [milestone] = store.history(VIN)
+    milestone = _first_milestone(pack, {"codes": codes})
     line = milestone.summary.splitlines()[-1]
     assert len(milestone.summary) <= 300 and "leading: suspected P0100 P0101" in line
     named = line.split("leading: suspected ", 1)[1].split(" conf ", 1)[0].split()
