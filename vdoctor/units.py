@@ -103,6 +103,15 @@ _NFKC_SYMBOLS = {unicodedata.normalize("NFKC", symbol): symbol for symbol in _SY
 # The symbols written with a slash, by their lower-case form: ``l/min`` and ``L/MIN`` are litres a minute. (The
 # others are not read case-blind: mΩ and MΩ, mV and MV differ by their case alone.)
 _SLASH_SYMBOLS = {written.lower(): symbol for written, symbol in _NFKC_SYMBOLS.items() if "/" in written}
+# Other ways telemetry writes the table's units after a number, by their lower-case form without spaces (not
+# suffixes of names: ``_hrs`` or ``_days`` could be more than a unit there). ``r/min`` is how Chinese data
+# sheets write rpm; relative humidity is a percentage.
+_WRITTEN = {
+    "r/min": "rpm", "rev/min": "rpm", "m/s^2": "m/s²", "n.m": "N·m", "ohms": "Ω", "kohms": "kΩ",
+    "mohms": "mΩ", "degf": "°F", "hrs": "h", "hour": "h", "hours": "h", "mins": "min", "secs": "s",
+    "seconds": "s", "day": "d", "days": "d", "mile": "mi", "miles": "mi", "kmph": "km/h", "km/hr": "km/h",
+    "%rh": "%",
+}  # fmt: skip
 # Each symbol's first suffix in the table (``unit_suffix``).
 _SUFFIX_OF = {symbol: suffix for suffix, symbol in reversed(UNITS.items())}
 # Suffixes longest first, so that ``_kwh`` wins over ``_h`` and ``_kohm`` over ``_ohm``.
@@ -151,7 +160,10 @@ def unit_symbol(written: str) -> str | None:
         return symbol
     if text[:1] == "M" and text[1:].lower() in ("ohm", "ohms", "ω"):  # megohms however the rest is written
         return "MΩ"
-    if "/" in text and (symbol := _SLASH_SYMBOLS.get(text.lower().replace(" ", ""))) is not None:
+    lower = text.lower().replace(" ", "")
+    if (symbol := _WRITTEN.get(lower)) is not None:
+        return symbol
+    if "/" in text and (symbol := _SLASH_SYMBOLS.get(lower)) is not None:
         return symbol
     key = text.lower().replace("/", "").replace("·", "").replace(" ", "").replace("μ", "u").replace("ω", "ohm")
     return UNITS.get(key.removeprefix("°") if key != "°" else "deg")

@@ -500,6 +500,22 @@ def test_a_unit_with_a_slash_is_read_in_any_case() -> None:
     assert isinstance(event, AlertEvent) and event.signals == {"coolant_flow_lpm": 12.0}
 
 
+def test_units_as_telemetry_writes_them_are_read() -> None:
+    # Engine speed as Chinese data sheets write it, plurals and spelled-out units, relative humidity: each was a
+    # dead letter ("not a number, nor one with a known unit").
+    signals = {"engine_rpm": "3000 r/min", "motor_speed": "4500 rev/min", "accel_mps2": "1.2 m/s^2",
+               "torque_nm": "210 N.m", "ground_res_ohm": "3 ohms", "iso_kohm": "480 kOhms", "oil_temp_f": "212 degF",
+               "engine_hours_h": "1250 hrs", "idle": "12 mins", "service_due": "30 days", "trip_mi": "12 miles",
+               "speed_kmh": "62 kmph", "cabin_humidity_pct": "45 %RH"}  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals["engine_rpm"] == 3000.0 and event.signals["cabin_humidity_pct"] == 45.0
+    assert len(event.signals) == len(signals)
+    # A unit written so is still checked against the name's: hours are no minutes.
+    error = rejected(json.dumps(alert(signals={"idle_min": "3 hrs"})))
+    assert error.stage == "validate" and "is in h, its name's unit is min" in str(error)
+
+
 def test_signal_names_of_flattened_payloads_and_tables() -> None:
     # An array's items and a table's columns, as a telematics platform flattens or exports them.
     signals = {
