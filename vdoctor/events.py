@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from vdoctor.errors import EventError
-from vdoctor.units import MAX_SIGNAL_NAME_CHARS, SIGNAL_NAME_RE, unit_of, unit_suffix, unit_symbol
+from vdoctor.units import MAX_SIGNAL_NAME_CHARS, SIGNAL_NAME_RE, slash_unit, unit_of, unit_suffix, unit_symbol
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
 # (they are too easily confused with 1 and 0). A VIN in lower case is the
@@ -126,11 +126,11 @@ def canonical_codes(text: str) -> str:
 #   them (``kΩ`` is ``kohm``, ``MΩ`` ``megohm``, ``µA`` ``ua``, ``℃`` ``c``);
 #   such a symbol glued to a word starts a part of its own, with its prefix
 #   (``leakCurrentµA`` is ``leak_current_ua``, ``cellResistancemΩ``
-#   ``cell_resistance_mohm``, ``packTemp℃`` ``pack_temp_c``);
+#   ``cell_resistance_mohm``, ``packTemp℃`` ``pack_temp_c``). A name in
+#   another script (``电池温度``) has no such form: a dead letter that says so;
 # - a unit written with a slash as its suffix (``speed_km/h`` is
-#   ``speed_kmh``, ``Fuel rate (L/h)`` ``fuel_rate_lph``).
-#   A name in another script (``电池温度``) has no such form: a dead letter
-#   that says so.
+#   ``speed_kmh``, ``Fuel rate (L/h)`` ``fuel_rate_lph``, ``r/min`` ``rpm``);
+#   any other slash is a separator (``BMS/PackVolt``, ``A/C``).
 # A number sent as a string is read as the number, with or without a unit
 # (``_number_text``), true and false as 1 and 0, and a null reading (the sensor
 # had no value) is left out.
@@ -229,7 +229,7 @@ def _latin_name(name: str) -> str:
 
 def _slash_unit(found: re.Match[str]) -> str:
     """A part of a name holding a slash: the suffix of the unit it writes (``km/h``: ``kmh``), else as it is."""
-    symbol = unit_symbol(found.group()) if found.group() != "/" else None
+    symbol = slash_unit(found.group())
     return unit_suffix(symbol) if symbol is not None else found.group()
 
 

@@ -169,6 +169,15 @@ def unit_symbol(written: str) -> str | None:
     return UNITS.get(key.removeprefix("°") if key != "°" else "deg")
 
 
+def slash_unit(written: str) -> str | None:
+    """The table's symbol of a unit written with a slash (``"km/h"``, ``"L/100km"``, ``"r/min"``: rpm), in any
+    case; None for anything else, a slash between words included (``"A/C"``, ``"a/h"``: not ampere-hours)."""
+    lower = unicodedata.normalize("NFKC", written).strip().lower().replace(" ", "")
+    if "/" not in lower:
+        return None
+    return _SLASH_SYMBOLS.get(lower) or _WRITTEN.get(lower)
+
+
 def unit_suffix(symbol: str) -> str:
     """The suffix a name declares ``symbol`` by (``"°C"``: ``c``, ``"%"``: ``pct``, ``"km/h"``: ``kmh``): the
     table's first for it."""

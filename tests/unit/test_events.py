@@ -599,7 +599,8 @@ def test_units_glued_to_a_name_or_written_with_a_slash_are_read_as_its_suffix() 
         assert (signal_name(given), unit_of(signal_name(given))) == (read, unit), given
     # A slash between words is a separator, as before; so is a degree sign that is not a temperature's.
     for given, read in (("BMS/PackVolt", "bms_pack_volt"), ("cells[3]/temp", "cells_3_temp"),
-                        ("steeringAngle°", "steering_angle"), ("res_mΩ", "res_mohm")):  # fmt: skip
+                        ("steeringAngle°", "steering_angle"), ("res_mΩ", "res_mohm"), ("A/C_pressure", "a_c_pressure"),
+                        ("valve_a/h", "valve_a_h"), ("EngineSpeed(r/min)", "engine_speed_rpm")):  # fmt: skip
         assert signal_name(given) == read, given
     sent = {"speed_km/h": "62 km/h", "leakCurrentµA": "9 µA"}
     event = parse_event(json.dumps(alert(signals=sent), ensure_ascii=False))
