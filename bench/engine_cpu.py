@@ -189,6 +189,12 @@ def without_stages(argv: list[str], store: Path | None = None, run: int = 0, pyt
     )  # fmt: skip
 
 
+def spread(values: list[float], unit: str = "", label: str = "") -> str:
+    """Runs' figures as their median and range: ``1.742 ms/alert (1.665-1.762)`` (``unit`` after the median,
+    ``label`` before the range)."""
+    return f"{statistics.median(values):.3f}{unit} ({label}{min(values):.3f}-{max(values):.3f})"
+
+
 def strip_python_args(argv: list[str]) -> list[str]:
     """``argv`` without its ``--python PATH`` (or ``--python=PATH``): what a run without clocks is given."""
     kept: list[str] = []
@@ -579,10 +585,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"process CPU {cpu / alerts * 1000:.3f} ms/alert (clock overhead included), wall {wall:.1f} s")
     plain_engine = [r.engine_ms for r in plain_runs]
     plain_engine_ms = statistics.median(plain_engine)
+    process = spread([r.process_ms for r in plain_runs], " ms/alert", "median; ")
     print(f"without the stage clocks (the same run, {len(plain_runs)} times first, each in a fresh process): process "
-          f"CPU {plain_ms:.3f} ms/alert (median; {min(r.process_ms for r in plain_runs):.3f}-"
-          f"{max(r.process_ms for r in plain_runs):.3f}), engine {plain_engine_ms:.3f} ({min(plain_engine):.3f}-"
-          f"{max(plain_engine):.3f}) with each run's own model time taken off "
+          f"CPU {process}, engine {spread(plain_engine)} with each run's own model time taken off "
           f"({1000 / plain_engine_ms:.0f} alerts/s per core)")  # fmt: skip
     print(f"interpreter: {interpreter()}")
     if len(pythons) > 1:
@@ -593,12 +598,11 @@ def main(argv: list[str] | None = None) -> int:
         for python in pythons:
             runs = runs_of[python]
             engine_runs = [r.engine_ms for r in runs]
-            engine_ms = statistics.median(engine_runs)
             model_ms = statistics.median(r.model_ms for r in runs)
             reference = statistics.median(r.reference_ms for r in runs)
-            print(f"  engine {engine_ms:.3f} ms/alert ({min(engine_runs):.3f}-{max(engine_runs):.3f}), "
-                  f"{1000 / engine_ms:.0f} alerts/s per core; model {model_ms:.3f}; reference {reference:.1f} ms; "
-                  f"{runs[0].interpreter}")  # fmt: skip
+            per_core = 1000 / statistics.median(engine_runs)
+            print(f"  engine {spread(engine_runs, ' ms/alert')}, {per_core:.0f} alerts/s per core; model "
+                  f"{model_ms:.3f}; reference {reference:.1f} ms; {runs[0].interpreter}")  # fmt: skip
     print(f"alerts/s per core: {alerts / engine_s:.0f} engine only, {alerts / (engine_s + model_s):.0f} with the model")
     print(f"this core's speed at a fixed Python workload (bench/machine_speed.py, lower is faster): "
           f"{speed_before:.1f} ms before the runs, {speed_after:.1f} ms after")  # fmt: skip

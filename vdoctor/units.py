@@ -161,11 +161,9 @@ def unit_symbol(written: str) -> str | None:
     if text[:1] == "M" and text[1:].lower() in ("ohm", "ohms", "ω"):  # megohms however the rest is written
         return "MΩ"
     lower = text.lower().replace(" ", "")
-    if (symbol := _WRITTEN.get(lower)) is not None:
+    if (symbol := _spelled(lower)) is not None:
         return symbol
-    if "/" in text and (symbol := _SLASH_SYMBOLS.get(lower)) is not None:
-        return symbol
-    key = text.lower().replace("/", "").replace("·", "").replace(" ", "").replace("μ", "u").replace("ω", "ohm")
+    key = lower.replace("/", "").replace("·", "").replace("μ", "u").replace("ω", "ohm")
     return UNITS.get(key.removeprefix("°") if key != "°" else "deg")
 
 
@@ -173,9 +171,13 @@ def slash_unit(written: str) -> str | None:
     """The table's symbol of a unit written with a slash (``"km/h"``, ``"L/100km"``, ``"r/min"``: rpm), in any
     case; None for anything else, a slash between words included (``"A/C"``, ``"a/h"``: not ampere-hours)."""
     lower = unicodedata.normalize("NFKC", written).strip().lower().replace(" ", "")
-    if "/" not in lower:
-        return None
-    return _SLASH_SYMBOLS.get(lower) or _WRITTEN.get(lower)
+    return _spelled(lower) if "/" in lower else None
+
+
+def _spelled(lower: str) -> str | None:
+    """The symbol of a unit spelled another way than the table's or with a slash, in its lower-case form without
+    spaces (``_WRITTEN``, ``_SLASH_SYMBOLS``); None for any other."""
+    return _WRITTEN.get(lower) or _SLASH_SYMBOLS.get(lower)
 
 
 def unit_suffix(symbol: str) -> str:
