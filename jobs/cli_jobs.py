@@ -156,8 +156,9 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     """``vdoctor check-events``: how the job reads a feed; exit 1 when any line would be a dead letter."""
     import json
 
-    from vdoctor.events import NAIVE_TS_ZONE_ENV, time_zone
+    from vdoctor.events import NAIVE_TS_ZONE_ENV, SIGNAL_MAP_ENV, time_zone
     from vdoctor.feed_check import check_feed, render
+    from vdoctor.signal_map import SignalRenames, read_signal_map
 
     zone_name = args.naive_ts_zone or os.environ.get(NAIVE_TS_ZONE_ENV) or None
     try:
@@ -165,19 +166,25 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"vdoctor check-events: --naive-ts-zone: {e}", file=sys.stderr)
         return 2
+    map_path = args.signal_names or os.environ.get(SIGNAL_MAP_ENV) or None
+    try:
+        rename = SignalRenames(read_signal_map(map_path)) if map_path else None
+    except ValueError as e:
+        print(f"vdoctor check-events: --signal-names: {e}", file=sys.stderr)
+        return 2
 
     def progress(lines: int) -> None:
         print(f"  ... {lines:,} lines", file=sys.stderr, flush=True)
 
     if args.alerts == "-":
-        report = check_feed(sys.stdin, zone, progress)
+        report = check_feed(sys.stdin, zone, progress, rename)
     else:
         path = Path(args.alerts)
         if not path.is_file():
             print(f"vdoctor check-events: no such file: {path}", file=sys.stderr)
             return 2
         with path.open(encoding="utf-8", errors="replace", newline="") as lines:
-            report = check_feed(lines, zone, progress)
+            report = check_feed(lines, zone, progress, rename)
     print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render(report, zone_name))
     return 1 if report.dead_letters else 0
 
@@ -211,6 +218,8 @@ def add_commands(sub: Any) -> None:
     check.add_argument("--naive-ts-zone", default=None, metavar="ZONE",
                        help="the zone of event times written without one, as the job's flag (default: "
                             "VDOCTOR_NAIVE_TS_ZONE)")  # fmt: skip
+    check.add_argument("--signal-names", default=None, metavar="FILE",
+                       help="the fleet's signal map, as the job's flag (default: VDOCTOR_SIGNAL_NAMES)")  # fmt: skip
     check.add_argument("--json", action="store_true", help="the report as one JSON object")
     check.set_defaults(func=_cmd_check_events)
     replay = sub.add_parser("replay", help="produce a JSONL file of events to a Kafka topic, keyed by VIN")

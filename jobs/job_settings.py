@@ -94,6 +94,7 @@ _DOMAIN_FLAGS = {
     "embedder": "embedder",
     "deterministic": "deterministic",
     "naive_ts_zone": "naive_ts_zone",
+    "signal_names": "signal_names",
 }
 
 
@@ -242,6 +243,12 @@ def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ZONE",
         help="the zone of event times written without one, e.g. Asia/Shanghai or +08:00 (default: such an "
         "event is a dead letter)",
+    )
+    parser.add_argument(
+        "--signal-names",
+        metavar="FILE",
+        help="the fleet's signal map: a JSON object or CSV (columns sent,name) of the signal names it sends -> "
+        "the names to read them as, e.g. 电池温度 -> pack_temp_c (README: Signal maps)",
     )
 
 

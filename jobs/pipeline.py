@@ -30,7 +30,7 @@ def build(
     """Return a stream of ``(kind, json)``: kind "D" for diagnoses, "X" for dead letters.
 
     The one place the diagnosis settings are shipped to the workers (inside the operator; the parse
-    stage gets the zone of event times written without one).
+    stage gets the zone of event times written without one and the fleet's signal map).
     ``output_type``: the tuple as two Java strings (``OUTPUT_TYPE``, what the Kafka sinks read), or
     ``Types.PICKLED_BYTE_ARRAY()`` for a stream this client collects (``COLLECTED_TYPE``).
     ``withhold_passwords``: a job submitted to a cluster ships its URLs without their passwords, which
@@ -39,7 +39,7 @@ def build(
     if rate:
         raw_lines = raw_lines.map(Throttle(rate), output_type=Types.STRING()).name("throttle")
     # Stable uids: a job restored from a checkpoint maps its state by them.
-    parse = ParseEvents(settings.runtime.naive_ts_zone)
+    parse = ParseEvents(settings.runtime.naive_ts_zone, settings.runtime.signal_names)
     parsed = raw_lines.process(parse, output_type=PARSED_TYPE).name("parse").uid("parse")
     events = parsed.filter(lambda t: t[0] == EVENT).name("valid events")
     bad = (

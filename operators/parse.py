@@ -12,6 +12,7 @@ from operators.metrics import dead_letter_counter
 from vdoctor.errors import EventError
 from vdoctor.events import parse_event, time_zone
 from vdoctor.records import DeadLetter
+from vdoctor.signal_map import SignalRenames
 
 # Tags on the operators' output tuples (kind, json).
 DIAGNOSIS = "D"
@@ -24,19 +25,21 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
     """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, "").
 
     ``naive_ts_zone``: the zone of event times written without one (the setting's name, checked by the
-    settings; ``events.parse_event``).
+    settings; ``events.parse_event``). ``signal_names``: the fleet's signal map (``vdoctor.signal_map``,
+    checked by the settings), shipped with the function.
     """
 
-    def __init__(self, naive_ts_zone: str | None = None) -> None:
+    def __init__(self, naive_ts_zone: str | None = None, signal_names: dict[str, str] | None = None) -> None:
         self.naive_ts_zone = naive_ts_zone
+        self.signal_names = dict(signal_names or {})
         self._zone: tzinfo | None = None
+        self._rename: SignalRenames | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self._zone = time_zone(self.naive_ts_zone) if self.naive_ts_zone is not None else None
+        self._rename = SignalRenames(self.signal_names) if self.signal_names else None
 
-    def process_element(
-        self, value: str | None, ctx: ProcessFunction.Context
-    ) -> Iterator[tuple[str, str, str, str]]:
+    def process_element(self, value: str | None, ctx: ProcessFunction.Context) -> Iterator[tuple[str, str, str, str]]:
         if value is None:  # a Kafka record without a value (a tombstone: what a producer sends to delete a key)
             letter = DeadLetter(raw="", error=NO_VALUE, stage="parse")
             yield DEAD_LETTER, "parse", letter.model_dump_json(), ""
@@ -45,7 +48,7 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         if not raw.strip():
             return  # blank lines carry nothing to lose
         try:
-            event = parse_event(raw, self._zone)
+            event = parse_event(raw, self._zone, self._rename)
         except EventError as e:
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
             yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""

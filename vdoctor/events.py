@@ -11,7 +11,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
 from typing import Annotated, Any, Literal
@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -143,6 +144,10 @@ _NAME_SYMBOLS = str.maketrans({"\u03a9": "ohm", "\u03bc": "u", "ß": "ss"})
 _GLUED_SYMBOL_RE = re.compile(
     r"(?<=[A-Za-z0-9])(?=[kKmMG]\u03a9|\u03bc[A-Za-z]|°[CFcf](?![A-Za-z]))|(?<=[A-Za-z0-9])(?<![kKmMG])(?=\u03a9)"
 )
+# A fleet's signal map as events are read: the name a signal sent under a name it holds is read as, else None
+# (``vdoctor.signal_map.SignalRenames``); it reaches the signals' validator in the validation context, by this key.
+Rename = Callable[[str], str | None]
+RENAME = "rename"
 # A unit written with a slash (``km/h``, ``L/100km``) and the name's characters around it up to a separator.
 _SLASH_UNIT_RE = re.compile(r"[^\s_.:()\[\]-]*/[^\s_.:()\[\]-]*")
 # A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
@@ -281,17 +286,20 @@ def lower_keys(obj: dict[object, object]) -> dict[str, object]:
     return {str(k).lower(): v for k, v in obj.items()}
 
 
-def reading_pairs(items: list[dict[object, object]]) -> list[tuple[object, object]]:
+def reading_pairs(items: list[dict[object, object]], rename: Rename | None = None) -> list[tuple[object, object]]:
     """Readings sent as a list of objects (``[{"name": "Pack Temp", "value": 41.5, "unit": "°C"}]``, keys in
     any case) as (name, value) pairs: a unit of the table that the name does not declare becomes its suffix
     (``pack_temp_c``), one other than the name's is refused, one not in the table leaves the name as it is
-    (the reading's unit unknown, as a name's unknown suffix)."""
+    (the reading's unit unknown, as a name's unknown suffix). ``rename``: the fleet's signal map, applied to
+    each name before its unit (``parse_event``)."""
     pairs: list[tuple[object, object]] = []
     for item in items:
         fields = lower_keys(item)
         name, unit = fields.get("name"), fields.get("unit")
         if not isinstance(name, str) or "value" not in fields:
             raise ValueError(f'a reading needs a "name" and a "value", got {json.dumps(item, default=str)[:80]}')
+        if rename is not None:
+            name = rename(name) or name
         if isinstance(unit, str) and (symbol := unit_symbol(unit)) is not None:
             read = signal_name(name)
             if (declared := unit_of(read)) is None:
@@ -458,13 +466,16 @@ class AlertEvent(_Event):
 
     @field_validator("signals", mode="before")
     @classmethod
-    def _read_signals(cls, signals: object) -> object:
+    def _read_signals(cls, signals: object, info: ValidationInfo) -> object:
         if signals is None:
             return {}
+        # The fleet's signal map (``parse_event``'s ``rename``), when it has one.
+        rename: Rename | None = info.context.get(RENAME) if info.context else None
         if isinstance(signals, dict):
             pairs: Iterable[tuple[object, object]] = signals.items()
         elif isinstance(signals, list) and all(isinstance(item, dict) for item in signals):  # [] is no reading
-            pairs = reading_pairs(signals)
+            pairs = reading_pairs(signals, rename)
+            rename = None  # (applied)
         else:
             return signals  # the field's own error
         read: dict[object, object] = {}
@@ -473,7 +484,7 @@ class AlertEvent(_Event):
                 continue
             given = name
             if isinstance(name, str):
-                name = signal_name(name)
+                name = signal_name((rename(name) or name) if rename is not None else name)
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):
@@ -490,7 +501,8 @@ class AlertEvent(_Event):
             if not name.isascii():
                 raise ValueError(
                     f"signal name {name[:40]!r} is not written in Latin letters: a signal's name is snake_case in "
-                    "ASCII (accents are dropped: Température is temperature)"
+                    f"ASCII (accents are dropped: Température is temperature); map the fleet's names to such "
+                    f"names with {SIGNAL_MAP_ENV} (README, Signal maps)"
                 )
             if not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
@@ -626,6 +638,8 @@ def describe_validation_error(error: ValidationError) -> str:
 
 # The setting that names the zone of event times written without one (``parse_event``'s ``naive_zone``).
 NAIVE_TS_ZONE_ENV = "VDOCTOR_NAIVE_TS_ZONE"
+# The setting that names the fleet's signal map (``parse_event``'s ``rename``; ``vdoctor.signal_map``).
+SIGNAL_MAP_ENV = "VDOCTOR_SIGNAL_NAMES"
 # A fixed offset from UTC: +08:00, -0530, +8.
 _OFFSET_RE = re.compile(r"^(?:UTC|GMT)?([+-])([0-9]{1,2})(?::?([0-9]{2}))?$")
 
@@ -663,15 +677,17 @@ def _naive_time(value: object) -> datetime | None:
     return read if read.tzinfo is None else None
 
 
-def parse_event(raw: str, naive_zone: tzinfo | None = None) -> Event:
+def parse_event(raw: str, naive_zone: tzinfo | None = None, rename: Rename | None = None) -> Event:
     """Parse one JSON line into an event, or raise ``EventError`` with its stage.
 
     ``naive_zone``: the zone of a ``ts`` written without one (``VDOCTOR_NAIVE_TS_ZONE``: a fleet whose
     clocks send local time, as GB/T 32960 terminals send Beijing time); None: such a ``ts`` is a dead
     letter that says so. A local time that a change to daylight saving time repeats is read as its first
     occurrence, and one it skips as the time that far past the change.
+    ``rename``: the fleet's signal map (``VDOCTOR_SIGNAL_NAMES``, ``vdoctor.signal_map.SignalRenames``):
+    the name each signal sent under a name it holds is read as.
     """
-    return event_of(load_object(raw), naive_zone)
+    return event_of(load_object(raw), naive_zone, rename)
 
 
 def load_object(raw: str) -> dict[str, Any]:
@@ -685,7 +701,7 @@ def load_object(raw: str) -> dict[str, Any]:
     return data
 
 
-def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None) -> Event:
+def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None, rename: Rename | None = None) -> Event:
     """The event of a line's JSON object (``parse_event``'s second step: it may change ``data``)."""
     try:
         data = contract_keys(data)
@@ -707,7 +723,7 @@ def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None) -> Event:
     if kind != name:
         data["type"] = name
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context={RENAME: rename} if rename is not None else None)
     except ValidationError as e:
         raise EventError("validate", describe_validation_error(e)) from e
 

@@ -24,6 +24,7 @@ from vdoctor.errors import EventError
 from vdoctor.events import (
     AlertEvent,
     Event,
+    Rename,
     contract_field,
     contract_keys,
     event_of,
@@ -78,9 +79,13 @@ class FeedReport:
 
 
 def check_feed(
-    lines: Iterable[str], naive_zone: tzinfo | None = None, progress: Callable[[int], None] | None = None
+    lines: Iterable[str],
+    naive_zone: tzinfo | None = None,
+    progress: Callable[[int], None] | None = None,
+    rename: Rename | None = None,
 ) -> FeedReport:
-    """The report of ``lines`` (one JSON event each; blank lines are skipped, as the job skips them)."""
+    """The report of ``lines`` (one JSON event each; blank lines are skipped, as the job skips them), read with
+    the job's zone for times without one and its signal map, as the job reads them (``parse_event``)."""
     report = FeedReport()
     for number, line in enumerate(lines, start=1):
         raw = line.rstrip("\r\n")
@@ -92,7 +97,7 @@ def check_feed(
         try:
             data = load_object(raw)
             written = dict(data)  # (reading it as an event changes it)
-            event = event_of(data, naive_zone)
+            event = event_of(data, naive_zone, rename)
         except EventError as e:
             reason = str(e)
             name = reason.split(":", 1)[0] if e.stage == "validate" and ":" in reason else ""
@@ -103,11 +108,13 @@ def check_feed(
                 group.count += 1
             continue
         report.events[event.type] += 1
-        _count_forms(report.forms, written, event)
+        _count_forms(report.forms, written, event, rename)
     return report
 
 
-def _count_forms(forms: Counter[tuple[str, str, str]], data: dict[str, Any], event: Event) -> None:
+def _count_forms(
+    forms: Counter[tuple[str, str, str]], data: dict[str, Any], event: Event, rename: Rename | None = None
+) -> None:
     """Each form of a line's JSON object ``data`` that ``event`` holds in another (one count per line and form)."""
     seen: set[tuple[str, str, str]] = set()
     for key in data:
@@ -122,11 +129,12 @@ def _count_forms(forms: Counter[tuple[str, str, str]], data: dict[str, Any], eve
         signals = data.get("signals")
         if isinstance(signals, dict):
             for written, value in signals.items():
-                if value is not None and (read := signal_name(written)) != written:
+                mapped = rename(written) if rename is not None else None
+                if value is not None and (read := signal_name(mapped or written)) != written:
                     seen.add((SIGNAL, *_index_shape(written, read)))
         elif isinstance(signals, list):  # readings as objects: the name with its unit apart
             for item in signals:
-                ((read_as, value),) = reading_pairs([item])
+                ((read_as, value),) = reading_pairs([item], rename)
                 fields = lower_keys(item)
                 given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
                 if value is not None and (read := signal_name(str(read_as))) != given:

@@ -26,10 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
-from vdoctor.events import NAIVE_TS_ZONE_ENV, describe_validation_error, time_zone
+from vdoctor.events import NAIVE_TS_ZONE_ENV, SIGNAL_MAP_ENV, describe_validation_error, time_zone
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
 from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
+from vdoctor.signal_map import check_signal_map, read_signal_map
 from vdoctor.url_credentials import redact_url, without_password
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
@@ -138,6 +139,9 @@ class RuntimeSettings(_Frozen):
     # The zone of event times written without one (``events.time_zone``: Asia/Shanghai, +08:00); None:
     # such an event is a dead letter that says so (``events.parse_event``).
     naive_ts_zone: str | None = None
+    # The fleet's signal map (``vdoctor.signal_map``): sent name -> the name it is read as. Given as the path
+    # of its file (JSON or CSV), read here, where the job is built: the map itself goes to the workers.
+    signal_names: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("naive_ts_zone")
     @classmethod
@@ -145,6 +149,15 @@ class RuntimeSettings(_Frozen):
         if name is not None:
             time_zone(name)
         return name
+
+    @field_validator("signal_names", mode="before")
+    @classmethod
+    def _read_signal_map(cls, given: object) -> object:
+        if isinstance(given, str | Path):
+            return read_signal_map(given)
+        if isinstance(given, Mapping):
+            return check_signal_map(given)
+        return given
 
     def runs_in_flight(self) -> int:
         """Worker threads of the operator's run pool: ``concurrency`` plus the extra runs."""
@@ -217,6 +230,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "deterministic": ("runtime", "deterministic", "VDOCTOR_DETERMINISTIC"),
     "malloc_trim_s": ("runtime", "malloc_trim_s", "VDOCTOR_MALLOC_TRIM_S"),
     "naive_ts_zone": ("runtime", "naive_ts_zone", NAIVE_TS_ZONE_ENV),
+    "signal_names": ("runtime", "signal_names", SIGNAL_MAP_ENV),
 }
 # The environment variables, by flat name (for documentation and tests).
 ENV_VARS: dict[str, str] = {name: var for name, (_, _, var) in FIELDS.items()}

@@ -1,0 +1,65 @@
+"""A fleet that names its signals in Chinese, through the PyFlink job of `vdoctor run` with its signal map
+(``VDOCTOR_SIGNAL_NAMES``): each mapped name is read as the knowledge pack's name, so the pack's rule confirms
+the fault by it, as for a fleet that sends the pack's names; a name the map lacks is a dead letter that names
+the setting, and the job goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+A = "LSVAU2180N2183294"
+B = "LSVAU2180N2183295"
+MAP = {"单体压差(mV)": "cell_voltage_diff_mv", "电池温度": "pack_temp_c"}
+
+
+def alert(event_id: str, vin: str, ts: str, signals: dict[str, float]) -> dict:
+    return {
+        "type": "alert", "event_id": event_id, "vin": vin, "series": "EV-A", "ts": ts,
+        "alert_text": "电池包单体压差过大", "dtc_codes": ["P0A7F"], "signals": signals,
+    }  # fmt: skip
+
+
+EVENTS = [
+    alert("e-1", A, "2026-11-01T08:00:00Z", {"单体压差(mV)": 87, "电池温度": 35.5}),  # below P0A7F's 100 mV rule
+    alert("e-2", B, "2026-11-01T08:30:00Z", {"单体压差(mV)": 150, "绝缘电阻": 520}),  # 绝缘电阻: not in the map
+    alert("e-3", A, "2026-11-01T10:00:00Z", {"单体压差（mV）": 187, "电池温度": 36.0}),  # full-width brackets
+]
+
+
+def test_a_fleets_chinese_signal_names_are_read_through_its_map(tmp_path: Path) -> None:
+    names = tmp_path / "signal-names.json"
+    names.write_text(json.dumps(MAP, ensure_ascii=False), encoding="utf-8")
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in EVENTS) + "\n", encoding="utf-8")
+    env = {**os.environ, "VDOCTOR_SIGNAL_NAMES": str(names)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(tmp_path),
+         "--memory", f"sqlite:///{tmp_path}/memory.db", "--concurrency", "1"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def read(name: str) -> list[dict]:
+        path = tmp_path / name
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
+
+    by_id = {d["event_id"]: d for d in read("diagnoses.jsonl")}
+    assert sorted(by_id) == ["e-1", "e-3"]
+    assert by_id["e-1"]["phase"] == "INVESTIGATING"
+    # 187 mV under the fleet's own name confirmed the pack's rule on cell_voltage_diff_mv.
+    assert by_id["e-3"]["phase"] == "CONCLUDED" and by_id["e-3"]["priority"] == "P2"
+    assert by_id["e-3"]["evidence"] == ["dtc://P0A7F", f"signal://{A}/cell_voltage_diff_mv@2026-11-01T10:00:00Z"]
+    (dead,) = read("dead_letters.jsonl")
+    assert dead["stage"] == "validate" and json.loads(dead["raw"])["event_id"] == "e-2"
+    assert "'绝缘电阻' is not written in Latin letters" in dead["error"] and "VDOCTOR_SIGNAL_NAMES" in dead["error"]
