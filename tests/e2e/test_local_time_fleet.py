@@ -8,14 +8,11 @@ each such event is a dead letter that names the setting, and the job goes on.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.e2e.file_job import run_file_job
 
 pytestmark = pytest.mark.e2e
 
@@ -43,24 +40,7 @@ EVENTS = [
 
 
 def _run(out: Path, zone: str | None) -> tuple[list[dict], list[dict]]:
-    out.mkdir(parents=True, exist_ok=True)
-    alerts = out / "alerts.jsonl"
-    alerts.write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in EVENTS) + "\n", encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "VDOCTOR_NAIVE_TS_ZONE"}
-    if zone is not None:
-        env["VDOCTOR_NAIVE_TS_ZONE"] = zone
-    proc = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(out),
-         "--memory", f"sqlite:///{out}/memory.db", "--concurrency", "1"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    def read(name: str) -> list[dict]:
-        path = out / name
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
-
-    return read("diagnoses.jsonl"), read("dead_letters.jsonl")
+    return run_file_job(EVENTS, out, {"VDOCTOR_NAIVE_TS_ZONE": zone})
 
 
 def test_local_times_are_read_in_the_fleets_zone(tmp_path: Path) -> None:

@@ -7,14 +7,11 @@ the setting, and the job goes on.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.e2e.file_job import run_file_job
 
 pytestmark = pytest.mark.e2e
 
@@ -40,26 +37,13 @@ EVENTS = [
 def test_a_fleets_chinese_signal_names_are_read_through_its_map(tmp_path: Path) -> None:
     names = tmp_path / "signal-names.json"
     names.write_text(json.dumps(MAP, ensure_ascii=False), encoding="utf-8")
-    alerts = tmp_path / "alerts.jsonl"
-    alerts.write_text("\n".join(json.dumps(e, ensure_ascii=False) for e in EVENTS) + "\n", encoding="utf-8")
-    env = {**os.environ, "VDOCTOR_SIGNAL_NAMES": str(names)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(tmp_path),
-         "--memory", f"sqlite:///{tmp_path}/memory.db", "--concurrency", "1"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-    def read(name: str) -> list[dict]:
-        path = tmp_path / name
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
-
-    by_id = {d["event_id"]: d for d in read("diagnoses.jsonl")}
+    diagnoses, dead_letters = run_file_job(EVENTS, tmp_path, {"VDOCTOR_SIGNAL_NAMES": str(names)})
+    by_id = {d["event_id"]: d for d in diagnoses}
     assert sorted(by_id) == ["e-1", "e-3"]
     assert by_id["e-1"]["phase"] == "INVESTIGATING"
     # 187 mV under the fleet's own name confirmed the pack's rule on cell_voltage_diff_mv.
     assert by_id["e-3"]["phase"] == "CONCLUDED" and by_id["e-3"]["priority"] == "P2"
     assert by_id["e-3"]["evidence"] == ["dtc://P0A7F", f"signal://{A}/cell_voltage_diff_mv@2026-11-01T10:00:00Z"]
-    (dead,) = read("dead_letters.jsonl")
+    (dead,) = dead_letters
     assert dead["stage"] == "validate" and json.loads(dead["raw"])["event_id"] == "e-2"
     assert "'绝缘电阻' is not written in Latin letters" in dead["error"] and "VDOCTOR_SIGNAL_NAMES" in dead["error"]
