@@ -29,7 +29,15 @@ from pydantic import (
 )
 
 from vdoctor.errors import EventError
-from vdoctor.units import MAX_SIGNAL_NAME_CHARS, SIGNAL_NAME_RE, slash_unit, unit_of, unit_suffix, unit_symbol
+from vdoctor.units import (
+    MAX_SIGNAL_NAME_CHARS,
+    SIGNAL_NAME_RE,
+    convert,
+    slash_unit,
+    unit_of,
+    unit_suffix,
+    unit_symbol,
+)
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
 # (they are too easily confused with 1 and 0). A VIN in lower case is the
@@ -262,23 +270,29 @@ def _bracket_part(found: re.Match[str]) -> str:
 
 
 def _number_text(name: str, text: str) -> float:
-    """A reading sent as text: a number, or a number and the unit the signal's name declares
-    (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``), or any unit of the table
-    (``vdoctor.units``) when the name declares none (the reading's unit then stays unknown, as the
-    name's). A unit other than the name's is refused: which of the two is right is not known."""
+    """A reading sent as text: a number, or a number and a unit of the table (``vdoctor.units``). In the
+    unit the signal's name declares (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``)
+    it is the number; in another unit of the same quantity it is converted to the name's (``"0.187 V"``:
+    187 mV, ``"105 °F"``: 40.6 °C, ``"3 hrs"`` for ``idle_min``: 180); in a unit of another quantity, or
+    one that differs from the name's by its case alone (mΩ and MΩ: ``_mohm`` may mean either) it is
+    refused, naming both. A name that declares no unit takes the number as sent (its unit stays unknown)."""
     number = _NUMBER_TEXT_RE.match(text := text.strip())
     if number is None:
         raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number")
+    value = float(number.group())
     if unit := text[number.end() :].strip():
         symbol = unit_symbol(unit)
         if symbol is None:
             raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
         if (declared := unit_of(name)) is not None and symbol != declared:
-            raise ValueError(
-                f"signal {name[:40]} = {text[:20]!r} is in {symbol}, its name's unit is {declared}: "
-                f"send the number in {declared}"
-            )
-    return float(number.group())
+            converted = convert(value, symbol, declared)
+            if converted is None:
+                raise ValueError(
+                    f"signal {name[:40]} = {text[:20]!r} is in {symbol}, its name's unit is {declared}: "
+                    f"send the number in {declared}"
+                )
+            return converted
+    return value
 
 
 def lower_keys(obj: dict[object, object]) -> dict[str, object]:
@@ -289,9 +303,10 @@ def lower_keys(obj: dict[object, object]) -> dict[str, object]:
 def reading_pairs(items: list[dict[object, object]], rename: Rename | None = None) -> list[tuple[object, object]]:
     """Readings sent as a list of objects (``[{"name": "Pack Temp", "value": 41.5, "unit": "°C"}]``, keys in
     any case) as (name, value) pairs: a unit of the table that the name does not declare becomes its suffix
-    (``pack_temp_c``), one other than the name's is refused, one not in the table leaves the name as it is
-    (the reading's unit unknown, as a name's unknown suffix). ``rename``: the fleet's signal map, applied to
-    each name before its unit (``parse_event``)."""
+    (``pack_temp_c``), one other than the name's converts the value to the name's (as ``_number_text``,
+    and refused where that refuses), one not in the table leaves the name as it is (the reading's unit
+    unknown, as a name's unknown suffix). ``rename``: the fleet's signal map, applied to each name before
+    its unit (``parse_event``)."""
     pairs: list[tuple[object, object]] = []
     for item in items:
         fields = lower_keys(item)
@@ -305,9 +320,23 @@ def reading_pairs(items: list[dict[object, object]], rename: Rename | None = Non
             if (declared := unit_of(read)) is None:
                 name = f"{read}_{unit_suffix(symbol)}"
             elif declared != symbol:
-                raise ValueError(f"signal {read[:40]} is sent in {symbol}, its name's unit is {declared}")
+                pairs.append((name, _in_unit(read, fields["value"], symbol, declared)))
+                continue
         pairs.append((name, fields["value"]))
     return pairs
+
+
+def _in_unit(name: str, value: object, symbol: str, declared: str) -> object:
+    """A reading's value sent in ``symbol`` (a number, or text as ``_number_text`` reads it) in the name's
+    unit ``declared``; a null value stays null (left out)."""
+    if isinstance(value, str):
+        value = _number_text(f"{name}_{unit_suffix(symbol)}", value)  # its number in ``symbol``
+    elif value is None:
+        return None
+    converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]
+    if converted is None:
+        raise ValueError(f"signal {name[:40]} is sent in {symbol}, its name's unit is {declared}")
+    return converted
 
 
 def _code_entry(entry: dict[object, object]) -> object:

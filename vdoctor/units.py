@@ -2,9 +2,10 @@
 
 ``cell_voltage_diff_mv`` is in mV, ``insulation_res_kohm`` in kΩ. A name whose
 suffix is not in the table keeps its readings with the unit unknown: no
-reading or alert is ever rejected for the unit its name declares or lacks (a
-reading sent as text in another unit than its name's is: ``unit_symbol``
-reads such units, ``events`` refuses the conflict). The table covers what vehicle
+reading or alert is ever rejected for the unit its name declares or lacks. A
+reading sent with another unit than its name's (``unit_symbol`` reads it) is
+converted to the name's where both measure one quantity (``convert``), and
+refused by ``events`` where they do not. The table covers what vehicle
 telemetry reports (electrical, thermal, pressure, speed, time, energy, flow,
 mass, angle, ratios); extend it here, in one place.
 """
@@ -184,6 +185,47 @@ def unit_suffix(symbol: str) -> str:
     """The suffix a name declares ``symbol`` by (``"°C"``: ``c``, ``"%"``: ``pct``, ``"km/h"``: ``kmh``): the
     table's first for it."""
     return _SUFFIX_OF[symbol]
+
+
+# Units of one quantity, each as (factor, offset) to the quantity's base unit: base = value * factor + offset.
+# A reading sent in one of them for a name that declares another is converted (``convert``). Not here: units
+# with no other of their quantity in the table (%, ppm, dB, rpm, N·m, L/100km, ...).
+_QUANTITIES: dict[str, dict[str, tuple[float, float]]] = {
+    "voltage": {"mV": (1e-3, 0.0), "V": (1.0, 0.0), "kV": (1e3, 0.0)},
+    "current": {"µA": (1e-6, 0.0), "mA": (1e-3, 0.0), "A": (1.0, 0.0), "kA": (1e3, 0.0)},
+    "resistance": {"mΩ": (1e-3, 0.0), "Ω": (1.0, 0.0), "kΩ": (1e3, 0.0), "MΩ": (1e6, 0.0)},
+    "power": {"W": (1.0, 0.0), "kW": (1e3, 0.0), "MW": (1e6, 0.0)},
+    "energy": {"Wh": (1.0, 0.0), "kWh": (1e3, 0.0)},
+    "charge": {"mAh": (1e-3, 0.0), "Ah": (1.0, 0.0)},
+    "frequency": {"Hz": (1.0, 0.0), "kHz": (1e3, 0.0)},
+    "temperature": {"K": (1.0, 0.0), "°C": (1.0, 273.15), "°F": (5 / 9, 273.15 - 32 * 5 / 9)},
+    "pressure": {"Pa": (1.0, 0.0), "kPa": (1e3, 0.0), "MPa": (1e6, 0.0), "bar": (1e5, 0.0), "mbar": (1e2, 0.0),
+                 "psi": (6894.757293168, 0.0)},
+    "speed": {"m/s": (1.0, 0.0), "km/h": (1 / 3.6, 0.0), "mph": (0.44704, 0.0)},
+    "length": {"mm": (1e-3, 0.0), "cm": (1e-2, 0.0), "m": (1.0, 0.0), "km": (1e3, 0.0), "mi": (1609.344, 0.0)},
+    "time": {"µs": (1e-6, 0.0), "ms": (1e-3, 0.0), "s": (1.0, 0.0), "min": (60.0, 0.0), "h": (3600.0, 0.0),
+             "d": (86400.0, 0.0)},
+    "force": {"N": (1.0, 0.0), "kN": (1e3, 0.0)},
+    "mass": {"mg": (1e-3, 0.0), "g": (1.0, 0.0), "kg": (1e3, 0.0), "t": (1e6, 0.0)},
+    "volume": {"mL": (1e-3, 0.0), "L": (1.0, 0.0)},
+    "flow": {"L/h": (1.0, 0.0), "L/min": (60.0, 0.0)},
+    "angle": {"°": (1.0, 0.0), "rad": (180 / 3.141592653589793, 0.0)},
+}  # fmt: skip
+_QUANTITY_OF = {symbol: units[symbol] for units in _QUANTITIES.values() for symbol in units}
+_QUANTITY_NAME = {symbol: name for name, units in _QUANTITIES.items() for symbol in units}
+
+
+def convert(value: float, written: str, declared: str) -> float | None:
+    """``value`` in the unit ``written`` as a number in ``declared`` (two symbols of the table), to 12
+    significant digits (``0.187 V`` is 187.0 mV, not 187.00000000000003); None when the two units measure
+    different quantities, or differ by their case alone (mΩ and MΩ: a name's suffix is lower case, so
+    ``_mohm`` may mean either, and the factor between them is a billion)."""
+    if written == declared:
+        return value
+    if written.lower() == declared.lower() or _QUANTITY_NAME.get(written) != _QUANTITY_NAME.get(declared, ""):
+        return None
+    (f_from, o_from), (f_to, o_to) = _QUANTITY_OF[written], _QUANTITY_OF[declared]
+    return float(f"{((value * f_from + o_from) - o_to) / f_to:.12g}")
 
 
 def unit_symbols() -> list[str]:

@@ -210,7 +210,7 @@ _DROP = object()
         (alert(ts="0001-01-01T00:00:00+01:00"), "ts"),
         (alert(ts="9999-12-31T23:59:59-01:00"), "ts"),
         (alert(ts="17620000001"), "ts"),
-        (alert(signals={"cell_voltage_diff_mv": "0.187 V"}), "signals"),
+        (alert(signals={"cell_voltage_diff_mv": "12 °C"}), "signals"),
         (alert(signals={"cell_voltage_diff_mv": "187 mV high"}), "signals"),
         (alert(signals={"cell_voltage_diff_mv": [187]}), "signals.cell_voltage_diff_mv"),
         (alert(signals={"2026_11": 12.6}), "signals"),
@@ -245,7 +245,7 @@ _DROP = object()
         "ts-before-year-1-in-utc",
         "ts-after-year-9999-in-utc",
         "epoch-digits-read-as-year-2528",
-        "signal-text-value-in-another-unit",
+        "signal-text-value-of-another-quantity",
         "signal-text-value-with-words",
         "signal-list-value",
         "signal-name-of-digits-only",
@@ -450,11 +450,24 @@ def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
         "insulation_res_kohm": 500.0, "insulation_res_megohm": 5.0, "energy_kwh": 12.0, "torque_nm": 120.0,
         "battery_voltage": 12.6,
     }  # fmt: skip
-    # Another unit than the name's: which one is right is not known. mΩ and MΩ differ by their case alone.
+    # Another unit of the same quantity: converted to the name's (to 12 significant digits, so that 0.187 V is
+    # 187 mV and not 187.00000000000003). Until this release each was a dead letter.
+    converted = {
+        "cell_voltage_diff_mv": "0.187 V", "pack_temp_c": "105 °F", "coolant_kpa": "1.1 bar", "speed_kmh": "20 m/s",
+        "idle_min": "3 hrs", "insulation_res_kohm": "0.5 MΩ", "pack_voltage_v": "398500 mV", "oil_temp_f": "100 °C",
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=converted)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "cell_voltage_diff_mv": 187.0, "pack_temp_c": 40.5555555556, "coolant_kpa": 110.0, "speed_kmh": 72.0,
+        "idle_min": 180.0, "insulation_res_kohm": 500.0, "pack_voltage_v": 398.5, "oil_temp_f": 212.0,
+    }  # fmt: skip
+    # A unit of another quantity, or one that differs from the name's by its case alone (mΩ and MΩ: a name's
+    # suffix is lower case, so _mohm may mean either, a factor of a billion): which one is right is not known.
     for name, text, said in (
-        ("cell_voltage_diff_mv", "0.187 V", "is in V, its name's unit is mV"),
+        ("cell_voltage_diff_mv", "12 °C", "is in °C, its name's unit is mV"),
         ("insulation_res_mohm", "5 MΩ", "is in MΩ, its name's unit is mΩ"),
-        ("pack_temp_c", "105 °F", "is in °F, its name's unit is °C"),
+        ("soc_pct", "80 V", "is in V, its name's unit is %"),
     ):
         error = rejected(json.dumps(alert(signals={name: text})))
         assert error.stage == "validate" and said in str(error), text
@@ -511,9 +524,11 @@ def test_units_as_telemetry_writes_them_are_read() -> None:
     assert isinstance(event, AlertEvent)
     assert event.signals["engine_rpm"] == 3000.0 and event.signals["cabin_humidity_pct"] == 45.0
     assert len(event.signals) == len(signals)
-    # A unit written so is still checked against the name's: hours are no minutes.
-    error = rejected(json.dumps(alert(signals={"idle_min": "3 hrs"})))
-    assert error.stage == "validate" and "is in h, its name's unit is min" in str(error)
+    # A unit written so is still read against the name's: hours in minutes, and no reading of another quantity.
+    event = parse_event(json.dumps(alert(signals={"idle_min": "3 hrs", "trip_km": "12 miles"})))
+    assert isinstance(event, AlertEvent) and event.signals == {"idle_min": 180.0, "trip_km": 19.312128}
+    error = rejected(json.dumps(alert(signals={"idle_min": "3 miles"})))
+    assert error.stage == "validate" and "is in mi, its name's unit is min" in str(error)
 
 
 def test_signal_names_of_flattened_payloads_and_tables() -> None:
@@ -671,6 +686,8 @@ def test_readings_and_codes_sent_as_lists_of_objects() -> None:
         {"name": "soc", "value": "80", "unit": "%"},
         {"Name": "Vehicle Speed", "Value": 62, "Unit": "km/h"},  # keys in any case
         {"name": "cell_voltage_diff_mv", "value": "187 mV", "unit": "mV"},  # the name's own unit
+        {"name": "pack_voltage_v", "value": 398500, "unit": "mV"},  # another of its quantity's: converted
+        {"name": "coolant_temp_c", "value": "203", "unit": "°F"},
         {"name": "wheel_ticks", "value": 3, "unit": "counts"},  # a unit not in the table: left unknown
         {"name": "dcdc_output_v", "value": None, "unit": "V"},  # no value: left out, as a null reading
     ]
@@ -679,7 +696,7 @@ def test_readings_and_codes_sent_as_lists_of_objects() -> None:
     assert isinstance(event, AlertEvent)
     assert event.signals == {
         "pack_temp_c": 41.5, "soc_pct": 80.0, "vehicle_speed_kmh": 62.0, "cell_voltage_diff_mv": 187.0,
-        "wheel_ticks": 3.0,
+        "pack_voltage_v": 398.5, "coolant_temp_c": 95.0, "wheel_ticks": 3.0,
     }  # fmt: skip
     assert event.dtc_codes == ["P0A7F", "U0100", "P0562", "SPN1569-FMI31"]
     one = parse_event(json.dumps(alert(dtc_codes="P0300, P0301", signals=[])))
@@ -687,7 +704,8 @@ def test_readings_and_codes_sent_as_lists_of_objects() -> None:
     # Still dead letters, each saying why: a unit other than the name's, an object without its name,
     # value or code, a J1939 code out of range, and values that are no readings or codes at all.
     for signals, dtc_codes, says in (
-        ([{"name": "cell_voltage_diff_mv", "value": 0.187, "unit": "V"}], [], "its name's unit is mV"),
+        ([{"name": "cell_voltage_diff_mv", "value": 12, "unit": "°C"}], [], "sent in °C, its name's unit is mV"),
+        ([{"name": "insulation_res_mohm", "value": 5, "unit": "MΩ"}], [], "sent in MΩ, its name's unit is mΩ"),
         ([{"value": 3, "unit": "V"}], [], 'needs a "name" and a "value"'),
         ([{"name": "soc"}], [], 'needs a "name" and a "value"'),
         ({}, [{"status": "active"}], 'needs a "code"'),

@@ -68,9 +68,11 @@ def test_a_name_the_map_lacks_stays_a_dead_letter_and_two_names_read_as_one_are_
     # The mapped name and the name it maps to, in one alert: which one is the reading is not known.
     with pytest.raises(EventError, match="as another name of this alert is"):
         parse_event(line({"电池温度": 41.5, "pack_temp_c": 40}), None, rename)
-    # A unit sent beside a mapped name is checked against that name's unit.
-    with pytest.raises(EventError, match="sent in V, its name's unit is mV"):
-        parse_event(line([{"name": "BMS_CellVdiff", "value": 0.187, "unit": "V"}]), None, rename)
+    # A unit sent beside a mapped name is read against that name's unit: converted, or refused.
+    in_volts = parse_event(line([{"name": "BMS_CellVdiff", "value": 0.187, "unit": "V"}]), None, rename)
+    assert in_volts.signals == {"cell_voltage_diff_mv": 187.0}
+    with pytest.raises(EventError, match="sent in °C, its name's unit is mV"):
+        parse_event(line([{"name": "BMS_CellVdiff", "value": 12, "unit": "°C"}]), None, rename)
 
 
 def test_a_map_is_read_from_json_or_csv_and_refused_with_the_entry_when_wrong(tmp_path: Path) -> None:
