@@ -339,6 +339,26 @@ def _in_unit(name: str, value: object, symbol: str, declared: str) -> object:
     return converted
 
 
+def flat_signals(signals: dict[object, object]) -> list[tuple[str, object]]:
+    """Readings nested in objects and arrays, as a telematics platform's payload nests them
+    (``{"bms": {"PackTemp": 41.5, "cell_v": [3.61, 3.62]}}``), as (name, value) pairs named by their path as
+    a platform that flattens it writes it: a key after a ``.``, an array's item by its index from 0 in
+    brackets (``bms.PackTemp``, ``bms.cell_v[0]``), which ``signal_name`` reads as ``bms_pack_temp`` and
+    ``bms_cell_v_0``. An empty object or array is no reading. Stops one reading past ``MAX_SIGNALS`` (the
+    alert is then refused for its count)."""
+    pairs: list[tuple[str, object]] = []
+    stack: list[tuple[str, object]] = [(str(k), v) for k, v in reversed(signals.items())]
+    while stack and len(pairs) <= MAX_SIGNALS:
+        path, value = stack.pop()
+        if isinstance(value, dict):
+            stack += [(f"{path}.{k}", v) for k, v in reversed(value.items())]
+        elif isinstance(value, list):
+            stack += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
+        else:
+            pairs.append((path, value))
+    return pairs
+
+
 def _code_entry(entry: dict[object, object]) -> object:
     """A code sent as an object: its ``code`` or ``dtc`` (``{"code": "P0A7F", "status": "active"}``), or a
     J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out."""
@@ -502,6 +522,9 @@ class AlertEvent(_Event):
         rename: Rename | None = info.context.get(RENAME) if info.context else None
         if isinstance(signals, dict):
             pairs: Iterable[tuple[object, object]] = signals.items()
+            values = signals.values()
+            if dict in map(type, values) or list in map(type, values):  # (map: no Python frame per value)
+                pairs = flat_signals(signals)
         elif isinstance(signals, list) and all(isinstance(item, dict) for item in signals):  # [] is no reading
             pairs = reading_pairs(signals, rename)
             rename = None  # (applied)

@@ -28,6 +28,7 @@ from vdoctor.events import (
     contract_field,
     contract_keys,
     event_of,
+    flat_signals,
     load_object,
     lower_keys,
     reading_pairs,
@@ -127,8 +128,8 @@ def _count_forms(
         seen.add((TIME, _shape(str(written_ts)), "YYYY-MM-DDThh:mm:ssZ"))
     if isinstance(event, AlertEvent):
         signals = data.get("signals")
-        if isinstance(signals, dict):
-            for written, value in signals.items():
+        if isinstance(signals, dict):  # (nested objects and arrays by their paths, as the job reads them)
+            for written, value in flat_signals(signals):
                 mapped = rename(written) if rename is not None else None
                 if value is not None and (read := signal_name(mapped or written)) != written:
                     seen.add((SIGNAL, *_index_shape(written, read)))

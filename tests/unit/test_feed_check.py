@@ -88,3 +88,11 @@ def test_the_command_exits_1_with_dead_letters_and_0_without(tmp_path: Path) -> 
     bad_zone = subprocess.run([*command[:5], str(clean), "--naive-ts-zone", "Beijing"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad_zone.returncode == 2 and "time zone" in bad_zone.stderr
+
+
+def test_readings_nested_in_objects_are_reported_by_their_paths() -> None:
+    report = check_feed([alert(signals={"bms": {"PackTemp": 41.5, "cell_v": [3.61, 3.62]}, "soc_pct": 80})])
+    assert report.dead_letters == 0
+    assert {(w, r) for (kind, w, r) in report.forms if kind == "signal"} == {
+        ("bms.PackTemp", "bms_pack_temp"), ("bms.cell_v[N]", "bms_cell_v_N"),
+    }  # fmt: skip
