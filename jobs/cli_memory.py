@@ -165,6 +165,30 @@ def _cmd_knowledge_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_knowledge_signals(args: argparse.Namespace) -> int:
+    """``vdoctor knowledge signals``: the signal names the pack's rules test, for a fleet's signal map."""
+    from vdoctor.knowledge import load_pack
+    from vdoctor.units import unit_of
+
+    signals = load_pack().rule_signals()
+    if args.json:
+        listed = [
+            {"signal": name, "unit": unit_of(name),
+             "rules": [{"code": e.code, "rule": e.confirm.describe() if e.confirm else "",
+                        "definition_en": e.definition_en, "definition_zh": e.definition_zh} for e in entries]}
+            for name, entries in signals.items()
+        ]  # fmt: skip
+        print(json.dumps(listed, ensure_ascii=False, indent=2))
+        return 0
+    width = max((len(name) for name in signals), default=0)
+    for name, entries in signals.items():
+        print(f"{name:<{width}}  {unit_of(name) or '-'}")
+        for e in entries:
+            rule = e.confirm.describe() if e.confirm else ""
+            print(f"  {e.code} {rule}: {e.definition_zh or e.definition_en}")
+    return 0
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from vdoctor.evaluation.health import assess, plot
 
@@ -333,6 +357,12 @@ def add_commands(sub: Any) -> None:
     search.add_argument("--json", action="store_true")
     search.add_argument("--knowledge")
     search.set_defaults(func=_cmd_knowledge_search)
+    rule_signals = ksub.add_parser(
+        "signals", help="the signal names the knowledge pack's rules test, with their units and codes (for a "
+        "fleet's signal map, VDOCTOR_SIGNAL_NAMES)"
+    )
+    rule_signals.add_argument("--json", action="store_true")
+    rule_signals.set_defaults(func=_cmd_knowledge_signals)
 
     rex = memory.add_parser("reextract", help="re-summarize records written with older summary-prompt versions")
     rex.add_argument("--prompt-version", required=True, help="the version this build writes (resumable)")

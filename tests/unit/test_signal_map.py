@@ -30,6 +30,7 @@ from vdoctor.records import Phase
 from vdoctor.settings import load_settings, worker_settings
 from vdoctor.signal_map import SignalRenames, check_signal_map, read_signal_map
 from vdoctor.stores.memory import InMemoryStore
+from vdoctor.units import SIGNAL_NAME_RE
 
 pytestmark = pytest.mark.unit
 
@@ -159,3 +160,19 @@ def test_check_events_reads_a_feed_with_the_jobs_map(tmp_path: Path, rename: Sig
     bad = subprocess.run([*command, "--signal-names", str(names)], cwd=REPO_ROOT, capture_output=True, text=True,
                          timeout=120)  # fmt: skip
     assert bad.returncode == 2 and "--signal-names" in bad.stderr and "no signal name" in bad.stderr
+
+
+def test_the_packs_rule_signals_are_listed_for_a_map() -> None:
+    """``vdoctor knowledge signals``: the names a map maps to, for the pack's rules to test them."""
+    signals = load_pack().rule_signals()
+    assert [e.code for e in signals["cell_voltage_diff_mv"]] == ["P0A7F"]
+    assert all(SIGNAL_NAME_RE.match(name) for name in signals)
+    run = subprocess.run([sys.executable, "-m", "jobs.cli", "knowledge", "signals", "--json"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    listed = {item["signal"]: item for item in json.loads(run.stdout)}
+    assert set(listed) == set(signals)
+    assert listed["cell_voltage_diff_mv"]["unit"] == "mV"
+    assert listed["cell_voltage_diff_mv"]["rules"][0]["rule"] == "cell_voltage_diff_mv>=100"
+    # Every name listed maps: a map to it is accepted.
+    assert check_signal_map({f"信号{i}": name for i, name in enumerate(listed)}) is not None

@@ -101,6 +101,15 @@ class KnowledgePack:
     def __len__(self) -> int:
         return len(self.entries)
 
+    def rule_signals(self) -> dict[str, list[DtcEntry]]:
+        """The signals the pack's rules confirm faults by, each with the entries whose rule tests it, by name:
+        the names a fleet's signal map (``vdoctor.signal_map``) maps its own names to."""
+        found: dict[str, list[DtcEntry]] = {}
+        for entry in sorted(self.entries.values(), key=lambda e: e.code):
+            if entry.confirm is not None and entry.confirm.signal:
+                found.setdefault(entry.confirm.signal, []).append(entry)
+        return dict(sorted(found.items()))
+
     def merge_csv(self, path: Path) -> int:
         """Add definitions from a CSV code table; pack entries win. Returns rows added."""
         from vdoctor.knowledge.table import read_code_table
