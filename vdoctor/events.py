@@ -412,6 +412,18 @@ _UTC_SECOND_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]
 _LOOSE_DATE_RE = re.compile(r"([0-9]{4})[-/.]([0-9]{1,2})[-/.]([0-9]{1,2})(?:([ T])([0-9]{1,2})(?=:))?")
 _ZONE_AFTER_BLANK_RE = re.compile(r" (?:(?:UTC|GMT|Z)|([+-][0-9]{2}:?[0-9]{2}))\Z", re.IGNORECASE)
 _COMPACT_TIME_RE = re.compile(r"(2[01][0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})")
+# A time with the month by its English name, as HTTP and e-mail (RFC 2822: ``Sun, 01 Nov 2026 08:15:30 GMT``)
+# and JavaScript's ``Date.toString()`` (``Sun Nov 01 2026 16:15:30 GMT+0800 (China Standard Time)``) write it,
+# with its zone written as GMT, UTC, Z or an offset, or with none (then read as any time without a zone); a
+# zone's abbreviation (CST: China or the US Central?) is refused, as any other text.
+_MONTHS = {m: i for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split(), start=1)}
+_DAY = r"(?:(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*,?\s+)?"
+_CLOCK = r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?(?:\s*(gmt|utc|ut|z))?(?:\s*([+-][0-9]{2}:?[0-9]{2}))?"
+_NAMED_MONTH_RE = re.compile(
+    rf"{_DAY}(?:([0-9]{{1,2}})\s+([a-z]{{3}})[a-z]*\.?|([a-z]{{3}})[a-z]*\.?\s+([0-9]{{1,2}}),?)\s+([0-9]{{4}})\s+"
+    rf"{_CLOCK}(?:\s*\([^()]*\))?",
+    re.IGNORECASE,
+)
 
 
 def _iso_form(value: object) -> object:
@@ -423,11 +435,27 @@ def _iso_form(value: object) -> object:
     text = value
     if (compact := _COMPACT_TIME_RE.fullmatch(text)) is not None:
         return "{}-{}-{}T{}:{}:{}".format(*compact.groups())
+    if text[:1].isalpha() or " " in text[:3]:
+        return _named_month(text)
     if (date := _LOOSE_DATE_RE.match(text)) is not None:
         year, month, day, sep, hour = date.groups()
         head = f"{year}-{int(month):02d}-{int(day):02d}" + (f"{sep}{int(hour):02d}" if hour is not None else "")
         text = head + text[date.end() :]
     return _ZONE_AFTER_BLANK_RE.sub(lambda m: m.group(1) or "Z", text)
+
+
+def _named_month(text: str) -> str:
+    """A time with its month's English name (``_NAMED_MONTH_RE``) in ISO form; any other text as it is."""
+    found = _NAMED_MONTH_RE.fullmatch(text.strip())
+    if found is None:
+        return text
+    day_first, month_first, month_then, day_then, year, hour, minute, second, utc, offset = found.groups()
+    month = _MONTHS.get((month_first or month_then).lower())
+    if month is None:
+        return text
+    day = int(day_first or day_then)
+    zone = (offset if ":" in offset else f"{offset[:3]}:{offset[3:]}") if offset else "Z" if utc else ""
+    return f"{year}-{month:02d}-{day:02d}T{int(hour):02d}:{minute}:{second or '00'}{zone}"
 
 
 class _Event(BaseModel):

@@ -804,6 +804,22 @@ def test_event_times_as_platforms_and_exports_write_them() -> None:
     assert parse_event(json.dumps(alert(ts=1762000000000))).ts == datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)
 
 
+def test_event_times_with_the_months_name_as_http_mail_and_javascript_write_them() -> None:
+    at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+    # RFC 2822 (HTTP, e-mail, JavaScript's toUTCString), JavaScript's Date.toString() with its zone's name in
+    # brackets, and the month first as US exports write it. Each was a dead letter.
+    for written in ("Sun, 01 Nov 2026 08:15:30 GMT", "Sun Nov 01 2026 16:15:30 GMT+0800 (China Standard Time)",
+                    "1 Nov 2026 16:15:30 +0800", "Nov 1, 2026 08:15:30 UTC", "Sunday, 1 November 2026 08:15:30 Z",
+                    "sun, 01 nov 2026 03:15:30 -05:00"):  # fmt: skip
+        assert parse_event(json.dumps(alert(ts=written))).ts == at, written
+    # Without a zone: read in the fleet's zone, as any time without one, or a dead letter naming the setting.
+    assert parse_event(json.dumps(alert(ts="Sun, 01 Nov 2026 16:15:30")), time_zone("Asia/Shanghai")).ts == at
+    assert "VDOCTOR_NAIVE_TS_ZONE" in str(rejected(json.dumps(alert(ts="Sun, 01 Nov 2026 16:15:30"))))
+    # Still refused: a zone's abbreviation (CST is China's or the US Central's), a month that is none, a 31 February.
+    for bad in ("Sun, 01 Nov 2026 08:15:30 CST", "Sun, 01 Foo 2026 08:15:30 GMT", "Sat, 31 Feb 2026 08:15:30 GMT"):
+        assert rejected(json.dumps(alert(ts=bad))).stage == "validate", bad
+
+
 @pytest.mark.parametrize("name", ["Beijing", "asia/shanghai", "+15:00", "", "../../etc/passwd"])
 def test_a_zone_that_is_none_is_refused(name: str) -> None:
     with pytest.raises(ValueError, match="time zone|hours from UTC"):
