@@ -54,6 +54,9 @@ def test_mapped_names_are_read_as_the_names_they_map_to(rename: SignalRenames) -
     }  # fmt: skip
     as_objects = [{"Name": "电池温度", "Value": "41.5℃"}, {"name": "BMS_CellVdiff", "value": 187, "unit": "mV"}]
     assert parse_event(line(as_objects), None, rename).signals == {"pack_temp_c": 41.5, "cell_voltage_diff_mv": 187.0}
+    # A nested reading is found by its path.
+    nested = SignalRenames(check_signal_map({"bms.单体压差": "cell_voltage_diff_mv"}))
+    assert parse_event(line({"bms": {"单体压差": 187}}), None, nested).signals == {"cell_voltage_diff_mv": 187.0}
     # Without the map: the vendor's name is read under its own name, and the Chinese one has none.
     assert parse_event(line({"BMS_CellVdiff": 187})).signals == {"bms_cell_vdiff": 187.0}
     with pytest.raises(EventError, match="not written in Latin letters.*VDOCTOR_SIGNAL_NAMES"):
