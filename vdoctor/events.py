@@ -514,16 +514,34 @@ class AlertEvent(_Event):
         Field(max_length=MAX_SIGNALS),
     ] = {}
 
-    _empty_text = field_validator("alert_text", mode="before")(_none_as(""))
+    @field_validator("series", mode="before")
+    @classmethod
+    def _series_digits(cls, value: object) -> object:
+        # A series (model) code sent as a whole number is the same code as its digits, as an event id is.
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("alert_text", mode="before")
+    @classmethod
+    def _alert_lines(cls, text: object) -> object:
+        # null is no text; a list of messages (a platform that sends each active warning apart) is one text,
+        # the messages joined by "; ", its nulls and blanks left out.
+        if text is None:
+            return ""
+        if isinstance(text, list) and all(isinstance(line, str | None) for line in text):
+            return "; ".join(line.strip() for line in text if line and line.strip())
+        return text
 
     @field_validator("dtc_codes", mode="before")
     @classmethod
     def _code_entries(cls, codes: object) -> object:
-        # null is no code; one string is one entry ("P0A7F", "P0300,P0301"); an entry may be an object.
+        # null is no code; one string is one entry ("P0A7F", "P0300,P0301"); an entry may be an object;
+        # a null entry is no code either.
         if codes is None:
             return []
         if isinstance(codes, str):
             return [codes]
+        if isinstance(codes, list) and None in codes:
+            codes = [entry for entry in codes if entry is not None]
         if isinstance(codes, list) and dict in map(type, codes):  # (map: no Python frame per entry)
             return [_code_entry(entry) if isinstance(entry, dict) else entry for entry in codes]
         return codes

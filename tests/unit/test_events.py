@@ -839,3 +839,16 @@ def test_ids_sent_as_numbers_and_names_in_another_case() -> None:
     assert isinstance(event, AlertEvent) and event.event_id == "12345"
     left = parse_event(json.dumps(lifecycle(type="LIFECYCLE", change="Scrapped")))
     assert isinstance(left, LifecycleEvent) and left.change == "scrapped"
+
+
+def test_series_codes_as_numbers_messages_as_lists_and_null_codes() -> None:
+    # A model code sent as a whole number (as an event id may be), a platform that sends each active warning as
+    # a message of a list, and a null among the codes: each was a dead letter ("should be a valid string").
+    event = parse_event(json.dumps(alert(series=301, alert_text=["ABS灯亮", " ESP故障 ", None, ""],
+                                         dtc_codes=["P0A7F", None]), ensure_ascii=False))  # fmt: skip
+    assert isinstance(event, AlertEvent)
+    assert (event.series, event.alert_text, event.dtc_codes) == ("301", "ABS灯亮; ESP故障", ["P0A7F"])
+    # Still refused: a series that is no code (true, 3.5), and a text that is a number or holds one.
+    for field, value in (("series", True), ("series", 3.5), ("alert_text", 42), ("alert_text", ["a", 3])):
+        error = rejected(json.dumps(alert(**{field: value})))
+        assert error.stage == "validate" and field in str(error), (field, value)
