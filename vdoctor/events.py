@@ -269,13 +269,14 @@ def _bracket_part(found: re.Match[str]) -> str:
     return "_" + part if part else ""
 
 
-def _number_text(name: str, text: str) -> float:
+def _number_text(name: str, text: str, declared: str | None = None) -> float:
     """A reading sent as text: a number, or a number and a unit of the table (``vdoctor.units``). In the
     unit the signal's name declares (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``)
     it is the number; in another unit of the same quantity it is converted to the name's (``"0.187 V"``:
     187 mV, ``"105 °F"``: 40.6 °C, ``"3 hrs"`` for ``idle_min``: 180); in a unit of another quantity, or
     one that differs from the name's by its case alone (mΩ and MΩ: ``_mohm`` may mean either) it is
-    refused, naming both. A name that declares no unit takes the number as sent (its unit stays unknown)."""
+    refused, naming both. A name that declares no unit takes the number as sent (its unit stays unknown).
+    ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it)."""
     number = _NUMBER_TEXT_RE.match(text := text.strip())
     if number is None:
         raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number")
@@ -284,7 +285,7 @@ def _number_text(name: str, text: str) -> float:
         symbol = unit_symbol(unit)
         if symbol is None:
             raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
-        if (declared := unit_of(name)) is not None and symbol != declared:
+        if (declared := declared or unit_of(name)) is not None and symbol != declared:
             converted = convert(value, symbol, declared)
             if converted is None:
                 raise ValueError(
@@ -330,7 +331,7 @@ def _in_unit(name: str, value: object, symbol: str, declared: str) -> object:
     """A reading's value sent in ``symbol`` (a number, or text as ``_number_text`` reads it) in the name's
     unit ``declared``; a null value stays null (left out)."""
     if isinstance(value, str):
-        value = _number_text(f"{name}_{unit_suffix(symbol)}", value)  # its number in ``symbol``
+        value = _number_text(name, value, symbol)  # its number in ``symbol``
     elif value is None:
         return None
     converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]

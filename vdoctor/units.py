@@ -211,8 +211,8 @@ _QUANTITIES: dict[str, dict[str, tuple[float, float]]] = {
     "flow": {"L/h": (1.0, 0.0), "L/min": (60.0, 0.0)},
     "angle": {"°": (1.0, 0.0), "rad": (180 / 3.141592653589793, 0.0)},
 }  # fmt: skip
-_QUANTITY_OF = {symbol: units[symbol] for units in _QUANTITIES.values() for symbol in units}
-_QUANTITY_NAME = {symbol: name for name, units in _QUANTITIES.items() for symbol in units}
+# symbol -> (its quantity, factor, offset)
+_QUANTITY_OF = {symbol: (name, *scale) for name, units in _QUANTITIES.items() for symbol, scale in units.items()}
 
 
 def convert(value: float, written: str, declared: str) -> float | None:
@@ -222,9 +222,10 @@ def convert(value: float, written: str, declared: str) -> float | None:
     ``_mohm`` may mean either, and the factor between them is a billion)."""
     if written == declared:
         return value
-    if written.lower() == declared.lower() or _QUANTITY_NAME.get(written) != _QUANTITY_NAME.get(declared, ""):
+    source, target = _QUANTITY_OF.get(written), _QUANTITY_OF.get(declared)
+    if source is None or target is None or source[0] != target[0] or written.lower() == declared.lower():
         return None
-    (f_from, o_from), (f_to, o_to) = _QUANTITY_OF[written], _QUANTITY_OF[declared]
+    (_, f_from, o_from), (_, f_to, o_to) = source, target
     return float(f"{((value * f_from + o_from) - o_to) / f_to:.12g}")
 
 
