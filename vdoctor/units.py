@@ -132,6 +132,9 @@ MAX_SIGNAL_NAME_CHARS = 96
 SIGNAL_NAME_RE = re.compile("^" + HAS_LETTER + rf"[a-z0-9][a-z0-9_]{{0,{MAX_SIGNAL_NAME_CHARS - 1}}}$")
 
 
+# The indexes that end an array item's name (``_3`` of ``cell_voltage_v_3``; ``_1_0`` of a nested array's).
+_INDEX_TAIL_RE = re.compile(r"(?:_[0-9]+)+$")
+
 # Names whose unit is remembered: a fleet reports a few hundred signal names, and every
 # reading span (ReadingSpan.of) asks again; the suffix scan tries up to every suffix.
 UNIT_CACHE_NAMES = 4096
@@ -139,11 +142,15 @@ UNIT_CACHE_NAMES = 4096
 
 @functools.lru_cache(maxsize=UNIT_CACHE_NAMES)
 def unit_of(name: str) -> str | None:
-    """The unit a signal name declares by its suffix, or None when the suffix is not a known unit."""
+    """The unit a signal name declares by its suffix, or None when the suffix is not a known unit.
+
+    An array's item, named by its index after the array's name (``cell_voltage_v_3``, from
+    ``cell_voltage_v[3]``; ``cell_temps_c_1_0`` from a nested array), has the array's unit."""
     for suffix in _SUFFIXES:
         if name.endswith("_" + suffix) and len(name) > len(suffix) + 1:
             return UNITS[suffix]
-    return None
+    stem = _INDEX_TAIL_RE.sub("", name)
+    return unit_of(stem) if stem != name else None
 
 
 @functools.lru_cache(maxsize=UNIT_CACHE_NAMES)

@@ -21,6 +21,7 @@ from vdoctor.events import (
     signal_name,
     time_zone,
 )
+from vdoctor.lines import ReadingSpan
 from vdoctor.memory.session import MAX_READINGS
 from vdoctor.units import unit_of
 
@@ -581,6 +582,27 @@ def test_readings_nested_in_objects_and_arrays_are_read_by_their_paths() -> None
     ):
         error = rejected(json.dumps(alert(signals=bad)))
         assert error.stage == "validate" and says in str(error), bad
+
+
+def test_an_array_item_has_the_unit_of_its_arrays_name() -> None:
+    # A battery snapshot's cell voltages as one array under a name with its unit (cell_voltage_v[3] once
+    # flattened): each item is named by its index after the array's name, and read in the array's unit. Until
+    # this release the index ended the name, so its unit went unread: "3620 mV" was taken as 3620 of no unit,
+    # and a reading in another quantity's unit was not refused.
+    signals = {"bms": {"cell_voltage_v": [3.61, "3620 mV"]}, "cell_temps_c": [[20, "70 °F"]], "cells": [1]}
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {
+        "bms_cell_voltage_v_0": 3.61, "bms_cell_voltage_v_1": 3.62,
+        "cell_temps_c_0_0": 20.0, "cell_temps_c_0_1": 21.1111111111, "cells_0": 1.0,
+    }  # fmt: skip
+    assert [unit_of(n) for n in ("bms_cell_voltage_v_1", "cell_temps_c_0_1", "cells_0", "gear_2")] == [
+        "V", "°C", None, None,
+    ]  # fmt: skip
+    # Spans, key facts and the fidelity check read the unit from the name alike.
+    assert ReadingSpan.of("bms_cell_voltage_v_1", [3.62]).render() == "bms_cell_voltage_v_1=3.62V"
+    error = rejected(json.dumps(alert(signals={"cell_voltage_v": ["12 °C"]})))
+    assert error.stage == "validate" and "cell_voltage_v_0 = '12 °C' is in °C, its name's unit is V" in str(error)
 
 
 def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> None:
