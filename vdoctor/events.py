@@ -167,6 +167,14 @@ _NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
 # (digits stay with the word before them). A field's name is split the same way (``contract_field``).
 _NAME_WORD_RE = re.compile(r"[A-Za-z0-9]+")
 _WORD_START_RE = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+# A word that names a quantity, or a statistic of one, then a unit's prefix glued to it, before the unit (the
+# "Voltagem" of cellVoltagemV, "Powerk" of packPowerkW, "Diffm" of cellVoltageDiffmV): the prefix is the
+# unit's (``_camel_words``). Only after these words, as a name's other words may end in m or k (systemV, packV).
+_GLUED_PREFIX_RE = re.compile(
+    r"(?:voltage|volt|current|curr|resistance|res|impedance|power|energy|pressure|frequency|freq|insulation"
+    r"|leakage|leak|capacity|diff|difference|delta|max|min|avg|mean|range|spread|drop|limit)[mku]$",
+    re.IGNORECASE,
+)
 # A capital and one lower-case letter, which a capital follows in the acronyms batteries are described by
 # (SoC, SoH, SoP, DoD): such a word and that capital are one part.
 _ACRONYM_HEAD_RE = re.compile(r"[A-Z][a-z]")
@@ -260,6 +268,10 @@ def _camel_words(found: re.Match[str]) -> str:
             parts.append(part)
     if len(parts) > 1 and len(parts[-2]) == 1 and unit_symbol(parts[-2] + parts[-1]) is not None:
         parts[-2:] = [parts[-2] + parts[-1]]
+    elif len(parts) > 1 and _GLUED_PREFIX_RE.search(parts[-2]) and unit_symbol(parts[-2][-1] + parts[-1]):
+        # A unit's prefix glued to the quantity it measures (cellVoltagemV, packPowerkW): milli- or kilo- of
+        # the unit, not a word "voltagem" and volts (1000 times the reading).
+        parts[-2:] = [parts[-2][:-1], parts[-2][-1] + parts[-1]]
     # In lower case, MOhm would be mOhm: a part in megohms is written as its suffix (any other as it is).
     return "_".join(unit_suffix("M\u03a9") if unit_symbol(part) == "M\u03a9" else part for part in parts)
 

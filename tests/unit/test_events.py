@@ -646,6 +646,26 @@ def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> No
     assert error.stage == "validate" and "pack_temp_c" in str(error)
 
 
+def test_a_units_prefix_glued_to_its_quantity_is_read_as_the_units() -> None:
+    # A platform that writes the unit after the word with no capital of its own (cellVoltagemV): the prefix is
+    # the unit's, so the reading is in millivolts. Until this release the name was cell_voltagem_v, in volts:
+    # 3610 mV read as 3610 V, and the knowledge pack's rules never saw the signal by its name.
+    for given, read, unit in (
+        ("cellVoltagemV", "cell_voltage_mv", "mV"), ("packCurrentmA", "pack_current_ma", "mA"),
+        ("CellVoltmV", "cell_volt_mv", "mV"), ("packPowerkW", "pack_power_kw", "kW"),
+        ("energykWh", "energy_kwh", "kWh"), ("insulationkOhm", "insulation_kohm", "kΩ"),
+        ("CellResmOhm", "cell_res_mohm", "mΩ"), ("tirePressurekPa", "tire_pressure_kpa", "kPa"),
+        ("leakCurrentuA", "leak_current_ua", "µA"),
+    ):  # fmt: skip
+        assert (signal_name(given), unit_of(signal_name(given))) == (read, unit), given
+    # Only after a word that names a quantity: other words may end in m or k before a unit of their own.
+    for given, read in (("systemV", "system_v"), ("packV", "pack_v"), ("alarmA", "alarm_a"),
+                        ("packVoltageV", "pack_voltage_v")):  # fmt: skip
+        assert signal_name(given) == read, given
+    event = parse_event(json.dumps(alert(signals={"cellVoltageDiffmV": 187})))
+    assert isinstance(event, AlertEvent) and event.signals == {"cell_voltage_diff_mv": 187.0}
+
+
 def test_units_glued_to_a_name_or_written_with_a_slash_are_read_as_its_suffix() -> None:
     # A unit symbol outside ASCII right after a camelCase word: a part of its own, with its prefix. Before, the
     # micro sign joined the word before it and leakCurrentµA read as amperes, a million times its value.
