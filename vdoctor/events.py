@@ -422,6 +422,8 @@ _UTC_SECOND_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]
 # after a blank (``08:15:30 UTC``, ``08:15:30 +08:00``), and the 14 digits ``YYYYMMDDhhmmss`` (text or
 # a number) in which GB/T 32960 platforms keep a terminal's time (as a Unix time in milliseconds those
 # digits would be after the year 2600: never a time this reads).
+# Unix times in microseconds and nanoseconds start here (``_unix_fine``): 1e14 us is 1973, 1e17 ns is 1973.
+UNIX_MICROS_FROM, UNIX_NANOS_FROM = 10**14, 10**17
 _LOOSE_DATE_RE = re.compile(r"([0-9]{4})[-/.]([0-9]{1,2})[-/.]([0-9]{1,2})(?:([ T])([0-9]{1,2})(?=:))?")
 _ZONE_AFTER_BLANK_RE = re.compile(r" (?:(?:UTC|GMT|Z)|([+-][0-9]{2}:?[0-9]{2}))\Z", re.IGNORECASE)
 _COMPACT_TIME_RE = re.compile(r"(2[01][0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})")
@@ -443,6 +445,8 @@ def _iso_form(value: object) -> object:
     """``value`` as an ISO 8601 time where it writes one in another form (the forms above); else as it is."""
     if isinstance(value, int) and not isinstance(value, bool) and 20000101000000 <= value < 22000101000000:
         value = str(value)
+    elif (seconds := _unix_fine(value)) is not None:
+        return seconds
     if not isinstance(value, str):
         return value
     text = value
@@ -455,6 +459,24 @@ def _iso_form(value: object) -> object:
         head = f"{year}-{int(month):02d}-{int(day):02d}" + (f"{sep}{int(hour):02d}" if hour is not None else "")
         text = head + text[date.end() :]
     return _ZONE_AFTER_BLANK_RE.sub(lambda m: m.group(1) or "Z", text)
+
+
+def _unix_fine(value: object) -> float | None:
+    """A Unix time in microseconds or nanoseconds (a number, or a string of its digits), as Java's ``Instant``,
+    Go's ``UnixNano``, InfluxDB and OpenTelemetry (``time_unix_nano``) write it, in seconds; None for any other
+    value. Told apart by size: from 2000 to 2199 a time in seconds has 9 or 10 digits, in milliseconds 12 or
+    13, in microseconds 15 or 16, in nanoseconds 18 or 19 (the 14 digits between are ``YYYYMMDDhhmmss``)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
+        number: float = int(value)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = value
+    else:
+        return None
+    if UNIX_MICROS_FROM <= number < UNIX_NANOS_FROM:
+        return number / 1e6
+    if UNIX_NANOS_FROM <= number < UNIX_NANOS_FROM * 1000:
+        return number / 1e9
+    return None
 
 
 def _named_month(text: str) -> str:
@@ -498,7 +520,8 @@ class _Event(BaseModel):
     @classmethod
     def _iso_string(cls, value: object) -> object:
         # The contract is an ISO-8601 string with a timezone. A Unix time (a number, or a string of its
-        # digits) is read as pydantic reads one: seconds up to 2e10, milliseconds above; the bounds on
+        # digits) is read as pydantic reads one: seconds up to 2e10, milliseconds above (microseconds and
+        # nanoseconds, from 1e14, in seconds first: ``_unix_fine``); the bounds on
         # the time (``_to_utc_second``) turn away what that guesses wrong.
         if isinstance(value, bool) or not isinstance(value, str | datetime | int | float):
             raise ValueError(f"must be an ISO-8601 string with a timezone, got {type(value).__name__}")

@@ -364,6 +364,14 @@ def test_a_lower_case_vin_is_the_same_vehicle() -> None:
         (1_762_000_000_123, datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),  # Unix milliseconds
         (1_762_000_000.5, datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),
         ("1762000000", datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),  # the same digits as a string
+        # Microseconds and nanoseconds (Java's Instant, Go's UnixNano, OpenTelemetry): dead letters until this
+        # release ("dates after 9999 are not supported").
+        (1_762_000_000_123_456, datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),
+        ("1762000000123456", datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),
+        (1.762000000123456e15, datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),
+        (1_762_000_000_123_456_789, datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),
+        ("1762000000123456789", datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)),
+        (946_684_800_000_000, datetime(2000, 1, 1, tzinfo=UTC)),  # the first second read, in microseconds
         ("2000-01-01T00:00:00Z", datetime(2000, 1, 1, tzinfo=UTC)),
         ("2199-12-31T23:59:59Z", datetime(2199, 12, 31, 23, 59, 59, tzinfo=UTC)),
     ],
@@ -375,6 +383,10 @@ def test_unix_times_are_read_as_seconds_or_milliseconds_within_the_bounds(ts: ob
 def test_a_time_out_of_range_is_a_dead_letter_saying_why() -> None:
     error = rejected(json.dumps(alert(ts="1970-01-01T00:00:00Z")))
     assert error.stage == "validate" and "is the vehicle's clock set?" in str(error)
+    # In any unit: 1985 in microseconds and in nanoseconds, digits of no unit's range (past 2199 in each).
+    for ts in (500_000_000_000_000, 500_000_000_000_000_000, 99_999_999_999_999, 9_999_999_999_999_999_999, 10**20):
+        error = rejected(json.dumps(alert(ts=ts)))
+        assert error.stage == "validate" and "ts" in str(error), ts
     # Near the year 1, the conversion to UTC itself overflows: still a validation error, not a crash.
     assert rejected(json.dumps(recheck(ts="0001-01-01T00:00:00+01:00"))).stage == "validate"
     assert rejected(json.dumps(lifecycle(ts="0001-01-01T00:00:00+01:00"))).stage == "validate"
