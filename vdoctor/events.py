@@ -342,14 +342,33 @@ def reading_pairs(items: list[dict[object, object]], rename: Rename | None = Non
 def _in_unit(name: str, value: object, symbol: str, declared: str) -> object:
     """A reading's value sent in ``symbol`` (a number, or text as ``_number_text`` reads it) in the name's
     unit ``declared``; a null value stays null (left out)."""
+    if no_reading(value):
+        return None
     if isinstance(value, str):
         value = _number_text(name, value, symbol)  # its number in ``symbol``
-    elif value is None:
-        return None
     converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]
     if converted is None:
         raise ValueError(f"signal {name[:40]} is sent in {symbol}, its name's unit is {declared}")
     return converted
+
+
+# What platforms write for a sensor that gave no value (a CSV's empty cell, "N/A", "--", pandas' NaN,
+# GB/T 32960's 无效 "invalid"), in any case: no reading, as null is (``no_reading``).
+NO_READING_TEXTS = frozenset({"", "-", "--", "---", "n/a", "na", "null", "none", "nan", "无", "无效"})
+
+
+def no_reading(value: object) -> bool:
+    """Whether a reading's value says the sensor gave none: null, or one of ``NO_READING_TEXTS``."""
+    return value is None or (isinstance(value, str) and value.strip().lower() in NO_READING_TEXTS)
+
+
+def value_object(value: object) -> bool:
+    """Whether ``value`` is a reading as an object under its name, its value with its unit beside it
+    (``{"pack_temp_c": {"value": 41.5, "unit": "°C"}}``, keys in any case): a ``value`` and at most a ``unit``."""
+    if not isinstance(value, dict):
+        return False
+    keys = {str(k).lower() for k in value}
+    return "value" in keys and keys <= {"value", "unit"}
 
 
 def flat_signals(signals: dict[object, object]) -> list[tuple[str, object]]:
@@ -357,13 +376,14 @@ def flat_signals(signals: dict[object, object]) -> list[tuple[str, object]]:
     (``{"bms": {"PackTemp": 41.5, "cell_v": [3.61, 3.62]}}``), as (name, value) pairs named by their path as
     a platform that flattens it writes it: a key after a ``.``, an array's item by its index from 0 in
     brackets (``bms.PackTemp``, ``bms.cell_v[0]``), which ``signal_name`` reads as ``bms_pack_temp`` and
-    ``bms_cell_v_0``. An empty object or array is no reading. Stops one reading past ``MAX_SIGNALS`` (the
-    alert is then refused for its count)."""
+    ``bms_cell_v_0``. An empty object or array is no reading. A reading as an object (``value_object``) is
+    one pair, its value that object. Stops one reading past ``MAX_SIGNALS`` (the alert is then refused for
+    its count)."""
     pairs: list[tuple[str, object]] = []
     stack: list[tuple[str, object]] = [(str(k), v) for k, v in reversed(signals.items())]
     while stack and len(pairs) <= MAX_SIGNALS:
         path, value = stack.pop()
-        if isinstance(value, dict):
+        if isinstance(value, dict) and not value_object(value):
             stack += [(f"{path}.{k}", v) for k, v in reversed(value.items())]
         elif isinstance(value, list):
             stack += [(f"{path}[{i}]", v) for i, v in reversed(list(enumerate(value)))]
@@ -614,11 +634,17 @@ class AlertEvent(_Event):
             return signals  # the field's own error
         read: dict[object, object] = {}
         for name, value in pairs:
-            if value is None:
+            renaming = rename
+            if isinstance(value, dict):  # a reading as an object under its name (``flat_signals``)
+                item: dict[object, object] = {"name": name}
+                item.update(lower_keys(value))
+                ((name, value),) = reading_pairs([item], rename)
+                renaming = None  # (applied)
+            if value is None or isinstance(value, str) and no_reading(value):
                 continue
             given = name
             if isinstance(name, str):
-                name = signal_name((rename(name) or name) if rename is not None else name)
+                name = signal_name((renaming(name) or name) if renaming is not None else name)
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):

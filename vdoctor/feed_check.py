@@ -13,6 +13,7 @@ here.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -31,6 +32,7 @@ from vdoctor.events import (
     flat_signals,
     load_object,
     lower_keys,
+    no_reading,
     reading_pairs,
     signal_name,
     trouble_codes,
@@ -130,16 +132,21 @@ def _count_forms(
         signals = data.get("signals")
         if isinstance(signals, dict):  # (nested objects and arrays by their paths, as the job reads them)
             for written, value in flat_signals(signals):
+                if isinstance(value, dict):  # a reading as an object under its name, its unit beside it
+                    item: dict[object, object] = {"name": written}
+                    item.update(lower_keys(value))
+                    _reading_form(seen, item, rename)
+                    continue
                 mapped = rename(written) if rename is not None else None
-                if value is not None and (read := signal_name(mapped or written)) != written:
+                if value is None:  # (the contract's own form of no reading)
+                    continue
+                if no_reading(value):
+                    _no_reading_form(seen, written, value)
+                elif (read := signal_name(mapped or written)) != written:
                     seen.add((SIGNAL, *_index_shape(written, read)))
         elif isinstance(signals, list):  # readings as objects: the name with its unit apart
             for item in signals:
-                ((read_as, value),) = reading_pairs([item], rename)
-                fields = lower_keys(item)
-                given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
-                if value is not None and (read := signal_name(str(read_as))) != given:
-                    seen.add((SIGNAL, *_index_shape(given, read)))
+                _reading_form(seen, item, rename)
         codes = data.get("dtc_codes")
         for entry in [codes] if isinstance(codes, str) else codes if isinstance(codes, list) else []:
             if isinstance(entry, str) and (read_codes := trouble_codes(entry)) is not None and read_codes != [entry]:
@@ -148,6 +155,25 @@ def _count_forms(
                 keys = ", ".join(f'"{k}"' for k in entry)
                 seen.add((CODE, f"{{{keys}}}", "<code>"))
     forms.update(seen)
+
+
+def _reading_form(seen: set[tuple[str, str, str]], item: dict[object, object], rename: Rename | None) -> None:
+    """The form of a reading sent as an object (a list's item, or one under its name): its name with its unit."""
+    ((read_as, value),) = reading_pairs([item], rename)
+    fields = lower_keys(item)
+    given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
+    if fields.get("value") is None:  # (the contract's own form of no reading)
+        return
+    if no_reading(value):
+        _no_reading_form(seen, str(fields["name"]), fields["value"])
+    elif (read := signal_name(str(read_as))) != given:
+        seen.add((SIGNAL, *_index_shape(given, read)))
+
+
+def _no_reading_form(seen: set[tuple[str, str, str]], written: str, value: object) -> None:
+    """A reading whose value says there is none (null, ``"N/A"``): read as no reading."""
+    shape, _ = _index_shape(written, written)
+    seen.add((SIGNAL, f"{shape} = {json.dumps(value, ensure_ascii=False)}", "no reading"))
 
 
 # A trouble code inside a gateway's form (P0A7F, SPN 1569 FMI 31): forms group by what is around it.

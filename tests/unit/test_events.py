@@ -441,12 +441,43 @@ def test_signals_as_fleets_send_them() -> None:
     assert isinstance(event, AlertEvent)
     assert event.signals == {"pack_temp_c": 41.5, "vehicle_speed": 62.0, "soc_pct": 80.0, "charging": 1.0}
     # A number as text is held to the same rules as a number, and is written in plain decimal digits.
-    for text in ("nan", "1e300", "1_000", "١٢٣", "0x1A", "inf"):
+    for text in ("1e300", "1_000", "١٢٣", "0x1A", "inf", "nan%", "n/a V"):
         assert rejected(json.dumps(alert(signals={"pack_temp_c": text}))).stage == "validate", text
     assert parse_event(json.dumps(alert(signals={"pack_temp_c": "-4.5e1"}))).signals == {"pack_temp_c": -45.0}
     # Two names of one alert that read as the same signal: which one is the reading is not known.
     error = rejected(json.dumps(alert(signals={"Pack_Temp_C": 41, "pack_temp_c": 42})))
     assert error.stage == "validate" and "pack_temp_c" in str(error)
+
+
+def test_text_that_says_there_is_no_value_is_no_reading() -> None:
+    # A CSV's empty cell, "N/A", "--", pandas' NaN, GB/T 32960's 无效 ("invalid"): the sensor gave no value, as
+    # null says. Until this release each made the whole alert a dead letter ("is not a number").
+    for text in ("", " ", "N/A", "n/a", "NA", "-", "--", "---", "null", "None", "NaN", "nan", "无", "无效"):
+        event = parse_event(json.dumps(alert(signals={"pack_temp_c": text, "soc_pct": 80})))
+        assert isinstance(event, AlertEvent) and event.signals == {"soc_pct": 80.0}, text
+    # So in a list of readings, with or without a unit beside it.
+    readings = [{"name": "pack_temp", "value": "N/A", "unit": "°F"}, {"name": "soc", "value": "--", "unit": "%"}]
+    event = parse_event(json.dumps(alert(signals=readings)))
+    assert isinstance(event, AlertEvent) and event.signals == {}
+
+
+def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:
+    # {"name": {"value": ..., "unit": ...}}, keys in any case: one reading, its unit read as beside a list's
+    # reading (the name's suffix when it has none, converted to the name's, refused in another quantity's).
+    # Until this release it was read as two readings, "<name>.value" and "<name>.unit", and a dead letter.
+    signals = {
+        "pack_temp_c": {"value": 41.5, "unit": "°C"}, "inlet_temp": {"Value": 105, "Unit": "°F"},
+        "bms": {"cell_v": {"value": 3610, "unit": "mV"}, "soc_pct": {"value": "N/A"}},
+        "odometer_km": {"value": "10 mi"},
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent)
+    assert event.signals == {"pack_temp_c": 41.5, "inlet_temp_f": 105.0, "bms_cell_v": 3.61, "odometer_km": 16.09344}
+    error = rejected(json.dumps(alert(signals={"pack_temp_c": {"value": 12, "unit": "V"}})))
+    assert error.stage == "validate" and "pack_temp_c is sent in V, its name's unit is °C" in str(error)
+    # An object with anything else in it is a nested payload, read by its paths as before.
+    event = parse_event(json.dumps(alert(signals={"sensor": {"value": 1, "ts": 1762000000}})))
+    assert isinstance(event, AlertEvent) and event.signals == {"sensor_value": 1.0, "sensor_ts": 1762000000.0}
 
 
 def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:

@@ -96,3 +96,13 @@ def test_readings_nested_in_objects_are_reported_by_their_paths() -> None:
     assert {(w, r) for (kind, w, r) in report.forms if kind == "signal"} == {
         ("bms.PackTemp", "bms_pack_temp"), ("bms.cell_v[N]", "bms_cell_v_N"),
     }  # fmt: skip
+
+
+def test_readings_as_objects_and_text_that_says_no_value_are_reported_as_read() -> None:
+    signals = {"pack_temp": {"value": 105, "unit": "°F"}, "cells": ["N/A", "--"], "soc_pct": "", "dc_v": None}
+    report = check_feed([alert(signals=signals), alert(signals=[{"name": "soc", "value": "n/a", "unit": "%"}])])
+    assert report.dead_letters == 0
+    assert {(w, r) for (kind, w, r) in report.forms if kind == "signal"} == {
+        ("pack_temp [°F]", "pack_temp_f"), ('cells[N] = "N/A"', "no reading"), ('cells[N] = "--"', "no reading"),
+        ('soc_pct = ""', "no reading"), ('soc = "n/a"', "no reading"),
+    }  # fmt: skip
