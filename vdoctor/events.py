@@ -181,6 +181,12 @@ _ACRONYM_HEAD_RE = re.compile(r"[A-Z][a-z]")
 # A number sent as text: decimal digits (ASCII), a point, an exponent; not 1_000, nan or other scripts' digits.
 # A unit may follow it (``_number_text``).
 _NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?(?![0-9_])", re.ASCII)
+# Numbers written with commas (``_ungrouped``): thousands grouped by commas, perhaps with a decimal point after
+# them; thousands grouped by points before a decimal comma; a decimal comma. Each then ends the number.
+# (A group's head is never 0: 0,187 is a decimal comma.)
+_COMMA_GROUPS_RE = re.compile(r"([+-]?[1-9][0-9]{0,2}(?:,[0-9]{3})+)(\.[0-9]+)?(?![0-9,.])", re.ASCII)
+_POINT_GROUPS_RE = re.compile(r"([+-]?[1-9][0-9]{0,2}(?:\.[0-9]{3})+),[0-9]+(?![0-9,.])", re.ASCII)
+_DECIMAL_COMMA_RE = re.compile(r"([+-]?[0-9]+),[0-9]+(?![0-9,.])", re.ASCII)
 # Event times: an ECU whose clock was never set reports 1970 or 2000-01-01,
 # and a time beyond these bounds is a clock fault (near the years 1 and 9999
 # the session arithmetic would not even run). Such an event is a dead letter
@@ -289,7 +295,9 @@ def _number_text(name: str, text: str, declared: str | None = None) -> float:
     one that differs from the name's by its case alone (mΩ and MΩ: ``_mohm`` may mean either) it is
     refused, naming both. A name that declares no unit takes the number as sent (its unit stays unknown).
     ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it)."""
-    number = _NUMBER_TEXT_RE.match(text := text.strip())
+    if "," in (text := text.strip()):
+        text = _ungrouped(name, text)
+    number = _NUMBER_TEXT_RE.match(text)
     if number is None:
         raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number")
     value = float(number.group())
@@ -306,6 +314,27 @@ def _number_text(name: str, text: str, declared: str | None = None) -> float:
                 )
             return converted
     return value
+
+
+def _ungrouped(name: str, text: str) -> str:
+    """A number written with a comma (``_number_text``), in plain digits: grouped in thousands by commas
+    (``12,345,678``, ``12,345.6``) or by points before a decimal comma (``12.345,6``), or with a decimal comma
+    (``41,5``, ``0,187 V``). One comma before three digits alone (``12,345``) may be either, a thousand times
+    apart: refused, naming both. Any other text is left as it is (and refused by the caller if no number)."""
+    if (grouped := _COMMA_GROUPS_RE.match(text)) is not None:
+        digits, point = grouped.group(1, 2)
+        if digits.count(",") == 1 and point is None:
+            grouping, fraction = digits.replace(",", ""), digits.replace(",", ".")
+            raise ValueError(
+                f"signal {name[:40]} = {text[:20]!r}: {grouping} or {fraction}? send the number without a thousands "
+                "separator, with a point before its decimals"
+            )
+        return digits.replace(",", "") + text[len(digits) :]
+    if (grouped := _POINT_GROUPS_RE.match(text)) is not None:
+        return grouped.group(1).replace(".", "") + "." + text[grouped.end(1) + 1 :]
+    if (decimal := _DECIMAL_COMMA_RE.match(text)) is not None:
+        return decimal.group(1) + "." + text[decimal.end(1) + 1 :]
+    return text
 
 
 def lower_keys(obj: dict[object, object]) -> dict[str, object]:

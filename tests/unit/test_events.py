@@ -461,6 +461,26 @@ def test_text_that_says_there_is_no_value_is_no_reading() -> None:
     assert isinstance(event, AlertEvent) and event.signals == {}
 
 
+def test_numbers_written_with_commas_are_read_where_they_can_mean_one_number() -> None:
+    # Spreadsheets and platforms in other locales: a decimal comma, thousands grouped by commas or by points.
+    # Until this release each was a dead letter ("is not a number (nor one with a known unit)").
+    for text, number in (
+        ("41,5", 41.5), ("-3,25", -3.25), ("0,187", 0.187), ("1234,567", 1234.567), ("12,345,678", 12345678.0),
+        ("12,345.6", 12345.6), ("12.345,6", 12345.6), ("+1,000,000.5", 1000000.5),
+    ):  # fmt: skip
+        event = parse_event(json.dumps(alert(signals={"odometer_km": text})))
+        assert isinstance(event, AlertEvent) and event.signals == {"odometer_km": number}, text
+    # With a unit after it, converted as any number is.
+    event = parse_event(json.dumps(alert(signals={"cell_voltage_diff_mv": "0,187 V", "pack_voltage_v": "1.234,5 V"})))
+    assert isinstance(event, AlertEvent) and event.signals == {"cell_voltage_diff_mv": 187.0, "pack_voltage_v": 1234.5}
+    # One comma before three digits: 12345 or 12.345, a thousand times apart; refused, naming both.
+    for text in ("12,345", "12,345 km"):
+        error = rejected(json.dumps(alert(signals={"odometer_km": text})))
+        assert error.stage == "validate" and "12345 or 12.345?" in str(error), text
+    for text in ("1,2,3", "41,5,6", ",5", "5,", "warm, 41.5"):
+        assert rejected(json.dumps(alert(signals={"odometer_km": text}))).stage == "validate", text
+
+
 def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:
     # {"name": {"value": ..., "unit": ...}}, keys in any case: one reading, its unit read as beside a list's
     # reading (the name's suffix when it has none, converted to the name's, refused in another quantity's).
@@ -516,7 +536,7 @@ def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
         error = rejected(json.dumps(alert(signals={name: text})))
         assert error.stage == "validate" and said in str(error), text
     # No number, or words that are no unit.
-    for text in ("12.6 volts please", "12 34", "12.6e", "12abc", "3,6 V", "V 12.6"):
+    for text in ("12.6 volts please", "12 34", "12.6e", "12abc", "3,6,7 V", "V 12.6"):
         error = rejected(json.dumps(alert(signals={"battery_voltage": text})))
         assert error.stage == "validate" and "is not a number" in str(error), text
 
