@@ -20,10 +20,12 @@ import json
 import random
 import re
 import sys
+import zlib
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from vdoctor.events import content_id, contract_keys
 from vdoctor.knowledge import load_pack
 from vdoctor.units import UNITS
 
@@ -169,11 +171,11 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     out.append(("infinity_literal", as_json.replace('"signals": {', '"signals": {"inf_mv": -Infinity, ', 1), "parse"))
     out.append(("raw_control_char", as_json.replace('"alert_text": "', '"alert_text": "\x07\x1b[31m', 1), "parse"))
     out.append(("deep_nesting", "[" * rng.randint(10_000, 100_000), "parse"))
-    for field in ("vin", "ts", "event_id", "series"):
+    for field in ("vin", "ts"):  # (without an event id or a series, an alert is read: ``_alarm_feed``)
         broken = dict(good, event_id=good_id + "-m" + field)
         del broken[field]
         out.append((f"missing_{field}", json.dumps(broken, ensure_ascii=False), "validate"))
-    wrong_types = {"vin": 12345678901234567, "dtc_codes": 42, "signals": [1, 2], "ts": [2026], "series": None}
+    wrong_types = {"vin": 12345678901234567, "dtc_codes": 42, "signals": [1, 2], "ts": [2026], "series": ["EV-A"]}
     name, value = rng.choice(list(wrong_types.items()))
     out.append((f"wrong_type_{name}", json.dumps(dict(good, event_id=good_id + "-t", **{name: value})), "validate"))
     # A reading as words, not a number; and one in a unit of another quantity than its name's (volts for a _c
@@ -287,16 +289,22 @@ def generate(events: int = 10_000, seed: int = 7, vins: int = 400) -> list[Line]
             _gateway_forms(b.rng, event)
         if event["vin"] in b.injection_vins:
             kind = "injection"
-        b.emitted.append(event)
         written = event
+        alarm_feed = kind == "gateway_forms" and zlib.crc32(str(event["event_id"]).encode()) % 4 == 0
+        if alarm_feed:  # a platform's feed of alarms: no type, no event id, no series
+            written = {k: v for k, v in event.items() if k not in ("type", "event_id", "series")}
+        else:
+            b.emitted.append(event)  # (a replay of it, as sent, has its id)
         if kind == "gateway_forms" and b.rng.random() < 0.3:  # a Java platform's field names: eventId, dtcCodes
-            written = {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v for k, v in event.items()}
+            written = {re.sub(r"_([a-z])", lambda m: m.group(1).upper(), k): v for k, v in written.items()}
+        raw = json.dumps(written, ensure_ascii=False)
         lines.append(
             Line(
-                raw=json.dumps(written, ensure_ascii=False),
+                raw=raw,
                 expect="diagnosis",
                 kind=kind,
-                event_id=str(event["event_id"]),
+                # An alert sent without an id has the one the job gives it: a hash of its fields.
+                event_id=content_id(contract_keys(json.loads(raw))) if alarm_feed else str(event["event_id"]),
                 vin=str(event["vin"]),
             )
         )

@@ -7,6 +7,7 @@ breaks the contract. A validation error names the field and the problem.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -758,6 +759,32 @@ _MODELS: dict[str, type[AlertEvent] | type[RecheckEvent] | type[LifecycleEvent]]
     "recheck": RecheckEvent,
     "lifecycle": LifecycleEvent,
 }
+# An alert's type as telematics platforms name it (any case): an alarm, a warning, a fault (报警, 告警, 故障).
+_ALERT_TYPES = frozenset({"alarm", "warning", "warn", "fault", "报警", "告警", "故障"})
+# A series not sent: the VIN's first characters, its manufacturer (WMI, 3) and vehicle descriptor (VDS, 5),
+# in which a manufacturer codes the model line, body and drive (ISO 3779; GB 16735 in China).
+SERIES_FROM_VIN_CHARS = 8
+
+
+def event_type(data: dict[str, Any]) -> str | None:
+    """The event type of a line's object (fields as the contract names them), None when it names none of
+    them: its ``type`` in any case (an alert also as ``alarm``, ``warning``, ``fault``, 报警, 告警, 故障), or,
+    with no ``type``, the one its fields give (``recheck_ok``: a recheck, ``change``: a lifecycle event, else
+    an alert: a feed of a platform's alarms carries no type)."""
+    kind = data.get("type")
+    if kind is None:
+        return "recheck" if "recheck_ok" in data else "lifecycle" if "change" in data else "alert"
+    name = kind.strip().lower() if isinstance(kind, str) else str(kind)  # "Alert" is "alert"
+    if name in _MODELS:
+        return name
+    return "alert" if name in _ALERT_TYPES else None
+
+
+def content_id(data: dict[str, Any]) -> str:
+    """An id for an event sent without one: a hash of its fields (as the contract names them, in any order),
+    so that the same event sent again has the same id and is processed once."""
+    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return "h-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
 
 
 # The contract's field names. A platform's own spelling of one is read as it: in any case, camelCase or
@@ -896,6 +923,8 @@ def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None, rename: Ren
         data = contract_keys(data)
     except ValueError as e:
         raise EventError("validate", str(e)) from None
+    if data.get("event_id") is None:
+        data["event_id"] = content_id(data)
     if (naive := _naive_time(data.get("ts"))) is not None:
         if naive_zone is None:
             raise EventError(
@@ -904,13 +933,15 @@ def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None, rename: Ren
                 f"{NAIVE_TS_ZONE_ENV} to the zone the fleet's clocks are in (Asia/Shanghai)",
             )
         data["ts"] = naive.replace(tzinfo=naive_zone)
-    kind = data.get("type")
-    name = kind.strip().lower() if isinstance(kind, str) else str(kind)  # "Alert" is "alert"
-    model = _MODELS.get(name)
-    if model is None:
-        raise EventError("validate", f"type: must be one of {', '.join(_MODELS)}, got {str(kind)[:40]!r}")
-    if kind != name:
+    name = event_type(data)
+    if name is None:
+        known, got = ", ".join(_MODELS), repr(data["type"])[:40]
+        raise EventError("validate", f"type: must be one of {known} (or alarm, warning, fault), got {got}")
+    model = _MODELS[name]
+    if data.get("type") != name:
         data["type"] = name
+    if name == "alert" and data.get("series") is None and isinstance(vin := data.get("vin"), str):
+        data["series"] = vin.strip().upper()[:SERIES_FROM_VIN_CHARS]
     try:
         return model.model_validate(data, context={RENAME: rename} if rename is not None else None)
     except ValidationError as e:

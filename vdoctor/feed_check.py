@@ -124,6 +124,16 @@ def _count_forms(
         if isinstance(key, str) and (name := contract_field(key)) is not None and name != key:
             seen.add((FIELD, key, name))
     data = contract_keys(data)
+    # A platform's alarms, without the contract's own fields (``events.event_of``).
+    kind = data.get("type")
+    if kind is None:
+        seen.add((FIELD, "no type", event.type))
+    elif isinstance(kind, str) and kind.strip().lower() != event.type:
+        seen.add((FIELD, f"type {kind.strip()[:40]}", event.type))
+    if data.get("event_id") is None:
+        seen.add((FIELD, "no event_id", "h- and a hash of its fields"))
+    if isinstance(event, AlertEvent) and data.get("series") is None:
+        seen.add((FIELD, "no series", "series: its VIN's first 8 characters"))
     written_ts = data.get("ts")
     read_ts = event.ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if isinstance(written_ts, str | int | float) and str(written_ts) != read_ts:

@@ -225,7 +225,7 @@ _DROP = object()
         (alert(alert_text="压" * 4001), "alert_text"),
         (alert(signals={f"cell_{i}_voltage_v": 3.9 for i in range(1, MAX_SIGNALS + 2)}), "signals"),
         (alert(dtc_codes=[f"U{n:04X}" for n in range(MAX_DTC_CODES + 1)]), "dtc_codes"),
-        (alert(series=_DROP), "series"),
+        (alert(series=["EV-A"]), "series"),
         (recheck(session_id=_DROP), "session_id"),
         (recheck(recheck_ok=_DROP), "recheck_ok"),
         (lifecycle(change="stolen"), "change"),
@@ -260,7 +260,7 @@ _DROP = object()
         "alert-text-too-long",
         "more-signals-than-the-session-keeps",
         "more-than-128-codes",
-        "alert-without-series",
+        "alert-series-a-list",
         "recheck-without-session-id",
         "recheck-without-result",
         "lifecycle-stolen",
@@ -311,17 +311,40 @@ def test_a_full_scan_of_128_codes_is_an_alert_not_a_dead_letter() -> None:
     assert isinstance(event, AlertEvent) and event.dtc_codes == codes and MAX_DTC_CODES == 128
 
 
+def test_a_platforms_alarms_without_type_id_or_series_are_read() -> None:
+    # A telematics platform's feed of alarms names none of the contract's own fields. Until this release each
+    # line was a dead letter ("type: must be one of ...", "event_id: Field required", "series: Field required").
+    bare = {k: v for k, v in alert().items() if k not in ("type", "event_id", "series")}
+    event = parse_event(json.dumps(bare))
+    assert isinstance(event, AlertEvent) and event.series == VIN[:8] == "LSVAU218"
+    assert event.event_id.startswith("h-") and event.signals == {"cell_voltage_diff_mv": 187.0, "pack_temp_c": 41.5}
+    # The id is the event's content: the same event sent again (its fields in any order) has it, another not.
+    again = parse_event(json.dumps(dict(reversed(list(bare.items())))))
+    assert again.event_id == event.event_id
+    assert parse_event(json.dumps(bare | {"ts": "2026-11-01T08:15:31Z"})).event_id != event.event_id
+    assert parse_event(json.dumps(alert(event_id=None))).event_id.startswith("h-")
+    # An alert's type as platforms name it; with no type, the fields give it.
+    for kind in ("ALARM", "warning", "Fault", "报警", "告警", "故障"):
+        assert isinstance(parse_event(json.dumps(alert(type=kind), ensure_ascii=False)), AlertEvent), kind
+    no_type = {k: v for k, v in recheck().items() if k != "type"}
+    assert isinstance(parse_event(json.dumps(no_type, ensure_ascii=False)), RecheckEvent)
+    no_type = {k: v for k, v in lifecycle().items() if k != "type"}
+    assert isinstance(parse_event(json.dumps(no_type)), LifecycleEvent)
+    # A series sent is kept; a VIN that is none is still refused (and gives no series).
+    assert parse_event(json.dumps(alert(series="EV-B"))).series == "EV-B"  # type: ignore[union-attr]
+    error = rejected(json.dumps({k: v for k, v in bare.items()} | {"vin": "LSVAU2180N218329"}))
+    assert error.stage == "validate" and "vin" in str(error)
+
+
 def test_alert_text_of_exactly_4000_chars_is_accepted() -> None:
     event = parse_event(json.dumps(alert(alert_text="压" * 4000), ensure_ascii=False))
     assert isinstance(event, AlertEvent)
     assert len(event.alert_text) == 4000
 
 
-@pytest.mark.parametrize("type_", ["telemetry", None, 7])
-def test_unknown_type_fails_at_validate_naming_type(type_: str | None) -> None:
+@pytest.mark.parametrize("type_", ["telemetry", 7, ""])
+def test_unknown_type_fails_at_validate_naming_type(type_: str | int) -> None:
     payload = alert(type=type_)
-    if type_ is None:
-        del payload["type"]
     error = rejected(json.dumps(payload))
     assert error.stage == "validate"
     assert str(error).startswith("type:")

@@ -106,3 +106,15 @@ def test_readings_as_objects_and_text_that_says_no_value_are_reported_as_read() 
         ("pack_temp [°F]", "pack_temp_f"), ('cells[N] = "N/A"', "no reading"), ('cells[N] = "--"', "no reading"),
         ('soc_pct = ""', "no reading"), ('soc = "n/a"', "no reading"),
     }  # fmt: skip
+
+
+def test_a_platforms_alarms_without_the_contracts_fields_are_reported_as_read() -> None:
+    bare = json.loads(alert())
+    for field in ("type", "event_id", "series"):
+        del bare[field]
+    report = check_feed([json.dumps(bare), alert(type="ALARM")])
+    assert report.dead_letters == 0 and report.events == {"alert": 2}
+    assert {(w, r) for (kind, w, r) in report.forms if kind == "field"} == {
+        ("no type", "alert"), ("no event_id", "h- and a hash of its fields"),
+        ("no series", "series: its VIN's first 8 characters"), ("type ALARM", "alert"),
+    }  # fmt: skip
