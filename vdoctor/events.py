@@ -476,6 +476,11 @@ _UTC_SECOND_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]
 UNIX_MICROS_FROM, UNIX_NANOS_FROM = 10**14, 10**17
 _LOOSE_DATE_RE = re.compile(r"([0-9]{4})[-/.]([0-9]{1,2})[-/.]([0-9]{1,2})(?:([ T])([0-9]{1,2})(?=:))?")
 _ZONE_AFTER_BLANK_RE = re.compile(r" (?:(?:UTC|GMT|Z)|([+-][0-9]{2}:?[0-9]{2}))\Z", re.IGNORECASE)
+# ISO 8601's basic format (``20261101T081530Z``, as AWS and iCalendar write it), its fraction and zone kept.
+_BASIC_TIME_RE = re.compile(
+    r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})((?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)",
+    re.IGNORECASE,
+)
 _COMPACT_TIME_RE = re.compile(r"(2[01][0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})([0-9]{2})")
 # A time with the month by its English name, as HTTP and e-mail (RFC 2822: ``Sun, 01 Nov 2026 08:15:30 GMT``)
 # and JavaScript's ``Date.toString()`` (``Sun Nov 01 2026 16:15:30 GMT+0800 (China Standard Time)``) write it,
@@ -502,6 +507,11 @@ def _iso_form(value: object) -> object:
     text = value
     if (compact := _COMPACT_TIME_RE.fullmatch(text)) is not None:
         return "{}-{}-{}T{}:{}:{}".format(*compact.groups())
+    if text.endswith("]") and (bracket := text.rfind("[")) > 0:
+        return _zone_in_brackets(text[:bracket], text[bracket + 1 : -1])
+    if (basic := _BASIC_TIME_RE.fullmatch(text)) is not None:
+        year, month, day, hour, minute, second, rest = basic.groups()
+        return f"{year}-{month}-{day}T{hour}:{minute}:{second}{rest}"
     if text[:1].isalpha() or " " in text[:3]:
         return _named_month(text)
     if (date := _LOOSE_DATE_RE.match(text)) is not None:
@@ -509,6 +519,26 @@ def _iso_form(value: object) -> object:
         head = f"{year}-{int(month):02d}-{int(day):02d}" + (f"{sep}{int(hour):02d}" if hour is not None else "")
         text = head + text[date.end() :]
     return _ZONE_AFTER_BLANK_RE.sub(lambda m: m.group(1) or "Z", text)
+
+
+def _zone_in_brackets(time: str, zone: str) -> object:
+    """A time with its zone's name in brackets after it, as Java's ``ZonedDateTime.toString()`` writes it
+    (``2026-11-01T16:15:30.123+08:00[Asia/Shanghai]``, ``...Z[UTC]``): its offset where it writes one, else
+    the named zone's at that time (a repeated hour read as its first occurrence). A name that is no zone
+    leaves the text as it is (refused as any other)."""
+    read = _iso_form(time)
+    if not isinstance(read, str):
+        return f"{time}[{zone}]"
+    try:
+        at = datetime.fromisoformat(read)
+    except ValueError:
+        return f"{time}[{zone}]"
+    if at.tzinfo is not None:
+        return read
+    try:
+        return at.replace(tzinfo=time_zone(zone))
+    except ValueError:
+        return f"{time}[{zone}]"
 
 
 def _unix_fine(value: object) -> float | None:

@@ -932,6 +932,24 @@ def test_event_times_as_platforms_and_exports_write_them() -> None:
     assert parse_event(json.dumps(alert(ts=1762000000000))).ts == datetime(2025, 11, 1, 12, 26, 40, tzinfo=UTC)
 
 
+def test_event_times_as_java_and_iso_basic_write_them() -> None:
+    # Java's ZonedDateTime.toString(): the zone's name in brackets after the offset (the offset decides), or
+    # after a local time (read in that zone); ISO 8601's basic format (AWS, iCalendar). Each was a dead letter.
+    at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
+    for ts in (
+        "2026-11-01T16:15:30.123+08:00[Asia/Shanghai]", "2026-11-01T08:15:30Z[UTC]",
+        "2026-11-01T16:15:30.123456789+08:00[Asia/Shanghai]", "2026-11-01T16:15:30[Asia/Shanghai]",
+        "2026-11-01T09:15:30[Europe/Berlin]", "20261101T081530Z", "20261101T161530+0800", "20261101T081530.5Z",
+    ):  # fmt: skip
+        assert parse_event(json.dumps(alert(ts=ts))).ts == at, ts
+    # A basic time without a zone is read as any: in the fleet's zone, or a dead letter naming the setting.
+    assert parse_event(json.dumps(alert(ts="20261101T161530")), time_zone("Asia/Shanghai")).ts == at
+    assert "VDOCTOR_NAIVE_TS_ZONE" in str(rejected(json.dumps(alert(ts="20261101T161530"))))
+    # A name that is no zone, or brackets around nothing that is a time: refused.
+    for ts in ("2026-11-01T16:15:30[Mars/Base]", "[Asia/Shanghai]", "2026-11-01T16:15:30+08:00[", "20261301T081530Z"):
+        assert rejected(json.dumps(alert(ts=ts))).stage == "validate", ts
+
+
 def test_event_times_with_the_months_name_as_http_mail_and_javascript_write_them() -> None:
     at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
     # RFC 2822 (HTTP, e-mail, JavaScript's toUTCString), JavaScript's Date.toString() with its zone's name in
