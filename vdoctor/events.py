@@ -910,17 +910,18 @@ def time_zone(name: str) -> tzinfo:
         ) from None
 
 
-def _naive_time(value: object) -> datetime | None:
-    """``value`` read as a date and time without a zone (``2026-11-01 08:15:30``); None for anything else."""
+def _read_time(value: object) -> object:
+    """``value`` (an event's ``ts``) as a datetime where it writes one in a form this reads (naive when it
+    writes no zone: ``2026-11-01 08:15:30``), else as it is: pydantic's parse and errors. Read once, here:
+    the field's validator then takes the datetime as it is."""
     if isinstance(value, str) and _UTC_SECOND_RE.fullmatch(value):
-        return None
+        return value  # (the usual case: see ``_iso_string``)
     if not isinstance(text := _iso_form(value), str):
-        return None
+        return text
     try:
-        read = datetime.fromisoformat(text)
+        return datetime.fromisoformat(text)
     except ValueError:
-        return None  # not a time this reads: pydantic's parse and errors
-    return read if read.tzinfo is None else None
+        return value  # not a time this reads: pydantic's parse and errors
 
 
 def parse_event(raw: str, naive_zone: tzinfo | None = None, rename: Rename | None = None) -> Event:
@@ -955,14 +956,16 @@ def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None, rename: Ren
         raise EventError("validate", str(e)) from None
     if data.get("event_id") is None:
         data["event_id"] = content_id(data)
-    if (naive := _naive_time(data.get("ts"))) is not None:
-        if naive_zone is None:
-            raise EventError(
-                "validate",
-                f"ts: {str(data['ts'])[:40]!r} has no timezone: write one (Z, +08:00), or set "
-                f"{NAIVE_TS_ZONE_ENV} to the zone the fleet's clocks are in (Asia/Shanghai)",
-            )
-        data["ts"] = naive.replace(tzinfo=naive_zone)
+    if (written := data.get("ts")) is not (read := _read_time(written)):
+        if isinstance(read, datetime) and read.tzinfo is None:
+            if naive_zone is None:
+                raise EventError(
+                    "validate",
+                    f"ts: {str(written)[:40]!r} has no timezone: write one (Z, +08:00), or set "
+                    f"{NAIVE_TS_ZONE_ENV} to the zone the fleet's clocks are in (Asia/Shanghai)",
+                )
+            read = read.replace(tzinfo=naive_zone)
+        data["ts"] = read
     name = event_type(data)
     if name is None:
         known, got = ", ".join(_MODELS), repr(data["type"])[:40]
