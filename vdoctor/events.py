@@ -73,6 +73,11 @@ J1939_RE = re.compile("^" + _J1939.format(ws=r"\s") + r"(?:[\s,;/:_-]*OC[\s:=_-]
 _J1939_IN_TEXT_RE = re.compile("(?<![A-Za-z0-9])" + _J1939.format(ws=r" \t") + "(?![0-9])", re.IGNORECASE | re.ASCII)
 MAX_SPN, MAX_FMI = 524287, 31
 CODE_EXAMPLES = "P0A7F or SPN1569-FMI31"
+# A DTC as a gateway reading it over UDS writes its bytes in hex (``0x0A7F1B``: P0A7F, failure type 1B; ``0x0A7F``):
+# the first two bytes (``uds_code``).
+_UDS_HEX_RE = re.compile(r"0X([0-9A-F]{4})(?:[0-9A-F]{2})?$")
+# The largest DTC as a number: three bytes (UDS).
+MAX_UDS_DTC = 0xFFFFFF
 
 
 def _j1939_code(match: re.Match[str]) -> str | None:
@@ -90,7 +95,15 @@ def trouble_code(text: str) -> str | None:
         return match.group(1)
     if (match := J1939_RE.match(code)) is not None:
         return _j1939_code(match)
+    if (match := _UDS_HEX_RE.match(code)) is not None:
+        return uds_code(int(match.group(1), 16))
     return None
+
+
+def uds_code(number: int) -> str:
+    """The code of a DTC as a number (``0x0A7F``, two bytes, ISO 15031-6; of three, UDS's ISO 14229, the third
+    its failure type, left out as in ``P0A7F-1B``): the top two bits its letter, then four hex digits."""
+    return f"{'PCBU'[number >> 14]}{(number >> 12) & 0x3}{number & 0xFFF:03X}"
 
 
 def trouble_codes(text: str) -> list[str] | None:
@@ -429,10 +442,20 @@ def _code_entry(entry: dict[object, object]) -> object:
     for key in ("code", "dtc", "dtc_code"):
         if isinstance(code := fields.get(key), str):
             return code
+        if type(code) is int:
+            return _uds_number(code)
     spn, fmi = fields.get("spn"), fields.get("fmi")
     if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool):
         return f"SPN{spn}-FMI{fmi}"
     raise ValueError(f'a code entry needs a "code" (or "spn" and "fmi"), got {json.dumps(entry, default=str)[:80]}')
+
+
+def _uds_number(number: int) -> str:
+    """A code sent as a number: a DTC of three bytes as a gateway reading it over UDS reports it (687899 is
+    0x0A7F1B: P0A7F, failure type 1B), in the hex form ``trouble_code`` reads."""
+    if not 0 <= number <= MAX_UDS_DTC:
+        raise ValueError(f"{number} is not a trouble code (a UDS DTC is a number of three bytes)")
+    return f"0x{number:06X}"
 
 
 def _to_utc_second(value: datetime) -> datetime:
@@ -659,7 +682,9 @@ class AlertEvent(_Event):
         if isinstance(codes, list) and None in codes:
             codes = [entry for entry in codes if entry is not None]
         if isinstance(codes, list) and dict in map(type, codes):  # (map: no Python frame per entry)
-            return [_code_entry(entry) if isinstance(entry, dict) else entry for entry in codes]
+            codes = [_code_entry(entry) if isinstance(entry, dict) else entry for entry in codes]
+        if isinstance(codes, list) and int in map(type, codes):  # a UDS DTC as its number (``_uds_number``)
+            codes = [_uds_number(entry) if type(entry) is int else entry for entry in codes]
         return codes
 
     @field_validator("dtc_codes")

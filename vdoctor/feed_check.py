@@ -160,10 +160,13 @@ def _count_forms(
         codes = data.get("dtc_codes")
         for entry in [codes] if isinstance(codes, str) else codes if isinstance(codes, list) else []:
             if isinstance(entry, str) and (read_codes := trouble_codes(entry)) is not None and read_codes != [entry]:
-                seen.add((CODE, _CODE_TOKEN_RE.sub("<code>", entry), ", ".join(["<code>"] * len(read_codes))))
+                form = _CODE_TOKEN_RE.sub("<code>", _UDS_TOKEN_RE.sub("0x<hex>", entry))
+                seen.add((CODE, form, ", ".join(["<code>"] * len(read_codes))))
             elif isinstance(entry, dict):
                 keys = ", ".join(f'"{k}"' for k in entry)
                 seen.add((CODE, f"{{{keys}}}", "<code>"))
+            elif type(entry) is int:  # a UDS DTC as its number
+                seen.add((CODE, "<number of 3 bytes>", "<code>"))
     forms.update(seen)
 
 
@@ -188,6 +191,8 @@ def _no_reading_form(seen: set[tuple[str, str, str]], written: str, value: objec
 
 # A trouble code inside a gateway's form (P0A7F, SPN 1569 FMI 31): forms group by what is around it.
 _CODE_TOKEN_RE = re.compile(r"(?<![A-Z0-9])[PCBU][0-9][0-9A-F]{3}(?![0-9A-F])|(?:SPN|FMI)\W{0,2}[0-9]+", re.IGNORECASE)
+# A UDS DTC's bytes in hex (0x0A7F1B): its own form.
+_UDS_TOKEN_RE = re.compile(r"0x[0-9A-F]{4,6}", re.IGNORECASE)
 _INDEX_RE = re.compile(r"\[([0-9]+)\]")
 
 

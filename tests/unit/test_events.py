@@ -421,6 +421,23 @@ def test_uds_trouble_codes_are_read_as_their_obd_code() -> None:
     assert event.dtc_codes == ["P0A7F", "U0100", "P0300"]
 
 
+def test_a_dtc_as_its_bytes_is_read_as_its_code() -> None:
+    # A gateway reading DTCs over UDS reports each as three bytes (the third its failure type), in hex or as a
+    # number; an OBD tool as two. The top two bits are the letter (P, C, B, U). Each was a dead letter.
+    for entry, code in (
+        ("0x0A7F1B", "P0A7F"), ("0x0a7f", "P0A7F"), ("0xC10000", "U0100"), ("0x4123", "C0123"), ("0x9318", "B1318"),
+        (0x0A7F1B, "P0A7F"), (0xC10087, "U0100"),
+    ):  # fmt: skip
+        event = parse_event(json.dumps(alert(dtc_codes=[entry])))
+        assert isinstance(event, AlertEvent) and event.dtc_codes == [code], entry
+    event = parse_event(json.dumps(alert(dtc_codes=["0x0A7F1B, 0xC10000", {"dtc": 0x030000, "status": 8}])))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == ["P0A7F", "U0100", "P0300"]
+    # Not a DTC: another count of hex digits, a number out of three bytes' range, a fraction, a truth value.
+    for entry in ("0x0A7F1", "0x0A7F1B00", -1, 0x1000000, 3.5, True):
+        error = rejected(json.dumps(alert(dtc_codes=[entry])))
+        assert error.stage == "validate" and "dtc_codes" in str(error), entry
+
+
 def test_trouble_codes_as_gateways_write_them() -> None:
     # A failure type and status byte, a name before the code, its state after it: the code is its five characters.
     sent = [
@@ -437,7 +454,7 @@ def test_trouble_codes_as_gateways_write_them() -> None:
     joined = parse_event(json.dumps(alert(dtc_codes=["SPN 1569 FMI 31, SPN 520 FMI 3 OC 2"])))
     assert isinstance(joined, AlertEvent) and joined.dtc_codes == ["SPN1569-FMI31", "SPN520-FMI3"]
     # Still no code: other words around one, one piece of a list that is none, and a list past the bound.
-    for bad in ("P0A7F garbage", "P0A7FX", "P0300, oil low", "0x0A7F", ",".join(f"U{n:04X}" for n in range(129))):
+    for bad in ("P0A7F garbage", "P0A7FX", "P0300, oil low", "0x0A7", ",".join(f"U{n:04X}" for n in range(129))):
         error = rejected(json.dumps(alert(dtc_codes=[bad])))
         assert error.stage == "validate" and "dtc_codes" in str(error), bad
 

@@ -118,3 +118,11 @@ def test_a_platforms_alarms_without_the_contracts_fields_are_reported_as_read() 
         ("no type", "alert"), ("no event_id", "h- and a hash of its fields"),
         ("no series", "series: its VIN's first 8 characters"), ("type ALARM", "alert"),
     }  # fmt: skip
+
+
+def test_a_dtc_as_its_bytes_is_reported_as_read() -> None:
+    report = check_feed([alert(dtc_codes=["0x0A7F1B"]), alert(event_id="e-2", dtc_codes=[0xC10000])])
+    assert report.dead_letters == 0
+    assert {(w, r) for (kind, w, r) in report.forms if kind == "code"} == {
+        ("0x<hex>", "<code>"), ("<number of 3 bytes>", "<code>"),
+    }  # fmt: skip
