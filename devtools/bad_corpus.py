@@ -203,7 +203,7 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
             "unknown_type",
             json.dumps(
                 {
-                    "type": rng.choice(["telemetry", "alarm", "", "diagnosis"]),
+                    "type": rng.choice(["telemetry", "heartbeat", "", "diagnosis"]),
                     "event_id": good_id + "-u",
                     "vin": vin,
                     "ts": good["ts"],
