@@ -836,9 +836,11 @@ def event_type(data: dict[str, Any]) -> str | None:
 
 
 def content_id(data: dict[str, Any]) -> str:
-    """An id for an event sent without one: a hash of its fields (as the contract names them, in any order),
-    so that the same event sent again has the same id and is processed once."""
-    text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    """An id for an event sent without one: a hash of the contract's fields it holds (as the contract names
+    them, in any order), so that the same event sent again has the same id and is processed once, also when
+    a platform adds fields of its own that change from one sending to the next (a time it was received)."""
+    fields = {k: v for k, v in data.items() if k in CONTRACT_FIELDS}
+    text = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return "h-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
 
 

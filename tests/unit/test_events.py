@@ -322,6 +322,9 @@ def test_a_platforms_alarms_without_type_id_or_series_are_read() -> None:
     again = parse_event(json.dumps(dict(reversed(list(bare.items())))))
     assert again.event_id == event.event_id
     assert parse_event(json.dumps(bare | {"ts": "2026-11-01T08:15:31Z"})).event_id != event.event_id
+    # A platform's own fields (a time it received the event) are not the event: a resend still has its id.
+    assert parse_event(json.dumps(bare | {"received_at": "2026-11-01T08:15:33Z"})).event_id == event.event_id
+    assert parse_event(json.dumps(bare | {"alert_text": "another text"})).event_id != event.event_id
     assert parse_event(json.dumps(alert(event_id=None))).event_id.startswith("h-")
     # An alert's type as platforms name it; with no type, the fields give it.
     for kind in ("ALARM", "warning", "Fault", "报警", "告警", "故障"):
