@@ -38,7 +38,15 @@ from vdoctor.memory.session import (
 from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer, request_to_json
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, milestone_summary, summarize_case
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
-from vdoctor.memory.write_policy import WriteStatus, milestone_id, milestones_due, set_recheck, write_final
+from vdoctor.memory.write_policy import (
+    RECHECK_REACH,
+    WriteStatus,
+    latest_case,
+    milestone_id,
+    milestones_due,
+    set_recheck,
+    write_final,
+)
 from vdoctor.models.base import ChatModel
 from vdoctor.records import (
     MAX_SOURCE_CHARS,
@@ -217,11 +225,21 @@ class DiagnosisEngine:
         return StepResult(session=given, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=error, stage="process")])
 
     def _on_recheck(self, event: RecheckEvent) -> None:
-        if not event.session_id.startswith(event.vin + "-"):
-            raise EventError("process", f"session_id {event.session_id!r} does not belong to vin {event.vin}")
-        if not set_recheck(self.store, event.vin, event.session_id, event.recheck_ok, event.ts):
+        session_id = event.session_id
+        if not session_id:  # a workshop's system that knows the vehicle, not the session: its newest case
+            found = latest_case(self.store, event.vin, event.ts)
+            if found is None:
+                raise EventError(
+                    "process",
+                    f"recheck without a session_id: {event.vin} has no valid concluded case in the "
+                    f"{RECHECK_REACH.days} days before it",
+                )
+            session_id = found
+        if not session_id.startswith(event.vin + "-"):
+            raise EventError("process", f"session_id {session_id!r} does not belong to vin {event.vin}")
+        if not set_recheck(self.store, event.vin, session_id, event.recheck_ok, event.ts):
             raise EventError(
-                "process", f"recheck for unknown session {event.session_id!r}: no concluded case in long-term memory"
+                "process", f"recheck for unknown session {session_id!r}: no concluded case in long-term memory"
             )
 
     def _open_session(self, alert: AlertEvent, stats: RunStats) -> SessionState:

@@ -766,15 +766,29 @@ _VERDICT_WORDS = {
 }
 
 
+# A session id's least length: a VIN, "-" and the time (``session_id_for``) is 33; shorter is no id of ours.
+SESSION_ID_MIN_CHARS = 18
+
+
 class RecheckEvent(_Event):
     """The result of a recheck after a repair, naming the session it verifies."""
 
     type: Literal["recheck"]
-    session_id: Annotated[str, Field(min_length=18, max_length=MAX_ID_CHARS)]
+    # Empty (not sent, or null): the vehicle's newest case (``write_policy.latest_case``), as a workshop's
+    # system that knows the vehicle and not this job's session ids sends a recheck.
+    session_id: Annotated[str, Field(max_length=MAX_ID_CHARS)] = ""
     recheck_ok: bool
     note: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
 
     _empty_note = field_validator("note", mode="before")(_none_as(""))
+    _no_session = field_validator("session_id", mode="before")(_none_as(""))
+
+    @field_validator("session_id")
+    @classmethod
+    def _session_form(cls, value: str) -> str:
+        if value and len(value) < SESSION_ID_MIN_CHARS:
+            raise ValueError(f"a session id is <vin>-<UTC time it opened, YYYYMMDDTHHMMSS>, got {value[:40]!r}")
+        return value
 
     @field_validator("recheck_ok", mode="before")
     @classmethod

@@ -25,6 +25,7 @@ from vdoctor.errors import EventError
 from vdoctor.events import (
     AlertEvent,
     Event,
+    RecheckEvent,
     Rename,
     contract_field,
     contract_keys,
@@ -134,6 +135,8 @@ def _count_forms(
         seen.add((FIELD, "no event_id", "h- and a hash of its fields"))
     if isinstance(event, AlertEvent) and data.get("series") is None:
         seen.add((FIELD, "no series", "series: its VIN's first 8 characters"))
+    if isinstance(event, RecheckEvent) and not event.session_id:
+        seen.add((FIELD, "no session_id", "the vehicle's newest case"))
     written_ts = data.get("ts")
     read_ts = event.ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if isinstance(written_ts, str | int | float) and str(written_ts) != read_ts:

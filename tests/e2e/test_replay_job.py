@@ -38,8 +38,8 @@ EVENTS: list[dict | str] = [
     "{not json",
     {"type": "alert", "event_id": "e-bad", "vin": "LSVAU2180N218329", "series": "EV-A",
      "ts": "2026-11-02T09:00:00Z"},                                  # 16-character VIN
-    {"type": "recheck", "event_id": "r-1", "vin": A, "session_id": f"{A}-20261101T080000",
-     "ts": "2026-11-04T08:00:00Z", "recheck_ok": True, "note": "压差 12mV, 复检正常"},
+    {"event_id": "r-1", "vin": A, "ts": "2026-11-04T08:00:00Z", "recheck_ok": "PASS",
+     "note": "压差 12mV, 复检正常"},                                   # a workshop's: no type or session
     alert("e-3", B, "EV-A", "2026-11-05T08:00:00Z", 140, "Cell voltage imbalance warning"),  # B session 2
     alert("e-4", C, "EV-B", "2026-11-05T09:00:00Z", 150),          # other series
     alert("e-5", A, "EV-A", "2026-11-10T08:00:00Z", 90),           # A session 2 opens, below threshold

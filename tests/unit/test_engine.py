@@ -307,6 +307,25 @@ def test_recheck_for_an_unknown_session_is_a_process_dead_letter(harness: Harnes
     assert f"{VIN}-20250101T000000" in letter.error
 
 
+def test_a_recheck_naming_no_session_verifies_the_vehicles_newest_case(harness: Harness, store: InMemoryStore) -> None:
+    # A workshop's system knows the vehicle and when it rechecked it, not this job's session ids: its recheck
+    # (no session_id, no type) verifies the vehicle's newest case concluded before it. Until this release it was a
+    # dead letter ("session_id: Field required").
+    conclude_first_case(harness)
+    workshop = {"vin": VIN, "ts": iso(T0 + timedelta(days=2)), "recheck_ok": "PASS", "event_id": "w-1"}
+    result = harness.send(workshop)
+    assert result.dead_letters == [] and result.diagnoses == []
+    rec = store.get(VIN, SID_1)
+    assert rec is not None and rec.recheck_ok is True
+    after = harness.diagnose(alert("c-1", T0 + timedelta(days=3), vin=VIN_C, signals={"cell_voltage_diff_mv": 150}))
+    assert after.memory.similar == [MemoryRef(vin=VIN, session_id=SID_1)]
+    # A vehicle with no case in the 90 days before the recheck: a process dead letter that says so.
+    for vin, at in ((VIN_B, T0 + timedelta(days=2)), (VIN, T0 + timedelta(days=95))):
+        result = harness.send({"vin": vin, "ts": iso(at), "recheck_ok": True, "event_id": f"w-{vin}-{at:%j}"})
+        assert [d.stage for d in result.dead_letters] == ["process"], vin
+        assert "no valid concluded case in the 90 days before it" in result.dead_letters[0].error
+
+
 def test_recheck_naming_another_vehicles_session_is_a_dead_letter(harness: Harness, store: InMemoryStore) -> None:
     conclude_first_case(harness)
     result = harness.send(recheck("r-9", T0 + timedelta(days=1), SID_1, vin=VIN_B))

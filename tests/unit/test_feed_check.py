@@ -126,3 +126,11 @@ def test_a_dtc_as_its_bytes_is_reported_as_read() -> None:
     assert {(w, r) for (kind, w, r) in report.forms if kind == "code"} == {
         ("0x<hex>", "<code>"), ("<number of 3 bytes>", "<code>"),
     }  # fmt: skip
+
+
+def test_a_workshops_recheck_without_a_session_is_reported_as_read() -> None:
+    report = check_feed([json.dumps({"vin": VIN, "ts": "2026-11-02T08:00:00Z", "recheck_ok": "PASS", "event_id": "w"})])
+    assert report.dead_letters == 0 and report.events == {"recheck": 1}
+    assert {(w, r) for (kind, w, r) in report.forms if kind == "field"} == {
+        ("no type", "recheck"), ("no session_id", "the vehicle's newest case"),
+    }  # fmt: skip

@@ -116,6 +116,19 @@ def _merged_into(store: MemoryStore, vin: str, session_id: str) -> str | None:
     return None
 
 
+# How far back a recheck that names no session looks for the case it verifies (``latest_case``): a workshop
+# rechecks a repair within weeks of the diagnosis; a case older than this is not the one it saw.
+RECHECK_REACH = timedelta(days=90)
+
+
+def latest_case(store: MemoryStore, vin: str, at: datetime) -> str | None:
+    """The session id of this vehicle's newest valid case concluded at or before ``at`` and at most
+    ``RECHECK_REACH`` before it: the case a recheck sent without a session id verifies (a workshop's
+    system knows the vehicle and the time, not this job's session ids). None when there is none."""
+    found = store.own_history(vin, at - RECHECK_REACH, 1, at)
+    return found[0].session_id if found else None
+
+
 def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
     """Store a recheck (event time ``at``) for a session, following merges. False when no record holds it.
 
