@@ -82,12 +82,15 @@ _SPINNERS = r"""
 import ctypes, subprocess, sys, threading, time
 def spin(name, spun, hold):
     ctypes.CDLL(None).prctl(15, name.encode())  # PR_SET_NAME: this thread's name in /proc
-    while time.thread_time() < 0.15:  # by CPU time, not by a count: the same on a fast or a loaded machine
+    # By CPU time, not by a count: the same on a fast or a loaded machine. /proc counts it in clock ticks,
+    # given to whoever runs at each tick: on a loaded core 0.15 s was once read as under 0.1 s. 0.3 s leaves
+    # the assertions below twice their margin.
+    while time.thread_time() < 0.3:
         pass
     spun.set()
     hold.wait()
 child = subprocess.Popen(
-    [sys.executable, "-c", "import time\nwhile time.process_time() < 0.15: pass\nprint(flush=True)\ntime.sleep(60)"],
+    [sys.executable, "-c", "import time\nwhile time.process_time() < 0.3: pass\nprint(flush=True)\ntime.sleep(60)"],
     stdout=subprocess.PIPE,
 )
 hold, gone = threading.Event(), threading.Event()
@@ -118,7 +121,7 @@ def test_tree_cpu_parts_name_threads_and_children_and_sum_to_the_tree() -> None:
         proc.communicate(timeout=60)
     finally:
         proc.kill()
-    # Each loop spins for 0.15 s of its own CPU: the two named threads are one part, the exited one is counted
+    # Each loop spins for 0.3 s of its own CPU: the two named threads are one part, the exited one is counted
     # apart, and the child is one part of its own.
     assert parts["spin-#"] >= 0.2
     assert parts["(exited threads)"] >= 0.1
