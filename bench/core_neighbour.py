@@ -37,6 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.procstat import tree_cpu_s  # noqa: E402
 
 # The neighbour: writes to each cache line of its buffer, then sleeps (argv: KiB, microseconds).
 _NEIGHBOUR = """
@@ -86,7 +89,7 @@ def engine_run(core: int, python: str, neighbour: tuple[int, int] | None, vins: 
         side = subprocess.Popen([sys.executable, "-c", _NEIGHBOUR, *map(str, neighbour)], preexec_fn=pin)
         time.sleep(0.5)
     try:
-        side_cpu_before = _cpu_s(side.pid) if side else 0.0
+        side_cpu_before = tree_cpu_s(side.pid) if side else 0.0
         started = time.monotonic()
         done = subprocess.run(
             [python, str(REPO_ROOT / "bench" / "engine_cpu.py"), "--embed-child", "--no-stages", "--repeat", "1",
@@ -94,7 +97,7 @@ def engine_run(core: int, python: str, neighbour: tuple[int, int] | None, vins: 
             check=True, capture_output=True, text=True, preexec_fn=pin, cwd=REPO_ROOT,
         )  # fmt: skip
         wall = time.monotonic() - started
-        share = (_cpu_s(side.pid) - side_cpu_before) / wall if side else 0.0
+        share = (tree_cpu_s(side.pid) - side_cpu_before) / wall if side else 0.0
     finally:
         if side is not None:
             side.kill()
@@ -102,12 +105,6 @@ def engine_run(core: int, python: str, neighbour: tuple[int, int] | None, vins: 
     found = json.loads(done.stdout.strip().splitlines()[-1])
     engine = float(found["process_ms_per_alert"]) - float(found.get("model_ms_per_alert", 0.0))
     return Run(label(neighbour), engine, float(found.get("child_ms_per_alert", 0.0)), share)
-
-
-def _cpu_s(pid: int) -> float:
-    """A process's own CPU seconds (user and system), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -235,7 +235,7 @@ class DiagnosisEngine:
                     f"{RECHECK_REACH.days} days before it",
                 )
             session_id = found
-        if not session_id.startswith(event.vin + "-"):
+        elif not session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {session_id!r} does not belong to vin {event.vin}")
         if not set_recheck(self.store, event.vin, session_id, event.recheck_ok, event.ts):
             raise EventError(

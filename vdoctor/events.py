@@ -414,6 +414,14 @@ def value_object(value: object) -> bool:
     return "value" in keys and keys <= {"value", "unit"}
 
 
+def named_reading(name: str, value: dict[object, object]) -> dict[object, object]:
+    """A reading sent as an object under its name (``value_object``) as a list's reading: its ``name``, its
+    ``value`` and ``unit`` (keys in lower case), which ``reading_pairs`` reads."""
+    item: dict[object, object] = {"name": name}
+    item.update(lower_keys(value))
+    return item
+
+
 def flat_signals(signals: dict[object, object]) -> list[tuple[str, object]]:
     """Readings nested in objects and arrays, as a telematics platform's payload nests them
     (``{"bms": {"PackTemp": 41.5, "cell_v": [3.61, 3.62]}}``), as (name, value) pairs named by their path as
@@ -452,10 +460,10 @@ def _code_entry(entry: dict[object, object]) -> object:
 
 def _uds_number(number: int) -> str:
     """A code sent as a number: a DTC of three bytes as a gateway reading it over UDS reports it (687899 is
-    0x0A7F1B: P0A7F, failure type 1B), in the hex form ``trouble_code`` reads."""
+    0x0A7F1B: P0A7F, failure type 1B), as its code (``uds_code`` of its first two bytes)."""
     if not 0 <= number <= MAX_UDS_DTC:
         raise ValueError(f"{number} is not a trouble code (a UDS DTC is a number of three bytes)")
-    return f"0x{number:06X}"
+    return uds_code(number >> 8)
 
 
 def _to_utc_second(value: datetime) -> datetime:
@@ -557,7 +565,7 @@ def _zone_in_brackets(time: str, zone: str) -> object:
     except ValueError:
         return f"{time}[{zone}]"
     if at.tzinfo is not None:
-        return read
+        return at
     try:
         return at.replace(tzinfo=time_zone(zone))
     except ValueError:
@@ -721,9 +729,7 @@ class AlertEvent(_Event):
         for name, value in pairs:
             renaming = rename
             if isinstance(value, dict):  # a reading as an object under its name (``flat_signals``)
-                item: dict[object, object] = {"name": name}
-                item.update(lower_keys(value))
-                ((name, value),) = reading_pairs([item], rename)
+                ((name, value),) = reading_pairs([named_reading(str(name), value)], rename)
                 renaming = None  # (applied)
             if value is None or isinstance(value, str) and no_reading(value):
                 continue

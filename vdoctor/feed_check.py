@@ -33,6 +33,7 @@ from vdoctor.events import (
     flat_signals,
     load_object,
     lower_keys,
+    named_reading,
     no_reading,
     reading_pairs,
     signal_name,
@@ -146,9 +147,7 @@ def _count_forms(
         if isinstance(signals, dict):  # (nested objects and arrays by their paths, as the job reads them)
             for written, value in flat_signals(signals):
                 if isinstance(value, dict):  # a reading as an object under its name, its unit beside it
-                    item: dict[object, object] = {"name": written}
-                    item.update(lower_keys(value))
-                    _reading_form(seen, item, rename)
+                    _reading_form(seen, named_reading(written, value), rename)
                     continue
                 mapped = rename(written) if rename is not None else None
                 if value is None:  # (the contract's own form of no reading)
@@ -175,11 +174,11 @@ def _count_forms(
 
 def _reading_form(seen: set[tuple[str, str, str]], item: dict[object, object], rename: Rename | None) -> None:
     """The form of a reading sent as an object (a list's item, or one under its name): its name with its unit."""
-    ((read_as, value),) = reading_pairs([item], rename)
     fields = lower_keys(item)
-    given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
     if fields.get("value") is None:  # (the contract's own form of no reading)
         return
+    ((read_as, value),) = reading_pairs([item], rename)
+    given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
     if no_reading(value):
         _no_reading_form(seen, str(fields["name"]), fields["value"])
     elif (read := signal_name(str(read_as))) != given:
