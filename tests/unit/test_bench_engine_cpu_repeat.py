@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,29 @@ def test_repeat_below_one_is_refused() -> None:
 def test_the_reference_workload_does_the_same_work_each_time() -> None:
     assert machine_speed._workload() == machine_speed._workload() > 0
     assert 0 < machine_speed.reference_ms(repetitions=1) < 10_000
+
+
+def test_a_run_whose_events_fail_in_the_engine_gives_no_figure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A failing alert is cheaper than a diagnosed one: its run would report a lower CPU per alert for less work.
+    from vdoctor.diagnosis import DiagnosisEngine
+
+    def broken(*_: Any) -> Any:
+        raise TypeError("list object expected; got PackedVector")
+
+    monkeypatch.setattr(DiagnosisEngine, "_write_case", broken)
+    assert engine_cpu.main(["--vins", "20", "--embedder", "hashing", "--no-stages", "--out", str(tmp_path)]) == 2
+    said = capsys.readouterr()
+    # The alerts that write a case failed; the dead letter names the error's type (its text is in the log).
+    assert re.search(r"\b[1-9]\d* of \d+ events failed in the engine", said.err) and "TypeError" in said.err
+    assert "process_ms_per_alert" not in said.out
+
+
+def test_a_failed_run_without_clocks_stops_the_bench_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake_run(cmd: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(cmd, 2, stdout="", stderr="3 of 80 events failed in the engine ...\n")
+
+    monkeypatch.setattr(engine_cpu.subprocess, "run", fake_run)
+    with pytest.raises(SystemExit, match="exit 2.*3 of 80 events failed"):
+        engine_cpu.without_stages(["--vins", "10"], None, 0)
