@@ -8,6 +8,7 @@ operators and the CLI get their parts here and nowhere else.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from vdoctor.diagnosis import DiagnosisEngine
@@ -41,6 +42,10 @@ def _embedder_config(settings: Settings) -> EmbedderConfig:
     )
 
 
+# Stores on a server, with no file of their own: their jobs keep the query vector file in the user's cache folder.
+_SERVER_STORES = ("mysql", "doris")
+
+
 def query_vector_file(settings: Settings) -> str | None:
     """Where the embedder shares query vectors (``EmbeddingSettings.query_vector_file``), or None."""
     chosen = settings.embedding.query_vector_file
@@ -50,7 +55,11 @@ def query_vector_file(settings: Settings) -> str | None:
     if chosen != "auto":
         return chosen
     db = sqlite_file(settings.memory.url)
-    return None if db is None else db + query_file.SUFFIX
+    if db is not None:
+        return db + query_file.SUFFIX
+    if settings.memory.url.partition("://")[0] in _SERVER_STORES:
+        return str(query_file.user_cache_file(os.environ))
+    return None  # a store in memory, or Mem0: nothing of the job's kept on disk
 
 
 def embedder(settings: Settings) -> Embedder:

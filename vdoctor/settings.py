@@ -110,8 +110,10 @@ class EmbeddingSettings(_Frozen):
     # all of a TaskManager's runs share (``embedders/child.py``); false: in this process.
     child_process: bool = True
     # Where query vectors are shared with the machine's other processes and with later runs
-    # (``embedders/query_file.py``): "auto" beside the embedded store's file (<db>.query-vectors; no file
-    # for other stores), "off", or a path. Deterministic replays never use one.
+    # (``embedders/query_file.py``): "auto" beside the embedded store's file (<db>.query-vectors), for a
+    # MySQL or Doris store in the user's cache folder ($XDG_CACHE_HOME or ~/.cache, then
+    # vdoctor/query-vectors), none for a store in memory or Mem0; "off", or a path. Deterministic replays
+    # never use one.
     query_vector_file: str = Field(default="auto", min_length=1)
 
 

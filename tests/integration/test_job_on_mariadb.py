@@ -9,8 +9,11 @@ cases back through the mysql dialect without crossing vehicles.
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -28,10 +31,11 @@ def _lines(path: Path) -> list[dict]:  # type: ignore[type-arg]
 
 
 def test_demo_replay_with_memory_in_mariadb(mariadb_url: str, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"  # the user's cache folder, where a server store's job keeps its query vectors
     proc = subprocess.run(
         [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(DEMO / "alerts.jsonl"), "--out", str(tmp_path),
          "--memory", mariadb_url],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "XDG_CACHE_HOME": str(cache)},
     )  # fmt: skip
     password = mariadb_url.split(":")[2].split("@")[0]
     assert password not in proc.stdout + proc.stderr
@@ -56,3 +60,6 @@ def test_demo_replay_with_memory_in_mariadb(mariadb_url: str, tmp_path: Path) ->
     for d in diags:
         assert all(ref["vin"] == d["vin"] for ref in d["memory"]["own"])
         assert all(ref["vin"] != d["vin"] for ref in d["memory"]["similar"])
+    # Every session opened asked for a query vector; the ones the model embedded were kept for the next run.
+    with closing(sqlite3.connect(cache / "vdoctor" / "query-vectors")) as kept:
+        assert kept.execute("SELECT COUNT(*) FROM query_vectors").fetchone()[0] > 0

@@ -225,12 +225,31 @@ def test_closing_the_engine_writes_the_waiting_query_vectors(tmp_path: Path) -> 
         ({}, ".vdoctor/memory.db.query-vectors"),
         ({"VDOCTOR_MEMORY_URL": "sqlite:////data/fleet.db?synchronous=full"}, "/data/fleet.db.query-vectors"),
         ({"VDOCTOR_MEMORY_URL": "sqlite://"}, None),
-        ({"VDOCTOR_MEMORY_URL": "mysql://u@db:3306/vd"}, None),
+        ({"VDOCTOR_MEMORY_URL": "mysql://u@db:3306/vd"}, "/cache/vdoctor/query-vectors"),
+        ({"VDOCTOR_MEMORY_URL": "doris://u:secret@fe:9030/vd"}, "/cache/vdoctor/query-vectors"),
+        ({"VDOCTOR_MEMORY_URL": "memory://"}, None),
+        ({"VDOCTOR_MEMORY_URL": "mysql://u@db:3306/vd", "VDOCTOR_QUERY_VECTOR_FILE": "off"}, None),
         ({"VDOCTOR_QUERY_VECTOR_FILE": "/shared/queries.db"}, "/shared/queries.db"),
         ({"VDOCTOR_QUERY_VECTOR_FILE": "/shared/queries.db", "VDOCTOR_MEMORY_URL": "memory://"}, "/shared/queries.db"),
         ({"VDOCTOR_QUERY_VECTOR_FILE": "off"}, None),
         ({"VDOCTOR_DETERMINISTIC": "true"}, None),
     ],
 )
-def test_where_the_job_keeps_the_file(env: dict[str, str], expected: str | None) -> None:
+def test_where_the_job_keeps_the_file(
+    env: dict[str, str], expected: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", "/cache")
     assert query_vector_file(load_settings(env)) == expected
+
+
+@pytest.mark.parametrize(("xdg", "expected"), [(None, ".cache"), ("", ".cache"), ("relative/cache", ".cache")])
+def test_a_server_store_without_an_absolute_cache_folder_uses_the_home_cache(
+    xdg: str | None, expected: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    if xdg is None:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    else:
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    found = query_vector_file(load_settings({"VDOCTOR_MEMORY_URL": "mysql://u@db:3306/vd"}))
+    assert found == str(tmp_path / expected / "vdoctor" / "query-vectors")

@@ -10,7 +10,8 @@ process looks here before it runs the model, and writes what the model gave.
 
 A SQLite file in WAL mode (readers never wait for the writer), by default
 beside the embedded store's file (``<db>.query-vectors``, README
-"Embedders"). It is a cache and nothing more: a read or a write that fails
+"Embedders"), and for a MySQL or Doris store in the user's cache folder
+(``user_cache_file``). It is a cache and nothing more: a read or a write that fails
 is logged (once per kind) and the model answers, as without the file; a
 write another process holds the file for is skipped. Bounded: past
 ``QUERY_FILE_ROWS`` the rows written first go first.
@@ -47,6 +48,20 @@ log = logging.getLogger(__name__)
 
 # The file's name beside the embedded store's file (``EmbeddingSettings.query_vector_file`` "auto").
 SUFFIX = ".query-vectors"
+# Server stores (MySQL, Doris) have no file of their own: "auto" keeps the file in the user's cache folder.
+CACHE_NAME = Path("vdoctor") / "query-vectors"
+
+
+def user_cache_file(environ: Mapping[str, str]) -> Path:
+    """The query vector file of the user's cache folder: ``$XDG_CACHE_HOME/vdoctor/query-vectors``, else
+    ``~/.cache/vdoctor/query-vectors`` (the XDG base directory rule: a relative XDG_CACHE_HOME is ignored).
+    A vector depends on the embedder, its dimension and the text only, never on the store, so every job
+    of the machine's user may share the file, whichever server it remembers in."""
+    cache = environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and Path(cache).is_absolute() else Path.home() / ".cache"
+    return base / CACHE_NAME
+
+
 # Rows kept: 16,384 x 512 float32 is 32 MB of vectors (use-m3), with their texts.
 QUERY_FILE_ROWS = 16_384
 # Trim the file back to its bound after this many rows written by this process.
