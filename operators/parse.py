@@ -10,7 +10,7 @@ from pyflink.datastream.functions import MapFunction, ProcessFunction, RuntimeCo
 
 from operators.metrics import dead_letter_counter
 from vdoctor.errors import EventError
-from vdoctor.events import parse_event, time_zone
+from vdoctor.events import AlertEvent, parse_event, set_aside_error, time_zone
 from vdoctor.records import DeadLetter
 from vdoctor.signal_map import SignalRenames
 
@@ -22,7 +22,8 @@ NO_VALUE = "a record with no value (a Kafka tombstone) is not an event"
 
 
 class ParseEvents(ProcessFunction):  # type: ignore[misc]
-    """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, "").
+    """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, ""); both for an
+    alert that set readings aside (``AlertEvent.signals_set_aside``): it is diagnosed without them.
 
     ``naive_ts_zone``: the zone of event times written without one (the setting's name, checked by the
     settings; ``events.parse_event``). ``signal_names``: the fleet's signal map (``vdoctor.signal_map``,
@@ -55,6 +56,10 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
             yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""
             return
+        if isinstance(event, AlertEvent) and event.signals_set_aside:
+            # Diagnosed without the readings it could not name; the line is kept whole with the reason.
+            letter = DeadLetter(raw=raw, error=set_aside_error(event), stage="validate")
+            yield DEAD_LETTER, "validate", letter.model_dump_json(), ""
         yield EVENT, event.vin, event.model_dump_json(), raw
 
 

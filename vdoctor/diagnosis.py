@@ -70,6 +70,9 @@ TIMELINE_SIGNALS = 3
 # embedder or the summary model stayed down); the summary model failed (a fold was written by the
 # offline summarizer instead; a case summary could not be written).
 L3_WRITE_FAILED = "l3_write_failed"
+# The alert was diagnosed without readings it set aside (names in another script that the fleet's signal map
+# lacks: ``AlertEvent.signals_set_aside``; its line is a dead letter as well).
+SIGNALS_SET_ASIDE = "signals_set_aside"
 SUMMARY_MODEL_FAILED = "summary_model_failed"
 # The working context a model call got was over its token budget with only key facts left to leave out
 # (they never are: ``WorkingMemory.fit``).
@@ -348,6 +351,8 @@ class DiagnosisEngine:
             flags.append(WORKING_OVER_BUDGET)
         if window.clipped_results:
             flags.append(TOOL_RESULT_CLIPPED)
+        if alert.signals_set_aside:
+            flags.append(SIGNALS_SET_ASIDE)
 
         diagnosis = Diagnosis(
             vin=alert.vin,

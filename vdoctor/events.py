@@ -26,7 +26,9 @@ from pydantic import (
     TypeAdapter,
     ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
+    model_validator,
 )
 
 from vdoctor.errors import EventError
@@ -660,6 +662,10 @@ class AlertEvent(_Event):
         dict[str, Annotated[float, Field(strict=True, allow_inf_nan=False)]],
         Field(max_length=MAX_SIGNALS),
     ] = {}
+    # Readings under names written in another script than Latin (``电池温度``) that the fleet's signal map
+    # does not name: such a name has no snake_case form, so the alert is diagnosed without them, and its line
+    # goes to the dead letters as well, saying so (``set_aside_error``). Empty for every other alert.
+    signals_set_aside: dict[str, float] = {}
 
     @field_validator("series", mode="before")
     @classmethod
@@ -735,7 +741,10 @@ class AlertEvent(_Event):
                 continue
             given = name
             if isinstance(name, str):
-                name = signal_name((renaming(name) or name) if renaming is not None else name)
+                read_as = signal_name((renaming(name) or name) if renaming is not None else name)
+                # A name with no snake_case form (another script) is kept as sent, to be set aside
+                # (``_set_aside``) under the name a signal map would give it.
+                name = read_as if read_as.isascii() else name.strip()
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):
@@ -750,12 +759,8 @@ class AlertEvent(_Event):
     def _check_signals(cls, signals: dict[str, float]) -> dict[str, float]:
         for name, value in signals.items():
             if not name.isascii():
-                raise ValueError(
-                    f"signal name {name[:40]!r} is not written in Latin letters: a signal's name is snake_case in "
-                    f"ASCII (accents are dropped: Température is temperature); map the fleet's names to such "
-                    f"names with {SIGNAL_MAP_ENV} (README, Signal maps)"
-                )
-            if not SIGNAL_NAME_RE.match(name):
+                pass  # no snake_case form: set aside with its reading (``_set_aside``), its range checked below
+            elif not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
                     f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "
                     f"with at least one letter, at most {MAX_SIGNAL_NAME_CHARS} characters)"
@@ -763,6 +768,16 @@ class AlertEvent(_Event):
             if abs(value) > MAX_SIGNAL_ABS:
                 raise ValueError(f"signal {name} = {value!r} is out of range")
         return signals
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _set_aside(cls, data: object, handler: ValidatorFunctionWrapHandler) -> AlertEvent:
+        event: AlertEvent = handler(data)
+        if all(name.isascii() for name in event.signals):  # (every alert of a fleet that sends snake_case names)
+            return event
+        kept = {name: value for name, value in event.signals.items() if name.isascii()}
+        aside = {name: value for name, value in event.signals.items() if not name.isascii()}
+        return event.model_copy(update={"signals": kept, "signals_set_aside": {**event.signals_set_aside, **aside}})
 
 
 # A recheck's verdict as workshop and QA systems write it (``PASS``, ``OK``/``NG``, 合格).
@@ -1026,6 +1041,18 @@ def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None, rename: Ren
         return model.model_validate(data, context={RENAME: rename} if rename is not None else None)
     except ValidationError as e:
         raise EventError("validate", describe_validation_error(e)) from e
+
+
+def set_aside_error(event: AlertEvent) -> str:
+    """The dead letter's reason for an alert diagnosed without the readings it set aside (``signals_set_aside``)."""
+    n = len(event.signals_set_aside)
+    names = ", ".join(repr(name[:40]) for name in list(event.signals_set_aside)[:5])
+    more = f" and {n - 5} more" if n > 5 else ""
+    return (
+        f"signals: {n} reading{'s' if n > 1 else ''} set aside, not written in Latin letters (a signal's name is "
+        f"snake_case in ASCII; map the fleet's names with {SIGNAL_MAP_ENV}, README Signal maps): {names}{more}. "
+        f"The alert was diagnosed without {'them' if n > 1 else 'it'} (flag signals_set_aside)"
+    )
 
 
 def is_finite_number(value: object) -> bool:

@@ -36,6 +36,7 @@ from vdoctor.events import (
     named_reading,
     no_reading,
     reading_pairs,
+    set_aside_error,
     signal_name,
     trouble_codes,
 )
@@ -66,6 +67,15 @@ class FeedReport:
     @property
     def dead_letters(self) -> int:
         return sum(group.count for group in self.dead.values())
+
+    def dead_letter(self, stage: str, reason: str, number: int) -> None:
+        """Count line ``number``'s dead letter in its group: its stage and, for a validation, the field named."""
+        name = reason.split(":", 1)[0] if stage == "validate" and ":" in reason else ""
+        group = self.dead.get((stage, name))
+        if group is None:
+            self.dead[(stage, name)] = DeadGroup(1, number, reason[:300])
+        else:
+            group.count += 1
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -104,15 +114,12 @@ def check_feed(
             written = dict(data)  # (reading it as an event changes it)
             event = event_of(data, naive_zone, rename)
         except EventError as e:
-            reason = str(e)
-            name = reason.split(":", 1)[0] if e.stage == "validate" and ":" in reason else ""
-            group = report.dead.get((e.stage, name))
-            if group is None:
-                report.dead[(e.stage, name)] = DeadGroup(1, number, reason[:300])
-            else:
-                group.count += 1
+            report.dead_letter(e.stage, str(e), number)
             continue
         report.events[event.type] += 1
+        if isinstance(event, AlertEvent) and event.signals_set_aside:
+            # An event, diagnosed without those readings, and a dead letter as well: the job sends both.
+            report.dead_letter("validate", set_aside_error(event), number)
         _count_forms(report.forms, written, event, rename)
     return report
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools.bad_corpus import Line, generate, write
+from devtools.bad_corpus import SET_ASIDE, Line, generate, write
 from tests.conftest import REPO_ROOT
 from vdoctor.events import AlertEvent, parse_event, trouble_code
 from vdoctor.units import SIGNAL_NAME_RE
@@ -112,6 +112,8 @@ def test_every_bad_line_is_one_dead_letter_with_stage_and_reason(
     expected = Counter(
         (line.raw, line.expect.removeprefix("dead:")) for line in lines if line.expect.startswith("dead:")
     )
+    # An alert that set readings aside is diagnosed, and its line is kept as a dead letter as well.
+    expected.update((line.raw, "validate") for line in lines if line.expect == SET_ASIDE)
     got = Counter((d["raw"], d["stage"]) for d in dead)
     assert got == expected
     assert all(d["error"].strip() for d in dead)
@@ -119,8 +121,11 @@ def test_every_bad_line_is_one_dead_letter_with_stage_and_reason(
 
 def test_every_valid_alert_is_diagnosed_exactly_once(corpus: tuple[list[Line], list[dict], list[dict]]) -> None:
     lines, diagnoses, _ = corpus
-    expected = sorted(line.event_id for line in lines if line.expect == "diagnosis")
+    expected = sorted(line.event_id for line in lines if line.expect in ("diagnosis", SET_ASIDE))
     assert sorted(d["event_id"] for d in diagnoses) == expected
+    set_aside = {line.event_id for line in lines if line.expect == SET_ASIDE}
+    assert set_aside
+    assert all(("signals_set_aside" in d["flags"]) == (d["event_id"] in set_aside) for d in diagnoses)
 
 
 def test_codes_and_signal_names_as_gateways_write_them_are_cited_in_one_form(

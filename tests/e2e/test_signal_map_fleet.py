@@ -1,7 +1,8 @@
 """A fleet that names its signals in Chinese, through the PyFlink job of `vdoctor run` with its signal map
 (``VDOCTOR_SIGNAL_NAMES``): each mapped name is read as the knowledge pack's name, so the pack's rule confirms
-the fault by it, as for a fleet that sends the pack's names; a name the map lacks is a dead letter that names
-the setting, and the job goes on.
+the fault by it, as for a fleet that sends the pack's names; a reading under a name the map lacks is set
+aside: its alert is diagnosed without it (flagged), and its line is a dead letter as well that names the
+setting.
 """
 
 from __future__ import annotations
@@ -39,11 +40,16 @@ def test_a_fleets_chinese_signal_names_are_read_through_its_map(tmp_path: Path) 
     names.write_text(json.dumps(MAP, ensure_ascii=False), encoding="utf-8")
     diagnoses, dead_letters = run_file_job(EVENTS, tmp_path, {"VDOCTOR_SIGNAL_NAMES": str(names)})
     by_id = {d["event_id"]: d for d in diagnoses}
-    assert sorted(by_id) == ["e-1", "e-3"]
+    # e-2 is diagnosed too, from its code, text and mapped reading, without the one the map lacks.
+    assert sorted(by_id) == ["e-1", "e-2", "e-3"]
+    assert by_id["e-2"]["flags"] == ["signals_set_aside"]
+    assert all("signals_set_aside" not in by_id[i]["flags"] for i in ("e-1", "e-3"))
     assert by_id["e-1"]["phase"] == "INVESTIGATING"
     # 187 mV under the fleet's own name confirmed the pack's rule on cell_voltage_diff_mv.
     assert by_id["e-3"]["phase"] == "CONCLUDED" and by_id["e-3"]["priority"] == "P2"
     assert by_id["e-3"]["evidence"] == ["dtc://P0A7F", f"signal://{A}/cell_voltage_diff_mv@2026-11-01T10:00:00Z"]
+    # Its line is kept whole in the dead letters as well, naming the reading set aside and the setting.
     (dead,) = dead_letters
     assert dead["stage"] == "validate" and json.loads(dead["raw"])["event_id"] == "e-2"
-    assert "'绝缘电阻' is not written in Latin letters" in dead["error"] and "VDOCTOR_SIGNAL_NAMES" in dead["error"]
+    assert "1 reading set aside, not written in Latin letters" in dead["error"] and "'绝缘电阻'" in dead["error"]
+    assert "VDOCTOR_SIGNAL_NAMES" in dead["error"]

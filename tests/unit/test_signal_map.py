@@ -1,14 +1,15 @@
 """A fleet's signal map (``VDOCTOR_SIGNAL_NAMES``): the names a fleet sends, read as the names the job reads.
 
-A Chinese fleet names its signals in Chinese (``电池温度``): without a map each such alert is a dead letter,
-since such a name has no snake_case form. A vendor's name in Latin letters (``BMS_CellVdiff``) is read, but
-under a name no rule of the knowledge pack tests. With the map both are read as the pack's names, and the
-pack's rules confirm faults by them.
+A Chinese fleet names its signals in Chinese (``电池温度``): without a map such a reading is set aside, since
+its name has no snake_case form (the alert is diagnosed without it, and its line is a dead letter as well).
+A vendor's name in Latin letters (``BMS_CellVdiff``) is read, but under a name no rule of the knowledge pack
+tests. With the map both are read as the pack's names, and the pack's rules confirm faults by them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -16,17 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from operators.parse import DEAD_LETTER, EVENT, ParseEvents
 from tests.conftest import REPO_ROOT
 from tests.unit.test_engine import T0, VIN, alert
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.errors import ConfigError, EventError
-from vdoctor.events import parse_event
+from vdoctor.events import AlertEvent, parse_event, set_aside_error
 from vdoctor.feed_check import check_feed
 from vdoctor.knowledge import load_pack
 from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.models.offline import OfflineModel
-from vdoctor.records import Phase
+from vdoctor.records import DeadLetter, Phase
 from vdoctor.settings import load_settings, worker_settings
 from vdoctor.signal_map import SignalRenames, check_signal_map, read_signal_map
 from vdoctor.stores.memory import InMemoryStore
@@ -57,18 +59,21 @@ def test_mapped_names_are_read_as_the_names_they_map_to(rename: SignalRenames) -
     # A nested reading is found by its path.
     nested = SignalRenames(check_signal_map({"bms.单体压差": "cell_voltage_diff_mv"}))
     assert parse_event(line({"bms": {"单体压差": 187}}), None, nested).signals == {"cell_voltage_diff_mv": 187.0}
-    # Without the map: the vendor's name is read under its own name, and the Chinese one has none.
+    # Without the map: the vendor's name is read under its own name, and the Chinese one has none (set aside).
     assert parse_event(line({"BMS_CellVdiff": 187})).signals == {"bms_cell_vdiff": 187.0}
-    with pytest.raises(EventError, match="not written in Latin letters.*VDOCTOR_SIGNAL_NAMES"):
-        parse_event(line({"电池温度": 41.5}))
+    unmapped = parse_event(line({"电池温度": 41.5}))
+    assert isinstance(unmapped, AlertEvent)
+    assert (unmapped.signals, unmapped.signals_set_aside) == ({}, {"电池温度": 41.5})
+    assert re.search("not written in Latin letters.*VDOCTOR_SIGNAL_NAMES", set_aside_error(unmapped))
 
 
-def test_a_name_the_map_lacks_stays_a_dead_letter_and_two_names_read_as_one_are_refused(
+def test_a_name_the_map_lacks_is_set_aside_and_two_names_read_as_one_are_refused(
     rename: SignalRenames,
 ) -> None:
-    with pytest.raises(EventError, match="'电池电压' is not written in Latin letters.*VDOCTOR_SIGNAL_NAMES") as error:
-        parse_event(line({"电池温度": 41.5, "电池电压": 398}), None, rename)
-    assert error.value.stage == "validate"
+    partly = parse_event(line({"电池温度": 41.5, "电池电压": 398}), None, rename)
+    assert isinstance(partly, AlertEvent)
+    assert (partly.signals, partly.signals_set_aside) == ({"pack_temp_c": 41.5}, {"电池电压": 398.0})
+    assert "1 reading set aside" in set_aside_error(partly) and "'电池电压'" in set_aside_error(partly)
     # The mapped name and the name it maps to, in one alert: which one is the reading is not known.
     with pytest.raises(EventError, match="as another name of this alert is"):
         parse_event(line({"电池温度": 41.5, "pack_temp_c": 40}), None, rename)
@@ -139,6 +144,33 @@ def test_mapped_readings_confirm_the_packs_rule_as_its_own_names_do(rename: Sign
     assert first.phase is Phase.INVESTIGATING
     assert second.phase is Phase.CONCLUDED
     assert second.evidence == ["dtc://P0A7F", f"signal://{VIN}/cell_voltage_diff_mv@2026-11-01T10:15:30Z"]
+
+
+def test_an_alert_with_readings_set_aside_is_diagnosed_without_them_flagged_and_kept_as_a_dead_letter(
+    rename: SignalRenames,
+) -> None:
+    # A fleet that has not yet mapped its names still gets its alerts diagnosed, from their codes and text.
+    engine = DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack())
+    raw = line({"单体压差(mV)": 187, "电池温度": 35.5})
+    result = engine.on_event(None, DedupState(), parse_event(raw), raw)
+    (diagnosis,) = result.diagnoses
+    assert "signals_set_aside" in diagnosis.flags and result.dead_letters == []
+    # Without the reading P0A7F's rule has nothing to test (187 mV would confirm it, as once mapped below).
+    assert diagnosis.phase is Phase.INVESTIGATING
+    mapped = engine.on_event(None, DedupState(), parse_event(raw, None, rename), raw).diagnoses
+    assert "signals_set_aside" not in mapped[0].flags
+    # The parse stage sends the line to the dead letters as well, whole, with the reason, and the event on.
+    stage = ParseEvents()
+    stage.open(None)
+    out = list(stage.process_element(raw, None))
+    assert [kind for kind, *_ in out] == [DEAD_LETTER, EVENT]
+    letter = DeadLetter.model_validate_json(out[0][2])
+    assert (out[0][1], letter.stage, letter.raw) == ("validate", "validate", raw)
+    assert "'单体压差(mV)', '电池温度'" in letter.error and "VDOCTOR_SIGNAL_NAMES" in letter.error
+    # With the map, nothing is set aside: the event alone.
+    stage = ParseEvents(signal_names=MAP)
+    stage.open(None)
+    assert [kind for kind, *_ in stage.process_element(raw, None)] == [EVENT]
 
 
 def test_check_events_reads_a_feed_with_the_jobs_map(tmp_path: Path, rename: SignalRenames) -> None:
