@@ -375,6 +375,9 @@ def reading_pairs(items: list[dict[object, object]], rename: Rename | None = Non
             name = rename(name) or name
         if isinstance(unit, str) and (symbol := unit_symbol(unit)) is not None:
             read = signal_name(name)
+            if not read.isascii():  # no snake_case form: set aside under its name as sent (``AlertEvent``)
+                pairs.append((name, fields["value"]))
+                continue
             if (declared := unit_of(read)) is None:
                 name = f"{read}_{unit_suffix(symbol)}"
             elif declared != symbol:

@@ -161,8 +161,8 @@ def _count_forms(
                     continue
                 if no_reading(value):
                     _no_reading_form(seen, written, value)
-                elif (read := signal_name(mapped or written)) != written:
-                    seen.add((SIGNAL, *_index_shape(written, read)))
+                elif (read := signal_name(mapped or written)) != written and read.isascii():
+                    seen.add((SIGNAL, *_index_shape(written, read)))  # (a name with no ASCII form is set aside)
         elif isinstance(signals, list):  # readings as objects: the name with its unit apart
             for item in signals:
                 _reading_form(seen, item, rename)
@@ -188,8 +188,8 @@ def _reading_form(seen: set[tuple[str, str, str]], item: dict[object, object], r
     given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
     if no_reading(value):
         _no_reading_form(seen, str(fields["name"]), fields["value"])
-    elif (read := signal_name(str(read_as))) != given:
-        seen.add((SIGNAL, *_index_shape(given, read)))
+    elif (read := signal_name(str(read_as))) != given and read.isascii():
+        seen.add((SIGNAL, *_index_shape(given, read)))  # (a name with no ASCII form is set aside)
 
 
 def _no_reading_form(seen: set[tuple[str, str, str]], written: str, value: object) -> None:

@@ -173,6 +173,22 @@ def test_an_alert_with_readings_set_aside_is_diagnosed_without_them_flagged_and_
     assert [kind for kind, *_ in stage.process_element(raw, None)] == [EVENT]
 
 
+def test_a_reading_set_aside_is_named_as_sent_the_name_a_map_entry_takes() -> None:
+    sent_as = [
+        ({"单体压差(mV)": 187}, "单体压差(mV)"),
+        ({"bms": {"单体压差": 187}}, "bms.单体压差"),  # nested: by its path
+        ([{"name": "电池温度", "value": 41, "unit": "°C"}], "电池温度"),  # an object: its name, its unit apart
+        ({"电池温度": {"value": 41, "unit": "°C"}}, "电池温度"),
+    ]
+    for signals, name in sent_as:
+        event = parse_event(line(signals))
+        assert isinstance(event, AlertEvent) and list(event.signals_set_aside) == [name], signals
+    # check-events shows them as what they are, dead letters, and lists no form they would be read as.
+    report = check_feed([line(signals, f"e-{i}") for i, (signals, _) in enumerate(sent_as)])
+    assert report.events == {"alert": 4} and report.dead[("validate", "signals")].count == 4
+    assert not [form for form in report.forms if form[0] == "signal"]
+
+
 def test_check_events_reads_a_feed_with_the_jobs_map(tmp_path: Path, rename: SignalRenames) -> None:
     feed = [line({"电池温度": 41.5}), line({"BMS_CellVdiff": 187}, "e-2")]
     report = check_feed(feed, None, None, rename)
