@@ -745,7 +745,7 @@ class AlertEvent(_Event):
             if isinstance(name, str):
                 read_as = signal_name((renaming(name) or name) if renaming is not None else name)
                 # A name with no snake_case form (another script) is kept as sent, to be set aside
-                # (``_set_aside``) under the name a signal map would give it.
+                # (``_set_aside``) under the name a signal map's entry for it takes.
                 name = read_as if read_as.isascii() else name.strip()
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
@@ -760,9 +760,8 @@ class AlertEvent(_Event):
     @classmethod
     def _check_signals(cls, signals: dict[str, float]) -> dict[str, float]:
         for name, value in signals.items():
-            if not name.isascii():
-                pass  # no snake_case form: set aside with its reading (``_set_aside``), its range checked below
-            elif not SIGNAL_NAME_RE.match(name):
+            # A name outside ASCII has no snake_case form: it is set aside (``_set_aside``), its reading checked.
+            if name.isascii() and not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
                     f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "
                     f"with at least one letter, at most {MAX_SIGNAL_NAME_CHARS} characters)"
