@@ -538,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
                 clock.leave()
                 vin_now[0] = event.vin
                 result = engine.on_event(session, dedup, parsed, line)
-                failures += [x.error for x in result.dead_letters]
+                if result.dead_letters:
+                    failures += [x.error for x in result.dead_letters]
                 clock.enter(SERDE)
                 session_json = result.session.model_dump_json() if result.session is not None else None
                 dedup_json = result.dedup.model_dump_json()

@@ -24,6 +24,7 @@ from vdoctor.settings import Settings
 from vdoctor.stores import MemoryStore, open_store, sqlite_file
 from vdoctor.stores.retry import RetryingStore
 from vdoctor.tokens import TokenCounter, open_counter
+from vdoctor.url_credentials import url_scheme
 
 
 def token_counter(settings: Settings) -> TokenCounter:
@@ -57,7 +58,7 @@ def query_vector_file(settings: Settings) -> str | None:
     db = sqlite_file(settings.memory.url)
     if db is not None:
         return db + query_file.SUFFIX
-    if settings.memory.url.partition("://")[0] in _SERVER_STORES:
+    if url_scheme(settings.memory.url) in _SERVER_STORES:
         return str(query_file.user_cache_file(os.environ))
     return None  # a store in memory, or Mem0: nothing of the job's kept on disk
 
