@@ -162,11 +162,11 @@ class PackedVector(Sequence[float]):
     __hash__ = None  # type: ignore[assignment]  # equal to a list, which is not hashable
 
     @classmethod
-    def packed_row(cls, row: npt.NDArray[Any]) -> list[float]:
+    def packed_row(cls, row: npt.NDArray[Any]) -> Sequence[float]:
         """A model's vector as a record's ``summary_vec``: a float32 one as its bytes (a ``PackedVector``, the
         same floats as its ``tolist()``), any other as its floats (packing would round them)."""
         if row.dtype == np.float32 and row.ndim == 1:
-            return cls(row.tobytes())  # type: ignore[return-value]  # read as a sequence of floats
+            return cls(row.tobytes())
         values: list[float] = row.tolist()
         return values
 
@@ -198,8 +198,9 @@ class MemoryRecord(BaseModel):
     summary: Annotated[str, Field(max_length=MAX_SUMMARY_CHARS)]
     # The embedding of the case's text (``retrieval.text.dense_text``: the alert
     # text, codes, cause, fix and the summary's words), normalised; the name is the column's.
-    # A record read back from the embedded store holds a ``PackedVector`` here (a sequence of floats).
-    summary_vec: list[float]
+    # A list of floats, or a ``PackedVector`` (the engine's own vectors, and a record read back from the
+    # embedded store): read it as a sequence of floats, or with ``np.asarray``.
+    summary_vec: Sequence[float]
     root_cause: str
     fix_action: str
     # None: no priority yet (a milestone of a session that has not named one).

@@ -10,6 +10,7 @@ a lexical score of 0 (``hybrid``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ PART_DENSE = "dense.cosine"
 PART_FUSED = "fused"
 
 
-def _as_array(vector: list[float]) -> npt.NDArray[np.float32]:
+def _as_array(vector: Sequence[float]) -> npt.NDArray[np.float32]:
     array = np.asarray(vector, dtype=np.float32)
     array.flags.writeable = False  # shared by every recall that finds the record
     return array
@@ -42,9 +43,9 @@ def _as_array(vector: list[float]) -> npt.NDArray[np.float32]:
 
 # A candidate found only by the lexical channel is scored against the query here, and converting its
 # vector (a list of 512 floats) cost ~9 us for a dot product of under 1 us. The embedded store hands
-# out the same decoded record, and so the same list, to every recall that finds it (a record taken as
-# of an earlier time is a shallow copy: the same list too): the array is made once per list.
-_ARRAYS: KeptByIdentity[list[float], npt.NDArray[np.float32]] = KeptByIdentity(_as_array, capacity=512)
+# out the same decoded record, and so the same vector, to every recall that finds it (a record taken as
+# of an earlier time is a shallow copy: the same vector too): the array is made once per vector.
+_ARRAYS: KeptByIdentity[Sequence[float], npt.NDArray[np.float32]] = KeptByIdentity(_as_array, capacity=512)
 
 
 @dataclass

@@ -75,7 +75,7 @@ class DorisDialect:
     # An INSERT into a UNIQUE KEY merge-on-write table replaces the row with the same key.
     replace_verb = "INSERT"
 
-    def encode_vec(self, vector: list[float]) -> object:
+    def encode_vec(self, vector: Sequence[float]) -> object:
         # The ANN index's "dim" (set by memory init from the embedder) is checked by Doris itself;
         # SqlStore's error says what a dimension mismatch means.
         return _Literal(vector_literal(vector))

@@ -16,6 +16,7 @@ applied by ``vdoctor memory init``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +61,7 @@ class MySqlDialect:
     name = "mysql"
     replace_verb = "REPLACE"
 
-    def encode_vec(self, vector: list[float]) -> object:
+    def encode_vec(self, vector: Sequence[float]) -> object:
         return np.asarray(vector, dtype=np.float32).tobytes()
 
     def decode_vec(self, raw: object) -> list[float]:
