@@ -243,6 +243,12 @@ def key_vin(vin: object) -> str | None:
     return vin
 
 
+def has_snake_form(read: str) -> bool:
+    """Whether a name as ``signal_name`` reads it is a snake_case candidate. One outside ASCII (another script,
+    that no signal map entry renamed) has none: its reading is set aside (``AlertEvent.signals_set_aside``)."""
+    return read.isascii()
+
+
 # A fleet's payloads name the same few hundred signals over and over: each name is read once.
 @lru_cache(maxsize=4096)
 def signal_name(given: str) -> str:
@@ -374,7 +380,7 @@ def reading_pairs(items: list[dict[object, object]], rename: Rename | None = Non
             name = rename(name) or name
         if isinstance(unit, str) and (symbol := unit_symbol(unit)) is not None:
             read = signal_name(name)
-            if not read.isascii():  # no snake_case form: set aside under its name as sent (``AlertEvent``)
+            if not has_snake_form(read):  # set aside under its name as sent (``AlertEvent``)
                 pairs.append((name, fields["value"]))
                 continue
             if (declared := unit_of(read)) is None:
@@ -746,7 +752,7 @@ class AlertEvent(_Event):
                 read_as = signal_name((renaming(name) or name) if renaming is not None else name)
                 # A name with no snake_case form (another script) is kept as sent, to be set aside
                 # (``_set_aside``) under the name a signal map's entry for it takes.
-                name = read_as if read_as.isascii() else name.strip()
+                name = read_as if has_snake_form(read_as) else name.strip()
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):
@@ -761,7 +767,7 @@ class AlertEvent(_Event):
     def _check_signals(cls, signals: dict[str, float]) -> dict[str, float]:
         for name, value in signals.items():
             # A name outside ASCII has no snake_case form: it is set aside (``_set_aside``), its reading checked.
-            if name.isascii() and not SIGNAL_NAME_RE.match(name):
+            if has_snake_form(name) and not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
                     f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "
                     f"with at least one letter, at most {MAX_SIGNAL_NAME_CHARS} characters)"
@@ -776,8 +782,8 @@ class AlertEvent(_Event):
         if "".join(signals).isascii():  # (every alert of a fleet that sends snake_case names: one C call)
             return self
         # The model is frozen once built; this is its building.
-        self.__dict__["signals"] = {name: value for name, value in signals.items() if name.isascii()}
-        aside = {name: value for name, value in signals.items() if not name.isascii()}
+        self.__dict__["signals"] = {name: value for name, value in signals.items() if has_snake_form(name)}
+        aside = {name: value for name, value in signals.items() if not has_snake_form(name)}
         self.__dict__["signals_set_aside"] = {**self.signals_set_aside, **aside}
         return self
 

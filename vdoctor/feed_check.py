@@ -31,6 +31,7 @@ from vdoctor.events import (
     contract_keys,
     event_of,
     flat_signals,
+    has_snake_form,
     load_object,
     lower_keys,
     named_reading,
@@ -161,7 +162,7 @@ def _count_forms(
                     continue
                 if no_reading(value):
                     _no_reading_form(seen, written, value)
-                elif (read := signal_name(mapped or written)) != written and read.isascii():
+                elif (read := signal_name(mapped or written)) != written and has_snake_form(read):
                     seen.add((SIGNAL, *_index_shape(written, read)))  # (a name with no ASCII form is set aside)
         elif isinstance(signals, list):  # readings as objects: the name with its unit apart
             for item in signals:
@@ -188,7 +189,7 @@ def _reading_form(seen: set[tuple[str, str, str]], item: dict[object, object], r
     given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
     if no_reading(value):
         _no_reading_form(seen, str(fields["name"]), fields["value"])
-    elif (read := signal_name(str(read_as))) != given and read.isascii():
+    elif (read := signal_name(str(read_as))) != given and has_snake_form(read):
         seen.add((SIGNAL, *_index_shape(given, read)))  # (a name with no ASCII form is set aside)
 
 
