@@ -64,7 +64,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.procstat import tree_cpu_s  # noqa: E402
+from bench.procstat import stalled_s, tree_cpu_s  # noqa: E402
 from devtools.browser import free_port  # noqa: E402
 from devtools.model_server import ModelServer, ServerConfig, offline_responder  # noqa: E402
 from devtools.prometheus import UNREACHABLE, scrape  # noqa: E402
@@ -111,6 +111,11 @@ class Level:
     peak_calls: int = 0
     # Model calls in flight at the server every TIMELINE_STEP_S from the first call to the last reply.
     in_flight: tuple[int, ...] = ()
+    # Shares of the trial's wall time in which some task of the machine waited for a core, and for the disk
+    # (``procstat.stalled_s``; None where the kernel keeps no pressure figures): a trial starved by other work
+    # shows here, a slow one that had its cores does not.
+    stall_cpu: float | None = None
+    stall_io: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -246,6 +251,21 @@ def scrape_quantiles(port: int, names: tuple[str, ...]) -> dict[str, tuple[float
     return found
 
 
+class Stalls:
+    """Pressure stall seconds at a trial's start (``procstat.stalled_s``), to give its shares at the end."""
+
+    def __init__(self) -> None:
+        self._start = {resource: stalled_s(resource) for resource in ("cpu", "io")}
+
+    def shares(self, wall_s: float) -> dict[str, float | None]:
+        """``stall_cpu`` and ``stall_io`` of a ``Level`` over ``wall_s`` seconds since the start."""
+        out: dict[str, float | None] = {}
+        for resource, start in self._start.items():
+            now = stalled_s(resource)
+            out[f"stall_{resource}"] = None if start is None or now is None else (now - start) / wall_s
+        return out
+
+
 def parse_level(text: str, default_latency_ms: float) -> tuple[int, float, int | None]:
     """``C@MS+E`` -> (concurrency, latency in ms, extra runs); ``@MS`` and ``+E`` may be left out
     (the default latency; the product's default extra runs, None)."""
@@ -278,7 +298,7 @@ def run_level(
     histograms: dict[str, tuple[float, ...]] = {}
     with ModelServer(ServerConfig(latency_ms=latency_ms), responder) as server:
         env = {**os.environ, "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "bench-key-not-secret"}
-        started = time.perf_counter()
+        started, stalls = time.perf_counter(), Stalls()
         proc = subprocess.Popen(
             [sys.executable, "-m", "jobs.cli", "run", "--alerts", str(alerts), "--out", str(out),
              "--memory", f"sqlite:///{out}/memory.db", "--model", "openai",
@@ -318,7 +338,8 @@ def run_level(
                  steady_rate(clock_samples, events * CALLS_PER_RUN),
                  embed_ms=histograms.get("l3_embed_latency_us", ()),
                  write_ms=histograms.get("l3_write_latency_us", ()), extra_runs=extra_runs,
-                 peak_calls=peak, in_flight=in_flight_timeline(responder.arrivals, latency_ms / 1000.0))  # fmt: skip
+                 peak_calls=peak, in_flight=in_flight_timeline(responder.arrivals, latency_ms / 1000.0),
+                 **stalls.shares(wall))  # fmt: skip
 
 
 def run_pool_only(
@@ -370,7 +391,7 @@ def run_pool_only(
         runs = RuntimeSettings(concurrency=concurrency, extra_runs=extra_runs).runs_in_flight()  # as the operator
         pool: KeyedRunPool[tuple[object, str], int] = KeyedRunPool(runs, step, name="bench")
         lines = (out / "alerts.jsonl").read_text().splitlines()
-        started, cpu0 = time.perf_counter(), time.process_time()
+        started, cpu0, stalls = time.perf_counter(), time.process_time(), Stalls()
         for line in lines:
             event = parse_event(line)
             if pool.knows(event.vin):
@@ -382,13 +403,14 @@ def run_pool_only(
             pool.wait(key)
             calls += pool.take(key)
         wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
+        shares = stalls.shares(wall)
         pool.close()
         engine.close()
     finally:
         server.terminate()
         server.communicate()
     return Level(concurrency, latency_ms, events, len(calls) / wall, bound, sum(calls) / len(calls), wall,
-                 cpu / len(calls) * 1000.0, os.getloadavg()[0], extra_runs=extra_runs)  # fmt: skip
+                 cpu / len(calls) * 1000.0, os.getloadavg()[0], extra_runs=extra_runs, **shares)  # fmt: skip
 
 
 def plot(levels: list[Level], path: Path, pool_only: Level | None = None, distinct: bool = False) -> None:
@@ -469,11 +491,12 @@ def _row(lv: Level, name: str = "") -> str:
     embed = "/".join(f"{v:.0f}" for v in lv.embed_ms) or "-"  # the pool-only row has no metrics
     write = "/".join(f"{v:.0f}" for v in lv.write_ms) or "-"
     peak = str(lv.peak_calls) if lv.peak_calls else "-"  # the pool-only row's server is apart
+    stall = "/".join("-" if v is None else f"{100 * v:.0f}" for v in (lv.stall_cpu, lv.stall_io))
     return (
         f"{name or lv.label:>20} {lv.runs_in_flight:>5} {peak:>5} {lv.events:>7} {lv.calls_per_run:>9.2f} "
         f"{lv.runs_per_s:>8.1f} {lv.bound:>8.1f} "
         f"{lv.ratio:>6.2f} {lv.spread:>10} {steady:>6} {lv.cpu_ms_per_run:>11.1f} {server:>14} {lv.load_avg:>5.1f}"
-        f" {embed:>11} {write:>11}"
+        f" {embed:>11} {write:>11} {stall:>9}"
     )
 
 
@@ -531,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"input streamed at {args.rate_factor:g} x the bound (events/s), not read all at once")
     print(f"{'level':>20} {'runs':>5} {'peak':>5} {'events':>7} {'calls/run':>9} {'runs/s':>8} {'bound':>8} "
           f"{'ratio':>6} {'trials':>10} {'steady':>6} {'CPU ms/run':>11} {'server ms/call':>14} {'load':>5} "
-          f"{'embed ms':>11} {'L3 write ms':>11}")  # fmt: skip
+          f"{'embed ms':>11} {'L3 write ms':>11} {'stall %':>9}")  # fmt: skip
     print(
         "'level': model calls in flight (--concurrency) @ latency [+ --extra-runs, else the default, a quarter];"
         " 'runs': runs in flight; 'peak': the most calls the model server had at once"
@@ -542,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
           " shares the cores")  # fmt: skip
     print("'embed ms', 'L3 write ms': p50/p95 from the job's metrics (last 1,000 writes): a concluding run embedding"
           " its case (waits for shared model calls included), then writing it")  # fmt: skip
+    print("'stall %': the share of the trial's wall time in which some task of the machine waited for a core / for"
+          " the disk (Linux pressure stall information; '-' where the kernel keeps none): a trial starved by other"
+          " work shows here")  # fmt: skip
     for lv in levels:
         print(_row(lv))
     if pool_only is not None:

@@ -147,3 +147,17 @@ def pin_tree(pid: int, cores: set[int], children: Children | None = None) -> int
             except OSError:
                 continue
     return pinned
+
+
+def stalled_s(resource: str, root: Path = Path("/proc/pressure")) -> float | None:
+    """Seconds so far in which some task of this machine (or container) waited for ``resource`` ("cpu", "io"
+    or "memory"), from Linux's pressure stall information (``/proc/pressure``); None where the kernel keeps
+    none. Differences over a trial tell a starved trial from a slow one: the share of its wall time in which
+    work was ready but waited for a core, or for the disk."""
+    try:
+        for line in (root / resource).read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
