@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, overload
@@ -278,6 +278,10 @@ class MemoryRecord(BaseModel):
             if not len(vec) or not bool(np.isfinite(vec.array).all()):
                 raise ValueError("summary_vec must be a non-empty list of finite floats")
             return vec
+        if isinstance(vec, np.ndarray):
+            vec = vec.tolist()
+        elif not isinstance(vec, list | str | bytes | bytearray | Mapping) and isinstance(vec, Iterable):
+            vec = list(vec)  # a tuple, a deque, a generator: read as a list[float] field reads them, into a list
         vec = handler(vec)
         # A sum is finite only when every term is (an inf or a NaN makes it inf or
         # NaN), and summing 512 floats takes ~1.3 us where numpy's check takes ~9;

@@ -109,3 +109,20 @@ def test_a_vector_of_another_type_is_not_rounded_to_float32() -> None:
 def test_a_packed_vector_with_a_value_that_is_not_finite_is_refused(values: list[float]) -> None:
     with pytest.raises(ValidationError, match="finite floats"):
         record(summary_vec=PackedVector(np.asarray(values, dtype=np.float32).tobytes()))
+
+
+@pytest.mark.parametrize(
+    "given",
+    [(0.5, 1), np.array([0.5, 1.0]), np.array([0.5, 1.0], dtype=np.float32), (x for x in (0.5, 1.0)), [0.5, 1]],
+)
+def test_a_vector_given_as_any_sequence_of_numbers_is_kept_as_a_list_of_floats(given: Any) -> None:
+    # The field is typed Sequence[float] (it may hold a PackedVector) but reads what a list[float] field read:
+    # an embedder's numpy row or a tuple becomes the list of its floats, never kept as given.
+    vec = record(summary_vec=given).summary_vec
+    assert type(vec) is list and vec == [0.5, 1.0] and all(type(x) is float for x in vec)
+
+
+@pytest.mark.parametrize("given", ["0.5", b"\x00\x00\x00?", {"a": 0.5}, np.ones((2, 2)), [[0.5]]])
+def test_a_vector_that_is_not_a_flat_sequence_of_numbers_is_refused(given: Any) -> None:
+    with pytest.raises(ValidationError, match="summary_vec"):
+        record(summary_vec=given)
