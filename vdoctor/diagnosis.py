@@ -40,6 +40,7 @@ from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, mileston
 from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
 from vdoctor.memory.write_policy import (
     RECHECK_REACH,
+    StaleRecheck,
     WriteStatus,
     latest_case,
     milestone_id,
@@ -240,7 +241,11 @@ class DiagnosisEngine:
             session_id = found
         elif not session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {session_id!r} does not belong to vin {event.vin}")
-        if not set_recheck(self.store, event.vin, session_id, event.recheck_ok, event.ts):
+        try:
+            applied = set_recheck(self.store, event.vin, session_id, event.recheck_ok, event.ts)
+        except StaleRecheck as e:
+            raise EventError("process", str(e)) from None
+        if not applied:
             raise EventError(
                 "process", f"recheck for unknown session {session_id!r}: no concluded case in long-term memory"
             )

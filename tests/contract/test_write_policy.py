@@ -93,6 +93,51 @@ def test_recheck_of_a_merged_session_lands_on_the_merged_record(h: Harness, stor
     assert record is not None and record.recheck_ok is True
 
 
+def test_a_recheck_from_before_the_fault_came_back_is_a_dead_letter_and_verifies_nothing(
+    h: Harness, store: MemoryStore
+) -> None:
+    """A workshop's verdict on the first repair that arrives after the fault came back (a later session of
+    the same cause merged into the record): it must not verify the record's new version, whose own recheck
+    is still to come. It is a dead letter that says so, not lost."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=10), signals=CONFIRMING))
+    assert "l3_merged" in second.flags
+    late = h.send(recheck("r-1", T0 + timedelta(days=5), SID_1, ok=True))
+    [letter] = late.dead_letters
+    assert letter.stage == "process" and "before the fault came back" in letter.error
+    assert second.session_id in letter.error
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is None and record.verified_ts is None
+    # The same without a session id (a workshop's system that knows the vehicle): its case as of then.
+    unnamed = {**recheck("r-2", T0 + timedelta(days=6), SID_1, ok=True), "session_id": None}
+    assert "before the fault came back" in h.send(unnamed).dead_letters[0].error
+    # The new session's own recheck verifies the record.
+    assert h.send(recheck("r-3", T0 + timedelta(days=12), second.session_id, ok=True)).dead_letters == []
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=12)
+
+
+def test_a_recheck_of_the_first_session_after_the_fault_came_back_verifies_the_record(
+    h: Harness, store: MemoryStore
+) -> None:
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    h.diagnose(alert("e-2", T0 + timedelta(days=10), signals=CONFIRMING))
+    assert h.send(recheck("r-1", T0 + timedelta(days=12), SID_1, ok=False)).dead_letters == []
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is False and record.verified_ts == T0 + timedelta(days=12)
+
+
+def test_a_late_recheck_of_a_record_never_merged_still_counts_from_its_conclusion(
+    h: Harness, store: MemoryStore
+) -> None:
+    # Only a fault that came back makes a verdict stale: a recheck dated before its own case's conclusion
+    # (clocks apart) is applied from the conclusion, as before.
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    assert h.send(recheck("r-1", T0 - timedelta(minutes=5), SID_1, ok=True)).dead_letters == []
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is True and record.verified_ts == T0
+
+
 def test_recheck_of_a_sessions_own_record_is_one_write_and_an_unknown_session_none(
     h: Harness, store: MemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -107,7 +152,7 @@ def test_recheck_of_a_sessions_own_record_is_one_write_and_an_unknown_session_no
     assert record is not None and record.recheck_ok is True
     reads.clear()
     assert not set_recheck(store, VIN, "no-such-session", True, T0 + timedelta(days=3))
-    assert reads == ["history"]  # only then are merged sessions looked through
+    assert reads == ["get", "history"]  # only then: its own record (a stale verdict), then the merged ones
 
 
 def test_long_session_writes_milestones_superseded_by_the_final_record(h: Harness, store: MemoryStore) -> None:

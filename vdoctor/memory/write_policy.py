@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from vdoctor.records import MemoryRecord, RecordKind
-from vdoctor.stores.base import MemoryStore
+from vdoctor.stores.base import MemoryStore, stale_recheck
 
 # Same fault again within a month is the same case, not new experience.
 DEDUP_WINDOW = timedelta(days=30)
@@ -108,12 +108,33 @@ def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str
     return _merged_into(store, vin, session_id)
 
 
-def _merged_into(store: MemoryStore, vin: str, session_id: str) -> str | None:
-    """The session id of the record this session was merged into, if any."""
+def _merged_record(store: MemoryStore, vin: str, session_id: str) -> MemoryRecord | None:
+    """The record this session was merged into, if any."""
     for record in store.history(vin):
         if session_id in record.merged_sessions:
-            return record.session_id
+            return record
     return None
+
+
+def _merged_into(store: MemoryStore, vin: str, session_id: str) -> str | None:
+    """The session id of the record this session was merged into, if any."""
+    record = _merged_record(store, vin, session_id)
+    return record.session_id if record is not None else None
+
+
+class StaleRecheck(ValueError):
+    """A recheck from before the fault came back: the record holding its session has since taken in a later
+    session of the same fault (``stores.base.stale_recheck``). Not applied: it would verify a repair that
+    did not hold."""
+
+    def __init__(self, session_id: str, at: datetime, record: MemoryRecord) -> None:
+        newest = record.merged_sessions[-1] if record.merged_sessions else record.session_id
+        super().__init__(
+            f"recheck of session {session_id!r} at {at.isoformat()} is from before the fault came back: "
+            f"session {newest!r} of the same fault concluded at {record.concluded_at.isoformat()} and was merged "
+            f"into record {record.session_id!r}, which waits for that session's recheck; this verdict is not "
+            "applied"
+        )
 
 
 # How far back a recheck that names no session looks for the case it verifies (``latest_case``): a workshop
@@ -130,17 +151,22 @@ def latest_case(store: MemoryStore, vin: str, at: datetime) -> str | None:
 
 
 def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
-    """Store a recheck (event time ``at``) for a session, following merges. False when no record holds it.
+    """Store a recheck (event time ``at``) for a session, following merges. False when no record holds it;
+    ``StaleRecheck`` when its record has since taken in a later session of the same fault that concluded
+    after ``at`` (the fault came back after the verdict).
 
     The session's own record is tried first: a store's ``set_recheck`` is
-    False exactly when no record has that key, so the usual recheck (of a
-    session not merged away) is one write, not a read of the record and then
-    the write. Only a session with no record of its own is looked up among
-    the merged ones.
+    False only when no record has that key or the verdict is stale, so the
+    usual recheck (of a session not merged away) is one write, not a read of
+    the record and then the write. Only a recheck the store did not apply is
+    looked into: its own record (then stale), else the record it was merged
+    into.
     """
     if store.set_recheck(vin, session_id, ok, at):
         return True
-    key = _merged_into(store, vin, session_id)
-    if key is None:
+    record = store.get(vin, session_id) or _merged_record(store, vin, session_id)
+    if record is None:
         return False
-    return store.set_recheck(vin, key, ok, at)
+    if stale_recheck(bool(record.merged_sessions), record.concluded_at, at):
+        raise StaleRecheck(session_id, at, record)
+    return store.set_recheck(vin, record.session_id, ok, at)

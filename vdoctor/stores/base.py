@@ -249,7 +249,8 @@ class MemoryStore(Protocol):
         ...
 
     def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
-        """Store a recheck result with its event time; False when no such record exists.
+        """Store a recheck result with its event time; False when no such record exists, or when the
+        verdict is from before the fault came back (``stale_recheck``): not applied.
 
         A first verdict sets recheck_ok and verified_ts; the same verdict again
         changes nothing; an overturned verdict archives the version it replaces.
@@ -319,6 +320,14 @@ def effective_at(at: datetime, version_from: datetime) -> datetime:
 def upsert_version_from(current_from: datetime | None, concluded_at: datetime) -> datetime:
     """Where the current version starts after an upsert; later than ``current_from`` means archive it."""
     return concluded_at if current_from is None else max(current_from, concluded_at)
+
+
+def stale_recheck(merged: bool, concluded_at: datetime, at: datetime) -> bool:
+    """Whether a recheck at ``at`` is from before the fault came back: the record holds sessions merged into
+    it (the same fault again within the dedup window), and the newest of them concluded after the verdict.
+    Such a verdict is about a repair that did not hold; it must not verify the record's current version,
+    whose own recheck is still to come (``write_policy.set_recheck`` turns it into a dead letter)."""
+    return merged and at < concluded_at
 
 
 def recheck_write(

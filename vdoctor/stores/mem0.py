@@ -54,6 +54,7 @@ from vdoctor.stores.base import (
     newest_first,
     recheck_write,
     separate_channels,
+    stale_recheck,
     upsert_version_from,
 )
 from vdoctor.stores.mem0_audit import Mem0Audit
@@ -150,6 +151,8 @@ class Mem0Store(Mem0Audit, Mem0Retrieval):
             if row is None:
                 return False
             cur = folder.read(row.current)
+            if stale_recheck(bool(cur.merged_sessions), cur.concluded_at, at):
+                return False
             change = recheck_write(cur.recheck_ok, cur.verified_ts, from_epoch(row.current.start), ok, at)
             if change.noop:
                 return True

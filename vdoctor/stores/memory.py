@@ -29,6 +29,7 @@ from vdoctor.stores.base import (
     newest_first,
     recheck_write,
     separate_channels,
+    stale_recheck,
     top_k,
     upsert_version_from,
 )
@@ -166,6 +167,8 @@ class InMemoryStore:
             if row is None:
                 return False
             cur = row.current
+            if stale_recheck(bool(cur.merged_sessions), cur.concluded_at, at):
+                return False
             change = recheck_write(cur.recheck_ok, cur.verified_ts, row.current_from, ok, at)
             if change.noop:
                 return True

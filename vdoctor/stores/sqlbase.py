@@ -41,6 +41,7 @@ from vdoctor.stores.base import (
     newest_first,
     recheck_write,
     separate_channels,
+    stale_recheck,
     upsert_version_from,
 )
 from vdoctor.stores.sqlaudit import SqlAudit
@@ -130,6 +131,9 @@ class Current:
     version_from: datetime
     recheck_ok: bool | None
     verified_ts: datetime | None
+    # Whether the record holds merged sessions, and its conclusion (``stale_recheck``).
+    merged: bool = False
+    concluded_at: datetime = datetime.min.replace(tzinfo=UTC)
 
 
 # (vin, session_id, {column: value}): some columns of one existing row.
@@ -371,11 +375,14 @@ class SqlStore(SqlAudit):
             chunk = keys[start : start + _KEYS_PER_READ]
             where = " OR ".join(["(vin = %s AND session_id = %s)"] * len(chunk))
             rows = self.query(
-                f"SELECT vin, session_id, version_from, recheck_ok, verified_ts FROM {self.table} WHERE {where}",
+                f"SELECT vin, session_id, version_from, recheck_ok, verified_ts, merged_sessions, concluded_at "
+                f"FROM {self.table} WHERE {where}",
                 [x for key in chunk for x in key],
             )
-            for vin, sid, version_from, ok, verified in rows:
-                found[(vin, sid)] = Current(to_utc(version_from), to_bool(ok), maybe_utc(verified))
+            for vin, sid, version_from, ok, verified, merged, concluded in rows:
+                found[(vin, sid)] = Current(
+                    to_utc(version_from), to_bool(ok), maybe_utc(verified), bool(json.loads(merged)), to_utc(concluded)
+                )
         return found
 
     def archive(self, vin: str, session_id: str, until: datetime) -> None:
@@ -512,7 +519,7 @@ class SqlStore(SqlAudit):
 
     def set_recheck(self, vin: str, session_id: str, ok: bool, at: datetime) -> bool:
         cur = self.current([(vin, session_id)]).get((vin, session_id))
-        if cur is None:
+        if cur is None or stale_recheck(cur.merged, cur.concluded_at, at):
             return False
         change = recheck_write(cur.recheck_ok, cur.verified_ts, cur.version_from, ok, at)
         if change.noop:

@@ -110,7 +110,7 @@ _RECHECK = f"""UPDATE case_memory SET
     updated_at = CASE WHEN recheck_ok = :ok THEN updated_at ELSE :now END,
     recheck_ok = :ok,
     seq = {NEXT_SEQ}
-WHERE vin = :vin AND session_id = :sid"""
+WHERE vin = :vin AND session_id = :sid AND (merged_sessions = '[]' OR concluded_at <= :at)"""
 _SOFT_DELETE = (
     f"UPDATE case_memory SET valid = 0, invalid_ts = MAX(?, version_from), updated_at = ?, seq = {NEXT_SEQ} "
     "WHERE vin = ? AND valid = 1"
