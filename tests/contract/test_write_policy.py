@@ -6,7 +6,7 @@ in-memory twin, sqlite, a real MariaDB, and Doris when configured).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -93,6 +93,13 @@ def test_recheck_of_a_merged_session_lands_on_the_merged_record(h: Harness, stor
     assert record is not None and record.recheck_ok is True
 
 
+def verdict(store: MemoryStore) -> tuple[bool | None, datetime | None]:
+    """The first session's record's recheck_ok and verified_ts."""
+    record = store.get(VIN, SID_1)
+    assert record is not None
+    return record.recheck_ok, record.verified_ts
+
+
 def test_a_recheck_from_before_the_fault_came_back_is_a_dead_letter_and_verifies_nothing(
     h: Harness, store: MemoryStore
 ) -> None:
@@ -106,15 +113,13 @@ def test_a_recheck_from_before_the_fault_came_back_is_a_dead_letter_and_verifies
     [letter] = late.dead_letters
     assert letter.stage == "process" and "before the fault came back" in letter.error
     assert second.session_id in letter.error
-    record = store.get(VIN, SID_1)
-    assert record is not None and record.recheck_ok is None and record.verified_ts is None
+    assert verdict(store) == (None, None)
     # The same without a session id (a workshop's system that knows the vehicle): its case as of then.
     unnamed = {**recheck("r-2", T0 + timedelta(days=6), SID_1, ok=True), "session_id": None}
     assert "before the fault came back" in h.send(unnamed).dead_letters[0].error
     # The new session's own recheck verifies the record.
     assert h.send(recheck("r-3", T0 + timedelta(days=12), second.session_id, ok=True)).dead_letters == []
-    record = store.get(VIN, SID_1)
-    assert record is not None and record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=12)
+    assert verdict(store) == (True, T0 + timedelta(days=12))
 
 
 def test_a_recheck_of_the_first_session_after_the_fault_came_back_verifies_the_record(
@@ -123,8 +128,7 @@ def test_a_recheck_of_the_first_session_after_the_fault_came_back_verifies_the_r
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     h.diagnose(alert("e-2", T0 + timedelta(days=10), signals=CONFIRMING))
     assert h.send(recheck("r-1", T0 + timedelta(days=12), SID_1, ok=False)).dead_letters == []
-    record = store.get(VIN, SID_1)
-    assert record is not None and record.recheck_ok is False and record.verified_ts == T0 + timedelta(days=12)
+    assert verdict(store) == (False, T0 + timedelta(days=12))
 
 
 def test_a_late_recheck_of_a_record_never_merged_still_counts_from_its_conclusion(
@@ -134,8 +138,7 @@ def test_a_late_recheck_of_a_record_never_merged_still_counts_from_its_conclusio
     # (clocks apart) is applied from the conclusion, as before.
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     assert h.send(recheck("r-1", T0 - timedelta(minutes=5), SID_1, ok=True)).dead_letters == []
-    record = store.get(VIN, SID_1)
-    assert record is not None and record.recheck_ok is True and record.verified_ts == T0
+    assert verdict(store) == (True, T0)
 
 
 def test_recheck_of_a_sessions_own_record_is_one_write_and_an_unknown_session_none(
