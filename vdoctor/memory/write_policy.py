@@ -164,7 +164,9 @@ def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: dat
     """
     if store.set_recheck(vin, session_id, ok, at):
         return True
-    record = store.get(vin, session_id) or _merged_record(store, vin, session_id)
+    record = store.get(vin, session_id)
+    if record is None:
+        record = _merged_record(store, vin, session_id)
     if record is None:
         return False
     if stale_recheck(bool(record.merged_sessions), record.concluded_at, at):
