@@ -50,8 +50,8 @@ NAIVE_LATER = LATER.replace(tzinfo=None)
 AS_OF = "version_from <= %s AND concluded_at <= %s AND (invalid_ts IS NULL OR invalid_ts > %s)"
 AS_OF_ARCHIVED = AS_OF + " AND version_to > %s"
 CURRENT = (
-    "SELECT vin, session_id, version_from, recheck_ok, verified_ts, merged_sessions, concluded_at "
-    "FROM case_memory WHERE "
+    "SELECT vin, session_id, version_from, recheck_ok, verified_ts, merged_sessions <> '[]', "
+    "concluded_at FROM case_memory WHERE "
 )
 ARCHIVE = (
     f"INSERT INTO case_history ({ARCH}, version_from, version_to) SELECT {ARCH}, version_from, %s FROM case_memory "
@@ -207,7 +207,7 @@ def test_statement_batches_bound_rows_and_bytes_and_keep_a_large_row_alone() -> 
 
 
 def test_a_merge_archives_the_version_it_replaces_first(store: SqlStore, conn: Recorder) -> None:
-    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT, "[]", NAIVE_AT)])  # verified at its conclusion
+    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT, 0, NAIVE_AT)])  # verified at its conclusion
     store.upsert(record(concluded_at=LATER, merged_sessions=[SID + "b"]))
     assert len(conn.calls) == 3 and conn.calls[0][0].startswith(CURRENT)
     assert conn.calls[1] == (ARCHIVE, [NAIVE_LATER, VIN, SID])  # closed where the new version starts
@@ -216,7 +216,7 @@ def test_a_merge_archives_the_version_it_replaces_first(store: SqlStore, conn: R
 
 
 def test_a_rewrite_of_the_same_version_archives_nothing(store: SqlStore, conn: Recorder) -> None:
-    conn.results.append([(VIN, SID, NAIVE_LATER, 1, NAIVE_LATER, "[]", NAIVE_AT)])  # a version that started later
+    conn.results.append([(VIN, SID, NAIVE_LATER, 1, NAIVE_LATER, 0, NAIVE_AT)])  # a version that started later
     store.upsert(record())  # concluded before it: a re-run, rewritten in place
     assert [c[0][:22] for c in conn.calls] == [CURRENT[:22], "INSERT INTO case_memor"]
     assert conn.calls[1][1] is not None and conn.calls[1][1][-1] == NAIVE_LATER  # the version keeps its start
@@ -360,7 +360,7 @@ def test_similar_drops_what_a_faulty_server_returns_from_after_the_session(store
 
 
 def test_a_first_recheck_reads_the_version_then_partially_updates_and_resets(store: SqlStore, conn: Recorder) -> None:
-    conn.results.extend([[(VIN, SID, NAIVE_AT, None, None, "[]", NAIVE_AT)], [], [], []])
+    conn.results.extend([[(VIN, SID, NAIVE_AT, None, None, 0, NAIVE_AT)], [], [], []])
     assert store.set_recheck(VIN, SID, True, LATER) is True
     assert [c[0] for c in conn.calls] == [
         CURRENT + "(vin = %s AND session_id = %s)",
@@ -375,14 +375,14 @@ def test_a_first_recheck_reads_the_version_then_partially_updates_and_resets(sto
 
 
 def test_an_overturned_verdict_archives_the_version_first(store: SqlStore, conn: Recorder) -> None:
-    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT, "[]", NAIVE_AT)])
+    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT, 0, NAIVE_AT)])
     assert store.set_recheck(VIN, SID, False, LATER) is True
     assert conn.calls[1] == (ARCHIVE, [NAIVE_LATER, VIN, SID])
     assert conn.calls[3][1][:5] == [VIN, SID, False, NAIVE_LATER, NAIVE_LATER]  # a new version from then
 
 
 def test_the_same_verdict_again_writes_nothing(store: SqlStore, conn: Recorder) -> None:
-    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT, "[]", NAIVE_AT)])
+    conn.results.append([(VIN, SID, NAIVE_AT, 1, NAIVE_AT, 0, NAIVE_AT)])
     assert store.set_recheck(VIN, SID, True, LATER) is True
     assert len(conn.calls) == 1
 
@@ -394,10 +394,10 @@ def test_set_recheck_of_an_unknown_session_writes_nothing(store: SqlStore, conn:
 
 def test_a_recheck_from_before_a_merged_session_concluded_writes_nothing(store: SqlStore, conn: Recorder) -> None:
     # The record took in a later session of the same fault, concluded at LATER: a verdict from before is stale.
-    conn.results.append([(VIN, SID, NAIVE_LATER, None, None, '["' + SID + 'b"]', NAIVE_LATER)])
+    conn.results.append([(VIN, SID, NAIVE_LATER, None, None, 1, NAIVE_LATER)])
     assert store.set_recheck(VIN, SID, True, AT) is False
     assert len(conn.calls) == 1
-    conn.results.append([(VIN, SID, NAIVE_LATER, None, None, '["' + SID + 'b"]', NAIVE_LATER)])
+    conn.results.append([(VIN, SID, NAIVE_LATER, None, None, 1, NAIVE_LATER)])
     assert store.set_recheck(VIN, SID, True, LATER) is True  # from its conclusion on, a verdict counts
     assert any(sql.startswith("INSERT INTO case_memory (vin, session_id, recheck_ok") for sql, _ in conn.calls[2:])
 
@@ -427,7 +427,7 @@ def test_the_partial_update_setting_is_reset_even_when_the_insert_fails(conn: Re
             return 0
 
     failing = Failing()
-    failing.results.append([(VIN, SID, NAIVE_AT, None, None, "[]", NAIVE_AT)])
+    failing.results.append([(VIN, SID, NAIVE_AT, None, None, 0, NAIVE_AT)])
     store = SqlStore(parse_url("doris://root@h:9030/fleet", 9030), DorisDialect(), lambda: failing, (FakeError,))
     with pytest.raises(StoreError, match="too many versions"):
         store.set_recheck(VIN, SID, True, LATER)
@@ -456,7 +456,7 @@ def test_a_partial_update_cut_off_is_not_sent_again_on_a_connection_without_the_
     def connect() -> Recorder:
         conn: Recorder = Dropping("INSERT") if not opened else Recorder()
         if not opened:
-            conn.results.append([(VIN, SID, NAIVE_AT, None, None, "[]", NAIVE_AT)])  # the current version, read first
+            conn.results.append([(VIN, SID, NAIVE_AT, None, None, 0, NAIVE_AT)])  # the current version, read first
         opened.append(conn)
         return conn
 

@@ -105,7 +105,8 @@ def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str
     """The session id of the record holding this session: itself, or the record it was merged into."""
     if store.get(vin, session_id) is not None:
         return session_id
-    return _merged_into(store, vin, session_id)
+    record = _merged_record(store, vin, session_id)
+    return record.session_id if record is not None else None
 
 
 def _merged_record(store: MemoryStore, vin: str, session_id: str) -> MemoryRecord | None:
@@ -114,12 +115,6 @@ def _merged_record(store: MemoryStore, vin: str, session_id: str) -> MemoryRecor
         if session_id in record.merged_sessions:
             return record
     return None
-
-
-def _merged_into(store: MemoryStore, vin: str, session_id: str) -> str | None:
-    """The session id of the record this session was merged into, if any."""
-    record = _merged_record(store, vin, session_id)
-    return record.session_id if record is not None else None
 
 
 class StaleRecheck(ValueError):

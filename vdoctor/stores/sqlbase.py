@@ -132,8 +132,8 @@ class Current:
     recheck_ok: bool | None
     verified_ts: datetime | None
     # Whether the record holds merged sessions, and its conclusion (``stale_recheck``).
-    merged: bool = False
-    concluded_at: datetime = datetime.min.replace(tzinfo=UTC)
+    merged: bool
+    concluded_at: datetime
 
 
 # (vin, session_id, {column: value}): some columns of one existing row.
@@ -375,13 +375,15 @@ class SqlStore(SqlAudit):
             chunk = keys[start : start + _KEYS_PER_READ]
             where = " OR ".join(["(vin = %s AND session_id = %s)"] * len(chunk))
             rows = self.query(
-                f"SELECT vin, session_id, version_from, recheck_ok, verified_ts, merged_sessions, concluded_at "
-                f"FROM {self.table} WHERE {where}",
+                # Whether sessions were merged in, as the server answers it: an upsert reads this too, and
+                # needs neither the list (up to every session of 30 days) sent nor parsed.
+                f"SELECT vin, session_id, version_from, recheck_ok, verified_ts, merged_sessions <> '[]', "
+                f"concluded_at FROM {self.table} WHERE {where}",
                 [x for key in chunk for x in key],
             )
             for vin, sid, version_from, ok, verified, merged, concluded in rows:
                 found[(vin, sid)] = Current(
-                    to_utc(version_from), to_bool(ok), maybe_utc(verified), bool(json.loads(merged)), to_utc(concluded)
+                    to_utc(version_from), to_bool(ok), maybe_utc(verified), bool(to_bool(merged)), to_utc(concluded)
                 )
         return found
 
