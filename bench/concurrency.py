@@ -36,7 +36,7 @@ of the model calls, which leaves out the start (the first runs of hundreds
 of vehicles opening at once) and the drain (the last vehicles' runs, fewer
 than the level in flight).
 
-    .venv/bin/python bench/concurrency.py        # 64@200, 256@1000, 512@2000, 3 trials each (~15 min)
+    .venv/bin/python bench/concurrency.py        # 64@200, 256@1000, 512@2000, 3 trials each (~7-15 min)
     .venv/bin/python bench/concurrency.py --levels 1@200 8@200 64@200 --repeat 1
 
 Each level runs ``--repeat`` times (a fresh job each time) and the median
@@ -45,7 +45,12 @@ trial varies by a few hundredths of the ratio.
 
 Prints a table and writes out/bench/concurrency.png (and .json), and
 out/bench/concurrency-timeline.png: the model calls in flight at the server
-over each level's median trial.
+over each level's median trial. Levels that share one latency (at least
+three) also get out/bench/concurrency-curve.png, runs/s against the calls in
+flight: where the rate leaves the bound, and whether it holds past it.
+
+    .venv/bin/python bench/concurrency.py --repeat 2 --no-pool-only \
+        --levels 64@1000 128@1000 256@1000 384@1000 512@1000 768@1000 1024@1000
 """
 
 from __future__ import annotations
@@ -485,6 +490,41 @@ def plot_timeline(levels: list[Level], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def plot_curve(levels: list[Level], path: Path) -> bool:
+    """Runs per second against the model calls in flight, at one model latency: where the rate leaves the bound
+    (the cores are full) and whether it holds past it. Drawn only when at least three levels share one latency
+    and run the job's default extra runs; returns whether it was."""
+    shown = sorted((lv for lv in levels if lv.extra_runs is None), key=lambda lv: lv.concurrency)
+    if len(shown) < 3 or len({lv.latency_ms for lv in shown}) != 1:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    xs = [lv.concurrency for lv in shown]
+    ax.plot(xs, [lv.bound for lv in shown], color="#bbbbbb", ls="--", marker="o", label="ideal c / (2 x latency)")
+    low = [lv.runs_per_s * (1 - min(lv.trials) / lv.ratio) if lv.trials else 0.0 for lv in shown]
+    high = [lv.runs_per_s * (max(lv.trials) / lv.ratio - 1) if lv.trials else 0.0 for lv in shown]
+    ax.errorbar(xs, [lv.runs_per_s for lv in shown], yerr=[low, high], color="#4477aa", marker="o", capsize=3,
+                label="measured, median trial (bars: lowest and highest)")  # fmt: skip
+    for lv in shown:
+        ax.annotate(f"{lv.cpu_ms_per_run:.1f} ms", (lv.concurrency, lv.runs_per_s), textcoords="offset points",
+                    xytext=(0, -14), ha="center", fontsize=7, color="#cc6677")  # fmt: skip
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    top = 1.1 * max(max(lv.bound for lv in shown), max(lv.runs_per_s for lv in shown))
+    ax.set_ylim(-0.06 * top, top)  # room below the lowest point for its CPU label
+    ax.set_xlabel(f"model calls in flight (--concurrency), each answered after {shown[0].latency_ms:g} ms")
+    ax.set_ylabel("runs / s per subtask")
+    ax.set_title("Past the cores' capacity (red: the job's CPU ms per run)")
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return True
+
+
 def _row(lv: Level, name: str = "") -> str:
     steady = f"{lv.steady_runs_per_s / lv.bound:.2f}" if lv.steady_runs_per_s else "-"  # not measured
     server = f"{lv.server_ms_per_call:.2f}" if lv.server_ms_per_call else "-"  # the pool-only row's server is apart
@@ -578,7 +618,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "concurrency.json").write_text(json.dumps(rows, indent=2))
     plot(levels, out / "concurrency.png", pool_only, args.distinct_texts)
     plot_timeline(levels, out / "concurrency-timeline.png")
-    print(f"plots: {out / 'concurrency.png'}, {out / 'concurrency-timeline.png'} (calls in flight over time)")
+    curve = plot_curve(levels, out / "concurrency-curve.png")
+    print(
+        f"plots: {out / 'concurrency.png'}, {out / 'concurrency-timeline.png'} (calls in flight over time)"
+        + (f", {out / 'concurrency-curve.png'} (runs/s against calls in flight)" if curve else "")
+    )
     return 0
 
 

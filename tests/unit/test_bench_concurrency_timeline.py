@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.concurrency import TIMELINE_STEP_S, Level, in_flight_timeline, plot_timeline
+from bench.concurrency import TIMELINE_STEP_S, Level, in_flight_timeline, plot_curve, plot_timeline
 
 pytestmark = pytest.mark.unit
 
@@ -31,3 +31,18 @@ def test_plot_timeline_draws_the_levels_that_recorded_one(tmp_path: Path) -> Non
     assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     plot_timeline([Level(8, 200.0, 10, 1.0, 20.0, 2.0, 5.0)], tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()
+
+
+def test_plot_curve_draws_levels_of_one_latency_only(tmp_path: Path) -> None:
+    """The curve is runs/s against calls in flight at one model latency; levels of several latencies, or too few
+    to make a curve, give no plot (the bars of ``plot`` show them)."""
+    one_latency = [
+        Level(c, 1000.0, 2 * c, runs, c / 2, 2.0, 10.0, cpu_ms_per_run=6.5, trials=(runs / (c / 2),) * 2)
+        for c, runs in ((64, 30.0), (256, 115.0), (1024, 180.0))
+    ]
+    assert plot_curve(one_latency, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    mixed = [Level(64, 200.0, 10, 150.0, 160.0, 2.0, 5.0), *one_latency[1:]]
+    assert not plot_curve(mixed, tmp_path / "mixed.png")
+    assert not plot_curve(one_latency[:2], tmp_path / "two.png")
+    assert not (tmp_path / "mixed.png").exists() and not (tmp_path / "two.png").exists()
