@@ -505,8 +505,9 @@ def plot_curve(levels: list[Level], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     xs = [lv.concurrency for lv in shown]
     ax.plot(xs, [lv.bound for lv in shown], color="#bbbbbb", ls="--", marker="o", label="ideal c / (2 x latency)")
-    low = [lv.runs_per_s * (1 - min(lv.trials) / lv.ratio) if lv.trials and lv.ratio else 0.0 for lv in shown]
-    high = [lv.runs_per_s * (max(lv.trials) / lv.ratio - 1) if lv.trials and lv.ratio else 0.0 for lv in shown]
+    # A trial's rate is its ratio times the level's bound.
+    low = [lv.runs_per_s - min(lv.trials) * lv.bound if lv.trials else 0.0 for lv in shown]
+    high = [max(lv.trials) * lv.bound - lv.runs_per_s if lv.trials else 0.0 for lv in shown]
     ax.errorbar(xs, [lv.runs_per_s for lv in shown], yerr=[low, high], color="#4477aa", marker="o", capsize=3,
                 label="measured, median trial (bars: lowest and highest)")  # fmt: skip
     for lv in shown:
