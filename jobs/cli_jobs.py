@@ -156,7 +156,7 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     """``vdoctor check-events``: how the job reads a feed; exit 1 when any line would be a dead letter."""
     import json
 
-    from vdoctor.events import NAIVE_TS_ZONE_ENV, SIGNAL_MAP_ENV, time_zone
+    from vdoctor.events import NAIVE_TS_ZONE_ENV, NUMBER_COMMA_ENV, SIGNAL_MAP_ENV, number_comma, time_zone
     from vdoctor.feed_check import check_feed, render
     from vdoctor.signal_map import SignalRenames, read_signal_map
 
@@ -173,19 +173,26 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
         print(f"vdoctor check-events: --signal-names: {e}", file=sys.stderr)
         return 2
 
+    comma_given = args.number_comma or os.environ.get(NUMBER_COMMA_ENV) or None
+    try:
+        comma = number_comma(comma_given) if comma_given else None
+    except ValueError as e:
+        print(f"vdoctor check-events: --number-comma: {e}", file=sys.stderr)
+        return 2
+
     def progress(lines: int) -> None:
         print(f"  ... {lines:,} lines", file=sys.stderr, flush=True)
 
     if args.alerts == "-":
-        report = check_feed(sys.stdin, zone, progress, rename)
+        report = check_feed(sys.stdin, zone, progress, rename, comma)
     else:
         path = Path(args.alerts)
         if not path.is_file():
             print(f"vdoctor check-events: no such file: {path}", file=sys.stderr)
             return 2
         with path.open(encoding="utf-8", errors="replace", newline="") as lines:
-            report = check_feed(lines, zone, progress, rename)
-    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render(report, zone_name))
+            report = check_feed(lines, zone, progress, rename, comma)
+    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render(report, zone_name, comma))
     return 1 if report.dead_letters else 0
 
 
@@ -220,6 +227,9 @@ def add_commands(sub: Any) -> None:
                             "VDOCTOR_NAIVE_TS_ZONE)")  # fmt: skip
     check.add_argument("--signal-names", default=None, metavar="FILE",
                        help="the fleet's signal map, as the job's flag (default: VDOCTOR_SIGNAL_NAMES)")  # fmt: skip
+    check.add_argument("--number-comma", default=None, metavar="decimal|thousands",
+                       help="how the fleet's numbers use a comma, as the job's flag (default: "
+                            "VDOCTOR_NUMBER_COMMA)")  # fmt: skip
     check.add_argument("--json", action="store_true", help="the report as one JSON object")
     check.set_defaults(func=_cmd_check_events)
     replay = sub.add_parser("replay", help="produce a JSONL file of events to a Kafka topic, keyed by VIN")

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from vdoctor.errors import ConfigError
-from vdoctor.events import describe_validation_error
+from vdoctor.events import NUMBER_COMMAS, describe_validation_error
 from vdoctor.settings import DEFAULT_MEMORY_URL, ENV_VARS, Settings, load_settings, with_overrides
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ _DOMAIN_FLAGS = {
     "embedder": "embedder",
     "deterministic": "deterministic",
     "naive_ts_zone": "naive_ts_zone",
+    "number_comma": "number_comma",
     "signal_names": "signal_names",
 }
 
@@ -243,6 +244,13 @@ def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ZONE",
         help="the zone of event times written without one, e.g. Asia/Shanghai or +08:00 (default: such an "
         "event is a dead letter)",
+    )
+    parser.add_argument(
+        "--number-comma",
+        choices=NUMBER_COMMAS,
+        type=str.lower,
+        help="how the fleet's numbers use a comma where a reading could be read either way: decimal (12,345 is "
+        "12.345) or thousands (12345) (default: such a reading is a dead letter that names both)",
     )
     parser.add_argument(
         "--signal-names",

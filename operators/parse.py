@@ -27,12 +27,19 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
 
     ``naive_ts_zone``: the zone of event times written without one (the setting's name, checked by the
     settings; ``events.parse_event``). ``signal_names``: the fleet's signal map (``vdoctor.signal_map``,
-    checked by the settings), shipped with the function.
+    checked by the settings), shipped with the function. ``number_comma``: how the fleet's numbers use a
+    comma (``decimal`` or ``thousands``, checked by the settings; ``events.parse_event``).
     """
 
-    def __init__(self, naive_ts_zone: str | None = None, signal_names: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        naive_ts_zone: str | None = None,
+        signal_names: dict[str, str] | None = None,
+        number_comma: str | None = None,
+    ) -> None:
         self.naive_ts_zone = naive_ts_zone
         self.signal_names = dict(signal_names or {})
+        self.number_comma = number_comma
         self._zone: tzinfo | None = None
         self._rename: SignalRenames | None = None
 
@@ -51,7 +58,7 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         if not raw.strip():
             return  # blank lines carry nothing to lose
         try:
-            event = parse_event(raw, self._zone, self._rename)
+            event = parse_event(raw, self._zone, self._rename, self.number_comma)
         except EventError as e:
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
             yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""

@@ -171,6 +171,11 @@ _GLUED_SYMBOL_RE = re.compile(
 # (``vdoctor.signal_map.SignalRenames``); it reaches the signals' validator in the validation context, by this key.
 Rename = Callable[[str], str | None]
 RENAME = "rename"
+# How a fleet's numbers use a comma, where one number could be read either way (``_ungrouped``): ``decimal``
+# (``12,345`` is 12.345) or ``thousands`` (12345); None: such a number is refused, naming both. It reaches
+# the signals' validator in the validation context, by this key.
+NUMBER_COMMAS = ("decimal", "thousands")
+NUMBER_COMMA = "number_comma"
 # A unit written with a slash (``km/h``, ``L/100km``) and the name's characters around it up to a separator.
 _SLASH_UNIT_RE = re.compile(r"[^\s_.:()\[\]-]*/[^\s_.:()\[\]-]*")
 # A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
@@ -308,16 +313,17 @@ def _bracket_part(found: re.Match[str]) -> str:
     return "_" + part if part else ""
 
 
-def _number_text(name: str, text: str, declared: str | None = None) -> float:
+def _number_text(name: str, text: str, declared: str | None = None, comma: str | None = None) -> float:
     """A reading sent as text: a number, or a number and a unit of the table (``vdoctor.units``). In the
     unit the signal's name declares (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``)
     it is the number; in another unit of the same quantity it is converted to the name's (``"0.187 V"``:
     187 mV, ``"105 °F"``: 40.6 °C, ``"3 hrs"`` for ``idle_min``: 180); in a unit of another quantity, or
     one that differs from the name's by its case alone (mΩ and MΩ: ``_mohm`` may mean either) it is
     refused, naming both. A name that declares no unit takes the number as sent (its unit stays unknown).
-    ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it)."""
+    ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it).
+    ``comma``: how the fleet's numbers use a comma (``NUMBER_COMMAS``, ``_ungrouped``)."""
     if "," in (text := text.strip()):
-        text = _ungrouped(name, text)
+        text = _ungrouped(name, text, comma)
     number = _NUMBER_TEXT_RE.match(text)
     if number is None:
         raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number")
@@ -337,19 +343,24 @@ def _number_text(name: str, text: str, declared: str | None = None) -> float:
     return value
 
 
-def _ungrouped(name: str, text: str) -> str:
+def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
     """A number written with a comma (``_number_text``), in plain digits: grouped in thousands by commas
     (``12,345,678``, ``12,345.6``) or by points before a decimal comma (``12.345,6``), or with a decimal comma
     (``41,5``, ``0,187 V``). One comma before three digits alone (``12,345``) may be either, a thousand times
-    apart: refused, naming both. Any other text is left as it is (and refused by the caller if no number)."""
+    apart: read as the fleet's ``comma`` says (``decimal``: 12.345, ``thousands``: 12345), and without it
+    refused, naming both and the setting. Any other text is left as it is (and refused by the caller if no
+    number)."""
     if (grouped := _COMMA_GROUPS_RE.match(text)) is not None:
         digits, point = grouped.group(1, 2)
         if digits.count(",") == 1 and point is None:
             grouping, fraction = digits.replace(",", ""), digits.replace(",", ".")
-            raise ValueError(
-                f"signal {name[:40]} = {text[:20]!r}: {grouping} or {fraction}? send the number without a thousands "
-                "separator, with a point before its decimals"
-            )
+            if comma is None:
+                raise ValueError(
+                    f"signal {name[:40]} = {text[:20]!r}: {grouping} or {fraction}? send the number without a "
+                    f"thousands separator, with a point before its decimals, or set {NUMBER_COMMA_ENV} to how the "
+                    "fleet writes numbers (decimal or thousands)"
+                )
+            return (fraction if comma == "decimal" else grouping) + text[len(digits) :]
         return digits.replace(",", "") + text[len(digits) :]
     if (grouped := _POINT_GROUPS_RE.match(text)) is not None:
         return grouped.group(1).replace(".", "") + "." + text[grouped.end(1) + 1 :]
@@ -358,18 +369,26 @@ def _ungrouped(name: str, text: str) -> str:
     return text
 
 
+def digits_as_read(text: str, comma: str | None = None) -> str:
+    """A reading's text with a comma in it as its number is read (``_ungrouped``: ``"1,200 rpm"`` is
+    ``"1200 rpm"`` with thousands, ``"41,5"`` is ``"41.5"``); ``ValueError`` where it is refused."""
+    return _ungrouped("", text.strip(), comma)
+
+
 def lower_keys(obj: dict[object, object]) -> dict[str, object]:
     """An object's fields by their names in lower case (a reading's or a code's object, keys in any case)."""
     return {str(k).lower(): v for k, v in obj.items()}
 
 
-def reading_pairs(items: list[dict[object, object]], rename: Rename | None = None) -> list[tuple[object, object]]:
+def reading_pairs(
+    items: list[dict[object, object]], rename: Rename | None = None, comma: str | None = None
+) -> list[tuple[object, object]]:
     """Readings sent as a list of objects (``[{"name": "Pack Temp", "value": 41.5, "unit": "°C"}]``, keys in
     any case) as (name, value) pairs: a unit of the table that the name does not declare becomes its suffix
     (``pack_temp_c``), one other than the name's converts the value to the name's (as ``_number_text``,
     and refused where that refuses), one not in the table leaves the name as it is (the reading's unit
     unknown, as a name's unknown suffix). ``rename``: the fleet's signal map, applied to each name before
-    its unit (``parse_event``)."""
+    its unit (``parse_event``); ``comma``: how its numbers use a comma (``_ungrouped``)."""
     pairs: list[tuple[object, object]] = []
     for item in items:
         fields = lower_keys(item)
@@ -386,19 +405,19 @@ def reading_pairs(items: list[dict[object, object]], rename: Rename | None = Non
             if (declared := unit_of(read)) is None:
                 name = f"{read}_{unit_suffix(symbol)}"
             elif declared != symbol:
-                pairs.append((name, _in_unit(read, fields["value"], symbol, declared)))
+                pairs.append((name, _in_unit(read, fields["value"], symbol, declared, comma)))
                 continue
         pairs.append((name, fields["value"]))
     return pairs
 
 
-def _in_unit(name: str, value: object, symbol: str, declared: str) -> object:
+def _in_unit(name: str, value: object, symbol: str, declared: str, comma: str | None = None) -> object:
     """A reading's value sent in ``symbol`` (a number, or text as ``_number_text`` reads it) in the name's
     unit ``declared``; a null value stays null (left out)."""
     if no_reading(value):
         return None
     if isinstance(value, str):
-        value = _number_text(name, value, symbol)  # its number in ``symbol``
+        value = _number_text(name, value, symbol, comma)  # its number in ``symbol``
     converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]
     if converted is None:
         raise ValueError(f"signal {name[:40]} is sent in {symbol}, its name's unit is {declared}")
@@ -729,13 +748,15 @@ class AlertEvent(_Event):
             return {}
         # The fleet's signal map (``parse_event``'s ``rename``), when it has one.
         rename: Rename | None = info.context.get(RENAME) if info.context else None
+        # How its numbers use a comma (``parse_event``'s ``number_comma``), when it says.
+        comma: str | None = info.context.get(NUMBER_COMMA) if info.context else None
         if isinstance(signals, dict):
             pairs: Iterable[tuple[object, object]] = signals.items()
             values = signals.values()
             if dict in map(type, values) or list in map(type, values):  # (map: no Python frame per value)
                 pairs = flat_signals(signals)
         elif isinstance(signals, list) and all(isinstance(item, dict) for item in signals):  # [] is no reading
-            pairs = reading_pairs(signals, rename)
+            pairs = reading_pairs(signals, rename, comma)
             rename = None  # (applied)
         else:
             return signals  # the field's own error
@@ -743,7 +764,7 @@ class AlertEvent(_Event):
         for name, value in pairs:
             renaming = rename
             if isinstance(value, dict):  # a reading as an object under its name (``flat_signals``)
-                ((name, value),) = reading_pairs([named_reading(str(name), value)], rename)
+                ((name, value),) = reading_pairs([named_reading(str(name), value)], rename, comma)
                 renaming = None  # (applied)
             if value is None or isinstance(value, str) and no_reading(value):
                 continue
@@ -758,7 +779,7 @@ class AlertEvent(_Event):
             if isinstance(value, bool):
                 value = float(value)
             elif isinstance(value, str):
-                value = _number_text(str(name), value)
+                value = _number_text(str(name), value, None, comma)
             read[name] = value
         return read
 
@@ -956,8 +977,21 @@ def describe_validation_error(error: ValidationError) -> str:
 NAIVE_TS_ZONE_ENV = "VDOCTOR_NAIVE_TS_ZONE"
 # The setting that names the fleet's signal map (``parse_event``'s ``rename``; ``vdoctor.signal_map``).
 SIGNAL_MAP_ENV = "VDOCTOR_SIGNAL_NAMES"
+# The setting that says how the fleet's numbers use a comma (``parse_event``'s ``number_comma``).
+NUMBER_COMMA_ENV = "VDOCTOR_NUMBER_COMMA"
 # A fixed offset from UTC: +08:00, -0530, +8.
 _OFFSET_RE = re.compile(r"^(?:UTC|GMT)?([+-])([0-9]{1,2})(?::?([0-9]{2}))?$")
+
+
+def number_comma(given: str) -> str:
+    """The setting ``VDOCTOR_NUMBER_COMMA`` as ``parse_event`` takes it: ``decimal`` or ``thousands`` (any case,
+    spaces around); ``ValueError`` for anything else."""
+    value = given.strip().lower()
+    if value not in NUMBER_COMMAS:
+        raise ValueError(
+            f"{NUMBER_COMMA_ENV} must be decimal (12,345 is 12.345) or thousands (12,345 is 12345), got {given!r}"
+        )
+    return value
 
 
 def time_zone(name: str) -> tzinfo:
@@ -994,7 +1028,9 @@ def _read_time(value: object) -> object:
         return value  # not a time this reads: pydantic's parse and errors
 
 
-def parse_event(raw: str, naive_zone: tzinfo | None = None, rename: Rename | None = None) -> Event:
+def parse_event(
+    raw: str, naive_zone: tzinfo | None = None, rename: Rename | None = None, number_comma: str | None = None
+) -> Event:
     """Parse one JSON line into an event, or raise ``EventError`` with its stage.
 
     ``naive_zone``: the zone of a ``ts`` written without one (``VDOCTOR_NAIVE_TS_ZONE``: a fleet whose
@@ -1003,8 +1039,12 @@ def parse_event(raw: str, naive_zone: tzinfo | None = None, rename: Rename | Non
     occurrence, and one it skips as the time that far past the change.
     ``rename``: the fleet's signal map (``VDOCTOR_SIGNAL_NAMES``, ``vdoctor.signal_map.SignalRenames``):
     the name each signal sent under a name it holds is read as.
+    ``number_comma``: how the fleet's numbers use a comma (``VDOCTOR_NUMBER_COMMA``, one of
+    ``NUMBER_COMMAS``): a reading sent as ``"12,345"`` is 12.345 (``decimal``) or 12345 (``thousands``);
+    None: such a reading is a dead letter that names both. Every other form of a number reads the same
+    whatever it says (``41,5`` has a decimal comma, ``12,345,678`` and ``12,345.6`` group thousands).
     """
-    return event_of(load_object(raw), naive_zone, rename)
+    return event_of(load_object(raw), naive_zone, rename, number_comma)
 
 
 def load_object(raw: str) -> dict[str, Any]:
@@ -1018,8 +1058,15 @@ def load_object(raw: str) -> dict[str, Any]:
     return data
 
 
-def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None, rename: Rename | None = None) -> Event:
+def event_of(
+    data: dict[str, Any],
+    naive_zone: tzinfo | None = None,
+    rename: Rename | None = None,
+    number_comma: str | None = None,
+) -> Event:
     """The event of a line's JSON object (``parse_event``'s second step: it may change ``data``)."""
+    if number_comma is not None and number_comma not in NUMBER_COMMAS:
+        raise ValueError(f"number_comma must be one of {', '.join(NUMBER_COMMAS)} or None, got {number_comma!r}")
     try:
         data = contract_keys(data)
     except ValueError as e:
@@ -1046,7 +1093,8 @@ def event_of(data: dict[str, Any], naive_zone: tzinfo | None = None, rename: Ren
     if name == "alert" and data.get("series") is None and isinstance(vin := data.get("vin"), str):
         data["series"] = vin.strip().upper()[:SERIES_FROM_VIN_CHARS]
     try:
-        return model.model_validate(data, context={RENAME: rename} if rename is not None else None)
+        context = {RENAME: rename, NUMBER_COMMA: number_comma} if rename is not None or number_comma else None
+        return model.model_validate(data, context=context)
     except ValidationError as e:
         raise EventError("validate", describe_validation_error(e)) from e
 

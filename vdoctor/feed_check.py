@@ -6,7 +6,7 @@ and the dead letters by stage and field, each group with its first line and
 reason, and lists every form the feed writes that the job reads as another:
 a field's spelling (``eventId``), a signal's name (``Pack Voltage (V)``), a
 trouble code (``P0A7F-1B (active)``), an event time without the ISO form or a
-zone. What a line becomes later in the job (a replayed duplicate, a recheck
+zone, a number written with a comma (``1,200``). What a line becomes later in the job (a replayed duplicate, a recheck
 for a session memory does not know) needs the job's state, and is not checked
 here.
 """
@@ -29,6 +29,7 @@ from vdoctor.events import (
     Rename,
     contract_field,
     contract_keys,
+    digits_as_read,
     event_of,
     flat_signals,
     has_snake_form,
@@ -43,7 +44,7 @@ from vdoctor.events import (
 )
 
 # Kinds of rewritten forms, in the order the report lists them.
-FIELD, SIGNAL, CODE, TIME = "field", "signal", "code", "ts"
+FIELD, SIGNAL, NUMBER, CODE, TIME = "field", "signal", "number", "code", "ts"
 # Forms kept per kind in the report (the most frequent first); the counts cover them all.
 TOP_FORMS = 20
 
@@ -99,9 +100,11 @@ def check_feed(
     naive_zone: tzinfo | None = None,
     progress: Callable[[int], None] | None = None,
     rename: Rename | None = None,
+    number_comma: str | None = None,
 ) -> FeedReport:
     """The report of ``lines`` (one JSON event each; blank lines are skipped, as the job skips them), read with
-    the job's zone for times without one and its signal map, as the job reads them (``parse_event``)."""
+    the job's zone for times without one, its signal map and its comma in numbers, as the job reads them
+    (``parse_event``)."""
     report = FeedReport()
     for number, line in enumerate(lines, start=1):
         raw = line.rstrip("\r\n")
@@ -113,7 +116,7 @@ def check_feed(
         try:
             data = load_object(raw)
             written = dict(data)  # (reading it as an event changes it)
-            event = event_of(data, naive_zone, rename)
+            event = event_of(data, naive_zone, rename, number_comma)
         except EventError as e:
             report.dead_letter(e.stage, str(e), number)
             continue
@@ -121,12 +124,16 @@ def check_feed(
         if isinstance(event, AlertEvent) and event.signals_set_aside:
             # An event, diagnosed without those readings, and a dead letter as well: the job sends both.
             report.dead_letter("validate", set_aside_error(event), number)
-        _count_forms(report.forms, written, event, rename)
+        _count_forms(report.forms, written, event, rename, number_comma)
     return report
 
 
 def _count_forms(
-    forms: Counter[tuple[str, str, str]], data: dict[str, Any], event: Event, rename: Rename | None = None
+    forms: Counter[tuple[str, str, str]],
+    data: dict[str, Any],
+    event: Event,
+    rename: Rename | None = None,
+    number_comma: str | None = None,
 ) -> None:
     """Each form of a line's JSON object ``data`` that ``event`` holds in another (one count per line and form)."""
     seen: set[tuple[str, str, str]] = set()
@@ -155,8 +162,9 @@ def _count_forms(
         if isinstance(signals, dict):  # (nested objects and arrays by their paths, as the job reads them)
             for written, value in flat_signals(signals):
                 if isinstance(value, dict):  # a reading as an object under its name, its unit beside it
-                    _reading_form(seen, named_reading(written, value), rename)
+                    _reading_form(seen, named_reading(written, value), rename, number_comma)
                     continue
+                _number_form(seen, value, number_comma)
                 mapped = rename(written) if rename is not None else None
                 if value is None:  # (the contract's own form of no reading)
                     continue
@@ -166,7 +174,7 @@ def _count_forms(
                     seen.add((SIGNAL, *_index_shape(written, read)))  # (a name with no ASCII form is set aside)
         elif isinstance(signals, list):  # readings as objects: the name with its unit apart
             for item in signals:
-                _reading_form(seen, item, rename)
+                _reading_form(seen, item, rename, number_comma)
         codes = data.get("dtc_codes")
         for entry in [codes] if isinstance(codes, str) else codes if isinstance(codes, list) else []:
             if isinstance(entry, str) and (read_codes := trouble_codes(entry)) is not None and read_codes != [entry]:
@@ -180,17 +188,31 @@ def _count_forms(
     forms.update(seen)
 
 
-def _reading_form(seen: set[tuple[str, str, str]], item: dict[object, object], rename: Rename | None) -> None:
-    """The form of a reading sent as an object (a list's item, or one under its name): its name with its unit."""
+def _reading_form(
+    seen: set[tuple[str, str, str]], item: dict[object, object], rename: Rename | None, number_comma: str | None
+) -> None:
+    """The form of a reading sent as an object (a list's item, or one under its name): its name with its unit,
+    and its number's where it has a comma."""
     fields = lower_keys(item)
     if fields.get("value") is None:  # (the contract's own form of no reading)
         return
-    ((read_as, value),) = reading_pairs([item], rename)
+    _number_form(seen, fields["value"], number_comma)
+    ((read_as, value),) = reading_pairs([item], rename, number_comma)
     given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
     if no_reading(value):
         _no_reading_form(seen, str(fields["name"]), fields["value"])
     elif (read := signal_name(str(read_as))) != given and has_snake_form(read):
         seen.add((SIGNAL, *_index_shape(given, read)))  # (a name with no ASCII form is set aside)
+
+
+def _number_form(seen: set[tuple[str, str, str]], value: object, number_comma: str | None) -> None:
+    """A reading's number written with a comma, and how it is read (``1,200`` as ``1200``), digits as 9."""
+    if isinstance(value, str) and "," in value:
+        try:
+            read = digits_as_read(value, number_comma)
+        except ValueError:  # (refused: the line is a dead letter, counted as one)
+            return
+        seen.add((NUMBER, _shape(value.strip()), _shape(read)))
 
 
 def _no_reading_form(seen: set[tuple[str, str, str]], written: str, value: object) -> None:
@@ -220,13 +242,14 @@ def _shape(ts: str) -> str:
     return "".join("9" if c.isdigit() else c for c in ts[:40])
 
 
-def render(report: FeedReport, zone_name: str | None) -> str:
+def render(report: FeedReport, zone_name: str | None, number_comma: str | None = None) -> str:
     """The report as text."""
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in report.events.most_common())
     out = [
         f"{report.lines:,} lines: {sum(report.events.values()):,} events ({kinds or 'none'}), "
         f"{report.dead_letters:,} dead letters"
-        + (f"; times without a zone read in {zone_name}" if zone_name else ""),
+        + (f"; times without a zone read in {zone_name}" if zone_name else "")
+        + (f"; a number's lone comma before three digits read as {number_comma}" if number_comma else ""),
     ]
     if report.dead:
         out.append("\ndead letters, by stage and field (the first line of each, and why):")
@@ -234,7 +257,7 @@ def render(report: FeedReport, zone_name: str | None) -> str:
             out.append(f"  {stage:<8} {name or '-':<12} {g.count:>8,}  line {g.first_line}: {g.reason[:160]}")
     if report.forms:
         out.append("\nread as (what this feed writes that the job reads as another form; lines):")
-        for kind in (FIELD, SIGNAL, CODE, TIME):
+        for kind in (FIELD, SIGNAL, NUMBER, CODE, TIME):
             of_kind = [(w, r, n) for (k, w, r), n in report.forms.most_common() if k == kind]
             for written, read, n in of_kind[:TOP_FORMS]:
                 out.append(f"  {kind:<6} {written[:44]:<44} -> {read[:40]:<40} {n:>8,}")

@@ -26,7 +26,14 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
-from vdoctor.events import NAIVE_TS_ZONE_ENV, SIGNAL_MAP_ENV, describe_validation_error, time_zone
+from vdoctor.events import (
+    NAIVE_TS_ZONE_ENV,
+    NUMBER_COMMA_ENV,
+    SIGNAL_MAP_ENV,
+    describe_validation_error,
+    number_comma,
+    time_zone,
+)
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
 from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
@@ -141,6 +148,9 @@ class RuntimeSettings(_Frozen):
     # The zone of event times written without one (``events.time_zone``: Asia/Shanghai, +08:00); None:
     # such an event is a dead letter that says so (``events.parse_event``).
     naive_ts_zone: str | None = None
+    # How the fleet's numbers use a comma where a number could be read either way (``12,345``): decimal or
+    # thousands; None: such a reading is a dead letter that names both (``events.parse_event``).
+    number_comma: str | None = None
     # The fleet's signal map (``vdoctor.signal_map``): sent name -> the name it is read as. Given as the path
     # of its file (JSON or CSV), read here, where the job is built: the map itself goes to the workers.
     signal_names: dict[str, str] = Field(default_factory=dict)
@@ -151,6 +161,11 @@ class RuntimeSettings(_Frozen):
         if name is not None:
             time_zone(name)
         return name
+
+    @field_validator("number_comma")
+    @classmethod
+    def _check_number_comma(cls, given: str | None) -> str | None:
+        return number_comma(given) if given is not None else None
 
     @field_validator("signal_names", mode="before")
     @classmethod
@@ -232,6 +247,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "deterministic": ("runtime", "deterministic", "VDOCTOR_DETERMINISTIC"),
     "malloc_trim_s": ("runtime", "malloc_trim_s", "VDOCTOR_MALLOC_TRIM_S"),
     "naive_ts_zone": ("runtime", "naive_ts_zone", NAIVE_TS_ZONE_ENV),
+    "number_comma": ("runtime", "number_comma", NUMBER_COMMA_ENV),
     "signal_names": ("runtime", "signal_names", SIGNAL_MAP_ENV),
 }
 # The environment variables, by flat name (for documentation and tests).

@@ -17,6 +17,7 @@ from vdoctor.events import (
     AlertEvent,
     LifecycleEvent,
     RecheckEvent,
+    number_comma,
     parse_event,
     session_id_for,
     set_aside_error,
@@ -522,6 +523,44 @@ def test_numbers_written_with_commas_are_read_where_they_can_mean_one_number() -
         assert error.stage == "validate" and "12345 or 12.345?" in str(error), text
     for text in ("1,2,3", "41,5,6", ",5", "5,", "warm, 41.5"):
         assert rejected(json.dumps(alert(signals={"odometer_km": text}))).stage == "validate", text
+
+
+def test_a_fleet_that_says_how_it_writes_a_comma_has_its_ambiguous_numbers_read() -> None:
+    # A fleet knows its own convention: a US platform's "1,200" rpm groups thousands, a German one's "1,013"
+    # bar has a decimal comma. Told which (VDOCTOR_NUMBER_COMMA), the job reads the one form that could be
+    # either; until this release every such reading made its alert a dead letter whatever the fleet said.
+    signals = {"engine_rpm": "1,200", "odometer_km": "12,345 km", "brake_pressure_bar": "1,013"}
+    line = json.dumps(alert(signals=signals))
+    error = rejected(line)
+    assert error.stage == "validate" and "1200 or 1.200?" in str(error) and "VDOCTOR_NUMBER_COMMA" in str(error)
+    thousands = parse_event(line, number_comma="thousands")
+    assert isinstance(thousands, AlertEvent)
+    assert thousands.signals == {"engine_rpm": 1200.0, "odometer_km": 12345.0, "brake_pressure_bar": 1013.0}
+    decimal = parse_event(line, number_comma="decimal")
+    assert isinstance(decimal, AlertEvent)
+    assert decimal.signals == {"engine_rpm": 1.2, "odometer_km": 12.345, "brake_pressure_bar": 1.013}
+    # The same in a list of readings with their units, converted to the name's unit after it is read.
+    readings = [{"name": "Cell Voltage Diff", "value": "0,187", "unit": "V"}, {"name": "pack_v", "value": "1,013"}]
+    read = parse_event(json.dumps(alert(signals=readings)), number_comma="decimal")
+    assert isinstance(read, AlertEvent) and read.signals == {"cell_voltage_diff_v": 0.187, "pack_v": 1.013}
+    listed = [{"name": "pack_voltage_mv", "value": "3,610", "unit": "V"}]
+    assert rejected(json.dumps(alert(signals=listed))).stage == "validate"
+    read = parse_event(json.dumps(alert(signals=listed)), number_comma="decimal")
+    assert isinstance(read, AlertEvent) and read.signals == {"pack_voltage_mv": 3610.0}
+    # Every form that means one number reads the same whatever the setting says.
+    for comma in ("decimal", "thousands"):
+        for text, number in (("41,5", 41.5), ("0,187", 0.187), ("12,345,678", 12345678.0), ("12.345,6", 12345.6)):
+            event = parse_event(json.dumps(alert(signals={"odometer_km": text})), number_comma=comma)
+            assert isinstance(event, AlertEvent) and event.signals == {"odometer_km": number}, (comma, text)
+    # Malformed stays malformed.
+    for text in ("1,2,3", ",5", "5,"):
+        with pytest.raises(EventError):
+            parse_event(json.dumps(alert(signals={"odometer_km": text})), number_comma="thousands")
+    with pytest.raises(ValueError, match="number_comma must be one of decimal, thousands"):
+        parse_event(line, number_comma="comma")
+    assert number_comma(" Decimal ") == "decimal"
+    with pytest.raises(ValueError, match="VDOCTOR_NUMBER_COMMA must be decimal"):
+        number_comma("european")
 
 
 def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,33 @@ def test_the_command_exits_1_with_dead_letters_and_0_without(tmp_path: Path) -> 
     bad_zone = subprocess.run([*command[:5], str(clean), "--naive-ts-zone", "Beijing"], cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad_zone.returncode == 2 and "time zone" in bad_zone.stderr
+
+
+def test_numbers_with_a_comma_are_reported_as_read_and_the_setting_reads_the_ambiguous_one(tmp_path: Path) -> None:
+    feed = [
+        alert(signals={"pack_voltage_v": "398,5", "odometer_km": "12.345,6"}),
+        alert(event_id="e-2", signals=[{"name": "pack_voltage", "value": "398,125", "unit": "V"}]),
+    ]
+    report = check_feed(feed)
+    assert report.dead_letters == 1 and "VDOCTOR_NUMBER_COMMA" in report.dead[("validate", "signals")].reason
+    numbers = {(w, r) for (kind, w, r) in report.forms if kind == "number"}
+    assert numbers == {("999,9", "999.9"), ("99.999,9", "99999.9")}
+    decimal = check_feed(feed, number_comma="decimal")
+    assert decimal.dead_letters == 0 and decimal.forms[("number", "999,999", "999.999")] == 1
+    assert "a number's lone comma before three digits read as decimal" in render(decimal, None, "decimal")
+    # The command takes the job's flag, or its environment variable.
+    path = tmp_path / "feed.jsonl"
+    path.write_text("\n".join(feed) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "jobs.cli", "check-events", "--alerts", str(path), "--json"]
+    for extra, env in ((["--number-comma", "thousands"], {}), ([], {"VDOCTOR_NUMBER_COMMA": "thousands"})):
+        run = subprocess.run([*command, *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **env})  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        read_as = json.loads(run.stdout)["read_as"]
+        assert {"kind": "number", "written": "999,999", "read": "999999", "lines": 1} in read_as
+    bad = subprocess.run([*command, "--number-comma", "european"], cwd=REPO_ROOT, capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "must be decimal" in bad.stderr
 
 
 def test_readings_nested_in_objects_are_reported_by_their_paths() -> None:

@@ -211,6 +211,15 @@ def test_the_zone_of_naive_event_times_is_a_flag_of_both_jobs(tmp_path: Path) ->
     assert (replay.runtime.naive_ts_zone, kafka.runtime.naive_ts_zone) == ("Asia/Shanghai", "+08:00")
 
 
+def test_how_numbers_use_a_comma_is_a_flag_of_both_jobs(tmp_path: Path) -> None:
+    replay = js.domain_settings(_replay_args(tmp_path, "--number-comma", "Thousands"), env={})
+    kafka = js.domain_settings(_kafka_args(tmp_path), env={"VDOCTOR_NUMBER_COMMA": "decimal"})
+    assert (replay.runtime.number_comma, kafka.runtime.number_comma) == ("thousands", "decimal")
+    assert js.domain_settings(_kafka_args(tmp_path), env={}).runtime.number_comma is None
+    with pytest.raises(SystemExit):
+        _replay_args(tmp_path, "--number-comma", "european")
+
+
 @pytest.mark.parametrize(
     ("url", "pinned"),
     [

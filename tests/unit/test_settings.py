@@ -54,6 +54,14 @@ def test_the_zone_of_naive_event_times_is_checked_when_set() -> None:
         load_settings({"VDOCTOR_NAIVE_TS_ZONE": "Beijing"})
 
 
+def test_how_the_fleets_numbers_use_a_comma_is_checked_when_set() -> None:
+    assert load_settings({}).runtime.number_comma is None
+    assert load_settings({"VDOCTOR_NUMBER_COMMA": " Decimal"}).runtime.number_comma == "decimal"
+    assert load_settings({}, number_comma="thousands").runtime.number_comma == "thousands"
+    with pytest.raises(ConfigError, match="number_comma.*must be decimal .* or thousands"):
+        load_settings({"VDOCTOR_NUMBER_COMMA": "comma"})
+
+
 def test_overrides_are_validated_and_keep_the_key() -> None:
     settings = load_settings({"OPENAI_API_KEY": KEY})
     changed = with_overrides(settings, memory_enabled=False, memory_url="sqlite:///x.db")
