@@ -160,24 +160,19 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     from vdoctor.feed_check import check_feed, render
     from vdoctor.signal_map import SignalRenames, read_signal_map
 
+    # Each setting from its flag, else the job's environment variable; a bad one exits 2, naming its flag.
     zone_name = args.naive_ts_zone or os.environ.get(NAIVE_TS_ZONE_ENV) or None
-    try:
-        zone = time_zone(zone_name) if zone_name else None
-    except ValueError as e:
-        print(f"vdoctor check-events: --naive-ts-zone: {e}", file=sys.stderr)
-        return 2
     map_path = args.signal_names or os.environ.get(SIGNAL_MAP_ENV) or None
-    try:
-        rename = SignalRenames(read_signal_map(map_path)) if map_path else None
-    except ValueError as e:
-        print(f"vdoctor check-events: --signal-names: {e}", file=sys.stderr)
-        return 2
-
     comma_given = args.number_comma or os.environ.get(NUMBER_COMMA_ENV) or None
     try:
+        flag = "--naive-ts-zone"
+        zone = time_zone(zone_name) if zone_name else None
+        flag = "--signal-names"
+        rename = SignalRenames(read_signal_map(map_path)) if map_path else None
+        flag = "--number-comma"
         comma = number_comma(comma_given) if comma_given else None
     except ValueError as e:
-        print(f"vdoctor check-events: --number-comma: {e}", file=sys.stderr)
+        print(f"vdoctor check-events: {flag}: {e}", file=sys.stderr)
         return 2
 
     def progress(lines: int) -> None:
