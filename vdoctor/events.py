@@ -171,6 +171,19 @@ _GLUED_SYMBOL_RE = re.compile(
 # (``vdoctor.signal_map.SignalRenames``); it reaches the signals' validator in the validation context, by this key.
 Rename = Callable[[str], str | None]
 RENAME = "rename"
+# Readings set aside by the signals' validator because their text is no number (``NotANumber``): name as sent
+# -> text, in the validation context by this key, for ``_set_aside`` (``event_of`` gives each event its own).
+TEXT_ASIDE = "text_aside"
+# A digit of any script: text with one is a number written in a form the job does not read, not a state.
+_DIGIT_RE = re.compile(r"\d")
+# Words that stand for a number or for no reading (infinity, NaN, n/a) with what follows them (a unit).
+_NUMBER_WORD_RE = re.compile(r"\s*[+-]?(?:inf(?:inity)?|nan|n/?a)\b", re.IGNORECASE)
+
+
+def _state_text(text: str) -> bool:
+    """Whether a reading's text that is no number is a state or a label (``ON``, ``CHARGING``, ``D``): no digit,
+    and no word that stands for a number or for none (``inf``, ``nan%``, ``n/a V``: refused as numbers)."""
+    return _DIGIT_RE.search(text) is None and _NUMBER_WORD_RE.match(text) is None
 # How a fleet's numbers use a comma, where one number could be read either way (``_ungrouped``): ``decimal``
 # (``12,345`` is 12.345) or ``thousands`` (12345); None: such a number is refused, naming both. It reaches
 # the signals' validator in the validation context, by this key.
@@ -313,6 +326,13 @@ def _bracket_part(found: re.Match[str]) -> str:
     return "_" + part if part else ""
 
 
+class NotANumber(ValueError):
+    """A reading sent as text that holds no number the job reads (``ON``, ``12.6 volts please``). In the
+    signals' validator, one without a digit (a state or a label: ``ON``, ``CHARGING``, ``D``) is set aside
+    (``AlertEvent.signals_set_aside``) rather than the alert refused; one with a digit is a number written in a
+    form the job does not read, and refuses the alert."""
+
+
 def _number_text(name: str, text: str, declared: str | None = None, comma: str | None = None) -> float:
     """A reading sent as text: a number, or a number and a unit of the table (``vdoctor.units``). In the
     unit the signal's name declares (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``)
@@ -326,12 +346,12 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
         text = _ungrouped(name, text, comma)
     number = _NUMBER_TEXT_RE.match(text)
     if number is None:
-        raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number")
+        raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number")
     value = float(number.group())
     if unit := text[number.end() :].strip():
         symbol = unit_symbol(unit)
         if symbol is None:
-            raise ValueError(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
+            raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
         if (declared := declared or unit_of(name)) is not None and symbol != declared:
             converted = convert(value, symbol, declared)
             if converted is None:
@@ -690,9 +710,11 @@ class AlertEvent(_Event):
         Field(max_length=MAX_SIGNALS),
     ] = {}
     # Readings under names written in another script than Latin (``电池温度``) that the fleet's signal map
-    # does not name: such a name has no snake_case form, so the alert is diagnosed without them, and its line
-    # goes to the dead letters as well, saying so (``set_aside_error``). Empty for every other alert.
-    signals_set_aside: dict[str, float] = {}
+    # does not name, and readings whose text holds no digit (a state: ``"ON"``, ``"CHARGING"``; as sent, under
+    # the name as sent): the first have no snake_case form and the second no number, so the alert is diagnosed
+    # without them, and its line goes to the dead letters as well, saying so (``set_aside_error``). Empty for
+    # every other alert.
+    signals_set_aside: dict[str, float | str] = {}
 
     @field_validator("series", mode="before")
     @classmethod
@@ -750,6 +772,8 @@ class AlertEvent(_Event):
         rename: Rename | None = info.context.get(RENAME) if info.context else None
         # How its numbers use a comma (``parse_event``'s ``number_comma``), when it says.
         comma: str | None = info.context.get(NUMBER_COMMA) if info.context else None
+        # Where readings whose text is no number go (``_set_aside``); None: such a reading refuses the alert.
+        text_aside: dict[str, str] | None = info.context.get(TEXT_ASIDE) if info.context else None
         if isinstance(signals, dict):
             pairs: Iterable[tuple[object, object]] = signals.items()
             values = signals.values()
@@ -779,7 +803,14 @@ class AlertEvent(_Event):
             if isinstance(value, bool):
                 value = float(value)
             elif isinstance(value, str):
-                value = _number_text(str(name), value, None, comma)
+                text = value
+                try:
+                    value = _number_text(str(name), text, None, comma)
+                except NotANumber:
+                    if text_aside is None or not _state_text(text):  # (a number written wrongly: refused)
+                        raise
+                    text_aside[str(given)] = text  # (a state, a label: the alert is read without it)
+                    continue
             read[name] = value
         return read
 
@@ -798,14 +829,15 @@ class AlertEvent(_Event):
         return signals
 
     @model_validator(mode="after")
-    def _set_aside(self) -> AlertEvent:
+    def _set_aside(self, info: ValidationInfo) -> AlertEvent:
         signals = self.signals
-        if "".join(signals).isascii():  # (every alert of a fleet that sends snake_case names: one C call)
+        texts: dict[str, str] | None = info.context.get(TEXT_ASIDE) if info.context else None
+        if "".join(signals).isascii() and not texts:  # (a fleet that sends snake_case names: one C call)
             return self
         # The model is frozen once built; this is its building.
         self.__dict__["signals"] = {name: value for name, value in signals.items() if has_snake_form(name)}
-        aside = {name: value for name, value in signals.items() if not has_snake_form(name)}
-        self.__dict__["signals_set_aside"] = {**self.signals_set_aside, **aside}
+        aside: dict[str, float | str] = {name: value for name, value in signals.items() if not has_snake_form(name)}
+        self.__dict__["signals_set_aside"] = {**self.signals_set_aside, **aside, **(texts or {})}
         return self
 
 
@@ -1093,7 +1125,7 @@ def event_of(
     if name == "alert" and data.get("series") is None and isinstance(vin := data.get("vin"), str):
         data["series"] = vin.strip().upper()[:SERIES_FROM_VIN_CHARS]
     try:
-        context = {RENAME: rename, NUMBER_COMMA: number_comma} if rename is not None or number_comma else None
+        context: dict[str, object] = {RENAME: rename, NUMBER_COMMA: number_comma, TEXT_ASIDE: {}}
         return model.model_validate(data, context=context)
     except ValidationError as e:
         raise EventError("validate", describe_validation_error(e)) from e
@@ -1101,14 +1133,30 @@ def event_of(
 
 def set_aside_error(event: AlertEvent) -> str:
     """The dead letter's reason for an alert diagnosed without the readings it set aside (``signals_set_aside``)."""
-    n = len(event.signals_set_aside)
-    names = ", ".join(repr(name[:40]) for name in list(event.signals_set_aside)[:5])
-    more = f" and {n - 5} more" if n > 5 else ""
+    aside = event.signals_set_aside
+    n = len(aside)
+    texts = [name for name, value in aside.items() if isinstance(value, str)]
+    script = [name for name in aside if not isinstance(aside[name], str)]
+    reasons = []
+    if script:
+        reasons.append(
+            "not written in Latin letters (a signal's name is snake_case in ASCII; map the fleet's names with "
+            f"{SIGNAL_MAP_ENV}, README Signal maps): {_listed(script)}"
+        )
+    if texts:
+        shown = ", ".join(f"{name[:40]!r} = {str(aside[name])[:20]!r}" for name in texts[:5])
+        more = f" and {len(texts) - 5} more" if len(texts) > 5 else ""
+        reasons.append(f"text that is no number (a reading is a number): {shown}{more}")
     return (
-        f"signals: {n} reading{'s' if n > 1 else ''} set aside, not written in Latin letters (a signal's name is "
-        f"snake_case in ASCII; map the fleet's names with {SIGNAL_MAP_ENV}, README Signal maps): {names}{more}. "
+        f"signals: {n} reading{'s' if n > 1 else ''} set aside, {'; '.join(reasons)}. "
         f"The alert was diagnosed without {'them' if n > 1 else 'it'} (flag signals_set_aside)"
     )
+
+
+def _listed(names: list[str]) -> str:
+    """The first five names, quoted, and how many more."""
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return ", ".join(repr(name[:40]) for name in names[:5]) + more
 
 
 def is_finite_number(value: object) -> bool:

@@ -216,7 +216,7 @@ _DROP = object()
         (alert(ts="17620000001"), "ts"),
         (alert(signals={"cell_voltage_diff_mv": "12 °C"}), "signals"),
         (alert(signals={"cell_voltage_diff_mv": "187 mV high"}), "signals"),
-        (alert(signals={"cell_voltage_diff_mv": ["high"]}), "signals"),
+        (alert(signals={"cell_voltage_diff_mv": ["12 high"]}), "signals"),
         (alert(signals={"2026_11": 12.6}), "signals"),
         (alert(signals={"_12v_battery_v": 12.6}), "signals"),
         (alert(dtc_codes=["XYZ"]), "dtc_codes"),
@@ -721,7 +721,7 @@ def test_readings_nested_in_objects_and_arrays_are_read_by_their_paths() -> None
         assert isinstance(event, AlertEvent) and event.signals == expected
     # A nested reading is read as any: its value checked, its name unique, their count bounded.
     for bad, says in (
-        ({"bms": {"soc_pct": "warm"}}, "signal bms_soc_pct = 'warm' is not a number"),
+        ({"bms": {"soc_pct": "80 warm"}}, "signal bms_soc_pct = '80 warm' is not a number"),
         ({"bms": {"soc_pct": 80}, "bms_soc_pct": 81}, "as another name of this alert is"),
         ({"cells": [3.6] * (MAX_SIGNALS + 1)}, "at most 256 items"),
     ):
@@ -871,6 +871,35 @@ def test_signal_names_outside_ascii_are_read_in_latin_letters() -> None:
         assert "not written in Latin letters" in reason and "VDOCTOR_SIGNAL_NAMES" in reason and repr(name) in reason
     # Its reading is still a reading: one out of range refuses the alert, as under any name.
     assert "out of range" in str(rejected(json.dumps(alert(signals={"电池温度": 1e300}), ensure_ascii=False)))
+
+
+def test_a_reading_sent_as_a_state_is_set_aside_and_the_alert_diagnosed_without_it() -> None:
+    # Telematics platforms send states beside the numbers: a charger's state, a gear, a door. A reading is a
+    # number (DESIGN 3.1), so a state is set aside as a name in another script is: the alert is read without
+    # it, and its line goes to the dead letters as well, naming it. Until this release one such reading made
+    # the whole alert a dead letter.
+    signals = {"charging_state": "CHARGING", "gear": "D", "bms": {"contactor": "closed"}, "pack_temp_c": "41,5"}
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent) and event.signals == {"pack_temp_c": 41.5}
+    assert event.signals_set_aside == {"charging_state": "CHARGING", "gear": "D", "bms.contactor": "closed"}
+    reason = set_aside_error(event)
+    assert "3 readings set aside, text that is no number" in reason and "'gear' = 'D'" in reason
+    assert "not written in Latin letters" not in reason
+    # So in a list of readings.
+    listed = [{"name": "Door", "value": "OPEN"}, {"name": "Pack Temp", "value": 41.5, "unit": "°C"}]
+    event = parse_event(json.dumps(alert(signals=listed)))
+    assert isinstance(event, AlertEvent) and event.signals == {"pack_temp_c": 41.5}
+    assert event.signals_set_aside == {"Door": "OPEN"}
+    # Both kinds in one alert name both, and survive the round trip through the operator's state.
+    both = parse_event(json.dumps(alert(signals={"电池温度": 41.5, "gear": "R"}), ensure_ascii=False))
+    assert isinstance(both, AlertEvent) and both.signals_set_aside == {"电池温度": 41.5, "gear": "R"}
+    assert "'电池温度'; text that is no number (a reading is a number): 'gear' = 'R'" in set_aside_error(both)
+    assert EVENT_ADAPTER.validate_json(both.model_dump_json()) == both
+    # Text with a digit is a number written in a form the job does not read, and words that stand for a
+    # number or for none are read as numbers: both still refuse the alert, naming the reading.
+    for text in ("187 mV high", "12.6 volts please", "inf", "-Infinity", "nan%", "n/a V"):
+        error = rejected(json.dumps(alert(signals={"cell_voltage_diff_mv": text})))
+        assert error.stage == "validate" and "cell_voltage_diff_mv" in str(error), text
 
 
 def test_readings_set_aside_survive_the_events_round_trip_through_state_and_name_each_reading() -> None:
