@@ -174,16 +174,6 @@ RENAME = "rename"
 # Readings set aside by the signals' validator because their text is no number (``NotANumber``): name as sent
 # -> text, in the validation context by this key, for ``_set_aside`` (``event_of`` gives each event its own).
 TEXT_ASIDE = "text_aside"
-# A digit of any script: text with one is a number written in a form the job does not read, not a state.
-_DIGIT_RE = re.compile(r"\d")
-# Words that stand for a number or for no reading (infinity, NaN, n/a) with what follows them (a unit).
-_NUMBER_WORD_RE = re.compile(r"\s*[+-]?(?:inf(?:inity)?|nan|n/?a)\b", re.IGNORECASE)
-
-
-def _state_text(text: str) -> bool:
-    """Whether a reading's text that is no number is a state or a label (``ON``, ``CHARGING``, ``D``): no digit,
-    and no word that stands for a number or for none (``inf``, ``nan%``, ``n/a V``: refused as numbers)."""
-    return _DIGIT_RE.search(text) is None and _NUMBER_WORD_RE.match(text) is None
 # How a fleet's numbers use a comma, where one number could be read either way (``_ungrouped``): ``decimal``
 # (``12,345`` is 12.345) or ``thousands`` (12345); None: such a number is refused, naming both. It reaches
 # the signals' validator in the validation context, by this key.
@@ -331,6 +321,18 @@ class NotANumber(ValueError):
     signals' validator, one without a digit (a state or a label: ``ON``, ``CHARGING``, ``D``) is set aside
     (``AlertEvent.signals_set_aside``) rather than the alert refused; one with a digit is a number written in a
     form the job does not read, and refuses the alert."""
+
+
+# A digit of any script: text with one is a number written in a form the job does not read, not a state.
+_DIGIT_RE = re.compile(r"\d")
+# Words that stand for a number or for no reading (infinity, NaN, n/a), with what follows them (a unit).
+_NUMBER_WORD_RE = re.compile(r"\s*[+-]?(?:inf(?:inity)?|nan|n/?a)\b", re.IGNORECASE)
+
+
+def _state_text(text: str) -> bool:
+    """Whether a reading's text that is no number is a state or a label (``ON``, ``CHARGING``, ``D``): no digit,
+    and no word that stands for a number or for none (``inf``, ``nan%``, ``n/a V``: refused as numbers)."""
+    return _DIGIT_RE.search(text) is None and _NUMBER_WORD_RE.match(text) is None
 
 
 def _number_text(name: str, text: str, declared: str | None = None, comma: str | None = None) -> float:
