@@ -770,12 +770,13 @@ class AlertEvent(_Event):
     def _read_signals(cls, signals: object, info: ValidationInfo) -> object:
         if signals is None:
             return {}
+        context = info.context or {}
         # The fleet's signal map (``parse_event``'s ``rename``), when it has one.
-        rename: Rename | None = info.context.get(RENAME) if info.context else None
+        rename: Rename | None = context.get(RENAME)
         # How its numbers use a comma (``parse_event``'s ``number_comma``), when it says.
-        comma: str | None = info.context.get(NUMBER_COMMA) if info.context else None
+        comma: str | None = context.get(NUMBER_COMMA)
         # Where readings whose text is no number go (``_set_aside``); None: such a reading refuses the alert.
-        text_aside: dict[str, str] | None = info.context.get(TEXT_ASIDE) if info.context else None
+        text_aside: dict[str, str] | None = context.get(TEXT_ASIDE)
         if isinstance(signals, dict):
             pairs: Iterable[tuple[object, object]] = signals.items()
             values = signals.values()
@@ -1137,8 +1138,8 @@ def set_aside_error(event: AlertEvent) -> str:
     """The dead letter's reason for an alert diagnosed without the readings it set aside (``signals_set_aside``)."""
     aside = event.signals_set_aside
     n = len(aside)
-    texts = [name for name, value in aside.items() if isinstance(value, str)]
-    script = [name for name in aside if not isinstance(aside[name], str)]
+    script = [repr(name[:40]) for name, value in aside.items() if not isinstance(value, str)]
+    texts = [f"{name[:40]!r} = {value[:20]!r}" for name, value in aside.items() if isinstance(value, str)]
     reasons = []
     if script:
         reasons.append(
@@ -1146,19 +1147,17 @@ def set_aside_error(event: AlertEvent) -> str:
             f"{SIGNAL_MAP_ENV}, README Signal maps): {_listed(script)}"
         )
     if texts:
-        shown = ", ".join(f"{name[:40]!r} = {str(aside[name])[:20]!r}" for name in texts[:5])
-        more = f" and {len(texts) - 5} more" if len(texts) > 5 else ""
-        reasons.append(f"text that is no number (a reading is a number): {shown}{more}")
+        reasons.append(f"text that is no number (a reading is a number): {_listed(texts)}")
     return (
         f"signals: {n} reading{'s' if n > 1 else ''} set aside, {'; '.join(reasons)}. "
         f"The alert was diagnosed without {'them' if n > 1 else 'it'} (flag signals_set_aside)"
     )
 
 
-def _listed(names: list[str]) -> str:
-    """The first five names, quoted, and how many more."""
-    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-    return ", ".join(repr(name[:40]) for name in names[:5]) + more
+def _listed(items: list[str]) -> str:
+    """The first five of ``items`` and how many more."""
+    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
+    return ", ".join(items[:5]) + more
 
 
 def is_finite_number(value: object) -> bool:
