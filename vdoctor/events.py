@@ -435,9 +435,12 @@ def reading_pairs(
 
 def _in_unit(name: str, value: object, symbol: str, declared: str, comma: str | None = None) -> object:
     """A reading's value sent in ``symbol`` (a number, or text as ``_number_text`` reads it) in the name's
-    unit ``declared``; a null value stays null (left out)."""
+    unit ``declared``; a null value stays null (left out), and a state (``_state_text``) as it is: the signals'
+    validator sets it aside, as it does a state sent in the name's own unit."""
     if no_reading(value):
         return None
+    if isinstance(value, str) and _state_text(value):
+        return value
     if isinstance(value, str):
         value = _number_text(name, value, symbol, comma)  # its number in ``symbol``
     converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]

@@ -890,6 +890,16 @@ def test_a_reading_sent_as_a_state_is_set_aside_and_the_alert_diagnosed_without_
     event = parse_event(json.dumps(alert(signals=listed)))
     assert isinstance(event, AlertEvent) and event.signals == {"pack_temp_c": 41.5}
     assert event.signals_set_aside == {"Door": "OPEN"}
+    # A state whose reading names a unit other than its name's is set aside as well, not converted (a
+    # charger's power in kW sent as "IDLE" while the name says W), and its name is kept as sent.
+    listed = [{"name": "charger_power_w", "value": "IDLE", "unit": "kW"}, {"name": "soc_pct", "value": "81 %"}]
+    event = parse_event(json.dumps(alert(signals=listed)))
+    assert isinstance(event, AlertEvent) and event.signals == {"soc_pct": 81.0}
+    assert event.signals_set_aside == {"charger_power_w": "IDLE"}
+    for text in ("1.2 kW please", "inf"):  # a number written wrongly in another unit still refuses the alert
+        listed = [{"name": "charger_power_w", "value": text, "unit": "kW"}]
+        error = rejected(json.dumps(alert(signals=listed)))
+        assert error.stage == "validate" and "charger_power_w" in str(error), text
     # Both kinds in one alert name both, and survive the round trip through the operator's state.
     both = parse_event(json.dumps(alert(signals={"电池温度": 41.5, "gear": "R"}), ensure_ascii=False))
     assert isinstance(both, AlertEvent) and both.signals_set_aside == {"电池温度": 41.5, "gear": "R"}
