@@ -13,7 +13,7 @@
 - ``LocalHostOnly``: bound to loopback, requests must name a loopback host
   (a web page elsewhere cannot reach the inspector through DNS rebinding).
 - ``SecurityHeaders``: no scripts, no framing, no referrer, no caching.
-- ``Scrubber``: the token, the database password and the model API key are
+- ``Scrubber``: the token, the URLs' passwords and the model API key are
   replaced by ``***`` in anything logged or shown (errors included);
   ``redact_url`` shows a memory URL without its password.
 """
@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import SecretStr
 
 from vdoctor import url_credentials
+from vdoctor.scrub import Scrubber as Scrubber  # (the inspector's, from here)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -186,18 +187,3 @@ def redact_url(url: str) -> str:
 def url_password(url: str) -> str | None:
     """The memory URL's password for the ``Scrubber`` (between the user and the last ``@``), or None."""
     return url_credentials.url_password(url)
-
-
-class Scrubber:
-    """Replaces each secret (as given and URL-quoted) by ``***`` in any text."""
-
-    def __init__(self, secrets: list[str | None]) -> None:
-        found = {s for s in secrets if s}
-        found |= {quoted for s in list(found) if (quoted := urlencode({"": s})[1:]) != s}
-        # Longest first, so a secret that contains another is replaced whole.
-        self.secrets = sorted(found, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text

@@ -17,28 +17,23 @@ from jobs.job_settings import (
 )
 from vdoctor import assembly
 from vdoctor.errors import VDoctorError
+from vdoctor.scrub import settings_secrets
 from vdoctor.stores import open_store
 from vdoctor.stores.audit import audit_reads
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from inspector.outputs import JobOutputs
-    from inspector.security import Scrubber, redact_url, url_password
+    from inspector.security import Scrubber, redact_url
     from inspector.server import serve
     from inspector.views import Inspector
 
     config = serve_settings(args)
     settings = domain_settings(args)
     url = settings.memory.url
-    api_key = settings.endpoint.api_key
-    # The model API key too (an openai embedder's recall has it), though nothing here is meant to print it.
-    scrub = Scrubber(
-        [
-            config.token.get_secret_value() if config.token else None,
-            url_password(url),
-            api_key.get_secret_value() if api_key else None,
-        ]
-    )
+    # The model API key and the endpoint URL's password too (an openai embedder's recall has them, and the
+    # HTTP client logs each request's URL at INFO), though nothing here is meant to print them.
+    scrub = Scrubber([config.token.get_secret_value() if config.token else None, *settings_secrets(settings)])
     try:
         store = open_store(url, read_only=True)
     except VDoctorError as e:

@@ -69,6 +69,7 @@ from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
 from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
+from vdoctor.scrub import settings_secrets
 from vdoctor.settings import worker_settings
 
 # Flink's TTL runs on processing time and only bounds the state's size; the
@@ -158,7 +159,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if self._code is not None:
             enter_job(self._code)  # before any import: an earlier job's packages may point at deleted files
         settings = worker_settings(self._settings, os.environ)
-        logs.configure(settings.runtime.log_level)
+        logs.configure(settings.runtime.log_level, settings_secrets(settings))
         self.engine = build_engine(settings)
         self._leave_trimming = start_trimming(settings.runtime.malloc_trim_s)
         self.inline = settings.runtime.concurrency == 1

@@ -348,3 +348,41 @@ def test_the_model_summarizer_over_http_writes_a_case_summary_the_check_accepts(
     assert "readings: cell_voltage_diff_mv=87→187mV" in case.text
     assert "excluded: 怀疑线束松动，已排除" in case.text and "void: 初判线束腐蚀的结论已作废" in case.text
     assert server.stats["ok"] == 1
+
+
+def test_a_debug_log_of_the_workers_masks_the_endpoint_password_and_the_key(server: ModelServer) -> None:
+    # At VDOCTOR_LOG_LEVEL=DEBUG the HTTP client under ``openai`` logs each request's URL, and a gateway's URL
+    # may hold a password (https://user:password@gateway/v1). The operators mask the job's secrets in every
+    # record the root logger's handlers write (``operators.logs.configure``), the HTTP client's included.
+    from operators import logs
+    from vdoctor.scrub import ScrubbingFilter, settings_secrets
+
+    password = "gw-pass-5e6f7a8b"
+    url = server.base_url.replace("http://", f"http://gateway:{password}@")
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(self.format(record))
+
+    handler = Keep()
+    root = logging.getLogger()
+    root.addHandler(handler)
+    levels = {name: logging.getLogger(name).level for name in ["", *logs.CHATTY]}
+    settings = load_settings({"OPENAI_BASE_URL": url, "OPENAI_API_KEY": KEY, "VDOCTOR_LOG_LEVEL": "DEBUG"})
+    try:
+        logs.configure(settings.runtime.log_level, settings_secrets(settings))
+        model = OpenAIChatModel("chat-test", SecretStr(KEY), url, timeout_s=5.0, max_attempts=1)
+        assert model.chat(MESSAGES, SPECS).tool_calls
+        logging.getLogger("vdoctor.test").warning("failed", exc_info=ValueError(f"no route to {url} with {KEY}"))
+    finally:
+        root.removeHandler(handler)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        for h in root.handlers:
+            for f in [f for f in h.filters if isinstance(f, ScrubbingFilter)]:
+                h.removeFilter(f)
+    text = "\n".join(records)
+    assert "HTTP Request: POST http://gateway:***@" in text  # the client's request line, its password masked
+    assert "no route to http://gateway:***@" in text  # and a traceback's text
+    assert password not in text and KEY not in text

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 import inspector.server
 from inspector.security import Scrubber
@@ -66,10 +67,15 @@ def test_the_memory_url_is_shown_as_given() -> None:
 
 def test_the_inspector_scrubs_the_model_api_key_as_well(monkeypatch: pytest.MonkeyPatch) -> None:
     # An openai embedder's recall holds the key: the inspector's scrubber masks it with the token and password.
-    key = "sk-inspector-scrub-4b5c6d7e"
+    # So is the endpoint URL's password: the HTTP client logs each request's URL at INFO, the inspector's level.
+    key, password = "sk-inspector-scrub-4b5c6d7e", "gw-inspector-7a8b9c0d"
     scrubbers: list[Scrubber] = []
     monkeypatch.setattr(inspector.server, "serve", lambda *a: scrubbers.append(a[-1]))
-    for var, value in {"OPENAI_API_KEY": key, "VDOCTOR_EMBEDDER": "hashing", "VDOCTOR_MEMORY_URL": "memory://"}.items():
+    env = {
+        "OPENAI_API_KEY": key, "VDOCTOR_EMBEDDER": "hashing", "VDOCTOR_MEMORY_URL": "memory://",
+        "OPENAI_BASE_URL": f"https://gateway:{password}@llm.example/v1",
+    }  # fmt: skip
+    for var, value in env.items():
         monkeypatch.setenv(var, value)
     monkeypatch.delenv(SERVE_TOKEN_ENV, raising=False)
     assert cli_serve._cmd_serve(args()) == 0
@@ -77,3 +83,12 @@ def test_the_inspector_scrubs_the_model_api_key_as_well(monkeypatch: pytest.Monk
     assert scrub(f"embedding endpoint: Incorrect API key provided: {key}") == (
         "embedding endpoint: Incorrect API key provided: ***"
     )
+    request = f"HTTP Request: POST https://gateway:{password}@llm.example/v1/embeddings"
+    assert scrub(request) == "HTTP Request: POST https://gateway:***@llm.example/v1/embeddings"
+
+
+def test_an_embedder_config_shows_neither_the_endpoint_password_nor_the_key() -> None:
+    from vdoctor.embedders import EmbedderConfig
+
+    config = EmbedderConfig(base_url="https://gateway:gw-embed-1a2b@llm.example/v1", api_key=SecretStr("sk-e-3c4d"))
+    assert "gw-embed-1a2b" not in repr(config) and "sk-e-3c4d" not in repr(config)

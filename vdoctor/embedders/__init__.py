@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import SecretStr
@@ -46,7 +46,8 @@ class EmbedderConfig:
 
     model: str = ""
     dim: int = DEFAULT_DIM
-    base_url: str | None = None
+    # Out of the repr: a gateway's URL may hold a password (the key is a ``SecretStr``, masked).
+    base_url: str | None = field(default=None, repr=False)
     api_key: SecretStr | None = None
     # Concurrent callers of a model share its calls (``batching.py``). A text embedded within a
     # batch differs from the same text alone by float rounding (~1e-7), and batches depend on

@@ -1,0 +1,71 @@
+"""Secrets kept out of text: ``Scrubber`` replaces each one in any text, ``ScrubbingFilter`` in every log record
+a handler writes.
+
+The HTTP client under the ``openai`` package logs each request with its URL at INFO, password and all when the
+endpoint's URL holds one (``OPENAI_BASE_URL=https://user:password@gateway/v1``). The job's workers keep those
+loggers at WARNING unless ``VDOCTOR_LOG_LEVEL`` is DEBUG, and the inspector logs at INFO, so the records that
+carry a secret are scrubbed where they are written rather than trusted to stay below the level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from urllib.parse import urlencode
+
+from vdoctor.settings import Settings
+from vdoctor.url_credentials import url_password
+
+MASK = "***"
+
+
+class Scrubber:
+    """Replaces each secret (as given and URL-quoted) by ``***`` in any text."""
+
+    def __init__(self, secrets: Iterable[str | None]) -> None:
+        found = {s for s in secrets if s}
+        found |= {quoted for s in list(found) if (quoted := urlencode({"": s})[1:]) != s}
+        # Longest first, so a secret that contains another is replaced whole.
+        self.secrets = sorted(found, key=len, reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self.secrets)
+
+    def __call__(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, MASK)
+        return text
+
+
+def settings_secrets(settings: Settings) -> list[str | None]:
+    """What of ``settings`` must never be shown: the API key and the password of each URL that may hold one
+    (long-term memory, knowledge, the model endpoint)."""
+    key = settings.endpoint.api_key
+    urls = (settings.memory.url, settings.memory.knowledge_url, settings.endpoint.base_url)
+    return [key.get_secret_value() if key else None, *(url_password(url) for url in urls if url)]
+
+
+class ScrubbingFilter(logging.Filter):
+    """A handler's filter that writes every record's message, and its traceback, with the secrets masked."""
+
+    def __init__(self, scrub: Scrubber) -> None:
+        super().__init__()
+        self.scrub = scrub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if (scrubbed := self.scrub(message)) != message:
+            record.msg, record.args = scrubbed, None
+        if record.exc_info and record.exc_text is None:
+            record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+def scrub_root_handlers(scrub: Scrubber) -> None:
+    """Put ``scrub`` on every handler of the root logger (each record any logger propagates there passes
+    them), in place of a ``ScrubbingFilter`` put there before; none when there is no secret to mask."""
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, ScrubbingFilter)]:
+            handler.removeFilter(old)
+        if scrub:
+            handler.addFilter(ScrubbingFilter(scrub))
