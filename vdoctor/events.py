@@ -35,10 +35,12 @@ from vdoctor.units import (
     MAX_SIGNAL_NAME_CHARS,
     SIGNAL_NAME_RE,
     convert,
+    other_quantity,
     slash_unit,
     unit_of,
     unit_suffix,
     unit_symbol,
+    word_suffix,
 )
 
 # ISO 3779: 17 characters, digits and capital letters except I, O and Q
@@ -335,6 +337,17 @@ def _state_text(text: str) -> bool:
     return _DIGIT_RE.search(text) is None and _NUMBER_WORD_RE.match(text) is None
 
 
+class SuffixNoUnit(ValueError):
+    """A reading sent in a unit of another quantity than its name's suffix declares, where that suffix may be a
+    word of the name (``units.word_suffix``: ``cell_voltage_min`` sent as ``"3.21 V"`` is a minimum, not
+    minutes): it is read in its own unit, under its name with that unit's suffix (``cell_voltage_min_v``)."""
+
+    def __init__(self, name: str, value: float, symbol: str) -> None:
+        super().__init__(f"signal {name[:40]} is sent in {symbol}, its name's unit is {unit_of(name)}")
+        self.renamed = f"{name}_{unit_suffix(symbol)}"
+        self.value = value
+
+
 def _number_text(name: str, text: str, declared: str | None = None, comma: str | None = None) -> float:
     """A reading sent as text: a number, or a number and a unit of the table (``vdoctor.units``). In the
     unit the signal's name declares (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``)
@@ -356,6 +369,8 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
             raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
         if (declared := declared or unit_of(name)) is not None and symbol != declared:
             converted = convert(value, symbol, declared)
+            if converted is None and declared == unit_of(name) and _suffix_no_unit(name, symbol):
+                raise SuffixNoUnit(name, value, symbol)
             if converted is None:
                 raise ValueError(
                     f"signal {name[:40]} = {text[:20]!r} is in {symbol}, its name's unit is {declared}: "
@@ -363,6 +378,13 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
                 )
             return converted
     return value
+
+
+def _suffix_no_unit(name: str, symbol: str) -> bool:
+    """Whether a reading of ``name`` sent in ``symbol`` tells that the name's suffix is a word, not its unit
+    (``SuffixNoUnit``): a suffix that may be either (``units.word_suffix``), and a unit of another quantity."""
+    declared = unit_of(name)
+    return declared is not None and other_quantity(symbol, declared) and word_suffix(name)
 
 
 def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
@@ -424,7 +446,7 @@ def reading_pairs(
             if not has_snake_form(read):  # set aside under its name as sent (``AlertEvent``)
                 pairs.append((name, fields["value"]))
                 continue
-            if (declared := unit_of(read)) is None:
+            if (declared := unit_of(read)) is None or _suffix_no_unit(read, symbol):
                 name = f"{read}_{unit_suffix(symbol)}"
             elif declared != symbol:
                 pairs.append((name, _in_unit(read, fields["value"], symbol, declared, comma)))
@@ -817,6 +839,12 @@ class AlertEvent(_Event):
                         raise
                     text_aside[str(given)] = text  # (a state, a label: the alert is read without it)
                     continue
+                except SuffixNoUnit as other:  # (cell_voltage_min = "3.21 V": cell_voltage_min_v)
+                    name, value = other.renamed, other.value
+                    if name in read:
+                        raise ValueError(
+                            f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is"
+                        ) from None
             read[name] = value
         return read
 

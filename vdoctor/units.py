@@ -153,6 +153,34 @@ def unit_of(name: str) -> str | None:
     return unit_of(stem) if stem != name else None
 
 
+# Suffixes that are words of a name as often as units: a minimum (``cell_voltage_min``), a phase's letter
+# (``motor_current_phase_c``), a position's (front, high, left or low, mid, side) and T for a temperature
+# (``cells_3_t``). A reading sent for such a name in a unit of another quantity than the suffix's tells that the
+# suffix was a word (``word_suffix``). Not here: the letters that name their quantity when they are no unit
+# (``cell_v``, ``pack_w``), and the units names do not abbreviate to (d, g, k, n).
+WORD_SUFFIXES = frozenset({"min", "a", "c", "f", "h", "l", "m", "s", "t"})
+
+
+def word_suffix(name: str) -> bool:
+    """Whether the unit ``name`` declares (``unit_of``) comes from a suffix in ``WORD_SUFFIXES``: one that may
+    be a word of the name instead (``_min``: minutes, or a minimum; ``_c``: degrees Celsius, or phase C)."""
+    stem = _INDEX_TAIL_RE.sub("", name)
+    for suffix in _SUFFIXES:
+        if stem.endswith("_" + suffix) and len(stem) > len(suffix) + 1:
+            return suffix in WORD_SUFFIXES
+    return False
+
+
+def other_quantity(written: str, declared: str) -> bool:
+    """Whether a reading in ``written`` measures another quantity than a name declaring ``declared`` does: not
+    the same unit, not two units of one quantity (``convert`` converts those), and not two that differ by
+    their case alone (mΩ and MΩ: the same quantity, a factor of a billion apart)."""
+    if written.lower() == declared.lower():
+        return False
+    source, target = _QUANTITY_OF.get(written), _QUANTITY_OF.get(declared)
+    return source is None or target is None or source[0] != target[0]
+
+
 @functools.lru_cache(maxsize=UNIT_CACHE_NAMES)
 def unit_symbol(written: str) -> str | None:
     """The table's symbol of a unit written after a number (``"mV"``, ``"°C"``, ``"km/h"``, ``"kΩ"``), or of

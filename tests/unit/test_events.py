@@ -575,8 +575,8 @@ def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent)
     assert event.signals == {"pack_temp_c": 41.5, "inlet_temp_f": 105.0, "bms_cell_v": 3.61, "odometer_km": 16.09344}
-    error = rejected(json.dumps(alert(signals={"pack_temp_c": {"value": 12, "unit": "V"}})))
-    assert error.stage == "validate" and "pack_temp_c is sent in V, its name's unit is °C" in str(error)
+    error = rejected(json.dumps(alert(signals={"cell_voltage_diff_mv": {"value": 12, "unit": "°C"}})))
+    assert error.stage == "validate" and "cell_voltage_diff_mv is sent in °C, its name's unit is mV" in str(error)
     # An object with anything else in it is a nested payload, read by its paths as before.
     event = parse_event(json.dumps(alert(signals={"sensor": {"value": 1, "ts": 1762000000}})))
     assert isinstance(event, AlertEvent) and event.signals == {"sensor_value": 1.0, "sensor_ts": 1762000000.0}
@@ -673,8 +673,36 @@ def test_units_as_telemetry_writes_them_are_read() -> None:
     # A unit written so is still read against the name's: hours in minutes, and no reading of another quantity.
     event = parse_event(json.dumps(alert(signals={"idle_min": "3 hrs", "trip_km": "12 miles"})))
     assert isinstance(event, AlertEvent) and event.signals == {"idle_min": 180.0, "trip_km": 19.312128}
-    error = rejected(json.dumps(alert(signals={"idle_min": "3 miles"})))
-    assert error.stage == "validate" and "is in mi, its name's unit is min" in str(error)
+    error = rejected(json.dumps(alert(signals={"trip_km": "3 hrs"})))
+    assert error.stage == "validate" and "is in h, its name's unit is km" in str(error)
+
+
+def test_a_suffix_that_may_be_a_word_is_one_when_the_reading_is_sent_in_another_quantity() -> None:
+    # _min is minutes or a minimum, _c degrees Celsius or phase C, _t tonnes or a temperature: a reading sent in
+    # a unit of another quantity says which. It is read in its own unit, under its name with that unit's
+    # suffix, where it used to make the alert a dead letter ("is in V, its name's unit is min"): minimum cell
+    # voltages and temperatures are what every battery pack reports.
+    signals = {
+        "cell_voltage_min": "3.21 V", "cell_temp": {"min": "-5 °C", "max": 41}, "motor_current_phase_c": "150 A",
+        "cells_3_t": {"value": 20, "unit": "°C"},
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent) and event.signals == {
+        "cell_voltage_min_v": 3.21, "cell_temp_min_c": -5.0, "cell_temp_max": 41.0, "motor_current_phase_c_a": 150.0,
+        "cells_3_t_c": 20.0,
+    }  # fmt: skip
+    listed = [{"name": "Cell Voltage Min", "value": 3210, "unit": "mV"}, {"name": "Cell Temp Min", "value": "-5"}]
+    event = parse_event(json.dumps(alert(signals=listed)))
+    assert isinstance(event, AlertEvent) and event.signals == {"cell_voltage_min_mv": 3210.0, "cell_temp_min": -5.0}
+    # In the suffix's own quantity it is its unit still, converted as before.
+    event = parse_event(json.dumps(alert(signals={"idle_min": "3 hrs", "pack_temp_c": "105 °F"})))
+    assert isinstance(event, AlertEvent) and event.signals == {"idle_min": 180.0, "pack_temp_c": 40.5555555556}
+    # A suffix that is a unit only, or a unit of the same quantity in another case (mΩ, MΩ), is refused as before;
+    # so is a renamed reading whose new name another reading of the alert has.
+    for signals in ({"cell_voltage_diff_mv": "12 °C"}, {"insulation_res_mohm": "5 MΩ"}, {"soc_pct": "80 V"},
+                    {"cell_voltage_min": "3.21 V", "cell_voltage_min_v": 3.3}):  # fmt: skip
+        error = rejected(json.dumps(alert(signals=signals)))
+        assert error.stage == "validate", signals
 
 
 def test_signal_names_of_flattened_payloads_and_tables() -> None:
