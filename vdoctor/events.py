@@ -436,7 +436,7 @@ def reading_pairs(
     pairs: list[tuple[object, object]] = []
     for item in items:
         fields = lower_keys(item)
-        name, unit = fields.get("name"), fields.get("unit")
+        name, unit = fields.get("name"), unit_field(fields)
         if not isinstance(name, str) or "value" not in fields:
             raise ValueError(f'a reading needs a "name" and a "value", got {json.dumps(item, default=str)[:80]}')
         if rename is not None:
@@ -481,13 +481,30 @@ def no_reading(value: object) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in NO_READING_TEXTS)
 
 
+# The keys that name a reading's unit beside its value (``unit`` first).
+UNIT_KEYS = ("unit", "units", "uom")
+
+
 def value_object(value: object) -> bool:
     """Whether ``value`` is a reading as an object under its name, its value with its unit beside it
-    (``{"pack_temp_c": {"value": 41.5, "unit": "°C"}}``, keys in any case): a ``value`` and at most a ``unit``."""
+    (``{"pack_temp_c": {"value": 41.5, "unit": "°C"}}``, keys in any case): a ``value``, and a unit (``UNIT_KEYS``)
+    or no other number, so that what a platform writes about a reading beside it (its time, quality, status)
+    is left out with it, while ``{"value": 1, "ts": 1762000000}`` is a nested payload of two readings."""
     if not isinstance(value, dict):
         return False
-    keys = {str(k).lower() for k in value}
-    return "value" in keys and keys <= {"value", "unit"}
+    fields = lower_keys(value)
+    if "value" not in fields:
+        return False
+    if any(key in fields for key in UNIT_KEYS):
+        return True
+    return not any(
+        isinstance(v, int | float | dict | list) and not isinstance(v, bool) for k, v in fields.items() if k != "value"
+    )
+
+
+def unit_field(fields: dict[str, object]) -> object:
+    """A reading object's unit (``UNIT_KEYS``, the first given), or None."""
+    return next((fields[key] for key in UNIT_KEYS if key in fields), None)
 
 
 def named_reading(name: str, value: dict[object, object]) -> dict[object, object]:

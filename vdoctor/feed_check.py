@@ -41,6 +41,7 @@ from vdoctor.events import (
     set_aside_error,
     signal_name,
     trouble_codes,
+    unit_field,
 )
 
 # Kinds of rewritten forms, in the order the report lists them.
@@ -198,7 +199,7 @@ def _reading_form(
         return
     _number_form(seen, fields["value"], number_comma)
     ((read_as, value),) = reading_pairs([item], rename, number_comma)
-    given = f"{fields['name']} [{fields['unit']}]" if fields.get("unit") else str(fields["name"])
+    given = f"{fields['name']} [{unit}]" if (unit := unit_field(fields)) else str(fields["name"])
     if no_reading(value):
         _no_reading_form(seen, str(fields["name"]), fields["value"])
     elif (read := signal_name(str(read_as))) != given and has_snake_form(read):

@@ -577,9 +577,22 @@ def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:
     assert event.signals == {"pack_temp_c": 41.5, "inlet_temp_f": 105.0, "bms_cell_v": 3.61, "odometer_km": 16.09344}
     error = rejected(json.dumps(alert(signals={"cell_voltage_diff_mv": {"value": 12, "unit": "°C"}})))
     assert error.stage == "validate" and "cell_voltage_diff_mv is sent in °C, its name's unit is mV" in str(error)
-    # An object with anything else in it is a nested payload, read by its paths as before.
+    # An object with another number in it and no unit is a nested payload, read by its paths as before.
     event = parse_event(json.dumps(alert(signals={"sensor": {"value": 1, "ts": 1762000000}})))
     assert isinstance(event, AlertEvent) and event.signals == {"sensor_value": 1.0, "sensor_ts": 1762000000.0}
+    # What a platform writes beside a reading (its time, quality, status) is left out with it, and its unit may
+    # be under units or uom: the time made the alert a dead letter ("pack_temp_timestamp is not a number"), and
+    # the quality turned the value into pack_temp_value and set the unit aside as a state.
+    signals = {
+        "pack_temp": {"value": 41.5, "unit": "°C", "timestamp": "2026-11-01T08:15:30Z", "ts": 1762000000},
+        "coolant_temp": {"Value": 88, "Quality": "GOOD"}, "cell_v": {"value": 3.61, "units": "V"},
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent) and event.signals_set_aside == {}
+    assert event.signals == {"pack_temp_c": 41.5, "coolant_temp": 88.0, "cell_v": 3.61}
+    listed = [{"name": "Pack Temp", "value": 41.5, "UoM": "°C", "quality": "GOOD"}]
+    event = parse_event(json.dumps(alert(signals=listed)))
+    assert isinstance(event, AlertEvent) and event.signals == {"pack_temp_c": 41.5}
 
 
 def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
