@@ -58,10 +58,14 @@ DTC_STATES = (
     "ACTIVE", "PENDING", "CONFIRMED", "STORED", "HISTORY", "HISTORIC", "PERMANENT", "CURRENT", "INTERMITTENT",
     "INACTIVE", "PASSIVE", "PREVIOUS",
 )  # fmt: skip
-DTC_RE = re.compile(
-    r"^(?:DTC[\s:#-]*)?([PCBU][0-9A-F]{4})(?:[\s:/._-]?[0-9A-F]{2}){0,2}"
-    r"(?:\s*\([^()]*\)|\s*\[[^\[\]]*\]|\s+(?:" + "|".join(DTC_STATES) + r"))*$"
+# What may follow a code: its state in brackets or as a word, then a description after a blank, a dash or a
+# colon, as scan tools export it (``P0A80 - Replace Hybrid Battery Pack``, ``U0100 Lost Communication With
+# ECM/PCM A``), as long as it holds no other code (``P0300 P0301`` is two codes, split by ``trouble_codes``).
+_CODE_TAIL = (
+    r"(?:\s*\([^()]*\)|\s*\[[^\[\]]*\]|\s+(?:" + "|".join(DTC_STATES) + r"))*"
+    r"(?:(?:\s*:\s*|\s+[-\u2013\u2014]\s+|\s+)(?!.*(?<![A-Z0-9])(?:[PCBU][0-9A-F]{4}|SPN)(?![A-Z0-9]))[^\s:(\[\u2013\u2014-].*)?"
 )
+DTC_RE = re.compile(r"^(?:DTC[\s:#-]*)?([PCBU][0-9A-F]{4})(?:[\s:/._-]?[0-9A-F]{2}){0,2}" + _CODE_TAIL + "$")
 # Several codes in one string (``P0300,P0301``, ``P0300 P0301``): split at these, then at blanks.
 _CODE_LIST_RE = re.compile(r"\s*[,;|]\s*")
 # SAE J1939 codes (trucks, buses, machines): a suspect parameter number (SPN, 0 to 524287) and a failure
@@ -71,7 +75,11 @@ _CODE_LIST_RE = re.compile(r"\s*[,;|]\s*")
 # The SPN and FMI with what a gateway writes around them; ``{ws}``: the blanks it may hold (a code field's
 # any whitespace, free text's spaces and tabs: a code never runs on across lines).
 _J1939 = r"SPN[{ws}:=_-]*(\d{{1,6}})[{ws},;/:_-]*FMI[{ws}:=_-]*(\d{{1,2}})"
-J1939_RE = re.compile("^" + _J1939.format(ws=r"\s") + r"(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?$")
+# After them, a conversion method (``CM 0``) and an occurrence count (``OC 3``), then what may follow any code.
+J1939_RE = re.compile(
+    "^" + _J1939.format(ws=r"\s") + r"(?:[\s,;/:_-]*CM[\s:=_-]*[01])?(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?"
+    + _CODE_TAIL + "$"
+)
 # A J1939 code written in free text (a model's summary, an alert's text) in any of those forms.
 _J1939_IN_TEXT_RE = re.compile("(?<![A-Za-z0-9])" + _J1939.format(ws=r" \t") + "(?![0-9])", re.IGNORECASE | re.ASCII)
 MAX_SPN, MAX_FMI = 524287, 31
@@ -540,14 +548,19 @@ def _code_entry(entry: dict[object, object]) -> object:
     """A code sent as an object: its ``code`` or ``dtc`` (``{"code": "P0A7F", "status": "active"}``), or a
     J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out."""
     fields = lower_keys(entry)
-    for key in ("code", "dtc", "dtc_code"):
+    for key in ("code", "dtc", "dtc_code", "dtccode"):
         if isinstance(code := fields.get(key), str):
             return code
         if type(code) is int:
             return _uds_number(code)
+        if key in fields and code is None:
+            return ""  # (no code, as a null entry)
     spn, fmi = fields.get("spn"), fields.get("fmi")
-    if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool):
-        return f"SPN{spn}-FMI{fmi}"
+    if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool | float):
+        parts = str(spn).strip(), str(fmi).strip()
+        if not all(part.isdigit() for part in parts):
+            raise ValueError(f"SPN {parts[0][:12]!r} and FMI {parts[1][:12]!r} must be whole numbers from 0")
+        return f"SPN{parts[0]}-FMI{parts[1]}"
     raise ValueError(f'a code entry needs a "code" (or "spn" and "fmi"), got {json.dumps(entry, default=str)[:80]}')
 
 
@@ -781,17 +794,20 @@ class AlertEvent(_Event):
     @classmethod
     def _code_entries(cls, codes: object) -> object:
         # null is no code; one string is one entry ("P0A7F", "P0300,P0301"); an entry may be an object;
-        # a null entry is no code either.
+        # a null entry is no code either, nor one that says so as a reading's text does (``no_reading``:
+        # "", "N/A", "none", "无").
         if codes is None:
             return []
         if isinstance(codes, str):
-            return [codes]
+            codes = [codes]
         if isinstance(codes, list) and None in codes:
             codes = [entry for entry in codes if entry is not None]
         if isinstance(codes, list) and dict in map(type, codes):  # (map: no Python frame per entry)
             codes = [_code_entry(entry) if isinstance(entry, dict) else entry for entry in codes]
         if isinstance(codes, list) and int in map(type, codes):  # a UDS DTC as its number (``_uds_number``)
             codes = [_uds_number(entry) if type(entry) is int else entry for entry in codes]
+        if isinstance(codes, list) and any(type(entry) is str and no_reading(entry) for entry in codes):
+            codes = [entry for entry in codes if not (type(entry) is str and no_reading(entry))]
         return codes
 
     @field_validator("dtc_codes")

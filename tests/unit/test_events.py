@@ -457,10 +457,35 @@ def test_trouble_codes_as_gateways_write_them() -> None:
     assert event.dtc_codes == ["P0300", "P0301", "P0302", "U0100", "U0121", "P0A7F", "P0AFA"]
     joined = parse_event(json.dumps(alert(dtc_codes=["SPN 1569 FMI 31, SPN 520 FMI 3 OC 2"])))
     assert isinstance(joined, AlertEvent) and joined.dtc_codes == ["SPN1569-FMI31", "SPN520-FMI3"]
-    # Still no code: other words around one, one piece of a list that is none, and a list past the bound.
-    for bad in ("P0A7F garbage", "P0A7FX", "P0300, oil low", "0x0A7", ",".join(f"U{n:04X}" for n in range(129))):
+    # Still no code: words before one, a description holding another code (which is which is not known), one
+    # piece of a list that is none, and a list past the bound.
+    for bad in ("garbage P0A7F", "P0A7F misfire P0300", "P0300 - P0301", "P0A7FX", "P0300, oil low", "0x0A7",
+                ",".join(f"U{n:04X}" for n in range(129))):  # fmt: skip
         error = rejected(json.dumps(alert(dtc_codes=[bad])))
         assert error.stage == "validate" and "dtc_codes" in str(error), bad
+
+
+def test_a_code_with_its_description_or_no_code_at_all_is_read_as_scan_tools_and_gateways_write_them() -> None:
+    # Scan tools export a code with its description after it; a J1939 gateway writes a state, a status byte
+    # and a conversion method as OBD gateways do. Each was a dead letter.
+    sent = [
+        "P0A80 - Replace Hybrid Battery Pack", "U0100 Lost Communication With ECM/PCM A", "P0301: Cylinder 1 Misfire",
+        "SPN 1569 FMI 31 active", "SPN 100 FMI 1 (Condition Exists)", "SPN 110 FMI 0 [08]", "SPN:190 FMI:2 CM:0 OC:5",
+    ]  # fmt: skip
+    event = parse_event(json.dumps(alert(dtc_codes=sent)))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == [
+        "P0A80", "U0100", "P0301", "SPN1569-FMI31", "SPN100-FMI1", "SPN110-FMI0", "SPN190-FMI2",
+    ]  # fmt: skip
+    # A code that says there is none, as a reading's text does, or an object whose code is null: no code.
+    for none in ("", "N/A", "None", "无", ["", "-"], [{"code": "", "description": "no fault"}], [{"code": None}]):
+        event = parse_event(json.dumps(alert(dtc_codes=none), ensure_ascii=False))
+        assert isinstance(event, AlertEvent) and event.dtc_codes == [], none
+    event = parse_event(json.dumps(alert(dtc_codes=["P0A80", "N/A", {"dtcCode": "U0100"}])))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == ["P0A80", "U0100"]
+    # A J1939 object's SPN and FMI are whole numbers: a sign is refused, not dropped.
+    for entry in ({"spn": 1569, "fmi": -3}, {"spn": -1569, "fmi": 31}):
+        error = rejected(json.dumps(alert(dtc_codes=[entry])))
+        assert error.stage == "validate" and "must be whole numbers" in str(error), entry
 
 
 def test_j1939_codes_are_read_in_one_written_form() -> None:
