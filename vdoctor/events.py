@@ -367,6 +367,8 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
     ``comma``: how the fleet's numbers use a comma (``NUMBER_COMMAS``, ``_ungrouped``)."""
     if "," in (text := text.strip()):
         text = _ungrouped(name, text, comma)
+    if "\u2212" in text:  # the minus sign of typeset numbers (−5), as some locales' formatting writes it
+        text = text.replace("\u2212", "-")
     number = _NUMBER_TEXT_RE.match(text)
     if number is None:
         raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number")
@@ -910,8 +912,10 @@ class AlertEvent(_Event):
 
 # A recheck's verdict as workshop and QA systems write it (``PASS``, ``OK``/``NG``, 合格).
 _VERDICT_WORDS = {
-    **dict.fromkeys(("pass", "passed", "ok", "good", "fixed", "合格", "正常", "通过"), True),
-    **dict.fromkeys(("fail", "failed", "ng", "bad", "not fixed", "不合格", "异常", "未通过"), False),
+    **dict.fromkeys(("pass", "passed", "ok", "good", "fixed", "success", "successful", "i.o.", "io"), True),
+    **dict.fromkeys(("合格", "正常", "通过"), True),
+    **dict.fromkeys(("fail", "failed", "ng", "bad", "not fixed", "failure", "unsuccessful", "nok", "n.i.o."), False),
+    **dict.fromkeys(("nio", "不合格", "异常", "未通过"), False),
 }
 
 
@@ -1117,8 +1121,10 @@ def _read_time(value: object) -> object:
     """``value`` (an event's ``ts``) as a datetime where it writes one in a form this reads (naive when it
     writes no zone: ``2026-11-01 08:15:30``), else as it is: pydantic's parse and errors. Read once, here:
     the field's validator then takes the datetime as it is."""
-    if isinstance(value, str) and _UTC_SECOND_RE.fullmatch(value):
-        return value  # (the usual case: see ``_iso_string``)
+    if isinstance(value, str):
+        if _UTC_SECOND_RE.fullmatch(value):
+            return value  # (the usual case: see ``_iso_string``)
+        value = value.strip()  # (a blank around it, as around a VIN)
     if not isinstance(text := _iso_form(value), str):
         return text
     try:

@@ -505,10 +505,13 @@ def test_signals_as_fleets_send_them() -> None:
         "soc-pct": " 80 ",
         "charging": True,
         "dc_link_v": None,  # no value from the sensor: left out
+        "ambient_temp_c": "\u22125.5",  # the typeset minus, as some locales' number formatting writes it
     }
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent)
-    assert event.signals == {"pack_temp_c": 41.5, "vehicle_speed": 62.0, "soc_pct": 80.0, "charging": 1.0}
+    assert event.signals == {
+        "pack_temp_c": 41.5, "vehicle_speed": 62.0, "soc_pct": 80.0, "charging": 1.0, "ambient_temp_c": -5.5,
+    }  # fmt: skip
     # A number as text is held to the same rules as a number, and is written in plain decimal digits.
     for text in ("1e300", "1_000", "١٢٣", "0x1A", "inf", "nan%", "n/a V"):
         assert rejected(json.dumps(alert(signals={"pack_temp_c": text}))).stage == "validate", text
@@ -1079,7 +1082,8 @@ def test_a_platforms_own_spelling_of_the_contracts_fields() -> None:
 
 def test_a_recheck_verdict_in_the_words_workshops_write() -> None:
     for written, verdict in (("PASS", True), ("ok", True), ("合格", True), (" Failed ", False), ("NG", False),
-                             ("不合格", False), ("yes", True), ("0", False), (True, True)):  # fmt: skip
+                             ("不合格", False), ("yes", True), ("0", False), (True, True), ("NOK", False),
+                             ("n.i.O.", False), ("i.O.", True), ("Success", True), ("failure", False)):  # fmt: skip
         event = parse_event(json.dumps(recheck(recheck_ok=written), ensure_ascii=False))
         assert isinstance(event, RecheckEvent) and event.recheck_ok is verdict, written
     for unknown in ("maybe", "pending", "", 2):
@@ -1100,8 +1104,10 @@ def test_event_times_as_platforms_and_exports_write_them() -> None:
     at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
     # A zone after a blank, and a date written with / or . (its zone given).
     for written in ("2026-11-01 08:15:30 UTC", "2026-11-01 08:15:30 gmt", "2026-11-01 16:15:30 +08:00",
-                    "2026-11-01 16:15:30 +0800", "2026/11/01T08:15:30Z", "2026.11.01 16:15:30+08:00"):  # fmt: skip
+                    "2026-11-01 16:15:30 +0800", "2026/11/01T08:15:30Z", "2026.11.01 16:15:30+08:00",
+                    "2026-11-01T16:15:30+08:00 ", " 2026-11-01T08:15:30Z"):  # fmt: skip (blanks around: left out)
         assert parse_event(json.dumps(alert(ts=written))).ts == at, written
+    assert parse_event(json.dumps(alert(ts=" 1793520930 "))).ts == datetime.fromtimestamp(1793520930, UTC)
     # Without a zone (a Chinese platform's export, GB/T 32960's YYYYMMDDhhmmss as text or as a number):
     # read in the fleet's zone, and a dead letter naming the setting while none is set.
     shanghai = time_zone("Asia/Shanghai")
