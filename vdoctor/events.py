@@ -304,7 +304,7 @@ def _camel_words(found: re.Match[str]) -> str:
     stays whole (``mV``, ``kWh``), and so does one split from its prefix at the word's end (``KPa``, ``KOhm``)."""
     word = found.group()
     if word.islower() or word.isupper():
-        return word
+        return unit_suffix(word) if word in _MEGA else word  # (MW: megawatts, not mw)
     parts: list[str] = []
     for part in [word] if unit_symbol(word) is not None else _WORD_START_RE.split(word):
         if parts and len(part) == 1 and part.isupper() and _ACRONYM_HEAD_RE.fullmatch(parts[-1]):
@@ -317,8 +317,13 @@ def _camel_words(found: re.Match[str]) -> str:
         # A unit's prefix glued to the quantity it measures (cellVoltagemV, packPowerkW): milli- or kilo- of
         # the unit, not a word "voltagem" and volts (1000 times the reading).
         parts[-2:] = [parts[-2][:-1], parts[-2][-1] + parts[-1]]
-    # In lower case, MOhm would be mOhm: a part in megohms is written as its suffix (any other as it is).
-    return "_".join(unit_suffix("M\u03a9") if unit_symbol(part) == "M\u03a9" else part for part in parts)
+    # In lower case, MOhm would be mOhm and MW mW: a part in megohms or megawatts is written as its suffix (any
+    # other as it is).
+    return "_".join(unit_suffix(symbol) if (symbol := unit_symbol(part)) in _MEGA else part for part in parts)
+
+
+# The units whose symbol in lower case is another unit's (``signal_name``).
+_MEGA = frozenset({"M\u03a9", "MW"})
 
 
 def _bracket_part(found: re.Match[str]) -> str:

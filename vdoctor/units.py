@@ -30,9 +30,12 @@ UNITS: dict[str, str] = {
     "ohm": "Ω",
     "kohm": "kΩ",
     "megohm": "MΩ",
+    "mw": "mW",
     "w": "W",
     "kw": "kW",
-    "mw": "MW",
+    # Megawatts by a suffix of its own, as megohms: ``_mw`` is milliwatts (a radio's or a sensor's power; no
+    # vehicle draws megawatts).
+    "megaw": "MW",
     "wh": "Wh",
     "kwh": "kWh",
     "ah": "Ah",
@@ -47,6 +50,7 @@ UNITS: dict[str, str] = {
     "k": "K",
     # pressure
     "pa": "Pa",
+    "hpa": "hPa",
     "kpa": "kPa",
     "mpa": "MPa",
     "bar": "bar",
@@ -200,7 +204,20 @@ def unit_symbol(written: str) -> str | None:
     if (symbol := _spelled(lower)) is not None:
         return symbol
     key = lower.replace("/", "").replace("·", "").replace("μ", "u").replace("ω", "ohm")
-    return UNITS.get(key.removeprefix("°") if key != "°" else "deg")
+    symbol = UNITS.get(key.removeprefix("°") if key != "°" else "deg")
+    if symbol is not None and _other_prefix(text, symbol):
+        return None
+    return symbol
+
+
+def _other_prefix(text: str, symbol: str) -> bool:
+    """Whether ``text``, written in mixed case, says milli- where the table's ``symbol`` is mega- or the other
+    way round (``"mW"`` is no megawatt, ``"mPa"`` no megapascal): a factor of a billion, so not read case-blind.
+    Text in one case (``"MW"``, ``"mw"``, ``"KWH"``) and another letter's case (``"KWh"``, ``"Mph"``) are."""
+    return (
+        text[:1] in ("m", "M") and symbol[:1] in ("m", "M") and text[:1] != symbol[:1]
+        and symbol[1:] in _SYMBOLS and text != text.lower() and text != text.upper()
+    )  # fmt: skip
 
 
 def slash_unit(written: str) -> str | None:
@@ -229,13 +246,13 @@ _QUANTITIES: dict[str, dict[str, tuple[float, float]]] = {
     "voltage": {"mV": (1e-3, 0.0), "V": (1.0, 0.0), "kV": (1e3, 0.0)},
     "current": {"µA": (1e-6, 0.0), "mA": (1e-3, 0.0), "A": (1.0, 0.0), "kA": (1e3, 0.0)},
     "resistance": {"mΩ": (1e-3, 0.0), "Ω": (1.0, 0.0), "kΩ": (1e3, 0.0), "MΩ": (1e6, 0.0)},
-    "power": {"W": (1.0, 0.0), "kW": (1e3, 0.0), "MW": (1e6, 0.0)},
+    "power": {"mW": (1e-3, 0.0), "W": (1.0, 0.0), "kW": (1e3, 0.0), "MW": (1e6, 0.0)},
     "energy": {"Wh": (1.0, 0.0), "kWh": (1e3, 0.0)},
     "charge": {"mAh": (1e-3, 0.0), "Ah": (1.0, 0.0)},
     "frequency": {"Hz": (1.0, 0.0), "kHz": (1e3, 0.0)},
     "temperature": {"K": (1.0, 0.0), "°C": (1.0, 273.15), "°F": (5 / 9, 273.15 - 32 * 5 / 9)},
-    "pressure": {"Pa": (1.0, 0.0), "kPa": (1e3, 0.0), "MPa": (1e6, 0.0), "bar": (1e5, 0.0), "mbar": (1e2, 0.0),
-                 "psi": (6894.757293168, 0.0)},
+    "pressure": {"Pa": (1.0, 0.0), "hPa": (1e2, 0.0), "kPa": (1e3, 0.0), "MPa": (1e6, 0.0), "bar": (1e5, 0.0),
+                 "mbar": (1e2, 0.0), "psi": (6894.757293168, 0.0)},
     "speed": {"m/s": (1.0, 0.0), "km/h": (1 / 3.6, 0.0), "mph": (0.44704, 0.0)},
     "length": {"mm": (1e-3, 0.0), "cm": (1e-2, 0.0), "m": (1.0, 0.0), "km": (1e3, 0.0), "mi": (1609.344, 0.0)},
     "time": {"µs": (1e-6, 0.0), "ms": (1e-3, 0.0), "s": (1.0, 0.0), "min": (60.0, 0.0), "h": (3600.0, 0.0),

@@ -718,6 +718,22 @@ def test_units_as_telemetry_writes_them_are_read() -> None:
     assert error.stage == "validate" and "is in h, its name's unit is km" in str(error)
 
 
+def test_milli_and_mega_are_read_by_their_written_case() -> None:
+    # "mW" was read case-blind as megawatts, a billion times the reading; hPa was no unit at all.
+    signals = {"heater_power_w": "50 mW", "ambient_kpa": "1013 hPa", "Barometric Pressure (hPa)": 1013, "rf_mw": 20}
+    event = parse_event(json.dumps(alert(signals=signals)))
+    assert isinstance(event, AlertEvent) and event.signals == {
+        "heater_power_w": 0.05, "ambient_kpa": 101.3, "barometric_pressure_hpa": 1013.0, "rf_mw": 20.0,
+    }  # fmt: skip
+    assert [unit_of(name) for name in ("rf_mw", "grid_megaw", "barometric_pressure_hpa")] == ["mW", "MW", "hPa"]
+    assert signal_name("gridPowerMW") == "grid_power_megaw" and signal_name("Power (mW)") == "power_mw"
+    # In one case throughout, a unit is read case-blind as before; a written case that says neither is refused.
+    event = parse_event(json.dumps(alert(signals={"brake_kpa": "5 MPA", "pack_kwh": "60 KWh"})))
+    assert isinstance(event, AlertEvent) and event.signals == {"brake_kpa": 5000.0, "pack_kwh": 60.0}
+    error = rejected(json.dumps(alert(signals={"brake_pressure_mpa": "5 mPa"})))
+    assert error.stage == "validate" and "brake_pressure_mpa" in str(error)
+
+
 def test_a_suffix_that_may_be_a_word_is_one_when_the_reading_is_sent_in_another_quantity() -> None:
     # _min is minutes or a minimum, _c degrees Celsius or phase C, _t tonnes or a temperature: a reading sent in
     # a unit of another quantity says which. It is read in its own unit, under its name with that unit's
