@@ -116,6 +116,12 @@ _WRITTEN = {
     "mohms": "mΩ", "degf": "°F", "hrs": "h", "hour": "h", "hours": "h", "mins": "min", "secs": "s",
     "seconds": "s", "day": "d", "days": "d", "mile": "mi", "miles": "mi", "kmph": "km/h", "km/hr": "km/h",
     "%rh": "%",
+    # Direct and alternating volts and amperes, units spelled out, degrees with the ordinal º (NFKC: o) or the
+    # ring ˚ in place of °, and engine speed as German data sheets write it (Umdrehungen pro Minute).
+    "vdc": "V", "vac": "V", "volt": "V", "volts": "V", "amp": "A", "amps": "A", "ampere": "A", "amperes": "A",
+    "watt": "W", "watts": "W", "minute": "min", "minutes": "min", "second": "s", "celsius": "°C",
+    "degcelsius": "°C", "fahrenheit": "°F", "oc": "°C", "of": "°F", "\u030ac": "°C", "\u030af": "°F",
+    "u/min": "rpm", "1/min": "rpm",
 }  # fmt: skip
 # Each symbol's first suffix in the table (``unit_suffix``).
 _SUFFIX_OF = {symbol: suffix for suffix, symbol in reversed(UNITS.items())}

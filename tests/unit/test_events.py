@@ -718,6 +718,21 @@ def test_units_as_telemetry_writes_them_are_read() -> None:
     assert error.stage == "validate" and "is in h, its name's unit is km" in str(error)
 
 
+def test_units_spelled_as_platforms_and_data_sheets_write_them() -> None:
+    # Each was a dead letter ("not a number, nor one with a known unit").
+    signals = {
+        "pack_voltage_v": "398.5 V DC", "aux_v": "12.6VDC", "dcdc_v": "13.8 volts", "pack_current_a": "150 amps",
+        "idle_min": "5 minutes", "pack_temp_c": "41.5 \u00baC", "cabin_temp_c": "21 \u02daC",
+        "oil_temp_c": "100 Celsius", "engine_rpm": "1200 U/min", "motor_rpm": "3000 1/min", "heater_w": "1500 watts",
+    }  # fmt: skip
+    event = parse_event(json.dumps(alert(signals=signals), ensure_ascii=False))
+    assert isinstance(event, AlertEvent) and event.signals == {
+        "pack_voltage_v": 398.5, "aux_v": 12.6, "dcdc_v": 13.8, "pack_current_a": 150.0, "idle_min": 5.0,
+        "pack_temp_c": 41.5, "cabin_temp_c": 21.0, "oil_temp_c": 100.0, "engine_rpm": 1200.0, "motor_rpm": 3000.0,
+        "heater_w": 1500.0,
+    }  # fmt: skip
+
+
 def test_milli_and_mega_are_read_by_their_written_case() -> None:
     # "mW" was read case-blind as megawatts, a billion times the reading; hPa was no unit at all.
     signals = {"heater_power_w": "50 mW", "ambient_kpa": "1013 hPa", "Barometric Pressure (hPa)": 1013, "rf_mw": 20}
