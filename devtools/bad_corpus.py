@@ -184,10 +184,13 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     wrong_types = {"vin": 12345678901234567, "dtc_codes": 42, "signals": [1, 2], "ts": [2026], "series": ["EV-A"]}
     name, value = rng.choice(list(wrong_types.items()))
     out.append((f"wrong_type_{name}", json.dumps(dict(good, event_id=good_id + "-t", **{name: value})), "validate"))
-    # A reading as words, not a number; and one in a unit of another quantity than its name's (volts for a _c
-    # name: °F would be converted to its °C).
-    for kind, reading in (("signal_as_string", "warm, 41.5"), ("signal_in_another_unit", "106.7 V")):
-        signals = {"pack_temp_c": reading}
+    # A reading as words, not a number; and one in a unit of another quantity than its name's (degrees Celsius
+    # for a _mv name: V would be converted to its mV; and a suffix that may be a word, as _c may be phase C,
+    # would take the reading's unit instead).
+    for kind, signals in (
+        ("signal_as_string", {"pack_temp_c": "warm, 41.5"}),
+        ("signal_in_another_unit", {"cell_voltage_diff_mv": "106.7 °C"}),
+    ):
         out.append((kind, json.dumps(dict(good, event_id=f"{good_id}-{kind}", signals=signals)), "validate"))
     # A signal named in another script than Latin: no snake_case form to read it as. The alert is diagnosed
     # without it, beside the signals it has in snake_case, and its line is a dead letter as well.
