@@ -350,7 +350,7 @@ def add_commands(sub: Any) -> None:
     load.add_argument("--version", default="1", help="version label stored with the chunks")
     load.add_argument("--knowledge", help="knowledge URL (default sqlite:///.vdoctor/knowledge.db)")
     load.set_defaults(func=_cmd_knowledge_load)
-    search = ksub.add_parser("search", help="two-stage search: top-20 by vector, reranked to top-5")
+    search = ksub.add_parser("search", help="hybrid search: BM25 and vector top-50 each, fused with code hits, top-5")
     search.add_argument("--query", required=True)
     search.add_argument("--scope")
     search.add_argument("--version")
