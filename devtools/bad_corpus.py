@@ -184,14 +184,16 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     wrong_types = {"vin": 12345678901234567, "dtc_codes": 42, "signals": [1, 2], "ts": [2026], "series": ["EV-A"]}
     name, value = rng.choice(list(wrong_types.items()))
     out.append((f"wrong_type_{name}", json.dumps(dict(good, event_id=good_id + "-t", **{name: value})), "validate"))
-    # A reading as words, not a number; and one in a unit of another quantity than its name's (degrees Celsius
-    # for a _mv name: V would be converted to its mV; and a suffix that may be a word, as _c may be phase C,
-    # would take the reading's unit instead).
-    for kind, signals in (
-        ("signal_as_string", {"pack_temp_c": "warm, 41.5"}),
-        ("signal_in_another_unit", {"cell_voltage_diff_mv": "106.7 °C"}),
-    ):
-        out.append((kind, json.dumps(dict(good, event_id=f"{good_id}-{kind}", signals=signals)), "validate"))
+    # A reading in a unit of another quantity than its name's (degrees Celsius for a _mv name: V would be
+    # converted to its mV; and a suffix that may be a word, as _c may be phase C, would take the reading's unit
+    # instead).
+    signals = {"cell_voltage_diff_mv": "106.7 °C"}
+    raw = json.dumps(dict(good, event_id=f"{good_id}-signal_in_another_unit", signals=signals))
+    out.append(("signal_in_another_unit", raw, "validate"))
+    # A reading as words, not a number: the alert is diagnosed without it, and its line is a dead letter as well.
+    signals = {**dict(good["signals"]), "coolant_state": "warm, 41.5"}  # type: ignore[call-overload]
+    raw = json.dumps(dict(good, event_id=f"{good_id}-signal_as_string", signals=signals), ensure_ascii=False)
+    out.append(("signal_as_string", raw, SET_ASIDE))
     # A signal named in another script than Latin: no snake_case form to read it as. The alert is diagnosed
     # without it, beside the signals it has in snake_case, and its line is a dead letter as well.
     named = {rng.choice(("电池温度", "温度_c", "напряжение_v")): 41.5, **dict(good["signals"])}  # type: ignore[call-overload]

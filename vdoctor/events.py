@@ -332,22 +332,11 @@ def _bracket_part(found: re.Match[str]) -> str:
 
 
 class NotANumber(ValueError):
-    """A reading sent as text that holds no number the job reads (``ON``, ``12.6 volts please``). In the
-    signals' validator, one without a digit (a state or a label: ``ON``, ``CHARGING``, ``D``) is set aside
-    (``AlertEvent.signals_set_aside``) rather than the alert refused; one with a digit is a number written in a
-    form the job does not read, and refuses the alert."""
-
-
-# A digit of any script: text with one is a number written in a form the job does not read, not a state.
-_DIGIT_RE = re.compile(r"\d")
-# Words that stand for a number or for no reading (infinity, NaN, n/a), with what follows them (a unit).
-_NUMBER_WORD_RE = re.compile(r"\s*[+-]?(?:inf(?:inity)?|nan|n/?a)\b", re.IGNORECASE)
-
-
-def _state_text(text: str) -> bool:
-    """Whether a reading's text that is no number is a state or a label (``ON``, ``CHARGING``, ``D``): no digit,
-    and no word that stands for a number or for none (``inf``, ``nan%``, ``n/a V``: refused as numbers)."""
-    return _DIGIT_RE.search(text) is None and _NUMBER_WORD_RE.match(text) is None
+    """A reading sent as text that holds no number the job reads: a state or a label (``ON``, ``CHARGING``,
+    ``D``), metadata a platform keeps among its readings (a firmware version ``1.2.3``, a status word
+    ``0x8001``, a position ``31.23,121.47``), or a number in a form the job does not read (``187 mV high``,
+    ``inf``). In the signals' validator it is set aside (``AlertEvent.signals_set_aside``): the alert is
+    diagnosed from its other readings, codes and text, and its line goes to the dead letters naming it."""
 
 
 class SuffixNoUnit(ValueError):
@@ -472,14 +461,15 @@ def reading_pairs(
 
 def _in_unit(name: str, value: object, symbol: str, declared: str, comma: str | None = None) -> object:
     """A reading's value sent in ``symbol`` (a number, or text as ``_number_text`` reads it) in the name's
-    unit ``declared``; a null value stays null (left out), and a state (``_state_text``) as it is: the signals'
-    validator sets it aside, as it does a state sent in the name's own unit."""
+    unit ``declared``; a null value stays null (left out), and text that is no number (``NotANumber``) as it is:
+    the signals' validator sets it aside, as it does such text sent in the name's own unit."""
     if no_reading(value):
         return None
-    if isinstance(value, str) and _state_text(value):
-        return value
     if isinstance(value, str):
-        value = _number_text(name, value, symbol, comma)  # its number in ``symbol``
+        try:
+            value = _number_text(name, value, symbol, comma)  # its number in ``symbol``
+        except NotANumber:
+            return value
     converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]
     if converted is None:
         raise ValueError(f"signal {name[:40]} is sent in {symbol}, its name's unit is {declared}")
@@ -875,9 +865,9 @@ class AlertEvent(_Event):
                 try:
                     value = _number_text(str(name), text, None, comma)
                 except NotANumber:
-                    if text_aside is None or not _state_text(text):  # (a number written wrongly: refused)
+                    if text_aside is None:
                         raise
-                    text_aside[str(given)] = text  # (a state, a label: the alert is read without it)
+                    text_aside[str(given)] = text  # (a state, a label, a version: the alert is read without it)
                     continue
                 except SuffixNoUnit as other:  # (cell_voltage_min = "3.21 V": cell_voltage_min_v)
                     name, value = other.renamed, other.value
