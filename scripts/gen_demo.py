@@ -566,7 +566,7 @@ def _malformed(rng: random.Random, alerts: Sequence[Alert]) -> list[str]:
     rows[3]["vin"] = rows[3]["vin"][:11] + "O" + rows[3]["vin"][12:]  # O is not a VIN character
     del rows[4]["ts"]
     name = next(iter(rows[5]["signals"]))
-    rows[5]["signals"][name] = f"{rows[5]['signals'][name]} units"  # a reading as a string
+    rows[5]["signals"][name] = 1e16  # a reading out of range (a string that is no number is set aside, not refused)
     rows[6] = {"type": "telemetry", "event_id": "t-000001", **{k: rows[6][k] for k in ("vin", "ts", "signals")}}
     not_an_object = ["alert", rows[7]["event_id"], rows[7]["vin"], rows[7]["ts"]]
     return [missing_comma, truncated, *(_dump(r) for r in rows[2:7]), _dump(not_an_object)]
