@@ -23,6 +23,7 @@ from typing import Any
 
 from vdoctor.errors import EventError
 from vdoctor.events import (
+    CONTRACT_FIELDS,
     AlertEvent,
     Event,
     RecheckEvent,
@@ -66,6 +67,9 @@ class FeedReport:
     dead: dict[tuple[str, str], DeadGroup] = field(default_factory=dict)
     # (kind, as written, as read) -> lines
     forms: Counter[tuple[str, str, str]] = field(default_factory=Counter)
+    # A field the contract does not name, as written -> lines of events that carry it (the job leaves it out:
+    # a platform's own name for codes or text, ``dtcs`` or ``message``, would lose them without a word).
+    left_out: Counter[str] = field(default_factory=Counter)
 
     @property
     def dead_letters(self) -> int:
@@ -93,6 +97,7 @@ class FeedReport:
                 {"kind": kind, "written": written, "read": read, "lines": n}
                 for (kind, written, read), n in self.forms.most_common()
             ],
+            "left_out": [{"field": name, "lines": n} for name, n in self.left_out.most_common()],
         }
 
 
@@ -126,7 +131,13 @@ def check_feed(
             # An event, diagnosed without those readings, and a dead letter as well: the job sends both.
             report.dead_letter("validate", set_aside_error(event), number)
         _count_forms(report.forms, written, event, rename, number_comma)
+        report.left_out.update(str(key) for key in written if not _contract_key(key))
     return report
+
+
+def _contract_key(key: object) -> bool:
+    """Whether an event's field ``key`` is one the contract names, in any spelling the job reads."""
+    return key in CONTRACT_FIELDS or (isinstance(key, str) and contract_field(key) is not None)
 
 
 def _count_forms(
@@ -266,4 +277,10 @@ def render(report: FeedReport, zone_name: str | None, number_comma: str | None =
                 rest = sum(n for _, _, n in of_kind[TOP_FORMS:])
                 more = len(of_kind) - TOP_FORMS
                 out.append(f"  {kind:<6} ... {more:,} more forms ({rest:,} lines; --json lists all)")
+    if report.left_out:
+        out.append("\nleft out (fields this feed writes that the contract does not name: not read; lines):")
+        for name, n in report.left_out.most_common(TOP_FORMS):
+            out.append(f"  {name[:60]:<60} {n:>8,}")
+        if len(report.left_out) > TOP_FORMS:
+            out.append(f"  ... {len(report.left_out) - TOP_FORMS:,} more fields (--json lists all)")
     return "\n".join(out)

@@ -163,3 +163,27 @@ def test_a_workshops_recheck_without_a_session_is_reported_as_read() -> None:
     assert {(w, r) for (kind, w, r) in report.forms if kind == "field"} == {
         ("no type", "recheck"), ("no session_id", "the vehicle's newest case"),
     }  # fmt: skip
+
+
+def test_fields_the_contract_does_not_name_are_reported_as_left_out(tmp_path: Path) -> None:
+    # A platform that writes its codes under its own name (dtcs) or its text as a message would have its alerts
+    # diagnosed without them, and nothing would say so: the report lists each such field with its lines.
+    feed = [
+        alert(event_id="e-1", dtcs=["P0A80"], message="HV battery fault"),
+        alert(event_id="e-2", dtcs=["P0A80"], receivedAt="2026-11-01T08:15:31Z"),
+        json.dumps({"Type": "alert", "eventId": "e-3", "VIN": VIN, "ts": "2026-11-01T08:15:30Z",
+                    "alertText": "spelled another way: read", "DTCCodes": ["P0A80"]}),  # fmt: skip
+    ]
+    report = check_feed(feed)
+    assert report.left_out == {"dtcs": 2, "message": 1, "receivedAt": 1}
+    text = render(report, None)
+    assert "left out (fields this feed writes that the contract does not name" in text
+    assert report.dead_letters == 0 and report.events == {"alert": 3}
+    assert "dtcs" in text and "alertText" not in text.split("left out")[1]
+    path = tmp_path / "feed.jsonl"
+    path.write_text("\n".join(feed) + "\n", encoding="utf-8")
+    shown = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "check-events", "--alerts", str(path), "--json"],
+        capture_output=True, text=True, cwd=REPO_ROOT, check=False,
+    )  # fmt: skip
+    assert json.loads(shown.stdout)["left_out"][0] == {"field": "dtcs", "lines": 2}
