@@ -56,8 +56,12 @@ class ScrubbingFilter(logging.Filter):
         message = record.getMessage()
         if (scrubbed := self.scrub(message)) != message:
             record.msg, record.args = scrubbed, None
-        if record.exc_info and record.exc_text is None:
-            record.exc_text = self.scrub(logging.Formatter().formatException(record.exc_info))
+        if record.exc_info:
+            # A handler may format the exception itself (PyFlink's thread mode sends ``exc_info`` to the JVM as
+            # its trace): one that holds a secret travels as scrubbed text in its place.
+            text = record.exc_text or logging.Formatter().formatException(record.exc_info)
+            if (scrubbed := self.scrub(text)) != text:
+                record.exc_info, record.exc_text = None, scrubbed
         return True
 
 

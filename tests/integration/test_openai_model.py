@@ -361,9 +361,10 @@ def test_a_debug_log_of_the_workers_masks_the_endpoint_password_and_the_key(serv
     url = server.base_url.replace("http://", f"http://gateway:{password}@")
     records: list[str] = []
 
-    class Keep(logging.Handler):
+    class Keep(logging.Handler):  # as PyFlink's thread mode hands records to the JVM (pemja's PythonLogHandler)
         def emit(self, record: logging.LogRecord) -> None:
-            records.append(self.format(record))
+            trace = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else ""
+            records.append(self.format(record) + trace)
 
     handler = Keep()
     root = logging.getLogger()
