@@ -1050,15 +1050,27 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not a valid JSON number")
 
 
-# ``json.loads(raw, parse_constant=_reject_constant)`` without building a decoder per line.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # An object that names one key twice (``"vin": "A...", "vin": "B..."``): which one holds the value is not
+    # known, and json would keep the last without a word.
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {twice[:40]!r} is given twice in one object")
+    return found
+
+
+# ``json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)`` without building a
+# decoder per line.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
 def _load_json(raw: str) -> Any:
-    """``json.loads(raw, parse_constant=_reject_constant)``, with its errors."""
+    """``json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)``, with its errors."""
     if isinstance(raw, str) and not raw.startswith("\ufeff"):  # json.loads refuses a BOM, the decoder does not
         return _DECODER.decode(raw)
-    return json.loads(raw, parse_constant=_reject_constant)
+    return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
 def describe_validation_error(error: ValidationError) -> str:

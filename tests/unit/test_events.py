@@ -187,6 +187,18 @@ def test_invalid_json_fails_at_parse(raw: str) -> None:
     assert rejected(raw).stage == "parse"
 
 
+def test_a_key_given_twice_in_one_object_fails_at_parse_naming_it() -> None:
+    # json keeps the last of two equal keys without a word: two VINs, or two readings of one name, would be read
+    # as whichever came last.
+    line = json.dumps(alert())
+    for raw, key in (
+        (line.replace('"vin": ', '"vin": "LSVAU2180N2183295", "vin": ', 1), "vin"),
+        (line.replace('"signals": {', '"signals": {"pack_temp_c": 99, "pack_temp_c": 41, ', 1), "pack_temp_c"),
+    ):
+        error = rejected(raw)
+        assert error.stage == "parse" and f"the key '{key}' is given twice" in str(error), raw
+
+
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_literals_fail_at_parse(literal: str) -> None:
     raw = json.dumps(alert(signals={"cell_voltage_diff_mv": 1})).replace(
