@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from vdoctor.settings import Settings
-from vdoctor.url_credentials import url_password
+from vdoctor.url_credentials import split_url, url_password
 
 MASK = "***"
 
@@ -24,7 +24,9 @@ class Scrubber:
 
     def __init__(self, secrets: Iterable[str | None]) -> None:
         found = {s for s in secrets if s}
+        # Also as a URL writes it: form-encoded (a space as +) and percent-encoded (a space as %20).
         found |= {quoted for s in list(found) if (quoted := urlencode({"": s})[1:]) != s}
+        found |= {quoted for s in list(found) if (quoted := quote(s, safe="")) != s}
         # Longest first, so a secret that contains another is replaced whole.
         self.secrets = sorted(found, key=len, reverse=True)
 
@@ -41,8 +43,17 @@ def settings_secrets(settings: Settings) -> list[str | None]:
     """What of ``settings`` must never be shown: the API key and the password of each URL that may hold one
     (long-term memory, knowledge, the model endpoint)."""
     key = settings.endpoint.api_key
-    urls = (settings.memory.url, settings.memory.knowledge_url, settings.endpoint.base_url)
-    return [key.get_secret_value() if key else None, *(url_password(url) for url in urls if url)]
+    urls = [url for url in (settings.memory.url, settings.memory.knowledge_url, settings.endpoint.base_url) if url]
+    return [key.get_secret_value() if key else None, *map(url_password, urls), *map(written_password, urls)]
+
+
+def written_password(url: str) -> str | None:
+    """The password of ``url`` as the URL writes it (``p%2fss``, percent-encoding in any case): an HTTP client
+    logs the URL as given."""
+    split = split_url(url)
+    if split is None or split.userinfo is None or ":" not in split.userinfo:
+        return None
+    return split.userinfo.partition(":")[2] or None
 
 
 class ScrubbingFilter(logging.Filter):
@@ -53,7 +64,10 @@ class ScrubbingFilter(logging.Filter):
         self.scrub = scrub
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed log call: the handler reports it as logging does
+            return True
         if (scrubbed := self.scrub(message)) != message:
             record.msg, record.args = scrubbed, None
         if record.exc_info:

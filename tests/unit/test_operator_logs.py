@@ -48,3 +48,17 @@ def test_an_unknown_level_is_a_settings_error() -> None:
 
     with pytest.raises(ConfigError, match="log_level"):
         load_settings({"VDOCTOR_LOG_LEVEL": "LOUD"})
+
+
+def test_the_secrets_filter_masks_a_password_as_its_url_writes_it_and_lets_a_bad_log_call_be() -> None:
+    from vdoctor.scrub import Scrubber, ScrubbingFilter, settings_secrets
+
+    env = {"OPENAI_BASE_URL": "https://gw:my%20pass@llm.example/v1", "VDOCTOR_MEMORY_URL": "mysql://vd:p%2fss@db/vd"}
+    scrub = Scrubber(settings_secrets(load_settings(env)))
+    # An HTTP client logs the URL as given: percent-encoded, in whatever case its hex digits are written.
+    assert scrub("POST https://gw:my%20pass@llm.example/v1 and mysql://vd:p%2fss@db/vd") == (
+        "POST https://gw:***@llm.example/v1 and mysql://vd:***@db/vd"
+    )
+    # A library's malformed log call is reported by the handler as logging does, not raised at its caller.
+    record = logging.LogRecord("lib", logging.INFO, __file__, 1, "%s %s", ("one",), None)
+    assert ScrubbingFilter(scrub).filter(record) is True
