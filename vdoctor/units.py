@@ -30,12 +30,12 @@ UNITS: dict[str, str] = {
     "ohm": "Ω",
     "kohm": "kΩ",
     "megohm": "MΩ",
-    "mw": "mW",
     "w": "W",
     "kw": "kW",
-    # Megawatts by a suffix of its own, as megohms: ``_mw`` is milliwatts (a radio's or a sensor's power; no
-    # vehicle draws megawatts).
-    "megaw": "MW",
+    "mw": "MW",
+    # Milliwatts by a suffix of their own, as megohms are: a name is lower case, and ``_mw`` has meant megawatts
+    # (a megawatt charger's power).
+    "milliw": "mW",
     "wh": "Wh",
     "kwh": "kWh",
     "ah": "Ah",
@@ -163,22 +163,18 @@ def unit_of(name: str) -> str | None:
     return unit_of(stem) if stem != name else None
 
 
-# Suffixes that are words of a name as often as units: a minimum (``cell_voltage_min``), a phase's letter
-# (``motor_current_phase_c``), a position's (front, high, left or low, mid, side) and T for a temperature
+# Suffixes that may be a word of a name instead of its unit: a minimum (``cell_voltage_min``), a phase's letter
+# after ``phase`` or ``ph`` (``motor_current_phase_c``, ``ph_a``), and T for a temperature after an index
 # (``cells_3_t``). A reading sent for such a name in a unit of another quantity than the suffix's tells that the
-# suffix was a word (``word_suffix``). Not here: the letters that name their quantity when they are no unit
-# (``cell_v``, ``pack_w``), and the units names do not abbreviate to (d, g, k, n).
-WORD_SUFFIXES = frozenset({"min", "a", "c", "f", "h", "l", "m", "s", "t"})
+# suffix was a word (``word_suffix``). Elsewhere a suffix is the unit it spells: ``pack_temp_c`` sent in volts
+# is a reading in the wrong unit, refused.
+_WORD_SUFFIX_RE = re.compile(r"(?:^|_)(?:min|(?:phase|ph)_[abc]|[0-9]+_t)$")
 
 
 def word_suffix(name: str) -> bool:
-    """Whether the unit ``name`` declares (``unit_of``) comes from a suffix in ``WORD_SUFFIXES``: one that may
-    be a word of the name instead (``_min``: minutes, or a minimum; ``_c``: degrees Celsius, or phase C)."""
-    stem = _INDEX_TAIL_RE.sub("", name)
-    for suffix in _SUFFIXES:
-        if stem.endswith("_" + suffix) and len(stem) > len(suffix) + 1:
-            return suffix in WORD_SUFFIXES
-    return False
+    """Whether ``name`` ends in a suffix that may be a word of it instead of its unit (``_WORD_SUFFIX_RE``:
+    ``_min``, minutes or a minimum; ``phase_c``, degrees Celsius or phase C; ``cells_3_t``, tonnes or T)."""
+    return _WORD_SUFFIX_RE.search(_INDEX_TAIL_RE.sub("", name)) is not None and unit_of(name) is not None
 
 
 def other_quantity(written: str, declared: str) -> bool:
