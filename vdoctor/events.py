@@ -60,14 +60,21 @@ DTC_STATES = (
 )  # fmt: skip
 # What may follow a code: its state in brackets or as a word, then a description after a blank, a dash or a
 # colon, as scan tools export it (``P0A80 - Replace Hybrid Battery Pack``, ``U0100 Lost Communication With
-# ECM/PCM A``), as long as it holds no other code (``P0300 P0301`` is two codes, split by ``trouble_codes``).
+# ECM/PCM A``), as long as it holds no other code (``_CODE_IN_DESCRIPTION_RE``: ``P0300 P0301`` is two codes,
+# split by ``trouble_codes``). The blanks before a description are possessive: no backtracking over them.
 _CODE_TAIL = (
     r"(?:\s*\([^()]*\)|\s*\[[^\[\]]*\]|\s+(?:" + "|".join(DTC_STATES) + r"))*"
-    r"(?:(?:\s*:\s*|\s+[-\u2013\u2014]\s+|\s+)(?!.*(?<![A-Z0-9])(?:[PCBU][0-9A-F]{4}|SPN)(?![A-Z0-9]))[^\s:(\[\u2013\u2014-].*)?"
+    r"(?:(?:\s*+:\s*+|\s++[-\u2013\u2014]\s++|\s++)(?P<description>[^\s:(\[\u2013\u2014-].*))?"
 )
+# A code in a description, in any form a code entry is read in (then it is no description: which code the
+# entry means is not known). Run on the upper-cased entry.
+_CODE_IN_DESCRIPTION_RE = re.compile(r"(?<![A-Z0-9])(?:[PCBU][0-9A-F]{4}|SPN[\s:=_-]*\d|0X[0-9A-F]{4})")
+# An entry longer than this is no one code (a description is a line of a scan tool's export); a list of codes in
+# one string is split first (``trouble_codes``). It bounds the regular expressions' work on hostile input.
+MAX_CODE_ENTRY_CHARS = 200
 DTC_RE = re.compile(r"^(?:DTC[\s:#-]*)?([PCBU][0-9A-F]{4})(?:[\s:/._-]?[0-9A-F]{2}){0,2}" + _CODE_TAIL + "$")
 # Several codes in one string (``P0300,P0301``, ``P0300 P0301``): split at these, then at blanks.
-_CODE_LIST_RE = re.compile(r"\s*[,;|]\s*")
+_CODE_LIST_RE = re.compile(r"[,;|]")  # (the blanks around each part are stripped: a regex of them backtracks)
 # SAE J1939 codes (trucks, buses, machines): a suspect parameter number (SPN, 0 to 524287) and a failure
 # mode identifier (FMI, 0 to 31), however a gateway writes them (``SPN 1569 FMI 31``, ``spn1569/fmi31``,
 # ``SPN:1569-FMI:31``); an occurrence count (``OC 3``) is left out, as a UDS failure type is. Read as
@@ -102,10 +109,12 @@ def trouble_code(text: str) -> str | None:
     """A trouble code in its one written form (``P0A7F``, ``SPN1569-FMI31``; see ``DTC_RE`` and ``J1939_RE``),
     or None when ``text`` is none."""
     code = text.strip().upper()
+    if len(code) > MAX_CODE_ENTRY_CHARS:
+        return None
     if (match := DTC_RE.match(code)) is not None:
-        return match.group(1)
+        return None if _other_code(match) else match.group(1)
     if (match := J1939_RE.match(code)) is not None:
-        return _j1939_code(match)
+        return None if _other_code(match) else _j1939_code(match)
     if (match := _UDS_HEX_RE.match(code)) is not None:
         return uds_code(int(match.group(1), 16))
     return None
@@ -117,13 +126,19 @@ def uds_code(number: int) -> str:
     return f"{'PCBU'[number >> 14]}{(number >> 12) & 0x3}{number & 0xFFF:03X}"
 
 
+def _other_code(match: re.Match[str]) -> bool:
+    """Whether a code's match has a description that holds another code (``_CODE_IN_DESCRIPTION_RE``)."""
+    description = match.group("description")
+    return description is not None and _CODE_IN_DESCRIPTION_RE.search(description) is not None
+
+
 def trouble_codes(text: str) -> list[str] | None:
     """The codes of one entry of an alert's ``dtc_codes``: one code (``trouble_code``), or several that a
     gateway wrote in one string, split at commas, semicolons or bars, else at blanks (each must be a code);
     None when it is neither."""
     if (code := trouble_code(text)) is not None:
         return [code]
-    for parts in (_CODE_LIST_RE.split(text.strip()), text.split()):
+    for parts in ([part.strip() for part in _CODE_LIST_RE.split(text)], text.split()):
         if len(parts) > 1 and None not in (codes := [trouble_code(part) for part in parts if part]):
             return codes  # type: ignore[return-value]
     return None
@@ -304,7 +319,7 @@ def _camel_words(found: re.Match[str]) -> str:
     stays whole (``mV``, ``kWh``), and so does one split from its prefix at the word's end (``KPa``, ``KOhm``)."""
     word = found.group()
     if word.islower() or word.isupper():
-        return unit_suffix(word) if word in _MEGA else word  # (MW: megawatts, not mw)
+        return word
     parts: list[str] = []
     for part in [word] if unit_symbol(word) is not None else _WORD_START_RE.split(word):
         if parts and len(part) == 1 and part.isupper() and _ACRONYM_HEAD_RE.fullmatch(parts[-1]):
@@ -317,13 +332,14 @@ def _camel_words(found: re.Match[str]) -> str:
         # A unit's prefix glued to the quantity it measures (cellVoltagemV, packPowerkW): milli- or kilo- of
         # the unit, not a word "voltagem" and volts (1000 times the reading).
         parts[-2:] = [parts[-2][:-1], parts[-2][-1] + parts[-1]]
-    # In lower case, MOhm would be mOhm and MW mW: a part in megohms or megawatts is written as its suffix (any
+    # In lower case, MOhm would be mOhm and mW MW: a part in megohms or milliwatts is written as its suffix (any
     # other as it is).
-    return "_".join(unit_suffix(symbol) if (symbol := unit_symbol(part)) in _MEGA else part for part in parts)
+    return "_".join(unit_suffix(symbol) if (symbol := unit_symbol(part)) in _CASED else part for part in parts)
 
 
-# The units whose symbol in lower case is another unit's (``signal_name``).
-_MEGA = frozenset({"M\u03a9", "MW"})
+# The units whose symbol in lower case is another unit's suffix (``signal_name``): megohms (``_mohm`` is
+# milliohms) and milliwatts (``_mw`` is megawatts).
+_CASED = frozenset({"M\u03a9", "mW"})
 
 
 def _bracket_part(found: re.Match[str]) -> str:
@@ -508,8 +524,8 @@ def value_object(value: object) -> bool:
 
 
 def unit_field(fields: dict[str, object]) -> object:
-    """A reading object's unit (``UNIT_KEYS``, the first given), or None."""
-    return next((fields[key] for key in UNIT_KEYS if key in fields), None)
+    """A reading object's unit (``UNIT_KEYS``, the first given that is not null), or None."""
+    return next((fields[key] for key in UNIT_KEYS if fields.get(key) is not None), None)
 
 
 def named_reading(name: str, value: dict[object, object]) -> dict[object, object]:
@@ -541,23 +557,27 @@ def flat_signals(signals: dict[object, object]) -> list[tuple[str, object]]:
     return pairs
 
 
+# The fields of a code sent as an object that hold its code (keys in lower case).
+_CODE_KEYS = ("code", "dtc", "dtc_code", "dtccode")
+
+
 def _code_entry(entry: dict[object, object]) -> object:
     """A code sent as an object: its ``code`` or ``dtc`` (``{"code": "P0A7F", "status": "active"}``), or a
     J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out."""
     fields = lower_keys(entry)
-    for key in ("code", "dtc", "dtc_code", "dtccode"):
-        if isinstance(code := fields.get(key), str):
+    for key in _CODE_KEYS:
+        if isinstance(code := fields.get(key), str) and not no_reading(code):
             return code
         if type(code) is int:
             return _uds_number(code)
-        if key in fields and code is None:
-            return ""  # (no code, as a null entry)
     spn, fmi = fields.get("spn"), fields.get("fmi")
     if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool | float):
         parts = str(spn).strip(), str(fmi).strip()
         if not all(part.isdigit() for part in parts):
             raise ValueError(f"SPN {parts[0][:12]!r} and FMI {parts[1][:12]!r} must be whole numbers from 0")
         return f"SPN{parts[0]}-FMI{parts[1]}"
+    if any(key in fields and no_reading(fields[key]) for key in _CODE_KEYS):
+        return ""  # (a code field that says there is none, null or "N/A", and no other code: no code)
     raise ValueError(f'a code entry needs a "code" (or "spn" and "fmi"), got {json.dumps(entry, default=str)[:80]}')
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from typing import Any
 
 from vdoctor.errors import EventError
 from vdoctor.events import (
-    CONTRACT_FIELDS,
     AlertEvent,
     Event,
     RecheckEvent,
@@ -131,13 +130,18 @@ def check_feed(
             # An event, diagnosed without those readings, and a dead letter as well: the job sends both.
             report.dead_letter("validate", set_aside_error(event), number)
         _count_forms(report.forms, written, event, rename, number_comma)
-        report.left_out.update(str(key) for key in written if not _contract_key(key))
+        fields = type(event).model_fields
+        report.left_out.update(str(key) for key in written if not _read_key(key, fields))
     return report
 
 
-def _contract_key(key: object) -> bool:
-    """Whether an event's field ``key`` is one the contract names, in any spelling the job reads."""
-    return key in CONTRACT_FIELDS or (isinstance(key, str) and contract_field(key) is not None)
+def _read_key(key: object, fields: Mapping[str, object]) -> bool:
+    """Whether an event's field ``key`` is one of ``fields`` (its type's, as the contract names them), in any
+    spelling the job reads."""
+    if key in fields:
+        return True
+    name = contract_field(key) if isinstance(key, str) else None
+    return name is not None and name in fields
 
 
 def _count_forms(

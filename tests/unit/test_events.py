@@ -499,6 +499,21 @@ def test_a_code_with_its_description_or_no_code_at_all_is_read_as_scan_tools_and
         assert isinstance(event, AlertEvent) and event.dtc_codes == [], none
     event = parse_event(json.dumps(alert(dtc_codes=["P0A80", "N/A", {"dtcCode": "U0100"}])))
     assert isinstance(event, AlertEvent) and event.dtc_codes == ["P0A80", "U0100"]
+    # A null code field beside the code (one schema for every kind of code) hides nothing.
+    entries = [{"code": None, "spn": 1569, "fmi": 31}, {"code": "", "dtc": "P0300"}]
+    event = parse_event(json.dumps(alert(dtc_codes=entries)))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == ["SPN1569-FMI31", "P0300"]
+    # Codes after a code are codes of a list, in any form, not its description.
+    for listed, codes in (
+        ("SPN1569-FMI31 SPN520-FMI2", ["SPN1569-FMI31", "SPN520-FMI2"]), ("P0A7F1B P0A801B", ["P0A7F", "P0A80"]),
+        ("P0300 0x0A801B", ["P0300", "P0A80"]), ("P0300 SPN1569-FMI31", ["P0300", "SPN1569-FMI31"]),
+    ):  # fmt: skip
+        event = parse_event(json.dumps(alert(dtc_codes=[listed])))
+        assert isinstance(event, AlertEvent) and event.dtc_codes == codes, listed
+    # An entry past the length of a code and its description is none (and a hostile one is refused in linear
+    # time: the blanks before a description are never backtracked over).
+    for entry in ("P0A80 - " + "x" * 300, "P0300" + " " * 16000 + "X\nY", "SPN1-FMI2" + " " * 16000 + "X\nY"):
+        assert rejected(json.dumps(alert(dtc_codes=[entry]))).stage == "validate"
     # A J1939 object's SPN and FMI are whole numbers: a sign is refused, not dropped.
     for entry in ({"spn": 1569, "fmi": -3}, {"spn": -1569, "fmi": 31}):
         error = rejected(json.dumps(alert(dtc_codes=[entry])))
@@ -639,6 +654,9 @@ def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:
     listed = [{"name": "Pack Temp", "value": 41.5, "UoM": "°C", "quality": "GOOD"}]
     event = parse_event(json.dumps(alert(signals=listed)))
     assert isinstance(event, AlertEvent) and event.signals == {"pack_temp_c": 41.5}
+    # A null unit field beside one that names it: the one that names it.
+    event = parse_event(json.dumps(alert(signals={"pack_temp_c": {"value": 41, "unit": None, "uom": "°F"}})))
+    assert isinstance(event, AlertEvent) and event.signals == {"pack_temp_c": 5.0}
 
 
 def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
@@ -752,15 +770,23 @@ def test_units_spelled_as_platforms_and_data_sheets_write_them() -> None:
 
 def test_milli_and_mega_are_read_by_their_written_case() -> None:
     # "mW" was read case-blind as megawatts, a billion times the reading; hPa was no unit at all.
-    signals = {"heater_power_w": "50 mW", "ambient_kpa": "1013 hPa", "Barometric Pressure (hPa)": 1013, "rf_mw": 20}
+    signals = {"heater_power_w": "50 mW", "ambient_kpa": "1013 hPa", "Barometric Pressure (hPa)": 1013,
+               "RF Power (mW)": 20, "charger_power_mw": "1200 kW"}  # fmt: skip
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent) and event.signals == {
-        "heater_power_w": 0.05, "ambient_kpa": 101.3, "barometric_pressure_hpa": 1013.0, "rf_mw": 20.0,
+        "heater_power_w": 0.05, "ambient_kpa": 101.3, "barometric_pressure_hpa": 1013.0, "rf_power_milliw": 20.0,
+        "charger_power_mw": 1.2,
     }  # fmt: skip
-    assert [unit_of(name) for name in ("rf_mw", "grid_megaw", "barometric_pressure_hpa")] == ["mW", "MW", "hPa"]
-    assert signal_name("gridPowerMW") == "grid_power_megaw" and signal_name("Power (mW)") == "power_mw"
+    # A name is lower case: _mw stays megawatts (a megawatt charger's power), in any case it is written in, and
+    # milliwatts have a suffix of their own, as megohms do.
+    assert [unit_of(name) for name in ("rf_power_milliw", "charger_power_mw", "barometric_pressure_hpa")] == [
+        "mW", "MW", "hPa",
+    ]  # fmt: skip
+    assert [signal_name(n) for n in ("gridPowerMW", "GRID_POWER_MW", "Power (mW)", "heaterPowermW")] == [
+        "grid_power_mw", "grid_power_mw", "power_milliw", "heater_power_milliw",
+    ]  # fmt: skip
     # In one case throughout, a unit is read case-blind as before; a written case that says neither is no unit
-    # of the table (set aside), never megapascals.
+    # of the table, never megapascals: the reading is set aside.
     event = parse_event(json.dumps(alert(signals={"brake_kpa": "5 MPA", "pack_kwh": "60 KWh"})))
     assert isinstance(event, AlertEvent) and event.signals == {"brake_kpa": 5000.0, "pack_kwh": 60.0}
     set_aside(json.dumps(alert(signals={"brake_pressure_mpa": "5 mPa"})), "brake_pressure_mpa")
@@ -788,7 +814,9 @@ def test_a_suffix_that_may_be_a_word_is_one_when_the_reading_is_sent_in_another_
     assert isinstance(event, AlertEvent) and event.signals == {"idle_min": 180.0, "pack_temp_c": 40.5555555556}
     # A suffix that is a unit only, or a unit of the same quantity in another case (mΩ, MΩ), is refused as before;
     # so is a renamed reading whose new name another reading of the alert has.
+    # A suffix elsewhere is the unit it spells: pack_temp_c sent in volts is a reading in the wrong unit.
     for signals in ({"cell_voltage_diff_mv": "12 °C"}, {"insulation_res_mohm": "5 MΩ"}, {"soc_pct": "80 V"},
+                    {"pack_temp_c": "106.7 V"}, {"pack_current_a": "41 °C"},
                     {"cell_voltage_min": "3.21 V", "cell_voltage_min_v": 3.3}):  # fmt: skip
         error = rejected(json.dumps(alert(signals=signals)))
         assert error.stage == "validate", signals

@@ -187,3 +187,7 @@ def test_fields_the_contract_does_not_name_are_reported_as_left_out(tmp_path: Pa
         capture_output=True, text=True, cwd=REPO_ROOT, check=False,
     )  # fmt: skip
     assert json.loads(shown.stdout)["left_out"][0] == {"field": "dtcs", "lines": 2}
+    # Left out by the event's own type: a recheck reads no alert text nor codes.
+    recheck = {"type": "recheck", "event_id": "r-1", "vin": VIN, "ts": "2026-11-02T08:00:00Z", "alertText": "x",
+               "session_id": f"{VIN}-20261101T081530", "recheck_ok": "PASS", "dtc_codes": []}  # fmt: skip
+    assert check_feed([json.dumps(recheck)]).left_out == {"alertText": 1, "dtc_codes": 1}
