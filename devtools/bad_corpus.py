@@ -185,8 +185,7 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     name, value = rng.choice(list(wrong_types.items()))
     out.append((f"wrong_type_{name}", json.dumps(dict(good, event_id=good_id + "-t", **{name: value})), "validate"))
     # A reading in a unit of another quantity than its name's (degrees Celsius for a _mv name: V would be
-    # converted to its mV; and a suffix that may be a word, as _c may be phase C, would take the reading's unit
-    # instead).
+    # converted to its mV).
     signals = {"cell_voltage_diff_mv": "106.7 °C"}
     raw = json.dumps(dict(good, event_id=f"{good_id}-signal_in_another_unit", signals=signals))
     out.append(("signal_in_another_unit", raw, "validate"))
