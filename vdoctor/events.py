@@ -629,7 +629,22 @@ _UTC_SECOND_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]
 # Unix times in microseconds and nanoseconds start here (``_unix_fine``): 1e14 us is 1973, 1e17 ns is 1973.
 UNIX_MICROS_FROM, UNIX_NANOS_FROM = 10**14, 10**17
 _LOOSE_DATE_RE = re.compile(r"([0-9]{4})[-/.]([0-9]{1,2})[-/.]([0-9]{1,2})(?:([ T])([0-9]{1,2})(?=:))?")
-_ZONE_AFTER_BLANK_RE = re.compile(r" (?:(?:UTC|GMT|Z)|([+-][0-9]{2}:?[0-9]{2}))\Z", re.IGNORECASE)
+# A zone after a blank, or UTC/GMT glued to the time, with an offset after it as Java, JavaScript and Chinese
+# platforms write one (``08:15:30UTC``, ``16:15:30 GMT+8``, ``16:15:30 UTC+08:00``).
+_ZONE_AFTER_BLANK_RE = re.compile(
+    r"(?: ?(?:UTC|GMT)|(?<=[0-9]) Z)([+-][0-9]{1,2}(?::?[0-9]{2})?)?\Z|(?<=[0-9]) ([+-][0-9]{2}:?[0-9]{2})\Z",
+    re.IGNORECASE,
+)
+
+
+def _iso_zone(found: re.Match[str]) -> str:
+    """A zone ``_ZONE_AFTER_BLANK_RE`` found as ISO 8601 writes it: ``Z``, or the offset as ``+08:00``."""
+    offset = found.group(1) or found.group(2)
+    if offset is None:
+        return "Z"
+    digits = offset[1:].replace(":", "")
+    hours, minutes = (digits[:-2], digits[-2:]) if len(digits) > 2 else (digits, "00")
+    return f"{offset[0]}{int(hours):02d}:{minutes}"
 # ISO 8601's basic format (``20261101T081530Z``, as AWS and iCalendar write it), its fraction and zone kept.
 _BASIC_TIME_RE = re.compile(
     r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})((?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)",
@@ -672,7 +687,7 @@ def _iso_form(value: object) -> object:
         year, month, day, sep, hour = date.groups()
         head = f"{year}-{int(month):02d}-{int(day):02d}" + (f"{sep}{int(hour):02d}" if hour is not None else "")
         text = head + text[date.end() :]
-    return _ZONE_AFTER_BLANK_RE.sub(lambda m: m.group(1) or "Z", text)
+    return _ZONE_AFTER_BLANK_RE.sub(_iso_zone, text)
 
 
 def _zone_in_brackets(time: str, zone: str) -> object:

@@ -1194,6 +1194,12 @@ def test_event_times_as_platforms_and_exports_write_them() -> None:
                     "2026-11-01T16:15:30+08:00 ", " 2026-11-01T08:15:30Z"):  # fmt: skip (blanks around: left out)
         assert parse_event(json.dumps(alert(ts=written))).ts == at, written
     assert parse_event(json.dumps(alert(ts=" 1793520930 "))).ts == datetime.fromtimestamp(1793520930, UTC)
+    # UTC glued to the time, and UTC or GMT with an offset after it, as Java, JavaScript and Chinese platforms
+    # write them: each was a dead letter.
+    for written in ("2026-11-01T08:15:30UTC", "2026-11-01 16:15:30 GMT+8", "2026-11-01 16:15:30 UTC+08:00",
+                    "2026-11-01 16:15:30 UTC+0800", "2026-11-01 13:45:30 GMT+5:30",
+                    "2026-11-01 03:15:30 GMT-5"):  # fmt: skip
+        assert parse_event(json.dumps(alert(ts=written))).ts == at, written
     # Without a zone (a Chinese platform's export, GB/T 32960's YYYYMMDDhhmmss as text or as a number):
     # read in the fleet's zone, and a dead letter naming the setting while none is set.
     shanghai = time_zone("Asia/Shanghai")
