@@ -360,8 +360,8 @@ class SuffixNoUnit(ValueError):
     word of the name (``units.word_suffix``: ``cell_voltage_min`` sent as ``"3.21 V"`` is a minimum, not
     minutes): it is read in its own unit, under its name with that unit's suffix (``cell_voltage_min_v``)."""
 
-    def __init__(self, name: str, value: float, symbol: str) -> None:
-        super().__init__(f"signal {name[:40]} is sent in {symbol}, its name's unit is {unit_of(name)}")
+    def __init__(self, name: str, value: float, symbol: str, declared: str) -> None:
+        super().__init__(f"signal {name[:40]} is sent in {symbol}, its name's unit is {declared}")
         self.renamed = f"{name}_{unit_suffix(symbol)}"
         self.value = value
 
@@ -387,10 +387,11 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
         symbol = unit_symbol(unit)
         if symbol is None:
             raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
+        named = declared is None  # (the unit is the name's: its suffix may be a word instead)
         if (declared := declared or unit_of(name)) is not None and symbol != declared:
             converted = convert(value, symbol, declared)
-            if converted is None and declared == unit_of(name) and _suffix_no_unit(name, symbol):
-                raise SuffixNoUnit(name, value, symbol)
+            if converted is None and named and _suffix_no_unit(name, symbol, declared):
+                raise SuffixNoUnit(name, value, symbol, declared)
             if converted is None:
                 raise ValueError(
                     f"signal {name[:40]} = {text[:20]!r} is in {symbol}, its name's unit is {declared}: "
@@ -400,11 +401,11 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
     return value
 
 
-def _suffix_no_unit(name: str, symbol: str) -> bool:
-    """Whether a reading of ``name`` sent in ``symbol`` tells that the name's suffix is a word, not its unit
-    (``SuffixNoUnit``): a suffix that may be either (``units.word_suffix``), and a unit of another quantity."""
-    declared = unit_of(name)
-    return declared is not None and other_quantity(symbol, declared) and word_suffix(name)
+def _suffix_no_unit(name: str, symbol: str, declared: str) -> bool:
+    """Whether a reading of ``name`` (whose suffix declares ``declared``) sent in ``symbol`` tells that the suffix
+    is a word, not its unit (``SuffixNoUnit``): a suffix that may be either (``units.word_suffix``), and a unit
+    of another quantity."""
+    return other_quantity(symbol, declared) and word_suffix(name)
 
 
 def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
@@ -466,7 +467,7 @@ def reading_pairs(
             if not has_snake_form(read):  # set aside under its name as sent (``AlertEvent``)
                 pairs.append((name, fields["value"]))
                 continue
-            if (declared := unit_of(read)) is None or _suffix_no_unit(read, symbol):
+            if (declared := unit_of(read)) is None or _suffix_no_unit(read, symbol, declared):
                 name = f"{read}_{unit_suffix(symbol)}"
             elif declared != symbol:
                 pairs.append((name, _in_unit(read, fields["value"], symbol, declared, comma)))

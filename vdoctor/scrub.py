@@ -44,16 +44,10 @@ def settings_secrets(settings: Settings) -> list[str | None]:
     (long-term memory, knowledge, the model endpoint)."""
     key = settings.endpoint.api_key
     urls = [url for url in (settings.memory.url, settings.memory.knowledge_url, settings.endpoint.base_url) if url]
-    return [key.get_secret_value() if key else None, *map(url_password, urls), *map(written_password, urls)]
-
-
-def written_password(url: str) -> str | None:
-    """The password of ``url`` as the URL writes it (``p%2fss``, percent-encoding in any case): an HTTP client
-    logs the URL as given."""
-    split = split_url(url)
-    if split is None or split.userinfo is None or ":" not in split.userinfo:
-        return None
-    return split.userinfo.partition(":")[2] or None
+    # Each password also as its URL writes it (``p%2fss``, percent-encoding in any case): an HTTP client logs the
+    # URL as given.
+    written = [split.written_password for url in urls if (split := split_url(url)) is not None]
+    return [key.get_secret_value() if key else None, *map(url_password, urls), *written]
 
 
 class ScrubbingFilter(logging.Filter):

@@ -172,9 +172,10 @@ _WORD_SUFFIX_RE = re.compile(r"(?:^|_)(?:min|(?:phase|ph)_[abc]|[0-9]+_t)$")
 
 
 def word_suffix(name: str) -> bool:
-    """Whether ``name`` ends in a suffix that may be a word of it instead of its unit (``_WORD_SUFFIX_RE``:
-    ``_min``, minutes or a minimum; ``phase_c``, degrees Celsius or phase C; ``cells_3_t``, tonnes or T)."""
-    return _WORD_SUFFIX_RE.search(_INDEX_TAIL_RE.sub("", name)) is not None and unit_of(name) is not None
+    """Whether ``name``, whose suffix declares a unit, ends in one that may be a word of it instead
+    (``_WORD_SUFFIX_RE``: ``_min``, minutes or a minimum; ``phase_c``, degrees Celsius or phase C; ``cells_3_t``,
+    tonnes or T)."""
+    return _WORD_SUFFIX_RE.search(_INDEX_TAIL_RE.sub("", name)) is not None
 
 
 def other_quantity(written: str, declared: str) -> bool:

@@ -42,12 +42,18 @@ class SplitUrl:
         return None if self.userinfo is None else unquote(self.userinfo.partition(":")[0])
 
     @property
-    def password(self) -> str | None:
-        """The password, percent-decoded: the userinfo after its first ``:``; None without one."""
+    def written_password(self) -> str | None:
+        """The password as the URL writes it (``p%2fss``): the userinfo after its first ``:``; None without one."""
         if self.userinfo is None:
             return None
         _, colon, password = self.userinfo.partition(":")
-        return unquote(password) if colon else None
+        return password if colon else None
+
+    @property
+    def password(self) -> str | None:
+        """The password, percent-decoded (``written_password``); None without one."""
+        written = self.written_password
+        return None if written is None else unquote(written)
 
     @property
     def ends_authority_early(self) -> bool:
