@@ -743,6 +743,27 @@ def _named_month(text: str) -> str:
     return f"{year}-{month:02d}-{day:02d}T{int(hour):02d}:{minute}:{second or '00'}{zone}"
 
 
+# The largest whole number a JSON float holds exactly: above it, two ids a digit apart read as one.
+_EXACT_FLOAT_INT = 2**53
+
+
+def _whole_number_digits(value: object) -> object:
+    """An id or code sent as a whole number as its digits: ``12345``, and ``12345.0`` as a platform that
+    writes every number as a float sends it (up to 2**53, where a float still tells the ids apart); any
+    other value as it came, for the field's own check."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"must be a string or a whole number, got {value!r}")
+        if abs(value) >= _EXACT_FLOAT_INT:
+            raise ValueError(f"a number sent as a float is exact only up to 2**53, got {value!r}: send it as a string")
+        return str(int(value))
+    return value
+
+
 class _Event(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, str_strip_whitespace=True)
 
@@ -754,7 +775,7 @@ class _Event(BaseModel):
     @classmethod
     def _id_digits(cls, value: object) -> object:
         # An id sent as a whole number is the same id as its digits.
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        return _whole_number_digits(value)
 
     @field_validator("vin")
     @classmethod
@@ -810,7 +831,7 @@ class AlertEvent(_Event):
     @classmethod
     def _series_digits(cls, value: object) -> object:
         # A series (model) code sent as a whole number is the same code as its digits, as an event id is.
-        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        return _whole_number_digits(value)
 
     @field_validator("alert_text", mode="before")
     @classmethod

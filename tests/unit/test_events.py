@@ -1266,6 +1266,13 @@ def test_null_for_an_optional_field_is_its_empty_value() -> None:
 def test_ids_sent_as_numbers_and_names_in_another_case() -> None:
     event = parse_event(json.dumps(alert(type="Alert", event_id=12345)))
     assert isinstance(event, AlertEvent) and event.event_id == "12345"
+    # A platform that writes every number as a float sends 12345.0: the same id, and the same series code.
+    floated = parse_event(json.dumps(alert(event_id=12345.0, series=301.0)))
+    assert isinstance(floated, AlertEvent) and (floated.event_id, floated.series) == ("12345", "301")
+    # Refused, saying why: a fraction is no id, and above 2**53 a float no longer tells two ids apart.
+    for value, reason in ((12.5, "a whole number"), (2.0**53, "send it as a string")):
+        error = rejected(json.dumps(alert(event_id=value)))
+        assert error.stage == "validate" and "event_id" in str(error) and reason in str(error), value
     left = parse_event(json.dumps(lifecycle(type="LIFECYCLE", change="Scrapped")))
     assert isinstance(left, LifecycleEvent) and left.change == "scrapped"
 
