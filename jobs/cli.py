@@ -14,6 +14,7 @@ import os
 import sys
 
 from jobs import cli_jobs, cli_memory, cli_serve
+from jobs.job_settings import warn_passwords_in_arguments
 from vdoctor.errors import VDoctorError
 
 
@@ -37,6 +38,7 @@ def _not_py4j(record: logging.LogRecord) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    warn_passwords_in_arguments(args)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_not_py4j)

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from vdoctor.errors import ConfigError
 from vdoctor.events import NUMBER_COMMAS, describe_validation_error
 from vdoctor.settings import DEFAULT_MEMORY_URL, ENV_VARS, Settings, load_settings, with_overrides
+from vdoctor.url_credentials import split_url
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +346,21 @@ def domain_settings(
         memory_url=_absolute_local_url(settings.memory.url),
         knowledge_url=_absolute_local_url(settings.memory.knowledge_url),
     )
+
+
+def warn_passwords_in_arguments(args: argparse.Namespace) -> None:
+    """Say on stderr that a URL flag's password is visible to every user of the machine (``ps``), and to
+    Flink's client log for a submitted job, and name the variable that keeps it out of both. The command
+    still runs: as a client warns for a password on its command line, it does not refuse it."""
+    for flag, field in (("memory", "memory_url"), ("knowledge", "knowledge_url")):
+        given = getattr(args, flag, None)
+        parts = split_url(given) if isinstance(given, str) else None
+        if parts is not None and parts.password:
+            print(
+                f"vdoctor: warning: the password in --{flag} is visible to every user of this machine (ps) and, "
+                f"for a submitted job, in Flink's client log; give the URL as {ENV_VARS[field]} instead",
+                file=sys.stderr,
+            )
 
 
 def memory_url_as_given(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> str:

@@ -36,6 +36,7 @@ from jobs.job_settings import (
     add_kafka_arguments,
     domain_settings,
     kafka_settings,
+    warn_passwords_in_arguments,
 )
 from vdoctor.errors import ConfigError
 from vdoctor.events import key_vin, raw_vin
@@ -200,6 +201,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    warn_passwords_in_arguments(args)
     try:
         job = submitted_settings(args)
         settings = domain_settings(args)

@@ -62,3 +62,32 @@ def test_every_memory_flag_says_a_url_with_a_password_is_better_in_the_environme
     assert {"vdoctor run", "vdoctor serve", "vdoctor memory init", "vdoctor memory history"} <= {p for p, _ in flags}
     for path, help_text in flags:
         assert help_text is not None and f"better given as {ENV}" in help_text, path
+
+
+def test_a_password_on_the_command_line_is_warned_of_and_not_shown(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs import cli
+
+    # Nothing listens on port 1: the command fails at once, after the warning.
+    url = "mysql://fleet:s3cret@127.0.0.1:1/vdoctor"
+    assert cli.main(["memory", "history", "--vin", "LSVAX4E64N2000001", "--memory", url]) == 2
+    err = capsys.readouterr().err
+    assert "the password in --memory is visible to every user of this machine (ps)" in err and ENV in err
+    assert "s3cret" not in err
+    # The same URL in the environment, where ps does not show it: no warning.
+    monkeypatch.setenv(ENV, url)
+    assert cli.main(["memory", "history", "--vin", "LSVAX4E64N2000001"]) == 2
+    err = capsys.readouterr().err
+    assert "warning" not in err and "s3cret" not in err
+
+
+def test_the_cluster_job_warns_of_a_password_in_its_knowledge_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.job_settings import warn_passwords_in_arguments
+
+    warn_passwords_in_arguments(argparse.Namespace(memory="sqlite:///m.db", knowledge="mysql://k:p%40ss@db/kb"))
+    err = capsys.readouterr().err
+    assert "--knowledge" in err and ENV_VARS["knowledge_url"] in err and "--memory" not in err and "p%40ss" not in err
+    # A user without a password is no secret.
+    warn_passwords_in_arguments(argparse.Namespace(memory="mysql://reader@db/vdoctor"))
+    assert capsys.readouterr().err == ""
