@@ -515,3 +515,24 @@ def test_a_lifecycle_event_the_store_refused_is_processed_when_sent_again(pack: 
     store.down = False
     assert h.send(scrapped).dead_letters == [] and h.state[VIN][0] is None
     assert [r.valid for r in store.history(VIN)] == [False]
+
+
+# -- key facts from a model's JSON answer -------------------------------------------------------------------
+
+
+def test_the_keys_of_a_models_json_answer_are_no_key_facts(pack: KnowledgePack) -> None:
+    """A model that writes every key the prompt asks for, its lists empty: ``"excluded": [], "voided": []``
+    read as text made an excluded and a void key fact of JSON fragments on every answer, which took the places
+    of real facts in the stored summary. Its lists are read from the parsed answer; its prose still as text."""
+    empty = {"codes": ["P0A7F"], "evidence": [], "excluded": [], "voided": []}
+    first = {"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.4, "root_cause": None, **empty}
+    ruled_out = {**first, "root_cause": "suspected cell imbalance, 187mV across the pack", "excluded": ["冷却泵故障"]}
+    replies = [ChatResponse(content="Answer:\n" + json.dumps(r, ensure_ascii=False)) for r in (first, ruled_out)]
+    h = Harness(engine(pack, model=ScriptedModel(replies)))
+    h.diagnose(alert("e-1", T0, 87))
+    session = h.send(alert("e-2", T0 + timedelta(hours=1), 88)).session
+    assert session is not None and not isinstance(session, StoredSession)
+    facts = [(f.kind.value, f.text) for f in session.working.key_facts]
+    assert [text for kind, text in facts if kind in ("excluded", "void")] == ["冷却泵故障"]
+    # The answer's prose is still read: the reading its cause names.
+    assert ("reading", "187mV") in facts

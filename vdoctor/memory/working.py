@@ -402,21 +402,28 @@ class WorkingMemory:
             if len(points) >= MIN_TREND_POINTS
         ]
 
-    def add_round(self, round_: Round, facts: list[KeyFact] | None = None, user_text: str | None = None) -> None:
+    def add_round(
+        self,
+        round_: Round,
+        facts: list[KeyFact] | None = None,
+        user_text: str | None = None,
+        assistant_text: str | None = None,
+    ) -> None:
         """Add a round and its key facts (``facts``: extracted structurally by the caller).
 
         The round's free text is always read for facts too. ``user_text``: the part of the user's text
         whose facts ``facts`` do not hold already (default: all of it). The engine gives its alert's text:
         the codes and readings after it are in ``facts``, and reading them again as text found the same
         facts, at ~50 us a round (the readings' values make each round's text new to ``_text_facts``' cache,
-        where a fleet's alert texts recur).
+        where a fleet's alert texts recur). ``assistant_text``: the assistant's text read for facts (default:
+        all of it); the engine gives it without the final answer's JSON, whose lists ``facts`` hold.
         """
         self.state.rounds.append(round_)
         self.add_facts(
             [
                 *(facts or []),
                 *extract_key_facts(round_.user if user_text is None else user_text, round_.ts),
-                *extract_key_facts(round_.assistant, round_.ts),
+                *extract_key_facts(round_.assistant if assistant_text is None else assistant_text, round_.ts),
             ]
         )
         while len(self.state.rounds) > self.keep_rounds or self._past_trigger():
