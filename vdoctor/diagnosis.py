@@ -42,6 +42,7 @@ from vdoctor.memory.write_policy import (
     RECHECK_REACH,
     StaleRecheck,
     WriteStatus,
+    is_milestone_id,
     latest_case,
     milestone_id,
     milestones_due,
@@ -241,6 +242,12 @@ class DiagnosisEngine:
             session_id = found
         elif not session_id.startswith(event.vin + "-"):
             raise EventError("process", f"session_id {session_id!r} does not belong to vin {event.vin}")
+        elif is_milestone_id(session_id):
+            raise EventError(
+                "process",
+                f"session_id {session_id!r} names a milestone, what a session not yet concluded guessed: a "
+                "recheck verifies a concluded case (its session's id, without the milestone's -m<n>)",
+            )
         try:
             applied = set_recheck(self.store, event.vin, session_id, event.recheck_ok, event.ts)
         except StaleRecheck as e:

@@ -198,6 +198,9 @@ def test_similar_returns_only_verified_valid_same_series_other_vehicles(store: M
         rec(VIN_C, hours=2, recheck_ok=False),  # recheck failed
         rec(VIN_C, hours=3, recheck_ok=True, series="EV-B"),  # other series
         rec(VIN_C, hours=4, recheck_ok=True, valid=False),  # soft-deleted
+        # What a session still open guessed, whatever verdict a store holds for it (one written before
+        # rechecks of milestones were refused): no concluded case.
+        rec(VIN_C, hours=5, recheck_ok=True, kind=RecordKind.MILESTONE, session_id=f"{VIN_C}-20261101T131530-m1"),
     ]
     for r in (good, *excluded):
         store.upsert(r)

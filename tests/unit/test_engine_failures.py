@@ -536,3 +536,42 @@ def test_the_keys_of_a_models_json_answer_are_no_key_facts(pack: KnowledgePack) 
     assert [text for kind, text in facts if kind in ("excluded", "void")] == ["冷却泵故障"]
     # The answer's prose is still read: the reading its cause names.
     assert ("reading", "187mV") in facts
+
+
+# -- a recheck verifies a concluded case, never a milestone ------------------------------------------------
+
+
+def test_a_recheck_never_verifies_a_milestone(pack: KnowledgePack) -> None:
+    """A session open 25 h writes a milestone, what it guessed so far. A recheck that names no session took the
+    vehicle's newest record, the milestone, and marked it verified: other vehicles then recalled the guess as a
+    verified similar case. Now it verifies the newest concluded case (none here: a dead letter), and a recheck
+    naming the milestone's id is refused, saying why."""
+    store = InMemoryStore()
+    guess = json.dumps({"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.3, "root_cause": "harness"})
+    h = Harness(engine(pack, store=store, model=ScriptedModel([ChatResponse(content=guess)] * 2)))
+    h.diagnose(alert("e-1", T0, 87))
+    assert h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88)).flags == ["l3_milestone"]
+    [milestone] = store.history(VIN)
+    at = T0 + timedelta(hours=26)
+    unnamed = h.dead_letter({k: v for k, v in recheck("r-1", at, "").items() if k != "session_id"})
+    assert "has no valid concluded case" in unnamed.error
+    named = h.dead_letter(recheck("r-2", at, milestone.session_id))
+    assert "names a milestone" in named.error
+    [still] = store.history(VIN)
+    assert still.recheck_ok is None and still.verified_ts is None
+
+
+def test_a_recheck_without_a_session_id_verifies_the_case_before_the_open_sessions_milestones(
+    pack: KnowledgePack,
+) -> None:
+    store = InMemoryStore()
+    h = Harness(engine(pack, store=store))
+    h.diagnose(alert("e-1", T0, 187))  # concludes at once (187 mV confirms P0A7F)
+    guess = json.dumps({"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.3, "root_cause": "harness"})
+    h.engine.model = ScriptedModel([ChatResponse(content=guess)] * 2)
+    later = T0 + timedelta(days=3)
+    h.diagnose(alert("e-2", later, 87))  # a new session, still open 25 h on: its milestone is the newest record
+    assert h.diagnose(alert("e-3", later + timedelta(hours=25), 88)).flags == ["l3_milestone"]
+    h.send({k: v for k, v in recheck("r-1", later + timedelta(hours=26), "").items() if k != "session_id"})
+    verified = {r.session_id: r.recheck_ok for r in store.history(VIN)}
+    assert verified == {SID_1: True, f"{VIN}-{later:%Y%m%dT%H%M%S}-m1": None}

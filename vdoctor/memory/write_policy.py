@@ -43,6 +43,12 @@ def milestone_id(session_id: str, n: int) -> str:
     return f"{session_id}{MILESTONE_SEPARATOR}{n}"
 
 
+def is_milestone_id(session_id: str) -> bool:
+    """Whether ``session_id`` names a milestone (``milestone_id``): a session's id ends in its opening time."""
+    head, sep, n = session_id.rpartition(MILESTONE_SEPARATOR)
+    return bool(head and sep and n.isascii() and n.isdigit())
+
+
 def milestones_due(opened_at: datetime, now: datetime, written: int) -> int:
     """How many milestones a session opened at ``opened_at`` should have written by ``now``."""
     return max(written, int((now - opened_at) / MILESTONE_INTERVAL))
@@ -140,9 +146,19 @@ RECHECK_REACH = timedelta(days=90)
 def latest_case(store: MemoryStore, vin: str, at: datetime) -> str | None:
     """The session id of this vehicle's newest valid case concluded at or before ``at`` and at most
     ``RECHECK_REACH`` before it: the case a recheck sent without a session id verifies (a workshop's
-    system knows the vehicle and the time, not this job's session ids). None when there is none."""
-    found = store.own_history(vin, at - RECHECK_REACH, 1, at)
-    return found[0].session_id if found else None
+    system knows the vehicle and the time, not this job's session ids). None when there is none.
+
+    A milestone is no case (what a session still open guessed): a verdict on the vehicle is never its.
+    Milestones are valid only while their session is open, one a day, so the newest few records hold
+    the case unless the session has been open for longer than they span; then more are read.
+    """
+    limit = 8
+    while True:
+        found = store.own_history(vin, at - RECHECK_REACH, limit, at)
+        case = next((r for r in found if r.kind is RecordKind.FINAL), None)
+        if case is not None or len(found) < limit:
+            return None if case is None else case.session_id
+        limit *= 4
 
 
 def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: datetime) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vdoctor.errors import StoreError
-from vdoctor.records import MemoryRecord
+from vdoctor.records import MemoryRecord, RecordKind
 
 
 @dataclass(frozen=True)
@@ -157,10 +157,12 @@ class SimilarQuery:
 
         Recall checks every candidate again with this, whatever channel found
         it, so that a faulty backend can never leak another vehicle's
-        unverified case or a case from the future into a context.
+        unverified case or a case from the future into a context. Only a concluded case (kind final) is one:
+        a milestone is what an open session guessed, whatever a verdict says of it.
         """
         return (
-            record.vin != self.exclude_vin
+            record.kind is RecordKind.FINAL
+            and record.vin != self.exclude_vin
             and record.series == self.series
             and record.recheck_ok is True
             and record.valid

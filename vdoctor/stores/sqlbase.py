@@ -105,6 +105,9 @@ RECALL_COLUMN_LIST = COLUMN_LIST.replace(", source,", ", '' AS source,")
 # A version current at T (one bound parameter per %s, all T), not invalidated at or before T.
 AS_OF = "version_from <= %s AND concluded_at <= %s AND (invalid_ts IS NULL OR invalid_ts > %s)"
 AS_OF_ARCHIVED = AS_OF + " AND version_to > %s"
+# A milestone (kind) is left out by ``SimilarQuery.admits`` on the rows found, not here: every column a
+# Doris search filters on needs an index, and only records written before rechecks of milestones were
+# refused can be one that is verified.
 VERIFIED = "recheck_ok = TRUE AND verified_ts <= %s"
 
 

@@ -123,7 +123,8 @@ _SOFT_DELETE = (
 # waits to win it back while holding the guard: a second read of the seq and a second statement for the
 # archived versions made three such waits instead of one. In a write-then-recall loop (each recall
 # catching up on the case just written) a search took ~4 us less CPU (~49 -> ~45 us, 6 alternating runs).
-_CHANGED_COLUMNS = "series, vin, recheck_ok, verified_ts, version_from, invalid_ts"
+# A milestone (an open session's guess) is never a similar case: its verdict reads as none (``eligible_span``).
+_CHANGED_COLUMNS = "series, vin, CASE WHEN kind = 'final' THEN recheck_ok END, verified_ts, version_from, invalid_ts"
 _CHANGED_ROWS = (
     f"SELECT 0, rowid, {_CHANGED_COLUMNS}, NULL, summary_vec, embedder, search_tokens, seq "
     "FROM case_memory WHERE seq > :since UNION ALL "
@@ -139,7 +140,7 @@ _RECALL_COLUMNS = _COLUMNS.replace(", source,", ", '' AS source,")
 # A record's version current at event time :at, not invalidated at or before it.
 _AS_OF = "version_from <= :at AND concluded_at <= :at AND (invalid_ts IS NULL OR invalid_ts > :at)"
 _AS_OF_ARCHIVED = _AS_OF + " AND version_to > :at"
-_VERIFIED = "recheck_ok = 1 AND verified_ts <= :at"
+_VERIFIED = "kind = 'final' AND recheck_ok = 1 AND verified_ts <= :at"
 # A vehicle's own records as of :at, keyed as recall's candidates are (archived versions by their negated
 # rowid), so both share the decoded rows. At most one version of a record holds at a time: the current
 # ones and the archived ones are disjoint, and the newest :limit of each are enough. One statement: most

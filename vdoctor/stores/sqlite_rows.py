@@ -117,7 +117,8 @@ def admission(record: MemoryRecord) -> Admission:
     """
     verified, invalid = record.verified_ts, record.invalid_ts
     since = NEVER
-    if record.recheck_ok is True and verified is not None and (record.valid or invalid is not None):
+    final = record.kind is RecordKind.FINAL
+    if final and record.recheck_ok is True and verified is not None and (record.valid or invalid is not None):
         since = max(verified, record.concluded_at)
     return record.vin, record.series, since, None if record.valid else invalid, invalid
 
