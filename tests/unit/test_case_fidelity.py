@@ -273,3 +273,17 @@ def test_the_engine_writes_what_gave_way_on_the_record_and_flags_the_diagnosis()
     assert "summary_omitted" in diagnosis.flags and "summary_fidelity_failed" not in diagnosis.flags
     assert record.omitted and all(o.startswith("context_") for o in record.omitted)
     assert "cell_voltage_diff_mv=187mV" in record.summary and len(record.summary) <= 300
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # A line typed void whose text takes the state back.
+        ("| void | harness connector X12 conclusion |", "| void | harness connector X12 conclusion not void |"),
+        ("| excluded | harness looseness |", "| excluded | harness looseness, not ruled out |"),
+    ],
+)
+def test_a_state_the_line_takes_back_is_caught(old: str, new: str) -> None:
+    assert old in GOOD
+    report = check_request(GOOD.replace(old, new), request())
+    assert not report.ok and report.contradicted, report

@@ -24,6 +24,7 @@ PIECES = [
     "overturned", "revoked", "withdrawn", "作废", "推翻", "撤销", "confidence", "confidence 0.8", "confidence=1.0",
     "confidence: 0", "confidence 0.85x",
     "voıd", "VOİD", "not the cauſe", "REVOKED", "排 除",
+    "not ", "Not yet ", "never been ", "cannot be ", "n't ", "未", "不", "没有", "无法",
     "1", "0.", ".", ";", "。", "；", "\n", ", ", " ", "，", "the harness",
     "怀疑线束松动", "conclusion of step 4", "cell imbalance", "P0A7F", "x" * 30, "电池" * 20, "a" * 90,
 ]  # fmt: skip
@@ -62,3 +63,26 @@ def test_clause_pattern_matches_the_plain_scan_on_demo_alerts(name: str) -> None
 def test_a_long_clause_keeps_the_last_keyword_in_reach() -> None:
     text = "suspected relay, ruled out, then the fuse, excluded too; moving on"
     assert facts._EXCLUDED_RE.findall(text) == ["suspected relay, ruled out, then the fuse, excluded too"]
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "found"),
+    [
+        # A negation before the state word keeps the hypothesis open, the conclusion valid: no fact.
+        ("未排除线束松动", "excluded", []),
+        ("不排除冷却泵故障", "excluded", []),
+        ("harness not ruled out yet", "excluded", []),
+        ("Cooling pump cannot be excluded", "excluded", []),
+        ("the relay hasn't been ruled out", "excluded", []),
+        ("the earlier conclusion is not void", "void", []),
+        ("上次结论没有作废", "void", []),
+        # Without one, as before.
+        ("怀疑线束松动，已排除", "excluded", ["怀疑线束松动，已排除"]),
+        ("pump failure is not the cause", "excluded", ["pump failure is not the cause"]),
+        ("earlier conclusion voided", "void", ["earlier conclusion voided"]),
+    ],
+)
+def test_a_negated_state_word_is_no_exclusion_or_void(text: str, kind: str, found: list[str]) -> None:
+    """A workshop's "未排除线束松动" (harness looseness not ruled out) became an excluded key fact, pinned for the
+    session's life and written into its case: the opposite of what it says."""
+    assert [f.text for f in facts.extract_text_facts(text) if f.kind.value == kind] == found

@@ -38,6 +38,8 @@ KINDS = (
     "void_as_valid",
     "excluded_dropped",
     "code_added",
+    "conclusion_negated",
+    "own_cause_excluded",
 )
 
 # A number not glued to a letter (so not a digit of a code, a VIN or a name).
@@ -212,6 +214,30 @@ def _code_added(summary: str, request: SummaryRequest, rng: random.Random) -> Mu
     return Mutation("code_added", "\n".join(lines), f"added {code}")
 
 
+NEGATIONS = ("not concluded", "never concluded", "not yet concluded")
+EXCLUSION_FORMS = ("{x} ruled out", "excluded: {x}", "{x} not the cause", "已排除{x}")
+
+
+def _conclusion_negated(summary: str, rng: random.Random) -> Mutation | None:
+    """The conclusion taken back: ``concluded`` written ``not concluded`` (or ``never``, ``not yet``)."""
+    lines = summary.splitlines()
+    concluded = _concluded_line(lines)
+    if concluded is None:
+        return None
+    negation = rng.choice(NEGATIONS)
+    lines[concluded] = re.sub(r"\bconcluded\b", negation, lines[concluded], count=1)
+    return Mutation("conclusion_negated", "\n".join(lines), negation)
+
+
+def _own_cause_excluded(summary: str, request: SummaryRequest, rng: random.Random) -> Mutation | None:
+    """The session's own root cause stated as a hypothesis ruled out."""
+    cause = request.decision.root_cause if request.decision else ""
+    if not cause:
+        return None
+    form = rng.choice(EXCLUSION_FORMS)
+    return Mutation("own_cause_excluded", f"{summary}\n{form.format(x=cause)}", form)
+
+
 def invented_cause(rng: random.Random) -> str:
     if rng.random() < 0.3:
         return rng.choice(INVENTED_ZH)
@@ -240,6 +266,10 @@ def mutate(
         return _excluded_dropped(summary, request, rng)
     if kind == "code_added":
         return _code_added(summary, request, rng)
+    if kind == "conclusion_negated":
+        return _conclusion_negated(summary, rng)
+    if kind == "own_cause_excluded":
+        return _own_cause_excluded(summary, request, rng)
     raise ValueError(f"unknown mutation kind {kind!r}; valid: {', '.join(KINDS)}")
 
 

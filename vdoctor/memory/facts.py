@@ -76,8 +76,14 @@ _SIGNAL_GATE = re.compile(r"_[a-z0-9]+\s*[=:]\s*-?\d", re.ASCII)
 # Sentence pieces: clauses end at . ; 。 ； or a line break (a comma does not
 # end one: "suspected the harness, ruled out" is one fact).
 _CLAUSE = r"[^.;。；\n]"
-_EXCLUDED_KEY = r"(?:ruled out|excluded|not the cause|排除|已排除|不是原因)"
-_VOID_KEY = r"(?:\bvoid(?:ed)?\b|\boverturned\b|\brevoked\b|\bwithdrawn\b|作废|推翻|撤销)"
+# A state word a negation stands before says the opposite: "not ruled out", "cannot be excluded", 未排除,
+# 不排除, 没有作废 keep a hypothesis open and a conclusion valid. Fixed-width lookbehinds, one per form.
+_NOT_NEGATED = (
+    r"(?<!not )(?<!not yet )(?<!not been )(?<!not be )(?<!never )(?<!never been )(?<!n't )(?<!n't be )"
+    r"(?<!n't been )(?<!未)(?<!不)(?<!没)(?<!没有)(?<!无法)(?<!不能)(?<!不可)(?<!难以)"
+)
+_EXCLUDED_KEY = rf"{_NOT_NEGATED}(?:ruled out|excluded|not the cause|排除|已排除|不是原因)"
+_VOID_KEY = rf"{_NOT_NEGATED}(?:\bvoid(?:ed)?\b|\boverturned\b|\brevoked\b|\bwithdrawn\b|作废|推翻|撤销)"
 _DECISION_KEY = r"\bconfidence\s*[=:]?\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\b"
 
 

@@ -62,6 +62,18 @@ _WORD_RE = re.compile(r"[A-Za-z][A-Za-z]*")
 _VOID_MARK = re.compile(_VOID_KEY, re.I)
 _EXCLUDED_MARK = re.compile(_EXCLUDED_KEY, re.I)
 _CONCLUDED_MARK = re.compile(r"\bconcluded\b|结论|确诊", re.I)
+# A conclusion said not to be one: "not concluded", "never concluded", "not yet concluded", 未确诊, 无结论.
+_NEGATED_CONCLUSION = re.compile(
+    r"\b(?:not|never|un)[\s-]*(?:yet\s+|been\s+)?concluded\b|n't\s+(?:yet\s+|been\s+)?concluded\b"
+    r"|(?:未|没有?|无法|不能|尚未)(?:下)?(?:确诊|结论)|(?:无|尚无|没有)结论",
+    re.I,
+)
+# A void or excluded state said not to hold: the line's typed state word does not stand then.
+_NEGATED_STATE = re.compile(
+    r"(?:\bnot|\bnever|n't)\s+(?:yet\s+|been\s+|be\s+)?(?:void(?:ed)?|overturned|revoked|withdrawn|excluded"
+    r"|ruled out)\b|(?:未|不|没有?|无法|不能|不可)(?:作废|推翻|撤销|排除)",
+    re.I,
+)
 # \bP[123]\b, written to start with its first character (see facts.CODE_RE).
 _PRIORITY_RE = re.compile(r"P(?<!\wP)[123]\b")
 _CONF_RE = re.compile(r"\bconf(?:idence)?\s*[=:]?\s*(\d(?:\.\d+)?)\b", re.I)
@@ -224,6 +236,9 @@ def _check_conclusion(summary: str, decision: CaseDecision, out: CaseFindings) -
         out.missing.append(f"concluded {' '.join(decision.codes)} {decision.priority} conf {decision.confidence}")
         return
     joined = "\n".join(lines)
+    for line in lines:
+        if _NEGATED_CONCLUSION.search(line):
+            out.contradicted.append(f"the conclusion stated as not reached: '{line.strip()[:80]}'")
     for code in decision.codes:
         if not _code_word(code).search(joined):
             out.missing.append(f"concluded {code}")
@@ -239,11 +254,32 @@ def _check_conclusion(summary: str, decision: CaseDecision, out: CaseFindings) -
 
 
 def _marked(line: str, event: str, mark: re.Pattern[str]) -> bool:
+    if _NEGATED_STATE.search(line):  # "void | X not void": the line takes the state back
+        return False
     parsed = SummaryLine.parse(line)
     return (parsed is not None and parsed.event.strip().lower() == event) or bool(mark.search(line))
 
 
+# A word of every void or excluded mark, in fold_case form (``fold_case``): a summary without one states no cause
+# as excluded or void.
+_STATE_WORDS = ("ruled out", "excluded", "not the cause", "排除", "不是原因", "void", "overturned", "revoked",
+                "withdrawn", "作废", "推翻", "撤销")  # fmt: skip
+
+
 def _check_states(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+    cause = decision.root_cause.strip()
+    if cause and any(word in fold_case(summary) for word in _STATE_WORDS):
+        # The session's own cause on a line marked excluded or void (outside the cause's own words), where no
+        # hypothesis the session excluded or voided stands for the mark: "<cause> not the cause", "void | <cause>".
+        others = [o for o in (*decision.void, *decision.excluded) if o]
+        for line in summary.splitlines():
+            if cause not in line or any(o in line for o in others):
+                continue
+            rest = line.replace(cause, " ")
+            parsed = SummaryLine.parse(line)
+            typed = parsed is not None and parsed.event.strip().lower() in ("void", "excluded")
+            if typed or _VOID_MARK.search(rest) or _EXCLUDED_MARK.search(rest):
+                out.contradicted.append(f"the session's root cause stated as excluded or void: {cause[:60]}")
     if not (decision.void or decision.excluded):
         return  # most sessions void no conclusion and exclude no hypothesis: no line to read
     for line in summary.splitlines():
