@@ -18,7 +18,7 @@ from vdoctor.agent.window import TOOL_RESULT_CLIPPED
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.embedders.base import Vectors
 from vdoctor.errors import EventError, ModelError, StoreError, VDoctorError
-from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, session_id_for
+from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, following_session_id, session_id_for
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
@@ -257,11 +257,12 @@ class DiagnosisEngine:
                 "process", f"recheck for unknown session {session_id!r}: no concluded case in long-term memory"
             )
 
-    def _open_session(self, alert: AlertEvent, stats: RunStats) -> SessionState:
+    def _open_session(self, alert: AlertEvent, stats: RunStats, previous: str | None) -> SessionState:
+        """A new session of the alert's vehicle; ``previous``: the id of the session it follows, if any."""
         session = SessionState(
             vin=alert.vin,
             series=alert.series,
-            session_id=session_id_for(alert.vin, alert.ts),
+            session_id=following_session_id(session_id_for(alert.vin, alert.ts), previous),
             opened_at=alert.ts,
             last_event_at=alert.ts,
             alert_text=opening_text(alert.alert_text),
@@ -270,7 +271,9 @@ class DiagnosisEngine:
             return session
         started = time.perf_counter()
         try:
-            found = self.recall.for_alert(alert.vin, alert.series, alert.alert_text, alert.dtc_codes, alert.ts)
+            found = self.recall.for_alert(
+                alert.vin, alert.series, alert.alert_text, alert.dtc_codes, alert.ts, session_id=session.session_id
+            )
         except (StoreError, ModelError) as e:
             # Long-term memory or the embedder (the query's vector) is down: diagnose without memory
             # rather than not at all; the output says so.
@@ -303,7 +306,7 @@ class DiagnosisEngine:
         started = time.perf_counter()
         # A stored session here is one the alert does not continue (``on_event`` parsed any other).
         if not isinstance(session, SessionState) or not session.accepts_alert_at(alert.ts):
-            session = self._open_session(alert, stats)
+            session = self._open_session(alert, stats, None if session is None else session.session_id)
         session.alerts += 1
         session.last_event_at = max(session.last_event_at, alert.ts)
         for code in alert.dtc_codes:

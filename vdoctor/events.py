@@ -264,6 +264,20 @@ def session_id_for(vin: str, opened_at: datetime) -> str:
     return f"{vin}-{t[:4]}{t[5:7]}{t[8:10]}T{t[11:13]}{t[14:16]}{t[17:19]}"
 
 
+def following_session_id(opening: str, previous: str | None) -> str:
+    """The id of a session whose opening alert's id is ``opening`` (``session_id_for``), after the vehicle's
+    session ``previous`` ended: ``opening`` itself, unless ``previous`` opened in the same second and so
+    has it (or ``opening-<n>``); then the next of ``opening-2``, ``opening-3``, ... Two sessions of one
+    id were one record in long-term memory: the second case replaced the first. The same events give the
+    same ids again (a replay, a restore): the previous session is part of the vehicle's state."""
+    if previous is None or not previous.startswith(opening):
+        return opening
+    if previous == opening:
+        return f"{opening}-2"
+    sep, n = previous[len(opening) : len(opening) + 1], previous[len(opening) + 1 :]
+    return f"{opening}-{int(n) + 1}" if sep == "-" and n.isascii() and n.isdigit() else opening
+
+
 def key_vin(vin: object) -> str | None:
     """A VIN as a Kafka record key: stripped and upper-cased as the parser reads it (one key per vehicle);
     None for a value that is not text, is empty, or cannot be written as UTF-8 (a lone surrogate)."""

@@ -575,3 +575,38 @@ def test_a_recheck_without_a_session_id_verifies_the_case_before_the_open_sessio
     h.send({k: v for k, v in recheck("r-1", later + timedelta(hours=26), "").items() if k != "session_id"})
     verified = {r.session_id: r.recheck_ok for r in store.history(VIN)}
     assert verified == {SID_1: True, f"{VIN}-{later:%Y%m%dT%H%M%S}-m1": None}
+
+
+# -- two sessions opened in one second --------------------------------------------------------------------
+
+
+def test_a_session_opened_in_the_second_the_one_before_it_opened_gets_an_id_of_its_own(pack: KnowledgePack) -> None:
+    """Two alerts of one second, the first concluding at once: the second opened a session of the same id,
+    and its case replaced the first one's in long-term memory as if it were the same session run again."""
+    store = InMemoryStore()
+    first = {"phase": "CONCLUDED", "root_cause": "cell imbalance", "fix_action": "balance the pack", "priority": "P1",
+             "confidence": 0.9, "codes": ["P0A7F"], "evidence": ["dtc://P0A7F"]}  # fmt: skip
+    second = {**first, "root_cause": "coolant pump failure", "fix_action": "replace the pump", "priority": "P2"}
+    replies = [ChatResponse(content=json.dumps(a)) for a in (first, second, first)]
+    h = Harness(engine(pack, store=store, model=ScriptedModel(replies)))
+    diagnoses = [h.diagnose(alert(f"e-{i}", T0, 87)) for i in range(3)]
+    assert [d.session_id for d in diagnoses] == [SID_1, f"{SID_1}-2", f"{SID_1}-3"]
+    # Each later session recalls the cases before it as the vehicle's own history.
+    assert [[m.session_id for m in d.memory.own] for d in diagnoses] == [[], [SID_1], [f"{SID_1}-2", SID_1]]
+    # Two records; the third session, of the first one's cause, merged into its record (the 30-day rule).
+    assert diagnoses[2].flags == ["l3_merged"]
+    assert [(r.session_id, r.root_cause, r.merged_sessions) for r in store.history(VIN)] == [
+        (f"{SID_1}-2", "coolant pump failure", []),
+        (SID_1, "cell imbalance", [f"{SID_1}-3"]),
+    ]
+    stored = h.state[VIN][0]
+    assert stored is not None and StoredSession(stored).session_id == f"{SID_1}-3"
+
+
+def test_following_session_ids() -> None:
+    from vdoctor.events import following_session_id
+
+    assert following_session_id(SID_1, None) == SID_1
+    assert following_session_id(SID_1, f"{VIN}-20261101T081529") == SID_1
+    assert following_session_id(SID_1, SID_1) == f"{SID_1}-2"
+    assert following_session_id(SID_1, f"{SID_1}-9") == f"{SID_1}-10"

@@ -122,8 +122,9 @@ def assess(diagnoses: Path, store: MemoryStore, sample: int = DEFAULT_SAMPLE, se
 
 
 def _week_of(session_id: str) -> str:
-    # session ids end in the opening alert's UTC time, YYYYMMDDTHHMMSS
-    opened = datetime.strptime(session_id.rsplit("-", 1)[-1], "%Y%m%dT%H%M%S")
+    # session ids hold the opening alert's UTC time, YYYYMMDDTHHMMSS, after the VIN (and before a "-2" of a
+    # session opened in the same second as the one before it)
+    opened = datetime.strptime(session_id.split("-")[1][:15], "%Y%m%dT%H%M%S")
     year, week, _ = opened.isocalendar()
     return f"{year}-W{week:02d}"
 

@@ -248,11 +248,11 @@ def similar_top(store: MemoryStore, query: SimilarQuery, codes: list[str], k: in
     return top_admitted(codes, found.records, found.fused, query.admits, k)
 
 
-def own_history(store: MemoryStore, vin: str, at: datetime) -> list[MemoryRecord]:
+def own_history(store: MemoryStore, vin: str, at: datetime, session_id: str | None = None) -> list[MemoryRecord]:
     """The vehicle's own records as of ``at`` (its own only, checked again), as the session opening at ``at`` knew them.
 
-    That session is ``session_id_for(vin, at)``. Its opening alert runs again after a restore from a
-    checkpoint taken before that alert's run was stored, and the first run may have concluded and
+    That session is ``session_id`` (default ``session_id_for(vin, at)``). Its opening alert runs again
+    after a restore from a checkpoint taken before that alert's run was stored, and the first run may have concluded and
     written its case by then (concluded at ``at``, so it exists as of ``at``): the run again must recall
     what the first run recalled, never the session's own case. So the session's own records are left
     out (its case; its milestones conclude later than ``at``), and an earlier case it was merged into
@@ -260,7 +260,7 @@ def own_history(store: MemoryStore, vin: str, at: datetime) -> list[MemoryRecord
     which this session wrote. Done here, after every backend's read, so that no backend can give a
     session its own case; one record more is read, so the limit is still met with one left out.
     """
-    opening = session_id_for(vin, at)
+    opening = session_id_for(vin, at) if session_id is None else session_id
     milestones = opening + MILESTONE_SEPARATOR
     since = at - OWN_HISTORY_WINDOW
     own = store.own_history(vin, since, OWN_HISTORY_LIMIT + 1, as_of=at)
@@ -293,12 +293,14 @@ def recall(
     budget: int = INJECTION_BUDGET_TOKENS,
     counter: TokenCounter = DEFAULT_COUNTER,
     trace: RecallTrace | None = None,
+    session_id: str | None = None,
 ) -> Recall:
     """What a session of ``vin`` opening at event time ``at`` is given from long-term memory.
 
     ``trace``: filled with what each stage found, for an explanation of this very recall.
+    ``session_id``: the opening session's id (``own_history``), by default the one an alert at ``at`` opens.
     """
-    own = own_history(store, vin, at)
+    own = own_history(store, vin, at, session_id)
     query = " ".join([symptom, *codes])
     # One query embedding serves the dense channel and the fusion (the rerank adds no model).
     vector = embedder.embed_queries([query])[0]
@@ -357,7 +359,14 @@ class SessionRecall:
         self.counter = counter
 
     def for_alert(
-        self, vin: str, series: str, alert_text: str, codes: list[str], at: datetime, trace: RecallTrace | None = None
+        self,
+        vin: str,
+        series: str,
+        alert_text: str,
+        codes: list[str],
+        at: datetime,
+        trace: RecallTrace | None = None,
+        session_id: str | None = None,
     ) -> Recall:
         """Recall for a session opening with this alert at event time ``at`` (the alert's ``ts``).
 
@@ -374,4 +383,5 @@ class SessionRecall:
             budget=self.budget,
             counter=self.counter,
             trace=trace,
+            session_id=session_id,
         )

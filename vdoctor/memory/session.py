@@ -12,6 +12,7 @@ which runs on processing time, only bounds the state's size on top of that.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 
@@ -191,6 +192,9 @@ _HEAD_RE = re.compile(
 )
 
 
+_SESSION_ID_RE = re.compile(rf'\{{"vin":{_JSON_STR},"series":{_JSON_STR},"session_id":({_JSON_STR})')
+
+
 def _stored_head(text: str) -> tuple[Phase, datetime]:
     """A stored session's phase and last event time, as ``SessionState.model_validate_json`` reads them."""
     found = _HEAD_RE.match(text)
@@ -228,6 +232,15 @@ class StoredSession:
 
     def load(self) -> SessionState:
         return SessionState.model_validate_json(self.json)
+
+    @property
+    def session_id(self) -> str:
+        """The stored session's id, read from the start of its JSON (``SessionState`` writes it third)."""
+        found = _SESSION_ID_RE.match(self.json)
+        if found is not None:
+            session_id: str = json.loads(found[1])
+            return session_id
+        return self.load().session_id
 
     def model_dump_json(self) -> str:
         """The stored text: what the session's state holds (the session was not read, so it did not change)."""
