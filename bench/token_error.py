@@ -13,6 +13,7 @@ the L3 case summaries.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -45,6 +46,19 @@ def _row(name: str, pairs: list[tuple[int, int]]) -> str:
     )
 
 
+def _alert_texts(lines: list[str]) -> list[str]:
+    """The ``alert_text`` of every line that is a JSON object with one (the malformed lines left out)."""
+    texts = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and isinstance(event.get("alert_text"), str) and event["alert_text"]:
+            texts.append(event["alert_text"])
+    return texts
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     enc = tiktoken.get_encoding(REFERENCE)
@@ -58,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     run = replay(args.alerts, limit=args.limit)
     kinds: dict[str, list[tuple[int, int]]] = {
         "alert lines (JSON)": [pair(ln) for ln in lines],
+        # The alert's own words, mostly Chinese: what a Chinese-heavy prompt is made of.
+        "alert texts": [pair(text) for text in _alert_texts(lines)],
         "system prompts": [pair(m.content) for p in run.prompts for m in p if m.role == "system"],
         "user prompts": [pair(m.content) for p in run.prompts for m in p if m.role == "user"],
         "tool results": [pair(m.content) for p in run.prompts for m in p if m.role == "tool"],

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.unit
     [
         ("", 0),
         ("   \n\t ", 0),
-        # 压 + 差 (one per CJK char) + "187" (3 digits -> 1) + "mV" (2 letters -> 1)
-        ("压差187mV", 4),
+        # 压 + 差 (two per CJK char) + "187" (3 digits -> 1) + "mV" (2 letters -> 1)
+        ("压差187mV", 6),
         # "Hello" (5 letters -> 2) + "," + "world" (5 -> 2) + "!"
         ("Hello, world!", 6),
         # 7 digits -> ceil(7/3) = 3
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.unit
         ("46.5℃", 4),
         # cell(1) _ voltage(2) _ diff(1) _ mv(1): letters split by underscores
         ("cell_voltage_diff_mv", 8),
-        # 电 池 包 (3) + full-width comma (1) + 正 常 (2)
-        ("电池包，正常", 6),
+        # 电 池 包 (6) + full-width comma (1) + 正 常 (4)
+        ("电池包，正常", 11),
         # P(1) 0(1) A(1) 7(1) F(1): a code alternates letters and digits
         ("P0A7F", 5),
         # "signal" (6 -> 2) ":" "/" "/" = 5
@@ -42,8 +42,8 @@ def test_estimating_counter_on_hand_counted_text(text: str, expected: int) -> No
 
 
 def test_count_tokens_uses_the_default_counter_and_is_additive_over_whitespace() -> None:
-    assert count_tokens("压差187mV") == 4
-    assert count_tokens("压差187mV Hello, world!") == 4 + 6
+    assert count_tokens("压差187mV") == 6
+    assert count_tokens("压差187mV Hello, world!") == 6 + 6
 
 
 # Every kind of character the estimate tells apart: letters, digits, CJK, full-width
@@ -54,20 +54,20 @@ ALPHABET = "aZqQ09电池，（\u3000.:_-/é😀 \n\t"
 
 @pytest.mark.parametrize("seed", range(5))
 def test_the_estimate_keeps_the_two_properties_budgets_rely_on(seed: int) -> None:
-    # Budgets skip counting a text shorter than them (``at_most_one_per_char``) and add up
+    # Budgets skip counting a text of fewer than half their characters (``most_tokens_per_char``) and add up
     # the counts of parts joined by newlines (``additive``): both must hold for any text.
     rng = random.Random(seed)
     counter = EstimatingCounter()
-    assert counter.at_most_one_per_char and counter.additive
+    assert counter.most_tokens_per_char == 2 and counter.additive
     for _ in range(300):
         texts = ["".join(rng.choices(ALPHABET, k=rng.randint(0, 40))) for _ in range(rng.randint(1, 4))]
         for text in texts:
-            assert counter.count(text) <= len(text)
+            assert counter.count(text) <= 2 * len(text)
         assert all(
             counter.count(sep.join(texts)) == sum(counter.count(t) for t in texts) for sep in ("\n", "\n\n", " ")
         )
-    # Text of one token per character reaches the bound.
-    assert counter.count("电池，（.") == len("电池，（.")
+    # CJK characters reach the bound; full-width and other marks are one token each.
+    assert counter.count("电池") == 4 and counter.count("，（.") == 3
 
 
 # -- embedder -------------------------------------------------------------------

@@ -122,9 +122,9 @@ def test_fit_folds_the_verbatim_rounds_first() -> None:
     state = WorkingState()
     memory = WorkingMemory(state, budget_tokens=1000)
     for i in range(3):
-        memory.add_round(Round(ts=f"2026-11-01T0{i}:00:00Z", user="检查连接器 " * 30, assistant="investigating"))
+        memory.add_round(Round(ts=f"2026-11-01T0{i}:00:00Z", user="检查连接器 " * 20, assistant="investigating"))
     assert len(state.rounds) == 3  # under the 70% trigger without the current alert
-    current = "## Current alert\n" + "电池包单体压差过大" * 60
+    current = "## Current alert\n" + "电池包单体压差过大" * 22
     assert DEFAULT_COUNTER.count(memory.render(current)) > 1000
     text = memory.fit(current)
     assert DEFAULT_COUNTER.count(text) <= 1000

@@ -433,16 +433,16 @@ class WorkingMemory:
     def _past_trigger(self) -> bool:
         """True when the context passes ``COMPRESS_AT`` of the budget.
 
-        With a counter that never gives more tokens than characters
-        (``EstimatingCounter``), a context with fewer characters than the
-        trigger is under it without being counted: most sessions, most rounds.
+        With a counter that gives at most k tokens a character (``EstimatingCounter``: 2), a context
+        with fewer than 1/k as many characters as the trigger is under it without being counted.
         """
         limit = COMPRESS_AT * self.budget_tokens
         parts = self._parts()
-        if getattr(self.counter, "at_most_one_per_char", False):
+        most = getattr(self.counter, "most_tokens_per_char", None)
+        if most is not None:
             # The length of ``render()``: the parts and the blank lines between them.
             chars = sum(map(len, parts)) + len(_BLANK_LINE) * max(len(parts) - 1, 0)
-            if chars <= limit:
+            if chars * most <= limit:
                 return False
         return self._count(parts) > limit
 
@@ -614,9 +614,10 @@ class WorkingMemory:
 
     def _fits(self, parts: list[str], budget: int) -> bool:
         """True when ``parts`` joined fit ``budget`` tokens (by their length alone, where the counter allows)."""
-        if getattr(self.counter, "at_most_one_per_char", False):
+        most = getattr(self.counter, "most_tokens_per_char", None)
+        if most is not None:
             chars = sum(map(len, parts)) + len(_BLANK_LINE) * max(len(parts) - 1, 0)
-            if chars <= budget:
+            if chars * most <= budget:
                 return True
         return self._count(parts) <= budget
 
