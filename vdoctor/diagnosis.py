@@ -72,6 +72,9 @@ TIMELINE_SIGNALS = 3
 # embedder or the summary model stayed down); the summary model failed (a fold was written by the
 # offline summarizer instead; a case summary could not be written).
 L3_WRITE_FAILED = "l3_write_failed"
+# The previous session's case, whose write had failed, written (or failed again) at this alert.
+L3_WRITTEN_LATE = "l3_written_late"
+L3_LATE_WRITE_FAILED = "l3_late_write_failed"
 # The alert was diagnosed without readings it set aside (names in another script that the fleet's signal map
 # lacks: ``AlertEvent.signals_set_aside``; its line is a dead letter as well).
 SIGNALS_SET_ASIDE = "signals_set_aside"
@@ -305,7 +308,10 @@ class DiagnosisEngine:
     ) -> tuple[SessionState, Diagnosis]:
         started = time.perf_counter()
         # A stored session here is one the alert does not continue (``on_event`` parsed any other).
+        late: list[str] = []
         if not isinstance(session, SessionState) or not session.accepts_alert_at(alert.ts):
+            if session is not None and session.l3_pending:
+                late = self._write_pending_case(session, stats)
             session = self._open_session(alert, stats, None if session is None else session.session_id)
         session.alerts += 1
         session.last_event_at = max(session.last_event_at, alert.ts)
@@ -334,7 +340,7 @@ class DiagnosisEngine:
         self._remember_round(working, alert, when, run, event)
         session.note_answer(answer.priority, answer.root_cause, answer.codes, answer.confidence)
 
-        flags = list(run.flags)
+        flags = [*late, *run.flags]
         concluded = answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority
         if concluded:
             # Stage trigger: the investigation is over, its rounds become summary lines. A case not written
@@ -448,6 +454,21 @@ class DiagnosisEngine:
         finally:
             stats.embed_ms = (stats.embed_ms or 0.0) + (time.perf_counter() - started) * 1000.0
 
+    def _write_pending_case(self, previous: SessionState | StoredSession, stats: RunStats) -> list[str]:
+        """The previous session's case, whose write failed (``l3_pending``), tried once more, as the vehicle's
+        next alert replaces that session in its state: a store or model that was down for a while loses no
+        case. The alert's flags: ``l3_written_late``, or ``l3_late_write_failed`` when it failed again."""
+        session = previous.load() if isinstance(previous, StoredSession) else previous
+        working = WorkingMemory(
+            session.working, self.working_budget_tokens, self.counter, self.summarizer, self.summary_metrics
+        )
+        self._write_case(session, working, stats)
+        if session.l3_written:
+            log.info("wrote %s to long-term memory at the vehicle's next alert", session.session_id)
+            return [L3_WRITTEN_LATE]
+        log.warning("%s did not reach long-term memory at a second try either: the case is lost", session.session_id)
+        return [L3_LATE_WRITE_FAILED]
+
     def _write_case(self, session: SessionState, working: WorkingMemory, stats: RunStats) -> list[str]:
         """Summarise, check, embed and upsert a concluded case. Returns output flags."""
         if session.l3_written or session.conclusion is None:
@@ -458,7 +479,7 @@ class DiagnosisEngine:
             # The summary model is down (after its retries): the diagnosis still goes out, flagged; the
             # case is not written (no summary of another summarizer is put in long-term memory silently).
             log.warning("could not summarise %s for long-term memory: %s", session.session_id, e)
-            stats.write_failed = True
+            stats.write_failed = session.l3_pending = True
             return [SUMMARY_MODEL_FAILED, L3_WRITE_FAILED]
         # Session trigger: the whole session is compressed into its case summary.
         working.close_session(case.text)
@@ -477,7 +498,7 @@ class DiagnosisEngine:
         except ModelError as e:
             # The embedder is down: as a store that stays down, the case is flagged, never silently dropped.
             log.warning("could not embed %s for long-term memory: %s", session.session_id, e)
-            stats.write_failed = True
+            stats.write_failed = session.l3_pending = True
             return [*flags, L3_WRITE_FAILED]
         record = MemoryRecord(
             vin=session.vin,
@@ -503,13 +524,13 @@ class DiagnosisEngine:
         except StoreError as e:
             # The diagnosis still goes out; the case is flagged, never silently dropped.
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)
-            stats.write_failed = True
+            stats.write_failed = session.l3_pending = True
             return [*flags, L3_WRITE_FAILED]
         finally:
             stats.write_ms = (time.perf_counter() - started) * 1000.0
         if status is WriteStatus.MERGED:
             flags.append("l3_merged")
-        session.l3_written = True
+        session.l3_written, session.l3_pending = True, False
         if case.omitted:
             # The record says what its summary could not hold (record.omitted).
             flags.append("summary_omitted")

@@ -610,3 +610,36 @@ def test_following_session_ids() -> None:
     assert following_session_id(SID_1, f"{VIN}-20261101T081529") == SID_1
     assert following_session_id(SID_1, SID_1) == f"{SID_1}-2"
     assert following_session_id(SID_1, f"{SID_1}-9") == f"{SID_1}-10"
+
+
+# -- a case whose write failed is tried again at the vehicle's next alert ------------------------------------
+
+
+def test_a_case_the_embedder_could_not_embed_is_written_at_the_next_alert(pack: KnowledgePack) -> None:
+    """The session stayed concluded and unwritten, and the next alert opened a new session over it: the case
+    was lost although the embedder was back a minute later (found by an audit)."""
+    embedder, store = FlakyEmbedder(), InMemoryStore()
+    h = Harness(engine(pack, store=store, embedder=embedder))
+    embedder.passages_down = True
+    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
+    assert store.count() == 0
+    embedder.passages_down = False
+    later = h.diagnose(alert("e-2", T0 + timedelta(hours=2), 87))
+    assert later.flags == ["l3_written_late"] and later.session_id != SID_1
+    assert [r.session_id for r in store.history(VIN)] == [SID_1]
+    # Written before the new session opened: it recalls the case as the vehicle's own history.
+    assert later.memory.own == [MemoryRef(vin=VIN, session_id=SID_1)]
+    # Once: the alert after it has nothing left to write.
+    assert h.diagnose(alert("e-3", T0 + timedelta(hours=3), 87)).flags == []
+
+
+def test_a_case_whose_second_write_fails_too_is_flagged_at_that_alert(pack: KnowledgePack) -> None:
+    embedder, store = FlakyEmbedder(), InMemoryStore()
+    h = Harness(engine(pack, store=store, embedder=embedder))
+    embedder.passages_down = True
+    h.diagnose(alert("e-1", T0, 187))
+    again = h.diagnose(alert("e-2", T0 + timedelta(hours=2), 87))
+    assert again.flags == ["l3_late_write_failed"] and store.count() == 0
+    embedder.passages_down = False
+    assert h.diagnose(alert("e-3", T0 + timedelta(hours=3), 87)).flags == []  # tried once, not at every alert
+    assert store.count() == 0

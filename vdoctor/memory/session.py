@@ -105,6 +105,9 @@ class SessionState(BaseModel):
     memory: MemoryUse = Field(default_factory=MemoryUse)
     conclusion: Conclusion | None = None
     l3_written: bool = False
+    # The concluded case's write failed for a reason outside it (the store, the embedder or the summary
+    # model down): the vehicle's next alert tries it again before it opens its own session.
+    l3_pending: bool = False
     milestones_written: int = 0
     # Key readings per signal, in order of first appearance (see SignalSpan).
     signals: dict[str, SignalSpan] = Field(default_factory=dict)
@@ -232,6 +235,11 @@ class StoredSession:
 
     def load(self) -> SessionState:
         return SessionState.model_validate_json(self.json)
+
+    @property
+    def l3_pending(self) -> bool:
+        """``SessionState.l3_pending`` of the stored session: true only when its JSON says so (rare)."""
+        return '"l3_pending":true' in self.json and self.load().l3_pending
 
     @property
     def session_id(self) -> str:
