@@ -38,6 +38,7 @@ from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_
 from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
 from vdoctor.signal_map import check_signal_map, read_signal_map
+from vdoctor.stores import sqlite_file
 from vdoctor.url_credentials import redact_url, without_password
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
@@ -55,6 +56,12 @@ DEFAULT_STORE_RETRY_S = 300.0
 
 # The API key is read from this variable, or from the file the key-file setting names.
 API_KEY_ENV = "OPENAI_API_KEY"
+
+
+def _stripped_url(given: str) -> str:
+    """A URL without the white space around it: a variable read from a secret file ends in a newline, which
+    would end the sqlite file's name or the host's."""
+    return given.strip()
 
 
 class _Frozen(BaseModel):
@@ -83,6 +90,18 @@ class MemorySettings(_Frozen):
     # Which token counter enforces the budgets (vdoctor.tokens).
     token_counter: Literal["estimate", "tiktoken"] = "estimate"
 
+    @field_validator("url", "knowledge_url", mode="before")
+    @classmethod
+    def _check_store_url(cls, given: object) -> object:
+        if not isinstance(given, str):
+            return given
+        url = _stripped_url(given)
+        try:
+            sqlite_file(url)
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+        return url
+
 
 class EndpointSettings(_Frozen):
     """An OpenAI-compatible endpoint, shared by the chat models and the embedder."""
@@ -91,6 +110,11 @@ class EndpointSettings(_Frozen):
     api_key: SecretStr | None = None
     # A file holding the key (a mounted Kubernetes secret, say), read by workers in open().
     api_key_file: str | None = None
+
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _strip_base_url(cls, given: object) -> object:
+        return _stripped_url(given) if isinstance(given, str) else given
 
 
 class ModelSettings(_Frozen):

@@ -5,9 +5,14 @@ from __future__ import annotations
 from typing import Protocol
 from urllib.parse import parse_qs
 
-from vdoctor.errors import StoreError, UnknownStoreScheme
+from vdoctor.errors import ConfigError, StoreError, UnknownStoreScheme
 from vdoctor.registry import Registry
 from vdoctor.stores.base import MemoryStore, Scored, SimilarQuery
+from vdoctor.url_credentials import redact_url, url_scheme
+
+SQLITE_FILE_PREFIX = "sqlite:///"
+# SQLAlchemy's URL of a SQLite database in memory, gone when its process ends.
+SQLITE_IN_MEMORY = "sqlite://"
 
 
 class StoreOpener(Protocol):
@@ -17,9 +22,26 @@ class StoreOpener(Protocol):
 
 
 def sqlite_file(url: str) -> str | None:
-    """The file a ``sqlite:///path`` URL names; None for other URLs and for ``sqlite://`` (a database in memory)."""
+    """The file a ``sqlite:///path`` URL names; None for other URLs and for ``sqlite://`` (a database in memory).
+
+    Any other sqlite URL names no file and is a ``ConfigError``: ``sqlite://demo.db`` (a host, no path),
+    ``sqlite:demo.db``, ``sqlite:/abs/path``, ``sqlite:///`` and a URL with white space around it or its
+    path were read as a database in memory, so a command ran on an empty store and its writes were lost.
+    """
+    if url_scheme(url) != "sqlite":
+        return None
     rest = url.partition("?")[0]
-    return (rest[len("sqlite:///") :] or None) if rest.startswith("sqlite:///") else None
+    if rest.lower() == SQLITE_IN_MEMORY:
+        return None
+    head, path = rest[: len(SQLITE_FILE_PREFIX)], rest[len(SQLITE_FILE_PREFIX) :]
+    if head.lower() != SQLITE_FILE_PREFIX:
+        path = ""
+    if not path or path != path.strip():
+        raise ConfigError(
+            f"the sqlite URL {redact_url(rest)!r} names no file: write sqlite:///relative/path or "
+            "sqlite:////absolute/path (memory:// is a throw-away store in memory)"
+        )
+    return path
 
 
 def _open_sqlite(url: str, read_only: bool = False) -> MemoryStore:

@@ -11,13 +11,13 @@ from collections.abc import Callable
 from vdoctor.errors import UnknownStoreScheme
 from vdoctor.knowledge.stores.base import Hit, KnowledgeStore
 from vdoctor.registry import Registry
+from vdoctor.stores import sqlite_file
 
 
 def _open_sqlite(url: str) -> KnowledgeStore:
     from vdoctor.knowledge.stores.sqlite import SqliteKnowledgeStore
 
-    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-    return SqliteKnowledgeStore(path or ":memory:")
+    return SqliteKnowledgeStore(sqlite_file(url) or ":memory:")
 
 
 def _open_memory(url: str) -> KnowledgeStore:
