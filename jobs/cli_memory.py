@@ -36,7 +36,7 @@ def _when(value: datetime | None) -> str:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
-    store = open_store(domain_settings(args).memory.url)
+    store = open_store(domain_settings(args).memory.url, existing=True)
     try:
         records = store.history(args.vin)
     finally:
@@ -65,7 +65,7 @@ def _cmd_history(args: argparse.Namespace) -> int:
 def _cmd_recall(args: argparse.Namespace) -> int:
     settings = domain_settings(args)
     at = _event_time(args.as_of)
-    store = open_store(settings.memory.url)
+    store = open_store(settings.memory.url, existing=True)
     try:
         series = vehicle_series(store, args.vin, args.series)
         # The job's own recall: the alert text with its codes' definitions, the configured budget,
@@ -86,7 +86,7 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
     from vdoctor.memory.check import check_stored, report_dict
 
     summary = sys.stdin.read() if args.summary == "-" else args.summary
-    store = open_store(domain_settings(args).memory.url)
+    store = open_store(domain_settings(args).memory.url, existing=True)
     try:
         record, report = check_stored(store, args.vin, args.session_id, summary)
     finally:
@@ -101,7 +101,7 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
 
 def _cmd_forget(args: argparse.Namespace) -> int:
     at = _event_time(args.at)
-    store = open_store(domain_settings(args).memory.url)
+    store = open_store(domain_settings(args).memory.url, existing=True)
     try:
         n = store.soft_delete(args.vin, at)
     finally:
@@ -192,7 +192,7 @@ def _cmd_knowledge_signals(args: argparse.Namespace) -> int:
 def _cmd_health(args: argparse.Namespace) -> int:
     from vdoctor.evaluation.health import assess, plot
 
-    store = open_store(domain_settings(args).memory.url)
+    store = open_store(domain_settings(args).memory.url, existing=True)
     try:
         report = assess(Path(args.diagnoses), store, sample=args.sample)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 from urllib.parse import parse_qs
 
@@ -95,13 +96,34 @@ STORES: Registry[StoreOpener] = Registry(
 )
 
 
-def open_store(url: str, read_only: bool = False) -> MemoryStore:
+def _missing(url: str) -> str | None:
+    """Why the sqlite file or mem0 folder a URL names is no store yet; None when it is one, and for a server's
+    database (its connection says) or a store in memory (new on every open, by choice)."""
+    path = sqlite_file(url)
+    if path is not None and path != ":memory:" and not Path(path).is_file():
+        return f"no such file: {path}"
+    if url_scheme(url) == "mem0":
+        from vdoctor.stores.mem0_folder import MARKER
+
+        folder = url.partition("?")[0][len("mem0:///") :]
+        if folder.strip("/") and not (Path(folder) / MARKER).is_file():
+            return f"no such mem0 store: {folder} (no {MARKER})"
+    return None
+
+
+def open_store(url: str, read_only: bool = False, existing: bool = False) -> MemoryStore:
     """Open the backend that the URL's scheme names; unknown schemes list the valid ones.
 
     ``read_only``: for readers (the memory inspector). SQLite opens the file
     read-only, MySQL/MariaDB sessions are READ ONLY, and the MySQL-protocol
     stores refuse any statement but SELECT before it is sent.
+
+    ``existing``: a sqlite file or mem0 folder that does not exist is a ``StoreError`` instead of a new,
+    empty store (a file is created with its folders): for commands that read a store or delete from it,
+    where an empty one would report that the vehicle has no records, with exit 0, under a mistyped path.
     """
+    if existing and (missing := _missing(url)) is not None:
+        raise StoreError(f"no long-term memory store to open: {missing}")
     opener = STORES.for_url(url)
     return opener(url, read_only=True) if read_only else opener(url)
 

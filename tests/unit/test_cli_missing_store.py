@@ -1,0 +1,60 @@
+"""A memory command that reads a store, or deletes from it, refuses one that does not exist.
+
+It created the sqlite file and its folders, found no records in the new, empty store and exited 0:
+a mistyped path looked like a vehicle without history.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobs import cli
+from vdoctor.errors import StoreError
+from vdoctor.stores import open_store
+
+pytestmark = pytest.mark.unit
+
+VIN = "LFVAU2180ND238173"
+COMMANDS = [
+    ["history", "--vin", VIN],
+    ["recall", "--vin", VIN, "--symptom", "电池包单体压差过大"],
+    ["check-summary", "--vin", VIN, "--session-id", "s1", "--summary", "x"],
+    ["forget", "--vin", VIN, "--change", "scrapped"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_a_missing_sqlite_file_is_a_one_line_error_and_nothing_is_created(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "nonexist" / "sub" / "m.db"
+    assert cli.main(["memory", *command, "--memory", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"vdoctor: no long-term memory store to open: no such file: {db}\n"
+    assert not (tmp_path / "nonexist").exists()
+
+
+def test_a_missing_mem0_folder_is_refused_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "mem0"
+    assert cli.main(["memory", "history", "--vin", VIN, "--memory", f"mem0:///{folder}"]) == 2
+    assert f"no such mem0 store: {folder}" in capsys.readouterr().err
+
+
+def test_a_store_that_exists_is_read_as_before(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    open_store(url).close()  # created by a writer, empty
+    assert cli.main(["memory", "history", "--vin", VIN, "--memory", url]) == 0
+    assert capsys.readouterr().out == f"no long-term memory for {VIN}\n"
+
+
+def test_only_the_stores_that_live_in_a_file_or_folder_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no such file"):
+        open_store(f"sqlite:///{tmp_path / 'm.db'}", existing=True)
+    # A store in memory is new on every open, by choice: there is nothing to find.
+    open_store("memory://", existing=True).close()
+    open_store("sqlite://", existing=True).close()
+    # Without ``existing`` a writer creates the file, as the job does.
+    open_store(f"sqlite:///{tmp_path / 'new' / 'm.db'}").close()
+    assert (tmp_path / "new" / "m.db").is_file()
