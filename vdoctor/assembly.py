@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders import Embedder, EmbedderConfig, embedder_dim, open_embedder, query_file
 from vdoctor.knowledge import KnowledgePack, load_pack
@@ -31,11 +33,11 @@ def token_counter(settings: Settings) -> TokenCounter:
     return open_counter(settings.memory.token_counter)
 
 
-def _embedder_config(settings: Settings) -> EmbedderConfig:
+def _embedder_config(settings: Settings, api_key: SecretStr | None) -> EmbedderConfig:
     return EmbedderConfig(
         model=settings.embedding.model,
         base_url=settings.endpoint.base_url,
-        api_key=settings.endpoint.api_key,
+        api_key=api_key,
         # Replays that must be repeatable embed every text alone (EmbedderConfig.share_calls).
         share_calls=not settings.runtime.deterministic,
         child_process=settings.embedding.child_process,
@@ -65,19 +67,19 @@ def query_vector_file(settings: Settings) -> str | None:
 
 def embedder(settings: Settings) -> Embedder:
     """The configured embedder; a model with weights is loaded once per process and shared."""
-    return open_embedder(settings.embedding.kind, _embedder_config(settings))
+    return open_embedder(settings.embedding.kind, _embedder_config(settings, settings.api_key()))
 
 
 def embedder_dimension(settings: Settings) -> int:
     """The configured embedder's vector dimension, without loading it (``memory init`` sizes indexes by it)."""
-    return embedder_dim(settings.embedding.kind, _embedder_config(settings))
+    return embedder_dim(settings.embedding.kind, _embedder_config(settings, api_key=None))  # no call: no key
 
 
 def _model_config(settings: Settings, model: str) -> ChatModelConfig:
     return ChatModelConfig(
         model=model,
         base_url=settings.endpoint.base_url,
-        api_key=settings.endpoint.api_key,
+        api_key=settings.api_key(),
         timeout_s=settings.model.timeout_s,
         max_attempts=settings.model.max_attempts,
     )

@@ -42,7 +42,7 @@ class Scrubber:
 def settings_secrets(settings: Settings) -> list[str | None]:
     """What of ``settings`` must never be shown: the API key and the password of each URL that may hold one
     (long-term memory, knowledge, the model endpoint)."""
-    key = settings.endpoint.api_key
+    key = settings.api_key()
     urls = [url for url in (settings.memory.url, settings.memory.knowledge_url, settings.endpoint.base_url) if url]
     # Each password also as its URL writes it (``p%2fss``, percent-encoding in any case): an HTTP client logs the
     # URL as given.

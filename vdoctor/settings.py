@@ -5,7 +5,9 @@ Every environment variable name lives in this module (``FIELDS``), and
 nothing reads the environment at import time. Secrets are ``SecretStr``: they
 never print, log or serialise in clear; ``for_workers`` leaves the API key out
 of what is shipped (pickled) to Flink workers, and a worker reads it in
-``open()`` with ``with_secrets`` from its own environment or a key file.
+``open()`` with ``with_secrets`` from its own environment or a key file; a
+command that builds a model or an embedder itself reads the key file when it
+builds one (``Settings.api_key``).
 A store URL's password is part of a plain ``str`` (the stores need the URL
 whole): ``repr()`` and ``str()`` mask it, while ``model_dump`` keeps it. A job
 submitted to a cluster ships its URLs without their passwords as well
@@ -108,13 +110,29 @@ class EndpointSettings(_Frozen):
 
     base_url: str | None = None
     api_key: SecretStr | None = None
-    # A file holding the key (a mounted Kubernetes secret, say), read by workers in open().
+    # A file holding the key (a mounted Kubernetes secret, say), read when a model or embedder is built (``key``).
     api_key_file: str | None = None
 
     @field_validator("base_url", mode="before")
     @classmethod
     def _strip_base_url(cls, given: object) -> object:
         return _stripped_url(given) if isinstance(given, str) else given
+
+    def key(self) -> SecretStr | None:
+        """The API key: ``api_key``, else what the key file holds; None without either.
+
+        The file is read here, when a model or embedder is built (every command that builds one, and each
+        worker's ``open()``), not when the settings are loaded: the client that submits a cluster job builds
+        none, and need not see the file its workers mount.
+        """
+        if self.api_key is not None or not self.api_key_file:
+            return self.api_key
+        try:
+            key = Path(self.api_key_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+            raise ConfigError(f"cannot read the API key file {self.api_key_file}: {reason}") from None
+        return SecretStr(key) if key else None
 
 
 class ModelSettings(_Frozen):
@@ -240,6 +258,11 @@ class Settings(_Frozen):
     def needs_api_key(self) -> bool:
         return "openai" in (self.model.chat, self.model.summarizer, self.embedding.kind)
 
+    def api_key(self) -> SecretStr | None:
+        """The key the models and the embedder call the endpoint with (``EndpointSettings.key``): the key
+        file is read only when one of them is openai, so an offline run needs no readable key file."""
+        return self.endpoint.key() if self.needs_api_key() else self.endpoint.api_key
+
 
 # Flat name (a CLI flag's dest, or a load_settings keyword) -> (section, field, environment variable).
 FIELDS: dict[str, tuple[str, str, str]] = {
@@ -347,13 +370,9 @@ def with_secrets(settings: Settings, env: Mapping[str, str]) -> Settings:
     """
     if settings.endpoint.api_key is not None:
         return settings
-    key = env.get(API_KEY_ENV, "")
-    if not key and settings.endpoint.api_key_file:
-        try:
-            key = Path(settings.endpoint.api_key_file).read_text(encoding="utf-8").strip()
-        except OSError as e:
-            raise ConfigError(f"cannot read the API key file {settings.endpoint.api_key_file}: {e.strerror}") from None
-    if not key:
+    given = env.get(API_KEY_ENV, "")
+    key = SecretStr(given) if given else settings.endpoint.key()
+    if key is None:
         return settings
-    endpoint = settings.endpoint.model_copy(update={"api_key": SecretStr(key)})
+    endpoint = settings.endpoint.model_copy(update={"api_key": key})
     return settings.model_copy(update={"endpoint": endpoint})

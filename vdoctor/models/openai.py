@@ -110,7 +110,7 @@ class OpenAIChatModel:
         if timeout_s <= 0:
             raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
         if api_key is None or not api_key.get_secret_value():
-            raise ConfigError("the openai model needs an API key: set OPENAI_API_KEY")
+            raise ConfigError("the openai model needs an API key: set OPENAI_API_KEY or VDOCTOR_OPENAI_API_KEY_FILE")
         self.name = model
         self.base_url = base_url
         self.timeout_s = timeout_s
