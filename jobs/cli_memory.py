@@ -189,9 +189,16 @@ def _cmd_knowledge_signals(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least(least: int, flag: str, given: int | None) -> None:
+    """A count flag's value, checked before any work: argparse takes any integer."""
+    if given is not None and given < least:
+        raise ConfigError(f"{flag} must be at least {least}, got {given}")
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from vdoctor.evaluation.health import assess, plot
 
+    _at_least(1, "--sample", args.sample)
     store = open_store(domain_settings(args).memory.url, existing=True)
     try:
         report = assess(Path(args.diagnoses), store, sample=args.sample)

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from vdoctor.errors import ConfigError
 from vdoctor.stores.base import MemoryStore
 
 SAME_CAUSE, SHARED_CODE = 1.0, 0.5
@@ -71,21 +72,37 @@ class HealthReport:
 
 
 def _sessions(diagnoses: Path) -> dict[str, dict[str, Any]]:
-    """Per concluded session: its final diagnosis, the memory refs it saw, and when it concluded."""
+    """Per concluded session: its final diagnosis, the memory refs it saw, and when it concluded.
+
+    A file that cannot be read, or a line that is no diagnosis of the job's output, is a ``ConfigError``
+    naming the file (and the line).
+    """
     out: dict[str, dict[str, Any]] = {}
     refs: dict[str, dict[str, list[dict[str, str]]]] = {}
-    for line in diagnoses.read_text(encoding="utf-8").split("\n"):
+    try:
+        text = diagnoses.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise ConfigError(f"cannot read the diagnoses {diagnoses}: {reason}") from None
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
-        d = json.loads(line)
-        sid = d["session_id"]
-        memory = d.get("memory") or {}
-        seen = refs.setdefault(sid, {"own": [], "similar": []})
-        for kind in ("own", "similar"):
-            for ref in memory.get(kind, []):
-                if ref not in seen[kind]:
-                    seen[kind].append(ref)
-        if d["phase"] == "CONCLUDED":
+        try:
+            d = json.loads(line)
+            sid = d["session_id"]
+            memory = d.get("memory") or {}
+            seen = refs.setdefault(sid, {"own": [], "similar": []})
+            for kind in ("own", "similar"):
+                for ref in memory.get(kind, []):
+                    if ref not in seen[kind]:
+                        seen[kind].append(ref)
+            concluded = d["phase"] == "CONCLUDED"
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            reason = f"no field {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+            raise ConfigError(
+                f"{diagnoses}, line {number}: not a diagnosis of the job's output (diagnoses.jsonl): {reason}"
+            ) from None
+        if concluded:
             out[sid] = {"diagnosis": d, "refs": seen}
     return out
 

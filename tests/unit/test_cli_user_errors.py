@@ -1,0 +1,62 @@
+"""A user's mistake (a wrong file, a bad count) is a one-line ``vdoctor: ...`` error and exit 2, not a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jobs import cli
+from vdoctor.stores import open_store
+
+pytestmark = pytest.mark.unit
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *said: str) -> None:
+    """What the command wrote to stderr is one line, ``vdoctor: ...``, holding each of ``said``."""
+    err = capsys.readouterr().err
+    assert err.startswith("vdoctor: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for part in said:
+        assert part in err, err
+
+
+@pytest.fixture
+def memory(tmp_path: Path) -> str:
+    """The URL of an empty long-term store that exists."""
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    open_store(url).close()
+    return url
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "No such file or directory"),
+        ("folder", "Is a directory"),
+        (b'{"vin": "LFVAU2180ND238173"}\n', "line 1: not a diagnosis of the job's output (diagnoses.jsonl): no field"),
+        (b"vin,code\n", "line 1: not a diagnosis"),
+        (b"\xff\xfe{}\n", "not UTF-8 text"),
+    ],
+    ids=["missing", "folder", "other-json", "not-json", "not-utf8"],
+)
+def test_memory_health_names_a_diagnoses_file_it_cannot_read(
+    content: bytes | str | None, said: str, memory: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "diagnoses.jsonl"
+    if content == "folder":
+        given.mkdir()
+    elif isinstance(content, bytes):
+        given.write_bytes(content)
+    plot = tmp_path / "health.png"
+    assert cli.main(["memory", "health", "--diagnoses", str(given), "--memory", memory, "--plot", str(plot)]) == 2
+    one_line_error(capsys, str(given), said)
+    assert not plot.exists()
+
+
+def test_memory_health_refuses_a_sample_below_one(
+    memory: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "diagnoses.jsonl"
+    given.write_text("", encoding="utf-8")
+    assert cli.main(["memory", "health", "--diagnoses", str(given), "--sample", "-1", "--memory", memory]) == 2
+    one_line_error(capsys, "--sample must be at least 1, got -1")
