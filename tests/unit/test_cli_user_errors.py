@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from jobs import cli
+from vdoctor.errors import KnowledgeError
+from vdoctor.knowledge import load_pack
 from vdoctor.stores import open_store
 
 pytestmark = pytest.mark.unit
@@ -60,3 +62,31 @@ def test_memory_health_refuses_a_sample_below_one(
     given.write_text("", encoding="utf-8")
     assert cli.main(["memory", "health", "--diagnoses", str(given), "--sample", "-1", "--memory", memory]) == 2
     one_line_error(capsys, "--sample must be at least 1, got -1")
+
+
+# -- code tables (knowledge load --csv, VDOCTOR_EXTRA_DTC_CSV) ----------------------
+
+
+def test_a_code_table_with_a_byte_order_mark_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Excel's "CSV UTF-8" starts the file with a byte-order mark, which made the first column '\ufeffcode'.
+    table = tmp_path / "codes.csv"
+    table.write_bytes("code,description\nB1A2F,车身控制模块供电电压过低\n".encode("utf-8-sig"))
+    monkeypatch.setenv("VDOCTOR_EMBEDDER", "hashing")
+    assert cli.main(["knowledge", "load", "--csv", str(table), "--knowledge", "memory://"]) == 0
+    assert "1 chunks (version 1)" in capsys.readouterr().out
+    pack = load_pack(extra_csv=table)
+    assert pack.get("B1A2F") is not None
+
+
+def test_a_code_table_that_is_not_utf8_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = tmp_path / "codes.csv"
+    table.write_bytes("code,description\nP0420,Katalysator Wirkungsgrad zu gering (Bank 1) – prüfen\n".encode("cp1252"))
+    monkeypatch.setenv("VDOCTOR_EMBEDDER", "hashing")
+    assert cli.main(["knowledge", "load", "--csv", str(table), "--knowledge", "memory://"]) == 2
+    one_line_error(capsys, f"cannot read code table {table}: not UTF-8 text")
+    with pytest.raises(KnowledgeError, match="not UTF-8 text"):
+        load_pack(extra_csv=table)

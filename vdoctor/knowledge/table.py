@@ -25,9 +25,13 @@ class CodeRow:
 
 
 def read_code_table(path: Path) -> Iterator[CodeRow]:
-    """Rows with a valid code and a description; a missing column or an unreadable file is a KnowledgeError."""
+    """Rows with a valid code and a description; a missing column or an unreadable file is a KnowledgeError.
+
+    Read as UTF-8 with or without a byte-order mark (Excel's "CSV UTF-8" writes one, which would make the
+    first column ``\ufeffcode``), as the signal map is.
+    """
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
+        with path.open(newline="", encoding="utf-8-sig") as fh:
             reader = csv.DictReader(fh)
             if not reader.fieldnames or not {"code", "description"} <= set(reader.fieldnames):
                 raise KnowledgeError(
@@ -41,3 +45,5 @@ def read_code_table(path: Path) -> Iterator[CodeRow]:
                     yield CodeRow(code=code, description=desc, manufacturer=maker)
     except OSError as e:
         raise KnowledgeError(f"cannot read code table {path}: {e}") from e
+    except UnicodeDecodeError:
+        raise KnowledgeError(f"cannot read code table {path}: not UTF-8 text (save it as CSV UTF-8)") from None
