@@ -185,8 +185,12 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
         if not path.is_file():
             print(f"vdoctor check-events: no such file: {path}", file=sys.stderr)
             return 2
-        with path.open(encoding="utf-8", errors="replace", newline="") as lines:
-            report = check_feed(lines, zone, progress, rename, comma)
+        try:
+            with path.open(encoding="utf-8", errors="replace", newline="") as lines:
+                report = check_feed(lines, zone, progress, rename, comma)
+        except OSError as e:
+            print(f"vdoctor check-events: cannot read {path}: {e.strerror}", file=sys.stderr)
+            return 2
     print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render(report, zone_name, comma))
     return 1 if report.dead_letters else 0
 

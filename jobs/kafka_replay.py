@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from vdoctor.errors import VDoctorError
+from vdoctor.errors import ConfigError, VDoctorError
 from vdoctor.events import key_vin, raw_vin
 
 # Redraw the progress bar at most this often.
@@ -44,6 +44,15 @@ class ReplayReport:
             f"vdoctor replay: {self.sent} of {self.lines} events produced to {self.topic} "
             f"({self.keyed} keyed by VIN, {self.failed} failed) in {self.wall_s:.1f} s, {rate:.0f} events/s"
         )
+
+
+def read_alerts(path: Path) -> str:
+    """The alerts file's text; bytes that are not UTF-8 read as U+FFFD, as ``run`` and ``check-events`` read
+    them (the job makes such a line a dead letter, or reads it with the character replaced)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as e:
+        raise ConfigError(f"cannot read the alerts file {path}: {e.strerror}") from None
 
 
 def vin_key(line: str) -> bytes | None:
@@ -94,7 +103,7 @@ def replay_file(
 
     if rate is not None and rate <= 0:
         raise ReplayError(f"--rate must be a positive number of events per second, got {rate}")
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [line for line in read_alerts(path).splitlines() if line.strip()]
     report = ReplayReport(topic=topic, lines=len(lines))
     producer = _producer(bootstrap)
     started = time.monotonic()

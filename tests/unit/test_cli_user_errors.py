@@ -90,3 +90,57 @@ def test_a_code_table_that_is_not_utf8_is_a_one_line_error(
     one_line_error(capsys, f"cannot read code table {table}: not UTF-8 text")
     with pytest.raises(KnowledgeError, match="not UTF-8 text"):
         load_pack(extra_csv=table)
+
+
+# -- alerts files (replay, check-events) ---------------------------------------------
+
+VIN = "LFVAU2180ND238173"
+# A file the kernel lists as a regular file and refuses to read (EIO at offset 0).
+UNREADABLE = Path("/proc/self/mem")
+
+
+class Sent:
+    """A Kafka producer that keeps what it is sent (the broker's side of ``vdoctor replay``)."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> Sent:
+        self.values.append(value)
+        return self
+
+    def get(self, timeout: float) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def test_replay_sends_a_line_with_bytes_that_are_not_utf8_as_run_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs import kafka_replay
+
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_bytes(b'{"vin": "' + VIN.encode() + b'", "symptom": "\xb5\xe7\xb3\xd8"}\n')  # GBK, not UTF-8
+    sent = Sent()
+    monkeypatch.setattr(kafka_replay, "_producer", lambda bootstrap: sent)
+    assert cli.main(["replay", "--alerts", str(alerts), "--bootstrap", "127.0.0.1:9092", "--quiet"]) == 0
+    assert "1 of 1 events produced to vdoctor.alerts (1 keyed by VIN" in capsys.readouterr().out
+    # One U+FFFD per maximal invalid run: b5 (a lone continuation byte), e7 b3 (a three-byte start cut short
+    # by d8), d8 (a two-byte start followed by '"').
+    assert sent.values == [f'{{"vin": "{VIN}", "symptom": "\ufffd\ufffd\ufffd"}}'.encode()]
+
+
+@pytest.mark.skipif(not UNREADABLE.is_file(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("command", [["check-events"], ["replay", "--bootstrap", "127.0.0.1:9092"]])
+def test_an_alerts_file_that_cannot_be_read_is_a_one_line_error(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main([*command, "--alerts", str(UNREADABLE)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cannot read {'the alerts file ' if command[0] == 'replay' else ''}" in err
+    assert str(UNREADABLE) in err and "Input/output error" in err
