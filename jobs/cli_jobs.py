@@ -14,6 +14,7 @@ from jobs.job_settings import (
     add_diagnosis_arguments,
     add_flink_arguments,
     add_kafka_arguments,
+    check_output_folder,
     domain_settings,
     kafka_job_identity,
     kafka_settings,
@@ -143,9 +144,10 @@ def _cmd_package(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval_ab(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    check_output_folder(out)  # before pyflink is imported
     from jobs.eval_ab import run_ab  # imports pyflink: only for `eval`
 
-    out = Path(args.out)
     run_ab(args)
     print((out / "ab_report.md").read_text(encoding="utf-8"))
     print(f"report: {out / 'ab_report.md'}, chart: {out / 'ab_report.png'}")

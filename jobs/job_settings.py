@@ -501,6 +501,16 @@ def flink_settings(args: argparse.Namespace, kafka: bool, **fixed: Any) -> Flink
         raise ConfigError(f"invalid Flink settings: {describe_validation_error(e)}") from e
 
 
+def check_output_folder(out: Path, flag: str = "--out") -> None:
+    """A ``ConfigError`` when the folder ``out`` cannot be made because it, or a folder above it, is a file
+    (``mkdir`` would raise FileExistsError or NotADirectoryError); checked before the command starts work."""
+    for folder in (out, *out.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise ConfigError(f"{flag} {out}: {folder} is a file, not a folder")
+            return
+
+
 def replay_settings(args: argparse.Namespace, **overrides: Any) -> ReplaySettings:
     """A file replay from ``--alerts``, ``--out``, ``--rate`` and the Flink flags."""
     values: dict[str, Any] = {"alerts": getattr(args, "alerts", None), "out": getattr(args, "out", None)}
@@ -510,6 +520,7 @@ def replay_settings(args: argparse.Namespace, **overrides: Any) -> ReplaySetting
     alerts, out = Path(values["alerts"]), Path(values["out"])
     if not alerts.is_file():
         raise ConfigError(f"no such alerts file: {alerts}")
+    check_output_folder(out)
     rate = getattr(args, "rate", None)
     if rate is not None and rate <= 0:
         raise ConfigError(f"--rate must be positive, got {rate:g}")

@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from jobs.job_settings import CONNECTOR_JAR_NAME, PROJECT_ROOT
+from jobs.job_settings import CONNECTOR_JAR_NAME, PROJECT_ROOT, check_output_folder
 from vdoctor.errors import ConfigError
 from vdoctor.settings import ENV_VARS
 
@@ -129,6 +129,7 @@ def package(out: Path, connector_jar: Path) -> Bundle:
             f"Flink Kafka connector jar not found: {connector_jar}. Fetch it with "
             f"`bash scripts/install/flink-kafka.sh`, or point --connector-jar at {CONNECTOR_JAR_NAME}"
         )
+    check_output_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     dependencies = job_dependencies()
     archive = out / BUNDLE_NAME

@@ -144,3 +144,24 @@ def test_an_alerts_file_that_cannot_be_read_is_a_one_line_error(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"cannot read {'the alerts file ' if command[0] == 'replay' else ''}" in err
     assert str(UNREADABLE) in err and "Input/output error" in err
+
+
+# -- output folders (run, eval ab, package --out) ------------------------------------
+
+
+@pytest.mark.parametrize("below", ["", "sub"], ids=["the-folder", "a-folder-above"])
+@pytest.mark.parametrize("command", ["run", "eval ab", "package"])
+def test_an_output_folder_that_is_a_file_is_a_one_line_error(
+    command: str, below: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text("{}\n", encoding="utf-8")
+    jar = tmp_path / "connector.jar"
+    jar.write_bytes(b"PK")
+    taken = tmp_path / "out"
+    taken.write_text("a report someone keeps\n", encoding="utf-8")
+    out = taken / below if below else taken
+    given = ["--connector-jar", str(jar)] if command == "package" else ["--alerts", str(alerts)]
+    assert cli.main([*command.split(), *given, "--out", str(out)]) == 2
+    one_line_error(capsys, f"--out {out}: {taken} is a file, not a folder")
+    assert taken.read_text(encoding="utf-8") == "a report someone keeps\n"
