@@ -243,6 +243,8 @@ def _cmd_reextract(args: argparse.Namespace) -> int:
 def _cmd_reembed(args: argparse.Namespace) -> int:
     from vdoctor.memory.reembed import ReembedReport, reembed
 
+    _at_least(1, "--batch", args.batch)
+    _at_least(1, "--limit", args.limit)
     settings = domain_settings(args)
     store = assembly.long_term_store(settings, retrying=False)
 
@@ -267,6 +269,7 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
 def _cmd_retokenize(args: argparse.Namespace) -> int:
     from vdoctor.retrieval.tokens import TOKENIZER
 
+    _at_least(1, "--batch", args.batch)
     url = domain_settings(args).memory.url
     store = open_store(url)  # sqlite: opening a file retokenises it when its tokeniser is another
     try:

@@ -165,3 +165,22 @@ def test_an_output_folder_that_is_a_file_is_a_one_line_error(
     assert cli.main([*command.split(), *given, "--out", str(out)]) == 2
     one_line_error(capsys, f"--out {out}: {taken} is a file, not a folder")
     assert taken.read_text(encoding="utf-8") == "a report someone keeps\n"
+
+
+# -- counts (memory reembed, retokenize) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["reembed", "--batch", "0"], "--batch must be at least 1, got 0"),
+        (["reembed", "--limit", "-5"], "--limit must be at least 1, got -5"),
+        (["retokenize", "--batch", "-1"], "--batch must be at least 1, got -1"),
+    ],
+)
+def test_a_count_below_one_is_refused_before_the_store_is_touched(
+    command: list[str], said: str, memory: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VDOCTOR_EMBEDDER", "hashing")
+    assert cli.main(["memory", *command, "--memory", memory]) == 2
+    one_line_error(capsys, said)
