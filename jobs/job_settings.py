@@ -339,8 +339,14 @@ def domain_settings(
     """The diagnosis settings: flags (and ``overrides``), then the environment. The only place jobs/ builds them."""
     env = os.environ if env is None else env
     flags = {field: getattr(args, flag, None) for flag, field in _DOMAIN_FLAGS.items()}
+    # An invalid value is named by the flag that gave it (and its variable); ``overrides`` are no flags.
+    given_as = {
+        field: "--" + flag.replace("_", "-")
+        for flag, field in _DOMAIN_FLAGS.items()
+        if flags[field] is not None and field not in overrides
+    }
     flags.update(overrides)
-    settings = load_settings(env, **flags)
+    settings = load_settings(env, given_as=given_as, **flags)
     return with_overrides(
         settings,
         memory_url=_absolute_local_url(settings.memory.url),

@@ -1144,11 +1144,14 @@ def _load_json(raw: str) -> Any:
     return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
-def describe_validation_error(error: ValidationError) -> str:
-    """One line per problem: ``field: what is wrong``."""
+def describe_validation_error(
+    error: ValidationError, name: Callable[[tuple[int | str, ...]], str | None] | None = None
+) -> str:
+    """One line per problem: ``field: what is wrong``. ``name`` gives a field's location the name its user
+    knows it by (a flag, a variable), or None to keep its path."""
     parts = []
     for item in error.errors(include_url=False):
-        loc = ".".join(str(p) for p in item["loc"]) or "event"
+        loc = (name(item["loc"]) if name else None) or ".".join(str(p) for p in item["loc"]) or "event"
         msg = str(item["msg"]).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts)

@@ -305,11 +305,26 @@ WITHHELD_URLS = ("memory_url", "knowledge_url", "openai_base_url")
 WITHHELD_KEY = "withheld_passwords"
 
 
-def _validate(values: dict[str, dict[str, Any]]) -> Settings:
+# (section, field) -> flat name: an invalid value is named as its user gave it.
+_FLAT_NAMES = {(section, field): name for name, (section, field, _) in FIELDS.items()}
+
+
+def _validate(values: dict[str, dict[str, Any]], given_as: Mapping[str, str] | None = None) -> Settings:
+    """``Settings`` from nested values; an invalid value is a ``ConfigError`` naming its environment
+    variable, and the flag that gave it (``given_as``: flat name -> flag) when one did."""
     try:
         return Settings.model_validate(values)
     except ValidationError as e:
-        raise ConfigError(f"invalid settings: {describe_validation_error(e)}") from e
+
+        def named(loc: tuple[int | str, ...]) -> str | None:
+            name = _FLAT_NAMES.get((str(loc[0]), str(loc[1]))) if len(loc) >= 2 else None
+            if name is None:
+                return None
+            var = ENV_VARS[name]
+            flag = (given_as or {}).get(name)
+            return " ".join([f"{flag} ({var})" if flag else var, *(str(p) for p in loc[2:])])
+
+        raise ConfigError(f"invalid settings: {describe_validation_error(e, named)}") from e
 
 
 def _nest(flat: Mapping[str, Any], into: dict[str, dict[str, Any]]) -> None:
@@ -320,12 +335,16 @@ def _nest(flat: Mapping[str, Any], into: dict[str, dict[str, Any]]) -> None:
         into.setdefault(section, {})[field] = value
 
 
-def load_settings(env: Mapping[str, str], **flags: Any) -> Settings:
-    """Build settings from flags (flat names of ``FIELDS``; ``None`` means unset), then the environment."""
+def load_settings(env: Mapping[str, str], *, given_as: Mapping[str, str] | None = None, **flags: Any) -> Settings:
+    """Build settings from flags (flat names of ``FIELDS``; ``None`` means unset), then the environment.
+
+    ``given_as``: the command-line flag (``--concurrency``) of each flat name a flag gave, for the message
+    of an invalid value; the others are named by their environment variable.
+    """
     values: dict[str, dict[str, Any]] = {}
     _nest({name: env[var] for name, (_, _, var) in FIELDS.items() if env.get(var, "") != ""}, values)
     _nest({k: v for k, v in flags.items() if v is not None}, values)
-    return _validate(values)
+    return _validate(values, given_as)
 
 
 def with_overrides(settings: Settings, **flat: Any) -> Settings:

@@ -119,7 +119,7 @@ def test_runs_in_flight_are_the_slots_plus_a_quarter_unless_set() -> None:
     assert RuntimeSettings(concurrency=8, extra_runs=40).runs_in_flight() == 48
     assert RuntimeSettings(concurrency=1, extra_runs=5).runs_in_flight() == 1  # inline: one event at a time
     assert load_settings({"VDOCTOR_EXTRA_RUNS": "7"}, concurrency=10).runtime.runs_in_flight() == 17
-    with pytest.raises(ConfigError, match="extra_runs"):
+    with pytest.raises(ConfigError, match="VDOCTOR_EXTRA_RUNS"):
         load_settings({"VDOCTOR_EXTRA_RUNS": "-1"})
 
 

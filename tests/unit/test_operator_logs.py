@@ -46,7 +46,7 @@ def test_debug_lets_everything_through() -> None:
 def test_an_unknown_level_is_a_settings_error() -> None:
     from vdoctor.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="log_level"):
+    with pytest.raises(ConfigError, match="VDOCTOR_LOG_LEVEL"):
         load_settings({"VDOCTOR_LOG_LEVEL": "LOUD"})
 
 

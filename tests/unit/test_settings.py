@@ -38,19 +38,35 @@ def test_every_environment_variable_lands_in_its_field() -> None:
 
 
 def test_a_bad_value_or_name_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="model.chat"):
+    with pytest.raises(ConfigError, match="VDOCTOR_MODEL"):
         load_settings({"VDOCTOR_MODEL": "gpt-5"})
     with pytest.raises(ConfigError, match="unknown setting 'colour'"):
         load_settings({}, colour="blue")
-    with pytest.raises(ConfigError, match="working_budget_tokens"):
+    with pytest.raises(ConfigError, match="VDOCTOR_WORKING_BUDGET_TOKENS"):
         load_settings({"VDOCTOR_WORKING_BUDGET_TOKENS": "10"})
+
+
+def test_an_invalid_value_is_named_by_its_variable_and_by_the_flag_that_gave_it() -> None:
+    import argparse
+
+    from jobs.job_settings import domain_settings
+
+    # Not the field's path inside the settings (runtime.concurrency), which no user can set.
+    with pytest.raises(ConfigError, match=r"^invalid settings: VDOCTOR_CONCURRENCY: Input should be greater"):
+        load_settings({"VDOCTOR_CONCURRENCY": "0"})
+    flags = argparse.Namespace(concurrency=0, extra_runs=None)
+    with pytest.raises(ConfigError, match=r"^invalid settings: --concurrency \(VDOCTOR_CONCURRENCY\): Input should"):
+        domain_settings(flags, env={"VDOCTOR_CONCURRENCY": "8"})
+    # A valid flag does not take the name of an invalid variable.
+    with pytest.raises(ConfigError, match=r"^invalid settings: VDOCTOR_EXTRA_RUNS: Input should be greater"):
+        domain_settings(argparse.Namespace(concurrency=4), env={"VDOCTOR_EXTRA_RUNS": "-1"})
 
 
 def test_the_zone_of_naive_event_times_is_checked_when_set() -> None:
     assert load_settings({}).runtime.naive_ts_zone is None
     assert load_settings({"VDOCTOR_NAIVE_TS_ZONE": "Asia/Shanghai"}).runtime.naive_ts_zone == "Asia/Shanghai"
     assert load_settings({}, naive_ts_zone="+08:00").runtime.naive_ts_zone == "+08:00"
-    with pytest.raises(ConfigError, match="naive_ts_zone.*'Beijing' is no time zone"):
+    with pytest.raises(ConfigError, match="VDOCTOR_NAIVE_TS_ZONE.*'Beijing' is no time zone"):
         load_settings({"VDOCTOR_NAIVE_TS_ZONE": "Beijing"})
 
 
@@ -58,7 +74,7 @@ def test_how_the_fleets_numbers_use_a_comma_is_checked_when_set() -> None:
     assert load_settings({}).runtime.number_comma is None
     assert load_settings({"VDOCTOR_NUMBER_COMMA": " Decimal"}).runtime.number_comma == "decimal"
     assert load_settings({}, number_comma="thousands").runtime.number_comma == "thousands"
-    with pytest.raises(ConfigError, match="number_comma.*must be decimal .* or thousands"):
+    with pytest.raises(ConfigError, match="VDOCTOR_NUMBER_COMMA.*must be decimal .* or thousands"):
         load_settings({"VDOCTOR_NUMBER_COMMA": "comma"})
 
 

@@ -123,7 +123,7 @@ def test_the_setting_reads_the_file_where_the_job_is_built_and_ships_the_map(tmp
     # A worker gets the map itself, with no file to read.
     path.unlink()
     assert worker_settings(settings.for_workers(), {}).runtime.signal_names == MAP
-    with pytest.raises(ConfigError, match="signal_names: signal map .*cannot be read"):
+    with pytest.raises(ConfigError, match="VDOCTOR_SIGNAL_NAMES: signal map .*cannot be read"):
         load_settings({"VDOCTOR_SIGNAL_NAMES": str(path)})
 
 
