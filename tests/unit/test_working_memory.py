@@ -139,13 +139,13 @@ def test_six_rounds_stay_verbatim() -> None:
     assert wm.state.compressions == 0
 
 
-def test_seventh_round_folds_the_oldest_half_into_the_summary() -> None:
+def test_seventh_round_folds_the_oldest_round_into_the_summary() -> None:
     wm = WorkingMemory(WorkingState())
     for i in range(1, 8):
         wm.add_round(small_round(i))
-    # 7 rounds > 6: the oldest 7 // 2 = 3 are folded, one summary line each.
-    assert [r.ts for r in wm.state.rounds] == [ts(4), ts(5), ts(6), ts(7)]
-    assert wm.state.summary_lines == [f"{ts(i)} | alert {i} | answer {i} | -" for i in (1, 2, 3)]
+    # 7 rounds > 6: the oldest is folded, and the newest 6 stay verbatim (folding the oldest half left 4).
+    assert [r.ts for r in wm.state.rounds] == [ts(i) for i in range(2, 8)]
+    assert wm.state.summary_lines == [f"{ts(1)} | alert 1 | answer 1 | -"]
     assert wm.state.compressions == 1
     text = wm.render()
     # Folded rounds keep only their first line; the verbatim rounds keep all.
@@ -157,7 +157,7 @@ def test_rounds_never_exceed_six_over_a_long_session() -> None:
     wm = WorkingMemory(WorkingState())
     for i in range(1, 24):
         wm.add_round(small_round(i))
-        assert len(wm.state.rounds) <= KEEP_ROUNDS
+        assert len(wm.state.rounds) == min(i, KEEP_ROUNDS)  # the newest 6, always
     assert wm.state.rounds[-1].ts == ts(23)
 
 

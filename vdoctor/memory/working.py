@@ -335,9 +335,9 @@ def _bound(facts: list[KeyFact]) -> tuple[list[KeyFact], list[KeyFact]]:
 class WorkingMemory:
     """Token-budgeted working context over a ``WorkingState`` snapshot.
 
-    Triggers (seed 000 §8.2.1): past ``COMPRESS_AT`` of the budget (or past
-    ``keep_rounds`` rounds) the oldest half of the verbatim rounds is folded
-    into the rolling summary; ``end_stage`` folds every round when the
+    Triggers (seed 000 §8.2.1): past ``COMPRESS_AT`` of the budget the oldest
+    half of the verbatim rounds is folded into the rolling summary, and past
+    ``keep_rounds`` rounds those older than the newest ``keep_rounds``; ``end_stage`` folds every round when the
     investigation is over; ``close_session`` replaces everything with the
     case summary when the session concludes (its rounds are not folded
     first: the case summary would replace that fold at once). Every fold
@@ -426,7 +426,9 @@ class WorkingMemory:
                 *extract_key_facts(round_.assistant if assistant_text is None else assistant_text, round_.ts),
             ]
         )
-        while len(self.state.rounds) > self.keep_rounds or self._past_trigger():
+        if len(self.state.rounds) > self.keep_rounds:
+            self._fold_beyond_kept()
+        while self._past_trigger():
             if not self.compress_oldest_half():
                 break
 
@@ -466,6 +468,14 @@ class WorkingMemory:
         self.state.rounds = self.state.rounds[half:]
         self.state.threshold_folds += 1
         return True
+
+    def _fold_beyond_kept(self) -> None:
+        """Fold the rounds older than the newest ``keep_rounds``: those stay verbatim (DESIGN: the newest 6
+        rounds are kept verbatim). Folding the oldest half here, as the budget trigger does, left 4 of 7."""
+        excess = len(self.state.rounds) - self.keep_rounds
+        self._fold(self.state.rounds[:excess])
+        self.state.rounds = self.state.rounds[excess:]
+        self.state.threshold_folds += 1
 
     def end_stage(self) -> None:
         """A ReAct stage ended (investigation done, conclusion starts): fold every verbatim round."""
