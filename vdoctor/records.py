@@ -331,5 +331,8 @@ class MemoryRecord(BaseModel):
         return self.model_copy(update=update) if update else self
 
     def public_dict(self) -> dict[str, object]:
-        """The record as users see it (``memory history --json``): vectors left out."""
-        return self.model_dump(mode="json", exclude={"summary_vec", "source"})
+        """The record as users see it (``memory history --json``): vectors left out, and the conclusion's
+        event time under the design's name ``concluded_ts`` as well as its column's, ``concluded_at``."""
+        shown = self.model_dump(mode="json", exclude={"summary_vec", "source"})
+        shown["concluded_ts"] = shown["concluded_at"]
+        return shown

@@ -72,6 +72,8 @@ def test_the_stored_source_round_trips(store: InMemoryStore) -> None:
     request = request_from_json(record.source)
     assert request.kind == "case" and "P0A7F" in request.required and request.events
     assert record.public_dict().get("source") is None  # not part of what users see
+    # The conclusion's event time under the design's name too (memory history --json, the inspector).
+    assert record.public_dict()["concluded_ts"] == record.public_dict()["concluded_at"] is not None
     assert record.concluded_at == T0
 
 
