@@ -82,6 +82,8 @@ SUMMARY_MODEL_FAILED = "summary_model_failed"
 # The working context a model call got was over its token budget with only key facts left to leave out
 # (they never are: ``WorkingMemory.fit``).
 WORKING_OVER_BUDGET = "working_over_budget"
+# This alert made working memory let key facts go (readings beyond its bound: ``working.MAX_KEY_FACTS``).
+KEY_FACTS_DROPPED = "key_facts_dropped"
 # A dead letter's reason quotes at most this much of an unexpected error's message: enough to name the
 # fault, never a whole input echoed back (a validation error repeats the value it refused).
 MAX_FAILURE_CHARS = 500
@@ -330,6 +332,7 @@ class DiagnosisEngine:
             self.working_keep_rounds,
         )
         failures_before = session.working.fidelity_failures
+        dropped_before = session.working.dropped_fact_count
         messages, window = build_window(session, alert, working)
         run = run_react(self.model, Toolbox(self.pack, session, self.knowledge), messages, window=window)
         if run.error is not None:
@@ -370,6 +373,8 @@ class DiagnosisEngine:
             flags.append(SUMMARY_MODEL_FAILED)
         if working.over_budget_tokens:
             flags.append(WORKING_OVER_BUDGET)
+        if session.working.dropped_fact_count > dropped_before:
+            flags.append(KEY_FACTS_DROPPED)
         if window.clipped_results:
             flags.append(TOOL_RESULT_CLIPPED)
         if alert.signals_set_aside:

@@ -643,3 +643,17 @@ def test_a_case_whose_second_write_fails_too_is_flagged_at_that_alert(pack: Know
     embedder.passages_down = False
     assert h.diagnose(alert("e-3", T0 + timedelta(hours=3), 87)).flags == []  # tried once, not at every alert
     assert store.count() == 0
+
+
+def test_an_alert_that_makes_working_memory_let_readings_go_says_so(pack: KnowledgePack) -> None:
+    """64 module temperatures an alert, each signal's first, lowest, highest and latest reading kept: past 200
+    readings the oldest give way (recorded in the state), and the diagnosis said nothing of it."""
+    h = Harness(engine(pack))
+    flags = []
+    for i in range(6):
+        payload = alert(f"e-{i}", T0 + timedelta(minutes=10 * i), 87)
+        payload["signals"] = {f"module_{m}_temp_c": 30.0 + (m * 7 + i * 13) % 17 for m in range(64)}
+        flags.append(h.diagnose(payload).flags)
+    assert flags[0] == [] and "key_facts_dropped" in flags[-1]
+    stored = h.state[VIN][0]
+    assert stored is not None and json.loads(stored)["working"]["dropped_fact_count"] > 0
