@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from vdoctor.agent.prompt import build_window
 from vdoctor.agent.react import AgentRun, answer_prose, run_react
 from vdoctor.agent.tools import Toolbox
-from vdoctor.agent.window import TOOL_RESULT_CLIPPED
+from vdoctor.agent.window import MODEL_STEP_CLIPPED, TOOL_RESULT_CLIPPED
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.embedders.base import Vectors
 from vdoctor.errors import EventError, ModelError, StoreError, VDoctorError
@@ -377,6 +377,8 @@ class DiagnosisEngine:
             flags.append(KEY_FACTS_DROPPED)
         if window.clipped_results:
             flags.append(TOOL_RESULT_CLIPPED)
+        if window.clipped_steps:
+            flags.append(MODEL_STEP_CLIPPED)
         if alert.signals_set_aside:
             flags.append(SIGNALS_SET_ASIDE)
 

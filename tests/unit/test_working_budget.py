@@ -454,3 +454,35 @@ def test_an_alert_of_128_codes_is_diagnosed_within_the_budget(pack: KnowledgePac
     session = h.session(VIN)
     assert session is not None
     assert {f.render().split(":")[0] for f in session.working.key_facts} >= {f"code {c}" for c in codes}
+
+
+class _Reasoning(_Calls):
+    """A model that writes long reasoning beside each tool call (a lookup), then answers."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.steps = steps
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        from vdoctor.models.base import ToolCall
+
+        self.calls.append(list(messages))
+        n = len(self.calls)
+        if n <= self.steps:
+            reasoning = "我认为需要再查一次故障码定义，" * 150  # ~4,500 tokens of the model's own text
+            return ChatResponse(content=reasoning, tool_calls=(ToolCall(f"c{n}", "lookup_dtc", {"codes": ["P0A7F"]}),))
+        return ChatResponse(content=json.dumps({"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.3}))
+
+
+def test_the_models_own_reasoning_is_clipped_to_keep_the_window_within_the_budget(pack: KnowledgePack) -> None:
+    """Only tool results were clipped: a model that reasons at length beside its tool calls sent windows of
+    15,000 tokens against a budget of 4,000, flagged at most working_over_budget (found by an audit)."""
+    model = _Reasoning(steps=3)
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    out = h.diagnose(alert("e0", T0))
+    assert len(model.calls) == 4
+    for messages in model.calls:
+        assert _window_tokens(messages) <= BUDGET
+    assert "model_step_clipped" in out.flags and "working_over_budget" not in out.flags
+    # The calls themselves go whole: every lookup the model asked for was answered.
+    assert [c.name for ms in model.calls[-1:] for m in ms for c in m.tool_calls] == ["lookup_dtc"] * 3

@@ -8,7 +8,9 @@ are counted, and:
 - a tool result that would take the steps past ``STEPS_SHARE`` of the budget
   is clipped (its start, and a marker with how many characters were clipped;
   a marker alone when no room is left), so the working context always keeps
-  the other part;
+  the other part; so is the text a model writes beside its tool calls (its
+  reasoning), while the calls themselves are sent whole: they are what the
+  results answer;
 - when the working context and the steps together are over the budget, the
   working context is fitted again into what the steps leave: its parts give
   way in ``fit``'s order, and key facts never do (``over_budget_tokens``
@@ -35,6 +37,7 @@ MESSAGE_TOKENS = 4
 # What stands for a tool result when the steps leave no room for any of it.
 RESULT_LEFT_OUT = "[the tool's result, {} characters, left out to fit the working context]"
 TOOL_RESULT_CLIPPED = "tool_result_clipped"
+MODEL_STEP_CLIPPED = "model_step_clipped"
 
 
 class ContextWindow:
@@ -48,6 +51,7 @@ class ContextWindow:
         self.steps_cap = int(working.budget_tokens * STEPS_SHARE)
         self.steps_tokens = 0
         self.clipped_results = 0
+        self.clipped_steps = 0
         self._counted = 2  # the transcript's messages counted so far (system and user are not steps)
         self._user: tuple[str, int | None] = ("", None)  # the user message last looked at, and its tokens
 
@@ -70,9 +74,14 @@ class ContextWindow:
                 self.steps_tokens += MESSAGE_TOKENS + count(text)
             else:
                 calls = "".join(call.name + call.arguments_json for call in message.tool_calls)
-                self.steps_tokens += MESSAGE_TOKENS + (
-                    count(message.content + calls) if message.content or calls else 0
-                )
+                text = message.content
+                if text:
+                    room = self.steps_cap - self.steps_tokens - MESSAGE_TOKENS - (count(calls) if calls else 0)
+                    if count(text) > room:
+                        text = clip_to_tokens(text, max(room, 0), self.working.counter)
+                        transcript[i] = Message(role=message.role, content=text, tool_calls=message.tool_calls)
+                        self.clipped_steps += 1
+                self.steps_tokens += MESSAGE_TOKENS + (count(text + calls) if text or calls else 0)
         self._counted = len(transcript)
         if not self.steps_tokens:
             return
