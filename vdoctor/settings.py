@@ -367,7 +367,9 @@ def worker_settings(shipped: Mapping[str, Any], env: Mapping[str, str]) -> Setti
     for name in withheld:
         section, field, var = FIELDS[name]
         bare = getattr(getattr(settings, section), field)
-        given = env.get(var, "")
+        # Stripped as the client's settings strip it (``_stripped_url``): a variable filled from a secret
+        # file ends in a newline.
+        given = _stripped_url(env.get(var, ""))
         if given == bare or without_password(given) != bare:
             found = f"it is {redact_url(given)}" if given else "it is not set"
             raise ConfigError(

@@ -168,6 +168,10 @@ def test_a_cluster_worker_reads_the_urls_whole_from_its_environment() -> None:
     # URLs without a password go as they are, and need nothing from the worker's environment.
     plain = load_settings({"VDOCTOR_MEMORY_URL": "mysql://u@db:3306/vd"}).for_workers(withhold_passwords=True)
     assert worker_settings(plain, {}).memory.url == "mysql://u@db:3306/vd"
+    # A variable filled from a secret file ends in a newline, on the client and on the workers alike.
+    lined = {k: v + "\n" for k, v in SECRET_URLS.items()}
+    shipped = load_settings(lined).for_workers(withhold_passwords=True)
+    assert worker_settings(shipped, lined).memory.url == SECRET_URLS["VDOCTOR_MEMORY_URL"]
 
 
 @pytest.mark.parametrize(
