@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from vdoctor.agent.prompt import build_window
-from vdoctor.agent.react import AgentRun, answer_prose, run_react
+from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
 from vdoctor.agent.window import MODEL_STEP_CLIPPED, TOOL_RESULT_CLIPPED
 from vdoctor.embedders import Embedder, embedder_id
@@ -412,8 +412,7 @@ class DiagnosisEngine:
         tool_lines = run.tool_results
         final = run.transcript[-1].content if run.transcript else ""
         steps = "; ".join(run.tools_used)
-        tools = (f"tools: {steps}\n" if steps else "") + "\n".join(tool_lines)
-        assistant = f"{final}\n{tools}"
+        assistant = f"{final}\n" + (f"tools: {steps}\n" if steps else "") + "\n".join(tool_lines)
         # Key facts, read structurally: codes with their definitions, the
         # alert's readings with their times, tool results, the decision.
         facts = [KeyFact.code(c, self._definition(c)) for c in alert.dtc_codes]
@@ -429,8 +428,6 @@ class DiagnosisEngine:
             Round(ts=when, user=user, assistant=assistant, event=event, conclusion=conclusion, evidence=evidence),
             facts,
             user_text=alert.alert_text,
-            # The answer's JSON is read structurally above; its keys read as text are no facts.
-            assistant_text=f"{answer_prose(final)}\n{tools}",
         )
 
     def _add_timeline(

@@ -657,3 +657,18 @@ def test_an_alert_that_makes_working_memory_let_readings_go_says_so(pack: Knowle
     assert flags[0] == [] and "key_facts_dropped" in flags[-1]
     stored = h.state[VIN][0]
     assert stored is not None and json.loads(stored)["working"]["dropped_fact_count"] > 0
+
+
+def test_a_fold_of_rounds_whose_answers_write_every_key_passes_its_check(pack: KnowledgePack) -> None:
+    """The fold's check took its required facts from the rounds' whole text, JSON keys included, while the key
+    facts no longer held those fragments: every fold failed, and past 6 rounds every alert was flagged
+    summary_fidelity_failed (found by a diff review)."""
+    answer = {"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.4, "root_cause": None, "codes": ["P0A7F"],
+              "evidence": [], "excluded": [], "voided": []}  # fmt: skip
+    h = Harness(engine(pack, model=ScriptedModel([ChatResponse(content="Answer:\n" + json.dumps(answer))] * 9)))
+    flags = [h.diagnose(alert(f"e-{i}", T0 + timedelta(hours=i), 87)).flags for i in range(9)]
+    assert flags == [[]] * 9
+    stored = h.state[VIN][0]
+    assert stored is not None
+    working = StoredSession(stored).load().working
+    assert working.threshold_folds == 3 and working.fidelity_failures == 0

@@ -104,29 +104,6 @@ def parse_answer(content: str) -> FinalAnswer | None:
     return answer
 
 
-def answer_prose(content: str) -> str:
-    """The prose of a model's final reply, for the key-fact reader: the text around its JSON answer and
-    the answer's own prose (root cause, fix), without the JSON's keys.
-
-    The answer's lists are read structurally (``extract_answer_facts``). Read as text, its keys are the
-    very words the reader looks for: ``"excluded": [], "voided": []`` became an excluded and a void key
-    fact of JSON fragments on every answer of a model that writes the keys the prompt asks for. A reply
-    with no JSON object in it is prose as it is.
-    """
-    match = _JSON_OBJECT_RE.search(content)
-    if not match:
-        return content
-    try:
-        data = json.loads(match.group(0))
-    except (ValueError, RecursionError):
-        return content
-    if not isinstance(data, dict):
-        return content
-    prose = [content[: match.start()], content[match.end() :]]
-    prose += [data[key] for key in ("root_cause", "fix_action") if isinstance(data.get(key), str)]
-    return "\n".join(part.strip() for part in prose if part.strip())
-
-
 def run_react(
     model: ChatModel,
     toolbox: Toolbox,

@@ -298,6 +298,38 @@ def extract_tool_facts(result: str, when: str = "") -> list[KeyFact]:
     return facts
 
 
+# A reply's JSON answer is looked for from its first few "{": an answer stands at or near its start, and
+# trying every "{" of a reply that holds many would cost a decode each.
+_ANSWER_STARTS = 8
+_DECODER = json.JSONDecoder()
+
+
+def answer_prose(text: str) -> str:
+    """``text`` with the model's JSON answer in it replaced by the answer's own prose (its root cause and fix),
+    for the key-fact reader and the fold's check: what ``extract_answer_facts`` reads from the answer's lists.
+
+    Read as text, the answer's keys are the very words the reader looks for: ``"excluded": [], "voided": []``
+    became an excluded and a void fact of JSON fragments on every answer of a model that writes the keys the
+    prompt asks for. The answer is the first JSON object with a ``phase`` that decodes from one of the first
+    few "{" (a round's text has the reply first, then its tools' lines); a text without one is as it is.
+    """
+    at = text.find("{")
+    for _ in range(_ANSWER_STARTS):
+        if at < 0:
+            break
+        try:
+            data, end = _DECODER.raw_decode(text, at)
+        except (ValueError, RecursionError):
+            at = text.find("{", at + 1)
+            continue
+        if not isinstance(data, dict) or "phase" not in data:  # another JSON object (a tool's), not the answer
+            at = text.find("{", end)
+            continue
+        prose = [data[key] for key in ("root_cause", "fix_action") if isinstance(data.get(key), str)]
+        return "\n".join(part for part in (text[:at].strip(), *prose, text[end:].strip()) if part)
+    return text
+
+
 def extract_answer_facts(answer: dict[str, Any], when: str = "") -> list[KeyFact]:
     """Facts in a model's final answer (the JSON of ``react.FinalAnswer``)."""
     facts: list[KeyFact] = []

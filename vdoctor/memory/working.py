@@ -43,7 +43,7 @@ from vdoctor.lines import (
     KeyFactField,
     SummaryLine,
 )
-from vdoctor.memory.facts import URI_RE, dedupe, extract_text_facts
+from vdoctor.memory.facts import URI_RE, answer_prose, dedupe, extract_text_facts
 from vdoctor.memory.summarizer import (
     CheckedSummary,
     FidelityMetrics,
@@ -402,28 +402,22 @@ class WorkingMemory:
             if len(points) >= MIN_TREND_POINTS
         ]
 
-    def add_round(
-        self,
-        round_: Round,
-        facts: list[KeyFact] | None = None,
-        user_text: str | None = None,
-        assistant_text: str | None = None,
-    ) -> None:
+    def add_round(self, round_: Round, facts: list[KeyFact] | None = None, user_text: str | None = None) -> None:
         """Add a round and its key facts (``facts``: extracted structurally by the caller).
 
         The round's free text is always read for facts too. ``user_text``: the part of the user's text
         whose facts ``facts`` do not hold already (default: all of it). The engine gives its alert's text:
         the codes and readings after it are in ``facts``, and reading them again as text found the same
         facts, at ~50 us a round (the readings' values make each round's text new to ``_text_facts``' cache,
-        where a fleet's alert texts recur). ``assistant_text``: the assistant's text read for facts (default:
-        all of it); the engine gives it without the final answer's JSON, whose lists ``facts`` hold.
+        where a fleet's alert texts recur). The assistant's text is read without its JSON answer
+        (``answer_prose``): the answer's lists are facts by key (``extract_answer_facts``), its keys none.
         """
         self.state.rounds.append(round_)
         self.add_facts(
             [
                 *(facts or []),
                 *extract_key_facts(round_.user if user_text is None else user_text, round_.ts),
-                *extract_key_facts(round_.assistant if assistant_text is None else assistant_text, round_.ts),
+                *extract_key_facts(answer_prose(round_.assistant), round_.ts),
             ]
         )
         if len(self.state.rounds) > self.keep_rounds:
@@ -522,7 +516,7 @@ class WorkingMemory:
         required = [
             fact.payload
             for r in rounds
-            for text in (r.user, r.assistant)
+            for text in (r.user, answer_prose(r.assistant))
             for fact in _text_facts(text, r.ts)
             if fact.kind is not READING_FACT or fact in kept
         ]
