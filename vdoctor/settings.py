@@ -55,6 +55,13 @@ EXTRA_RUNS_DIVISOR = 4
 # A long-term-memory outage of a few minutes (a Doris FE failover, a MariaDB
 # restart) is ridden out by retrying writes this long.
 DEFAULT_STORE_RETRY_S = 300.0
+# Upper bounds of the settings in seconds. Each is far beyond any use (an outage ridden out for a day,
+# a model call of an hour, idle sessions kept a year, a trim a day) and keeps the value one the code
+# can use: infinity, or 1e300, fails later inside the job (a TTL in whole milliseconds, a thread's wait).
+MAX_STORE_RETRY_S = 24 * 3600.0
+MAX_MODEL_TIMEOUT_S = 3600.0
+MAX_STATE_TTL_S = 365 * 24 * 3600.0
+MAX_MALLOC_TRIM_S = 24 * 3600.0
 
 # The API key is read from this variable, or from the file the key-file setting names.
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -84,7 +91,7 @@ class MemorySettings(_Frozen):
     # False runs the agent without long-term recall: the "memory off" arm of the A/B experiment.
     enabled: bool = True
     # How long a long-term-memory write is retried through an outage before the case is flagged.
-    store_retry_s: float = Field(default=DEFAULT_STORE_RETRY_S, ge=0)
+    store_retry_s: float = Field(default=DEFAULT_STORE_RETRY_S, ge=0, le=MAX_STORE_RETRY_S, allow_inf_nan=False)
     working_budget_tokens: int = Field(default=WORKING_BUDGET_TOKENS, ge=500)
     injection_budget_tokens: int = Field(default=INJECTION_BUDGET_TOKENS, ge=0)
     # An extra code table (CSV) merged into the DTC knowledge pack.
@@ -144,7 +151,7 @@ class ModelSettings(_Frozen):
     summarizer: ChatModelName = "offline"
     chat_model: str = "gpt-4o-mini"
     summary_model: str = "gpt-4o-mini"
-    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=MAX_MODEL_TIMEOUT_S, allow_inf_nan=False)
     max_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1, le=10)
 
 
@@ -181,12 +188,12 @@ class RuntimeSettings(_Frozen):
     # (its state TTL: it bounds the state's size). Sessions expire after 48 h
     # of event time whatever this says; a job down for longer than this comes
     # back without the sessions that were open (their next alert opens a new one).
-    state_ttl_s: float = Field(default=SESSION_TTL.total_seconds(), ge=1)
+    state_ttl_s: float = Field(default=SESSION_TTL.total_seconds(), ge=1, le=MAX_STATE_TTL_S, allow_inf_nan=False)
     # Runs in flight follow the order that makes results independent of the
     # concurrency (vdoctor.replay_order; at parallelism 1, README "Deterministic replays").
     deterministic: bool = False
     # Seconds between gives of glibc's free pages back to the system (``vdoctor.malloc_trim``); 0: never.
-    malloc_trim_s: float = Field(default=DEFAULT_MALLOC_TRIM_S, ge=0)
+    malloc_trim_s: float = Field(default=DEFAULT_MALLOC_TRIM_S, ge=0, le=MAX_MALLOC_TRIM_S, allow_inf_nan=False)
     # The zone of event times written without one (``events.time_zone``: Asia/Shanghai, +08:00); None:
     # such an event is a dead letter that says so (``events.parse_event``).
     naive_ts_zone: str | None = None

@@ -62,6 +62,41 @@ def test_an_invalid_value_is_named_by_its_variable_and_by_the_flag_that_gave_it(
         domain_settings(argparse.Namespace(concurrency=4), env={"VDOCTOR_EXTRA_RUNS": "-1"})
 
 
+@pytest.mark.parametrize(
+    ("var", "value", "said"),
+    [
+        # Infinity (or a number past a float's range, read as infinity) used to pass and fail inside the job:
+        # the session state's TTL in whole milliseconds, the trimmer thread's wait.
+        ("VDOCTOR_STATE_TTL_S", "inf", "finite number"),
+        ("VDOCTOR_STATE_TTL_S", "1e400", "finite number"),
+        ("VDOCTOR_STATE_TTL_S", "31536001", "less than or equal to 31536000"),
+        ("VDOCTOR_MALLOC_TRIM_S", "inf", "finite number"),
+        ("VDOCTOR_MALLOC_TRIM_S", "1e300", "less than or equal to 86400"),
+        ("VDOCTOR_STORE_RETRY_S", "inf", "finite number"),
+        ("VDOCTOR_STORE_RETRY_S", "86401", "less than or equal to 86400"),
+        ("VDOCTOR_MODEL_TIMEOUT_S", "inf", "finite number"),
+        ("VDOCTOR_MODEL_TIMEOUT_S", "nan", "finite number"),
+        ("VDOCTOR_MODEL_TIMEOUT_S", "3601", "less than or equal to 3600"),
+    ],
+)
+def test_a_time_setting_that_is_not_finite_or_too_large_is_refused_by_name(var: str, value: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^invalid settings: {var}: Input should be .*{said}"):
+        load_settings({var: value})
+
+
+def test_the_largest_time_settings_are_taken() -> None:
+    settings = load_settings(
+        {
+            "VDOCTOR_STATE_TTL_S": "31536000",
+            "VDOCTOR_MALLOC_TRIM_S": "86400",
+            "VDOCTOR_STORE_RETRY_S": "86400",
+            "VDOCTOR_MODEL_TIMEOUT_S": "3600",
+        }
+    )
+    assert settings.runtime.state_ttl_s == 365 * 24 * 3600 and settings.runtime.malloc_trim_s == 24 * 3600
+    assert settings.memory.store_retry_s == 24 * 3600 and settings.model.timeout_s == 3600
+
+
 def test_the_zone_of_naive_event_times_is_checked_when_set() -> None:
     assert load_settings({}).runtime.naive_ts_zone is None
     assert load_settings({"VDOCTOR_NAIVE_TS_ZONE": "Asia/Shanghai"}).runtime.naive_ts_zone == "Asia/Shanghai"
