@@ -745,6 +745,32 @@ def test_percent_encoded_specials_and_a_bare_at_sign_read_as_the_password() -> N
     assert parse_url("mysql://db.example/vd", 3306).user == "root"
 
 
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        # Port 0 was read as no port: the store connected to 3306 and its messages said so.
+        ("mysql://root:pw@127.0.0.1:0/vd", r"memory URL mysql://127\.0\.0\.1:0/vd: the port must be 1 to 65535"),
+        ("doris://root:pw@fe:0/vd", r"the port must be 1 to 65535 \(leave it out for 9030\)"),
+        # An empty user was read as root.
+        ("mysql://:pw@db.example/vd", r"memory URL mysql://db\.example/vd: the user is empty"),
+        ("doris://@fe/vd", "the user is empty"),
+        # Unknown options were dropped without a word (a sqlite URL refuses them).
+        ("mysql://root:pw@db/vd?charset=bad&x=1", r"unknown option charset, x \(the one option is table\)"),
+        ("doris://root:pw@fe/vd?tabel=case_memory", r"unknown option tabel \(the one option is table\)"),
+    ],
+)
+def test_a_port_of_0_an_empty_user_and_unknown_options_are_refused(url: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=said) as err:
+        parse_url(url, 9030 if url.startswith("doris") else 3306)
+    assert "pw" not in str(err.value)
+
+
+def test_the_known_option_and_a_url_without_credentials_still_read() -> None:
+    info = parse_url("doris://vd:pw@fe:9031/fleet?table=case_memory", 9030)
+    assert (info.user, info.port, info.database, info.table) == ("vd", 9031, "fleet", "case_memory")
+    assert (parse_url("mysql://db/vd", 3306).user, parse_url("mysql://db/vd", 3306).port) == ("root", 3306)
+
+
 def test_a_password_pymysql_cannot_send_is_refused_without_quoting_it() -> None:
     # pymysql sends the password as Latin-1: a euro sign would fail in the driver, naming it and its position.
     url = "mysql://root:xyz%E2%82%ACSECRET@db:3306/vd"

@@ -20,6 +20,8 @@ from vdoctor.url_credentials import ENCODING_HINT, split_url
 # Identifiers are never taken from input as-is: the table comes from this list.
 ALLOWED_TABLES = ("case_memory",)
 DEFAULT_TABLE = "case_memory"
+# The options a MySQL or Doris store URL takes (``?table=case_memory``); any other is refused.
+URL_OPTIONS = ("table",)
 _DB_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _URL_FORM = "scheme://user:password@host:port/db"
 # How pymysql (``stores/mysql.py``, charset utf8mb4) sends the credentials: the user in the
@@ -69,17 +71,30 @@ def parse_url(url: str, default_port: int) -> ConnInfo:
         raise ConfigError(f"memory URL {shown}: the user or password holds a '/', '?' or '#'; {ENCODING_HINT}")
     try:
         parts = urlsplit(shown)
-        port = parts.port or default_port
+        given_port = parts.port
     except ValueError:
         raise ConfigError(f"invalid memory URL {shown}: expected {_URL_FORM}") from None
+    # Port 0 is no server's port: it is refused, not taken for the default.
+    if given_port == 0:
+        raise ConfigError(f"memory URL {shown}: the port must be 1 to 65535 (leave it out for {default_port})")
+    port = default_port if given_port is None else given_port
     database = parts.path.lstrip("/")
     if not parts.hostname:
         raise ConfigError(f"memory URL {shown} has no host")
     if not _DB_NAME_RE.match(database):
         raise ConfigError(f"memory URL {shown}: the database name must match {_DB_NAME_RE.pattern}")
-    table = parse_qs(parts.query).get("table", [DEFAULT_TABLE])[0]
+    options = parse_qs(parts.query, keep_blank_values=True)
+    unknown = sorted(set(options) - set(URL_OPTIONS))
+    if unknown:
+        raise ConfigError(
+            f"memory URL {shown}: unknown option {', '.join(unknown)} (the one option is {', '.join(URL_OPTIONS)})"
+        )
+    table = options.get("table", [DEFAULT_TABLE])[0]
     if table not in ALLOWED_TABLES:
         raise ConfigError(f"memory URL {shown}: table {table!r} is not one of {', '.join(ALLOWED_TABLES)}")
+    # No credentials: the user is root. Credentials with an empty user (``:pw@host``) are a mistake, not root.
+    if split.user == "":
+        raise ConfigError(f"memory URL {shown}: the user is empty; write user:password@ (or no credentials for root)")
     user = split.user or "root"
     password = split.password or ""
     # Neither is quoted: the password is a secret, and so may be a user typed where the password goes.
