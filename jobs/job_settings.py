@@ -585,13 +585,19 @@ def serve_settings(args: argparse.Namespace, env: Mapping[str, str] | None = Non
         raise ConfigError(
             f"vdoctor serve bound to {host} (not this machine alone) needs a token: --token or {SERVE_TOKEN_ENV}"
         )
+    port = getattr(args, "port", None)
+    port = DEFAULT_SERVE_PORT if port is None else port
+    # 0 is refused, not taken for the default nor for "any free port": the inspector logs the address to
+    # open before it binds, and a user given port 0 would not know where it is.
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"--port must be 1 to 65535, got {port}")
     diagnoses = getattr(args, "diagnoses", None)
     if diagnoses is not None and not Path(diagnoses).exists():
         raise ConfigError(f"--diagnoses: no such file or folder: {diagnoses}")
     try:
         return ServeSettings(
             host=host,
-            port=getattr(args, "port", None) or DEFAULT_SERVE_PORT,
+            port=port,
             token=SecretStr(token) if token else None,
             diagnoses=Path(diagnoses) if diagnoses else None,
         )

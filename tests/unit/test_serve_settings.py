@@ -50,6 +50,15 @@ def test_any_other_address_refuses_to_start_without_a_token() -> None:
     assert TOKEN not in repr(flagged)
 
 
+def test_port_0_is_refused_not_taken_for_8080() -> None:
+    # --port 0 started the inspector on 8080 (0 was read as unset).
+    for port in (0, -1, 65536):
+        with pytest.raises(ConfigError, match=f"^--port must be 1 to 65535, got {port}$"):
+            serve_settings(args(port=port), env={})
+    assert serve_settings(args(port=1), env={}).port == 1
+    assert serve_settings(args(port=None), env={}).port == 8080
+
+
 def test_short_tokens_and_missing_outputs_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least 16 characters"):
         serve_settings(args(host="0.0.0.0", token="short"), env={})
