@@ -17,6 +17,9 @@ from vdoctor.memory.explain import recall_json, vehicle_series
 from vdoctor.stores import open_store
 from vdoctor.url_credentials import url_scheme
 
+# What ``memory health`` writes its plot to, by default and inside a folder given as --plot.
+DEFAULT_PLOT = "memory_health.png"
+
 
 def _event_time(text: str | None) -> datetime:
     """An ``--as-of`` / ``--at`` value: ISO-8601 with a timezone (second precision, UTC); default now."""
@@ -195,19 +198,39 @@ def _at_least(least: int, flag: str, given: int | None) -> None:
         raise ConfigError(f"{flag} must be at least {least}, got {given}")
 
 
+def _plot_file(given: str) -> Path:
+    """The file ``--plot`` writes: a folder that exists gets ``DEFAULT_PLOT`` inside it, and a name without
+    an extension gets ``.png`` (as matplotlib adds it); a folder above it that is a file is a ``ConfigError``,
+    checked before any work."""
+    out = Path(given)
+    if out.is_dir():
+        out = out / DEFAULT_PLOT
+    elif not out.suffix:
+        out = out.with_name(out.name + ".png")
+    for folder in out.parents:
+        if folder.exists():
+            if not folder.is_dir():
+                raise ConfigError(f"--plot {given}: {folder} is a file, not a folder")
+            break
+    return out
+
+
 def _cmd_health(args: argparse.Namespace) -> int:
     from vdoctor.evaluation.health import assess, plot
 
     _at_least(1, "--sample", args.sample)
+    out = _plot_file(args.plot)
     store = open_store(domain_settings(args).memory.url, existing=True)
     try:
         report = assess(Path(args.diagnoses), store, sample=args.sample)
     finally:
         store.close()
     print(report.render())
-    out = Path(args.plot)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    plot(report, out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        plot(report, out)
+    except OSError as e:
+        raise ConfigError(f"--plot {out}: cannot write it: {e.strerror or e}") from None
     print(f"  plot                             {out}")
     return 0
 
@@ -401,7 +424,11 @@ def add_commands(sub: Any) -> None:
     health = memory.add_parser("health", help="score how relevant recalled memories were to the final diagnoses")
     health.add_argument("--diagnoses", required=True, help="the job's diagnoses.jsonl (the recall log)")
     health.add_argument("--sample", type=int, default=500, help="concluded sessions with memory to sample")
-    health.add_argument("--plot", default="memory_health.png", help="where to write the PNG plot")
+    health.add_argument(
+        "--plot",
+        default=DEFAULT_PLOT,
+        help=f"where to write the PNG plot (default {DEFAULT_PLOT}; a folder: {DEFAULT_PLOT} in it)",
+    )
     health.add_argument("--memory", help=MEMORY_FLAG_HELP)
     health.set_defaults(func=_cmd_health)
 

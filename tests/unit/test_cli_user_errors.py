@@ -64,6 +64,35 @@ def test_memory_health_refuses_a_sample_below_one(
     one_line_error(capsys, "--sample must be at least 1, got -1")
 
 
+def test_memory_health_says_which_file_it_wrote_its_plot_to(
+    memory: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "diagnoses.jsonl"
+    given.write_text("", encoding="utf-8")
+    health = ["memory", "health", "--diagnoses", str(given), "--memory", memory, "--plot"]
+    # A name without an extension: matplotlib writes adir.png, and the command said "plot .../adir".
+    assert cli.main([*health, str(tmp_path / "adir")]) == 0
+    assert (tmp_path / "adir.png").read_bytes().startswith(b"\x89PNG") and not (tmp_path / "adir").exists()
+    assert capsys.readouterr().out.splitlines()[-1].split() == ["plot", str(tmp_path / "adir.png")]
+    # A folder that exists: the default name inside it.
+    (tmp_path / "plots").mkdir()
+    assert cli.main([*health, str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "memory_health.png").read_bytes().startswith(b"\x89PNG")
+    assert capsys.readouterr().out.splitlines()[-1].split() == ["plot", str(tmp_path / "plots" / "memory_health.png")]
+
+
+def test_memory_health_refuses_a_plot_under_a_file_in_one_line(
+    memory: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    given = tmp_path / "diagnoses.jsonl"
+    given.write_text("", encoding="utf-8")
+    blocker = tmp_path / "blocker"
+    blocker.write_text("", encoding="utf-8")
+    plot = blocker / "health.png"
+    assert cli.main(["memory", "health", "--diagnoses", str(given), "--memory", memory, "--plot", str(plot)]) == 2
+    one_line_error(capsys, f"--plot {plot}: {blocker} is a file, not a folder")
+
+
 # -- code tables (knowledge load --csv, VDOCTOR_EXTRA_DTC_CSV) ----------------------
 
 
