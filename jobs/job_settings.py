@@ -458,7 +458,13 @@ def _restore_from(args: argparse.Namespace, checkpoint_dir: str | None) -> str |
     if not restore or restore == RESTORE_NONE:
         return None
     if restore == RESTORE_LATEST:
-        folder = _local_path(checkpoint_dir) if checkpoint_dir else None
+        # Only a file replay can have none: the Kafka job has a default folder.
+        if not checkpoint_dir:
+            raise ConfigError(
+                "--restore latest looks under --checkpoint-dir, and a file replay has none unless given one: "
+                "give the --checkpoint-dir its earlier run checkpointed to, or --restore PATH"
+            )
+        folder = _local_path(checkpoint_dir)
         found = latest_checkpoint(folder) if folder is not None else None
         if found is None:
             raise ConfigError("--restore latest found no complete checkpoint under --checkpoint-dir")

@@ -169,7 +169,10 @@ def test_kafka_job_resumes_from_a_savepoint_and_keeps_unclaimed_state_an_error(t
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--restore", "latest"), "no complete checkpoint"),
+        # A file replay has no checkpoint folder unless given one: the message said none was found "under
+        # --checkpoint-dir", a flag the user had not given.
+        (("--restore", "latest"), "^--restore latest looks under --checkpoint-dir, and a file replay has none"),
+        (("--restore", "latest", "--checkpoint-dir", "empty-ck"), "no complete checkpoint under --checkpoint-dir"),
         (("--restore", "nowhere"), "no _metadata"),
         (("--rate", "0"), "--rate must be positive"),
         (("--flink-conf", "rest.port"), "--flink-conf takes KEY=VALUE"),
