@@ -165,11 +165,7 @@ class KafkaJobSettings(BaseModel):
     @field_validator("bootstrap")
     @classmethod
     def _check_bootstrap(cls, v: str) -> str:
-        hosts = [h.strip() for h in v.split(",")]
-        bad = [h for h in hosts if not _HOST_PORT_RE.match(h)]
-        if bad or not hosts:
-            raise ValueError(f"bootstrap servers must be HOST:PORT[,HOST:PORT...], got {v!r}")
-        return ",".join(hosts)
+        return bootstrap_servers(v)
 
     @field_validator("alerts_topic", "rechecks_topic", "lifecycle_topic", "diagnoses_topic", "dead_letters_topic")
     @classmethod
@@ -182,6 +178,16 @@ class KafkaJobSettings(BaseModel):
         """Alerts, rechecks and lifecycle topics, each once (they may all be one topic)."""
         topics = [self.alerts_topic, self.rechecks_topic, self.lifecycle_topic]
         return list(dict.fromkeys(t for t in topics if t))
+
+
+def bootstrap_servers(given: str) -> str:
+    """Kafka bootstrap servers (``run --kafka``, ``replay --bootstrap``), checked as HOST:PORT[,HOST:PORT...]
+    before any connection is tried (a broker client would spend its whole timeout on a bad one); a ValueError
+    says what is expected."""
+    hosts = [h.strip() for h in given.split(",")]
+    if not all(_HOST_PORT_RE.match(h) for h in hosts):
+        raise ValueError(f"bootstrap servers must be HOST:PORT[,HOST:PORT...], got {given!r}")
+    return ",".join(hosts)
 
 
 class ServeSettings(BaseModel):
@@ -549,6 +555,12 @@ def kafka_settings(
     cluster's Python, not this machine's.
     """
     env = os.environ if env is None else env
+    # The job reads the topics as events arrive: nothing paces them, and a --rate would be ignored.
+    if getattr(args, "rate", None) is not None:
+        raise ConfigError(
+            "--rate paces a file replay; the Kafka job reads its topics as events arrive "
+            "(pace the producer instead: vdoctor replay --rate)"
+        )
     jar = getattr(args, "connector_jar", None) or env.get(CONNECTOR_JAR_ENV) or str(DEFAULT_CONNECTOR_JAR)
     if not Path(jar).is_file():
         raise ConfigError(

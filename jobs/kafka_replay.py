@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from jobs.job_settings import bootstrap_servers
 from vdoctor.errors import ConfigError, VDoctorError
 from vdoctor.events import key_vin, raw_vin
 
@@ -103,6 +104,10 @@ def replay_file(
 
     if rate is not None and rate <= 0:
         raise ReplayError(f"--rate must be a positive number of events per second, got {rate}")
+    try:
+        bootstrap = bootstrap_servers(bootstrap)
+    except ValueError as e:
+        raise ConfigError(f"--bootstrap: {e}") from None
     lines = [line for line in read_alerts(path).splitlines() if line.strip()]
     report = ReplayReport(topic=topic, lines=len(lines))
     producer = _producer(bootstrap)

@@ -290,6 +290,27 @@ def test_bad_bootstrap_and_missing_jar(tmp_path: Path) -> None:
         js.kafka_settings(args, env={js.CONNECTOR_JAR_ENV: str(tmp_path / "nope.jar")})
 
 
+def test_rate_with_kafka_is_refused_not_ignored(tmp_path: Path) -> None:
+    # The Kafka job reads its topics as events arrive: --rate 5 was accepted and did nothing.
+    with pytest.raises(ConfigError, match=r"^--rate paces a file replay; .* vdoctor replay --rate"):
+        js.kafka_settings(_kafka_args(tmp_path, "--rate", "5"), env={})
+
+
+def test_replay_checks_its_bootstrap_servers_as_run_kafka_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jobs import cli
+
+    alerts = tmp_path / "a.jsonl"
+    alerts.write_text('{"vin": "LSVAU2180N2183294"}\n', encoding="utf-8")
+    # Not checked before: the producer spent its 30 s connection timeout on it.
+    for bad in ("notahostport", "127.0.0.1:9092,broker", ""):
+        assert cli.main(["replay", "--alerts", str(alerts), "--bootstrap", bad, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"vdoctor: --bootstrap: bootstrap servers must be HOST:PORT[,HOST:PORT...], got {bad!r}\n"
+    assert js.bootstrap_servers(" b1:9092, b2:9093") == "b1:9092,b2:9093"
+
+
 def test_kafka_job_entry_point_takes_the_same_flags(tmp_path: Path) -> None:
     """`flink run -py jobs/kafka_job.py` and `vdoctor run --kafka` parse one set of flags."""
     jar = tmp_path / js.CONNECTOR_JAR_NAME
