@@ -63,6 +63,9 @@ MAX_MODEL_TIMEOUT_S = 3600.0
 MAX_STATE_TTL_S = 365 * 24 * 3600.0
 MAX_MALLOC_TRIM_S = 24 * 3600.0
 
+# The words of the query-vector file setting that name no file, in any case.
+QUERY_VECTOR_WORDS = ("auto", "off")
+
 # The API key is read from this variable, or from the file the key-file setting names.
 API_KEY_ENV = "OPENAI_API_KEY"
 
@@ -172,6 +175,14 @@ class EmbeddingSettings(_Frozen):
     # never use one.
     query_vector_file: str = Field(default="auto", min_length=1)
 
+    @field_validator("query_vector_file", mode="before")
+    @classmethod
+    def _fold_query_vector_word(cls, given: object) -> object:
+        # OFF or Auto as a user types them, not as a file of that name (./off names one).
+        if isinstance(given, str) and given.strip().lower() in QUERY_VECTOR_WORDS:
+            return given.strip().lower()
+        return given
+
 
 class RuntimeSettings(_Frozen):
     """How the operator runs: model calls and vehicles in flight per subtask, log level."""
@@ -203,6 +214,12 @@ class RuntimeSettings(_Frozen):
     # The fleet's signal map (``vdoctor.signal_map``): sent name -> the name it is read as. Given as the path
     # of its file (JSON or CSV), read here, where the job is built: the map itself goes to the workers.
     signal_names: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, given: object) -> object:
+        # debug as well as DEBUG, as a user types it.
+        return given.strip().upper() if isinstance(given, str) else given
 
     @field_validator("naive_ts_zone")
     @classmethod

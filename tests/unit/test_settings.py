@@ -97,6 +97,27 @@ def test_the_largest_time_settings_are_taken() -> None:
     assert settings.memory.store_retry_s == 24 * 3600 and settings.model.timeout_s == 3600
 
 
+def test_off_and_auto_are_read_in_any_case(tmp_path: Path) -> None:
+    from vdoctor.assembly import query_vector_file
+
+    memory = {"VDOCTOR_MEMORY_URL": f"sqlite:///{tmp_path / 'm.db'}"}
+    # OFF made a file named OFF: only lowercase off turned the file off.
+    for off in ("OFF", "Off", " off"):
+        assert query_vector_file(load_settings({"VDOCTOR_QUERY_VECTOR_FILE": off, **memory})) is None
+    auto = load_settings({"VDOCTOR_QUERY_VECTOR_FILE": "AUTO", **memory})
+    assert query_vector_file(auto) == str(tmp_path / "m.db") + ".query-vectors"
+    # A path keeps its case.
+    assert load_settings({"VDOCTOR_QUERY_VECTOR_FILE": "./OFF"}).embedding.query_vector_file == "./OFF"
+
+
+def test_log_levels_are_read_in_any_case() -> None:
+    # debug was refused: only DEBUG was taken.
+    assert load_settings({"VDOCTOR_LOG_LEVEL": "debug"}).runtime.log_level == "DEBUG"
+    assert load_settings({"VDOCTOR_LOG_LEVEL": "Warning"}).runtime.log_level == "WARNING"
+    with pytest.raises(ConfigError, match="^invalid settings: VDOCTOR_LOG_LEVEL: Input should be 'DEBUG'"):
+        load_settings({"VDOCTOR_LOG_LEVEL": "verbose"})
+
+
 def test_the_zone_of_naive_event_times_is_checked_when_set() -> None:
     assert load_settings({}).runtime.naive_ts_zone is None
     assert load_settings({"VDOCTOR_NAIVE_TS_ZONE": "Asia/Shanghai"}).runtime.naive_ts_zone == "Asia/Shanghai"
