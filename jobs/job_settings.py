@@ -101,6 +101,51 @@ _DOMAIN_FLAGS = {
 }
 
 
+# Field of the job settings below -> the flag that gives it, for the message of an invalid value (the field
+# names are unique across the four models, but their own Flink settings). A field that no flag gives
+# (state_backend, job_name, ...) is set here, in code, and keeps its name.
+_FIELD_FLAGS = {
+    "parallelism": "--parallelism",
+    "checkpoint_dir": "--checkpoint-dir",
+    "checkpoint_interval_ms": "--checkpoint-interval-ms",
+    "restore_from": "--restore",
+    "restart_attempts": "--restart-attempts",
+    "jars": "--connector-jar",
+    "metrics_port": "--metrics-port",
+    "extra_conf": "--flink-conf",
+    "alerts": "--alerts",
+    "out": "--out",
+    "rate": "--rate",
+    "bootstrap": "--kafka",
+    "alerts_topic": "--alerts-topic",
+    "rechecks_topic": "--rechecks-topic",
+    "lifecycle_topic": "--lifecycle-topic",
+    "diagnoses_topic": "--diagnoses-topic",
+    "dead_letters_topic": "--dead-letters-topic",
+    "group_id": "--group-id",
+    "delivery": "--delivery",
+    "transactional_id_prefix": "--transactional-id-prefix",
+    "transaction_timeout_s": "--transaction-timeout",
+    "host": "--host",
+    "port": "--port",
+    "token": f"--token ({SERVE_TOKEN_ENV})",
+    "diagnoses": "--diagnoses",
+}
+
+
+def _invalid(what: str, error: ValidationError) -> ConfigError:
+    """A ``ConfigError`` for invalid job settings, each value named by the flag that gives it."""
+
+    def named(loc: tuple[int | str, ...]) -> str | None:
+        parts = [str(p) for p in loc]
+        if parts[:1] == ["flink"]:  # the Kafka job's own Flink settings
+            parts = parts[1:]
+        flag = _FIELD_FLAGS.get(parts[0]) if parts else None
+        return " ".join([flag, *parts[1:]]) if flag else None
+
+    return ConfigError(f"invalid {what}: {describe_validation_error(error, named)}")
+
+
 class FlinkSettings(BaseModel):
     """How a job runs on Flink: parallelism, state and checkpoints, restarts, jars, extra options."""
 
@@ -516,7 +561,7 @@ def flink_settings(args: argparse.Namespace, kafka: bool, **fixed: Any) -> Flink
     try:
         return FlinkSettings.model_validate(values)
     except ValidationError as e:
-        raise ConfigError(f"invalid Flink settings: {describe_validation_error(e)}") from e
+        raise _invalid("Flink settings", e) from e
 
 
 def check_output_folder(out: Path, flag: str = "--out") -> None:
@@ -543,7 +588,10 @@ def replay_settings(args: argparse.Namespace, **overrides: Any) -> ReplaySetting
     if rate is not None and rate <= 0:
         raise ConfigError(f"--rate must be positive, got {rate:g}")
     flink = flink_settings(args, kafka=False, tmp_dir=str((out / ".flink-tmp").resolve()))
-    return ReplaySettings(alerts=alerts, out=out, rate=rate, flink=flink)
+    try:
+        return ReplaySettings(alerts=alerts, out=out, rate=rate, flink=flink)
+    except ValidationError as e:
+        raise _invalid("replay settings", e) from e
 
 
 def kafka_settings(
@@ -583,7 +631,7 @@ def kafka_settings(
     try:
         return KafkaJobSettings.model_validate(values)
     except ValidationError as e:
-        raise ConfigError(f"invalid Kafka job settings: {describe_validation_error(e)}") from e
+        raise _invalid("Kafka job settings", e) from e
 
 
 def serve_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> ServeSettings:
@@ -620,4 +668,4 @@ def serve_settings(args: argparse.Namespace, env: Mapping[str, str] | None = Non
             diagnoses=Path(diagnoses) if diagnoses else None,
         )
     except ValidationError as e:
-        raise ConfigError(f"invalid inspector settings: {describe_validation_error(e)}") from e
+        raise _invalid("inspector settings", e) from e

@@ -176,8 +176,9 @@ def test_kafka_job_resumes_from_a_savepoint_and_keeps_unclaimed_state_an_error(t
         (("--restore", "nowhere"), "no _metadata"),
         (("--rate", "0"), "--rate must be positive"),
         (("--flink-conf", "rest.port"), "--flink-conf takes KEY=VALUE"),
-        (("--checkpoint-interval-ms", "0"), "checkpoint_interval_ms"),
-        (("--parallelism", "0"), "parallelism"),
+        (("--checkpoint-interval-ms", "0"), "^invalid Flink settings: --checkpoint-interval-ms: Input should"),
+        (("--parallelism", "0"), "^invalid Flink settings: --parallelism: Input should be greater"),
+        (("--rate", "nan"), "^invalid replay settings: --rate: Input should be greater than 0"),
     ],
 )
 def test_bad_replay_flags_are_refused_with_the_flag_named(tmp_path: Path, argv: tuple[str, ...], message: str) -> None:
@@ -267,9 +268,12 @@ def test_at_least_once_sinks_have_no_transactions(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (("--diagnoses-topic", "a topic"), "topic names use letters"),
-        (("--checkpoint-interval-ms", "0"), "checkpoint_interval_ms"),
-        (("--transaction-timeout", "1"), "transaction_timeout_s"),
+        # Named by their flags, not by the settings' field names (alerts_topic, transaction_timeout_s).
+        (("--diagnoses-topic", "a topic"), "^invalid Kafka job settings: --diagnoses-topic: topic names use letters"),
+        (("--alerts-topic", "a topic"), "^invalid Kafka job settings: --alerts-topic: topic names use letters"),
+        (("--checkpoint-interval-ms", "0"), "^invalid Flink settings: --checkpoint-interval-ms: Input should be"),
+        (("--transaction-timeout", "1"), "^invalid Kafka job settings: --transaction-timeout: Input should be"),
+        (("--restart-attempts", "-1"), "^invalid Flink settings: --restart-attempts: Input should be"),
     ],
 )
 def test_bad_kafka_values_are_refused_with_the_setting_named(
@@ -279,10 +283,18 @@ def test_bad_kafka_values_are_refused_with_the_setting_named(
         js.kafka_settings(_kafka_args(tmp_path, *argv), env={})
 
 
+def test_every_field_named_by_its_flag_is_a_field_of_the_job_settings() -> None:
+    models = (js.FlinkSettings, js.ReplaySettings, js.KafkaJobSettings, js.ServeSettings)
+    # Unique (but the replay's and the Kafka job's own Flink settings), so that a field's name finds its flag.
+    fields = [name for model in models for name in model.model_fields if name != "flink"]
+    assert len(fields) == len(set(fields))
+    assert set(js._FIELD_FLAGS) <= set(fields)
+
+
 def test_bad_bootstrap_and_missing_jar(tmp_path: Path) -> None:
     args = _kafka_args(tmp_path)
     args.kafka = "localhost"
-    with pytest.raises(ConfigError, match="HOST:PORT"):
+    with pytest.raises(ConfigError, match="^invalid Kafka job settings: --kafka: bootstrap servers must be HOST:PORT"):
         js.kafka_settings(args, env={})
     args = _kafka_args(tmp_path)
     args.connector_jar = None
