@@ -278,6 +278,16 @@ def following_session_id(opening: str, previous: str | None) -> str:
     return f"{opening}-{int(n) + 1}" if sep == "-" and n.isascii() and n.isdigit() else opening
 
 
+def same_second_index(opening: str, session_id: str) -> int | None:
+    """Which session of the second that ``opening`` (``session_id_for``) names ``session_id`` is: 1 for
+    ``opening`` itself, n for ``opening-n`` (``following_session_id``); None for a session of another second
+    (and for a milestone's id)."""
+    if session_id == opening:
+        return 1
+    n = session_id[len(opening) + 1 :] if session_id.startswith(opening + "-") else ""
+    return int(n) if n.isascii() and n.isdigit() else None
+
+
 def key_vin(vin: object) -> str | None:
     """A VIN as a Kafka record key: stripped and upper-cased as the parser reads it (one key per vehicle);
     None for a value that is not text, is empty, or cannot be written as UTF-8 (a lone surrogate)."""

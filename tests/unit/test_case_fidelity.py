@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -287,3 +289,31 @@ def test_a_state_the_line_takes_back_is_caught(old: str, new: str) -> None:
     assert old in GOOD
     report = check_request(GOOD.replace(old, new), request())
     assert not report.ok and report.contradicted, report
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        # The session's cause confirmed while other causes are ruled out, on the concluding line.
+        "{cause} confirmed, other causes ruled out",
+        # A void word elsewhere on the cause's line, about something else.
+        "{cause}; the earlier diagnosis of a void reading",
+        # A first look that did not conclude, on the line that concludes.
+        "an earlier stage not concluded, now confirmed",
+    ],
+)
+def test_faithful_lines_near_the_new_checks_pass(tail: str) -> None:
+    """The checks for a conclusion taken back and the own cause ruled out read the clause and the line's other
+    marks: these faithful lines a model summarizer may write were rejected by their first versions."""
+    cause = request().decision.root_cause  # type: ignore[union-attr]
+    report = check_request(GOOD.replace(FINAL, f"{FINAL} | {tail.format(cause=cause)}"), request())
+    assert not report.contradicted, report.contradicted
+
+
+def test_an_excluded_fact_that_holds_its_own_negation_is_faithful_as_written() -> None:
+    """The fact "harness ruled out, pump not ruled out yet" restated as is: the negation is the fact's own."""
+    text = "harness ruled out, pump not ruled out yet"
+    req = request()
+    req = replace(req, decision=replace(req.decision, excluded=[*req.decision.excluded, text]))  # type: ignore[arg-type]
+    report = check_request(f"{GOOD}\n2026-11-01 09:10 | excluded | {text} | -", req)
+    assert not report.contradicted, report.contradicted

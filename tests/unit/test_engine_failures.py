@@ -672,3 +672,24 @@ def test_a_fold_of_rounds_whose_answers_write_every_key_passes_its_check(pack: K
     assert stored is not None
     working = StoredSession(stored).load().working
     assert working.threshold_folds == 3 and working.fidelity_failures == 0
+
+
+def test_a_same_second_session_run_again_after_a_restore_recalls_what_it_recalled_first(pack: KnowledgePack) -> None:
+    """A restore runs an alert again with the store as the first run left it: the first session of a second
+    then found the case of the second session of that second, written after it, in its own history."""
+    store = InMemoryStore()
+    first = {"phase": "CONCLUDED", "root_cause": "cell imbalance", "fix_action": "balance the pack", "priority": "P1",
+             "confidence": 0.9, "codes": ["P0A7F"], "evidence": ["dtc://P0A7F"]}  # fmt: skip
+    second = {**first, "root_cause": "coolant pump failure", "fix_action": "replace the pump", "priority": "P2"}
+    replies = [ChatResponse(content=json.dumps(a)) for a in (first, second)]
+    h = Harness(engine(pack, store=store, model=ScriptedModel(replies)))
+    before = []
+    recalled = []
+    for i in range(2):
+        before.append(dict(h.state))
+        recalled.append([m.session_id for m in h.diagnose(alert(f"e-{i}", T0, 87)).memory.own])
+    assert recalled == [[], [SID_1]]
+    for i in range(2):
+        again = Harness(engine(pack, store=store, model=ScriptedModel(replies[i:])))
+        again.state = dict(before[i])
+        assert [m.session_id for m in again.diagnose(alert(f"e-{i}", T0, 87)).memory.own] == recalled[i], i

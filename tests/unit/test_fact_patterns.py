@@ -76,6 +76,12 @@ def test_a_long_clause_keeps_the_last_keyword_in_reach() -> None:
         ("the relay hasn't been ruled out", "excluded", []),
         ("the earlier conclusion is not void", "void", []),
         ("上次结论没有作废", "void", []),
+        ("We haven't yet ruled out the pump", "excluded", []),
+        ("the pump has not yet been ruled out", "excluded", []),
+        ("the relay cannot yet be excluded", "excluded", []),
+        ("the harness is not fully ruled out", "excluded", []),
+        ("线束松动未被排除", "excluded", []),
+        ("冷却泵故障不能完全排除", "excluded", []),
         # Without one, as before.
         ("怀疑线束松动，已排除", "excluded", ["怀疑线束松动，已排除"]),
         ("pump failure is not the cause", "excluded", ["pump failure is not the cause"]),

@@ -76,14 +76,28 @@ _SIGNAL_GATE = re.compile(r"_[a-z0-9]+\s*[=:]\s*-?\d", re.ASCII)
 # Sentence pieces: clauses end at . ; 。 ； or a line break (a comma does not
 # end one: "suspected the harness, ruled out" is one fact).
 _CLAUSE = r"[^.;。；\n]"
-# A state word a negation stands before says the opposite: "not ruled out", "cannot be excluded", 未排除,
-# 不排除, 没有作废 keep a hypothesis open and a conclusion valid. Fixed-width lookbehinds, one per form.
-_NOT_NEGATED = (
-    r"(?<!not )(?<!not yet )(?<!not been )(?<!not be )(?<!never )(?<!never been )(?<!n't )(?<!n't be )"
-    r"(?<!n't been )(?<!未)(?<!不)(?<!没)(?<!没有)(?<!无法)(?<!不能)(?<!不可)(?<!难以)"
+# A state word a negation stands right before says the opposite: "not ruled out", "cannot be excluded",
+# "hasn't yet been ruled out", 未排除, 不排除, 未被排除, 没有作废 keep a hypothesis open and a conclusion valid.
+# The text before the word, as written (one blank between words): "cannot be" ends in "not be", 尚未 in 未.
+NEGATIONS_EN = (
+    "not ", "not yet ", "not been ", "not yet been ", "not be ", "not yet be ", "not fully ", "not completely ",
+    "not entirely ", "never ", "never been ", "n't ", "n't yet ", "n't been ", "n't yet been ", "n't be ",
+    "n't fully ",
+)  # fmt: skip
+NEGATIONS_ZH = ("未", "不", "没", "没有", "无法", "不能", "不可", "难以", "未被", "没被", "没有被", "未能", "没能",
+                "未完全", "不能完全", "无法完全")  # fmt: skip
+# A lookbehind a form (each of fixed width, as Python's lookbehinds must be).
+_NOT_NEGATED = "".join(f"(?<!{re.escape(form)})" for form in (*NEGATIONS_EN, *NEGATIONS_ZH))
+EXCLUDED_WORDS = r"ruled out|excluded|not the cause|排除|已排除|不是原因"
+VOID_WORDS = r"\bvoid(?:ed)?\b|\boverturned\b|\brevoked\b|\bwithdrawn\b|作废|推翻|撤销"
+_EXCLUDED_KEY = rf"{_NOT_NEGATED}(?:{EXCLUDED_WORDS})"
+_VOID_KEY = rf"{_NOT_NEGATED}(?:{VOID_WORDS})"
+# The same words with a negation before them (``_NOT_NEGATED``'s forms): a state taken back.
+NEGATED_STATE = (
+    "(?:" + "|".join(rf"\b{re.escape(f)}" if f[0].isalpha() else re.escape(f) for f in NEGATIONS_EN) + ")"
+    rf"(?:{EXCLUDED_WORDS}|{VOID_WORDS})"
+    "|(?:" + "|".join(re.escape(f) for f in NEGATIONS_ZH) + ")(?:排除|作废|推翻|撤销)"
 )
-_EXCLUDED_KEY = rf"{_NOT_NEGATED}(?:ruled out|excluded|not the cause|排除|已排除|不是原因)"
-_VOID_KEY = rf"{_NOT_NEGATED}(?:\bvoid(?:ed)?\b|\boverturned\b|\brevoked\b|\bwithdrawn\b|作废|推翻|撤销)"
 _DECISION_KEY = r"\bconfidence\s*[=:]?\s*(?:0(?:\.\d+)?|1(?:\.0+)?)\b"
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 from vdoctor.lines import NUM, ReadingSpan, SummaryLine
 from vdoctor.memory.dates import without_source_dates
-from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, fold_case, split_uris
+from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, NEGATED_STATE, fold_case, split_uris
 from vdoctor.memory.request import CaseDecision, SummaryRequest
 from vdoctor.retrieval.tokens import CJK_RUN_RE
 from vdoctor.units import HAS_LETTER, SIGNAL_NAME, unit_symbols
@@ -68,12 +68,8 @@ _NEGATED_CONCLUSION = re.compile(
     r"|(?:未|没有?|无法|不能|尚未)(?:下)?(?:确诊|结论)|(?:无|尚无|没有)结论",
     re.I,
 )
-# A void or excluded state said not to hold: the line's typed state word does not stand then.
-_NEGATED_STATE = re.compile(
-    r"(?:\bnot|\bnever|n't)\s+(?:yet\s+|been\s+|be\s+)?(?:void(?:ed)?|overturned|revoked|withdrawn|excluded"
-    r"|ruled out)\b|(?:未|不|没有?|无法|不能|不可)(?:作废|推翻|撤销|排除)",
-    re.I,
-)
+# A void or excluded state said not to hold (the key facts' own negations, ``facts.NEGATED_STATE``).
+_NEGATED_STATE = re.compile(NEGATED_STATE, re.I)
 # \bP[123]\b, written to start with its first character (see facts.CODE_RE).
 _PRIORITY_RE = re.compile(r"P(?<!\wP)[123]\b")
 _CONF_RE = re.compile(r"\bconf(?:idence)?\s*[=:]?\s*(\d(?:\.\d+)?)\b", re.I)
@@ -237,7 +233,8 @@ def _check_conclusion(summary: str, decision: CaseDecision, out: CaseFindings) -
         return
     joined = "\n".join(lines)
     for line in lines:
-        if _NEGATED_CONCLUSION.search(line):
+        # Taken back, unless the line also concludes ("初诊无结论，复检确诊": a first look did not conclude).
+        if _NEGATED_CONCLUSION.search(line) and not _CONCLUDED_MARK.search(_NEGATED_CONCLUSION.sub(" ", line)):
             out.contradicted.append(f"the conclusion stated as not reached: '{line.strip()[:80]}'")
     for code in decision.codes:
         if not _code_word(code).search(joined):
@@ -253,8 +250,11 @@ def _check_conclusion(summary: str, decision: CaseDecision, out: CaseFindings) -
             out.contradicted.append(f"'{phrase}' is not the session's confirmation '{decision.confirmation}'")
 
 
-def _marked(line: str, event: str, mark: re.Pattern[str]) -> bool:
-    if _NEGATED_STATE.search(line):  # "void | X not void": the line takes the state back
+def _marked(line: str, event: str, mark: re.Pattern[str], text: str) -> bool:
+    """Whether ``line`` states ``text`` in the state ``event``: a line of that type, or the state's word,
+    and no negation of a state outside ``text`` itself ("void | X not void" takes it back; the fact
+    "harness ruled out, pump not ruled out yet" holds its own)."""
+    if _NEGATED_STATE.search(line.replace(text, " ")):
         return False
     parsed = SummaryLine.parse(line)
     return (parsed is not None and parsed.event.strip().lower() == event) or bool(mark.search(line))
@@ -266,28 +266,33 @@ _STATE_WORDS = ("ruled out", "excluded", "not the cause", "排除", "不是原�
                 "withdrawn", "作废", "推翻", "撤销")  # fmt: skip
 
 
+# Where a clause about a cause ends: a sentence mark, a comma, or a summary line's field separator.
+_STATE_CLAUSE_SPLIT = re.compile(r"[,;，；。|]")
+
+
 def _check_states(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
     cause = decision.root_cause.strip()
     if cause and any(word in fold_case(summary) for word in _STATE_WORDS):
-        # The session's own cause on a line marked excluded or void (outside the cause's own words), where no
-        # hypothesis the session excluded or voided stands for the mark: "<cause> not the cause", "void | <cause>".
+        # The session's own cause in a clause marked excluded or void (outside the cause's own words, which may
+        # hold commas), on a line where no hypothesis the session excluded or voided stands for the mark:
+        # "<cause> not the cause", "excluded: <cause>", "void | <cause>"; not "<cause> confirmed, others ruled out".
         others = [o for o in (*decision.void, *decision.excluded) if o]
         for line in summary.splitlines():
             if cause not in line or any(o in line for o in others):
                 continue
-            rest = line.replace(cause, " ")
             parsed = SummaryLine.parse(line)
             typed = parsed is not None and parsed.event.strip().lower() in ("void", "excluded")
-            if typed or _VOID_MARK.search(rest) or _EXCLUDED_MARK.search(rest):
+            clauses = [c for c in _STATE_CLAUSE_SPLIT.split(line.replace(cause, "\x00")) if "\x00" in c]
+            if typed or any(_VOID_MARK.search(c) or _EXCLUDED_MARK.search(c) for c in clauses):
                 out.contradicted.append(f"the session's root cause stated as excluded or void: {cause[:60]}")
     if not (decision.void or decision.excluded):
         return  # most sessions void no conclusion and exclude no hypothesis: no line to read
     for line in summary.splitlines():
         for text in decision.void:
-            if text in line and not _marked(line, "void", _VOID_MARK):
+            if text in line and not _marked(line, "void", _VOID_MARK, text):
                 out.contradicted.append(f"voided conclusion stated as valid: {text}")
         for text in decision.excluded:
-            if text in line and not _marked(line, "excluded", _EXCLUDED_MARK):
+            if text in line and not _marked(line, "excluded", _EXCLUDED_MARK, text):
                 out.contradicted.append(f"excluded hypothesis stated without its exclusion: {text}")
 
 

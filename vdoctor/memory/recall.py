@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from vdoctor.embedders import Embedder, embedder_id
-from vdoctor.events import session_id_for
+from vdoctor.events import same_second_index, session_id_for
 from vdoctor.identity import KeptByIdentity
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.limits import INJECTION_BUDGET_TOKENS
@@ -262,6 +262,11 @@ def own_history(store: MemoryStore, vin: str, at: datetime, session_id: str | No
     """
     opening = session_id_for(vin, at) if session_id is None else session_id
     milestones = opening + MILESTONE_SEPARATOR
+    # Sessions that opened in the same second after this one (``following_session_id``) may have concluded,
+    # at ``at`` too, by the time a restore runs this alert again: they are no more this session's past than
+    # its own case is.
+    second = session_id_for(vin, at)
+    own_index = same_second_index(second, opening) or 1
     since = at - OWN_HISTORY_WINDOW
     own = store.own_history(vin, since, OWN_HISTORY_LIMIT + 1, as_of=at)
     merged = {r.session_id for r in own if opening in r.merged_sessions}
@@ -278,6 +283,7 @@ def own_history(store: MemoryStore, vin: str, at: datetime, session_id: str | No
         and r.concluded_at <= at
         and r.session_id != opening
         and not r.session_id.startswith(milestones)
+        and (same_second_index(second, r.session_id) or 0) < own_index
     ][:OWN_HISTORY_LIMIT]
 
 
