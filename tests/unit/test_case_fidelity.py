@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-
 from datetime import UTC, datetime, timedelta
 
 import pytest

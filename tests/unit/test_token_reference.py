@@ -57,3 +57,10 @@ def test_estimate_never_undercounts_a_demo_alerts_text(bpe: BpeCounter) -> None:
             texts.add(event["alert_text"])
     assert len(texts) > 150
     assert [t for t in texts if est.count(t) < bpe.count(t)] == []
+
+
+@pytest.mark.parametrize("text", ["ｋＰａ", "ＢＭＳ故障，请检修", "压差１８７ｍＶ", "司机备注😀"])
+def test_estimate_does_not_undercount_full_width_forms_or_characters_beyond_the_bmp(bpe: BpeCounter, text: str) -> None:
+    """Full-width letters and digits (a Chinese input method's full-width mode) and emoji were one token each,
+    under cl100k's count (``ｋＰａ``: 3 against 6; found by a diff review)."""
+    assert EstimatingCounter().count(text) >= bpe.count(text)

@@ -29,8 +29,8 @@ pytestmark = pytest.mark.unit
         ("46.5℃", 4),
         # cell(1) _ voltage(2) _ diff(1) _ mv(1): letters split by underscores
         ("cell_voltage_diff_mv", 8),
-        # 电 池 包 (6) + full-width comma (1) + 正 常 (4)
-        ("电池包，正常", 11),
+        # 电 池 包 (6) + full-width comma (2: a full-width form, from U+F000) + 正 常 (4)
+        ("电池包，正常", 12),
         # P(1) 0(1) A(1) 7(1) F(1): a code alternates letters and digits
         ("P0A7F", 5),
         # "signal" (6 -> 2) ":" "/" "/" = 5
@@ -66,8 +66,8 @@ def test_the_estimate_keeps_the_two_properties_budgets_rely_on(seed: int) -> Non
         assert all(
             counter.count(sep.join(texts)) == sum(counter.count(t) for t in texts) for sep in ("\n", "\n\n", " ")
         )
-    # CJK characters reach the bound; full-width and other marks are one token each.
-    assert counter.count("电池") == 4 and counter.count("，（.") == 3
+    # CJK characters and full-width forms reach the bound; other marks are one token each.
+    assert counter.count("电池") == 4 and counter.count("，（.") == 5
 
 
 # -- embedder -------------------------------------------------------------------
