@@ -146,7 +146,7 @@ def test_settings_select_the_openai_model_and_need_a_key() -> None:
     assert chat.timeout_s == 3.0 and KEY not in repr(settings) and KEY not in repr(chat)
     with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
         assembly.chat_model(load_settings({"VDOCTOR_MODEL": "openai"}))
-    with pytest.raises(ConfigError, match="model"):
+    with pytest.raises(ConfigError, match="VDOCTOR_MODEL: Input should be .offline. or .openai."):
         load_settings({"VDOCTOR_MODEL": "gpt-5"})
 
 
