@@ -270,12 +270,8 @@ def following_session_id(opening: str, previous: str | None) -> str:
     has it (or ``opening-<n>``); then the next of ``opening-2``, ``opening-3``, ... Two sessions of one
     id were one record in long-term memory: the second case replaced the first. The same events give the
     same ids again (a replay, a restore): the previous session is part of the vehicle's state."""
-    if previous is None or not previous.startswith(opening):
-        return opening
-    if previous == opening:
-        return f"{opening}-2"
-    sep, n = previous[len(opening) : len(opening) + 1], previous[len(opening) + 1 :]
-    return f"{opening}-{int(n) + 1}" if sep == "-" and n.isascii() and n.isdigit() else opening
+    index = None if previous is None else same_second_index(opening, previous)
+    return opening if index is None else f"{opening}-{index + 1}"
 
 
 def same_second_index(opening: str, session_id: str) -> int | None:

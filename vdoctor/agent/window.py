@@ -76,7 +76,7 @@ class ContextWindow:
                 calls = "".join(call.name + call.arguments_json for call in message.tool_calls)
                 text = message.content
                 if text:
-                    room = self.steps_cap - self.steps_tokens - MESSAGE_TOKENS - (count(calls) if calls else 0)
+                    room = self.steps_cap - self.steps_tokens - MESSAGE_TOKENS - count(calls)
                     if count(text) > room:
                         text = clip_to_tokens(text, max(room, 0), self.working.counter)
                         transcript[i] = Message(role=message.role, content=text, tool_calls=message.tool_calls)

@@ -179,13 +179,12 @@ class _ClausePattern:
         return found
 
 
-_EXCLUDED_RE = _ClausePattern(
-    _EXCLUDED_KEY, ("ruled out", "excluded", "not the cause", "排除", "不是原因"), 80, rf"{_CLAUSE}{{0,40}}", re.I
-)
+# A word of every exclusion and void keyword, in ``fold_case`` form: a text without one holds neither.
+EXCLUDED_GATE = ("ruled out", "excluded", "not the cause", "排除", "不是原因")
+VOID_GATE = ("void", "overturned", "revoked", "withdrawn", "作废", "推翻", "撤销")
+_EXCLUDED_RE = _ClausePattern(_EXCLUDED_KEY, EXCLUDED_GATE, 80, rf"{_CLAUSE}{{0,40}}", re.I)
 # An overturned conclusion: the conclusion itself must stay known as void.
-_VOID_RE = _ClausePattern(
-    _VOID_KEY, ("void", "overturned", "revoked", "withdrawn", "作废", "推翻", "撤销"), 80, rf"{_CLAUSE}{{0,60}}", re.I
-)
+_VOID_RE = _ClausePattern(_VOID_KEY, VOID_GATE, 80, rf"{_CLAUSE}{{0,60}}", re.I)
 _DECISION_RE = _ClausePattern(_DECISION_KEY, ("confidence",), 120)
 # What every decision keyword contains: JSON's "confidence": 0.8 has the word, not the keyword.
 _DECISION_GATE = re.compile(r"confidence\s*[=:]?\s*[01]")

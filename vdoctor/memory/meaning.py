@@ -45,7 +45,16 @@ from dataclasses import dataclass, field
 
 from vdoctor.lines import NUM, ReadingSpan, SummaryLine
 from vdoctor.memory.dates import without_source_dates
-from vdoctor.memory.facts import _EXCLUDED_KEY, _VOID_KEY, CODE_RE, NEGATED_STATE, fold_case, split_uris
+from vdoctor.memory.facts import (
+    _EXCLUDED_KEY,
+    _VOID_KEY,
+    CODE_RE,
+    EXCLUDED_GATE,
+    NEGATED_STATE,
+    VOID_GATE,
+    fold_case,
+    split_uris,
+)
 from vdoctor.memory.request import CaseDecision, SummaryRequest
 from vdoctor.retrieval.tokens import CJK_RUN_RE
 from vdoctor.units import HAS_LETTER, SIGNAL_NAME, unit_symbols
@@ -260,19 +269,19 @@ def _marked(line: str, event: str, mark: re.Pattern[str], text: str) -> bool:
     return (parsed is not None and parsed.event.strip().lower() == event) or bool(mark.search(line))
 
 
-# A word of every void or excluded mark, in fold_case form (``fold_case``): a summary without one states no cause
-# as excluded or void.
-_STATE_WORDS = ("ruled out", "excluded", "not the cause", "排除", "不是原因", "void", "overturned", "revoked",
-                "withdrawn", "作废", "推翻", "撤销")  # fmt: skip
+# A word of every void or excluded mark, in ``fold_case`` form: a summary without one states no cause as
+# excluded or void.
+_STATE_WORDS = EXCLUDED_GATE + VOID_GATE
 
 
 # Where a clause about a cause ends: a sentence mark, a comma, or a summary line's field separator.
 _STATE_CLAUSE_SPLIT = re.compile(r"[,;，；。|]")
 
 
-def _check_states(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+def _check_states(summary: str, folded: str, decision: CaseDecision, out: CaseFindings) -> None:
+    """``folded``: ``fold_case(summary)``."""
     cause = decision.root_cause.strip()
-    if cause and any(word in fold_case(summary) for word in _STATE_WORDS):
+    if cause and any(word in folded for word in _STATE_WORDS):
         # The session's own cause in a clause marked excluded or void (outside the cause's own words, which may
         # hold commas), on a line where no hypothesis the session excluded or voided stands for the mark:
         # "<cause> not the cause", "excluded: <cause>", "void | <cause>"; not "<cause> confirmed, others ruled out".
@@ -301,12 +310,12 @@ def _content(text: str) -> set[str]:
     return words | set("".join(CJK_RUN_RE.findall(text))) - set(FORMAT_CJK)
 
 
-def _check_claims(summary: str, decision: CaseDecision, out: CaseFindings) -> None:
+def _check_claims(summary: str, folded: str, decision: CaseDecision, out: CaseFindings) -> None:
     # A clause is part of a line cut at non-word characters, so a mark found in
     # a clause is found in the whole summary too: without one, no clause states
     # a cause or fix (most summaries; their clauses need not be read). The
-    # substring test is a tenth of the time of the case-blind marks' scan.
-    folded = fold_case(summary)
+    # substring test (on ``folded``, ``fold_case(summary)``) is a tenth of the
+    # time of the case-blind marks' scan.
     if not any(word in folded for word in _CLAIM_WORDS):
         return
     cause, fix = _content(decision.root_cause), _content(decision.fix_action)
@@ -382,7 +391,8 @@ def check_case(summary: str, request: SummaryRequest, plain: str | None = None) 
     stripped = _CONFIRM_RE.sub(" ", plain)  # confirmation phrases are checked whole
     _check_readings(stripped, request, decision, out)
     _check_conclusion(summary, decision, out)
-    _check_states(summary, decision, out)
-    _check_claims(summary, decision, out)
+    folded = fold_case(summary)  # for both substring gates
+    _check_states(summary, folded, decision, out)
+    _check_claims(summary, folded, decision, out)
     _check_words(summary, stripped, request.source, out)
     return out

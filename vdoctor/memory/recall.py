@@ -260,12 +260,12 @@ def own_history(store: MemoryStore, vin: str, at: datetime, session_id: str | No
     which this session wrote. Done here, after every backend's read, so that no backend can give a
     session its own case; one record more is read, so the limit is still met with one left out.
     """
-    opening = session_id_for(vin, at) if session_id is None else session_id
+    second = session_id_for(vin, at)
+    opening = second if session_id is None else session_id
     milestones = opening + MILESTONE_SEPARATOR
     # Sessions that opened in the same second after this one (``following_session_id``) may have concluded,
     # at ``at`` too, by the time a restore runs this alert again: they are no more this session's past than
     # its own case is.
-    second = session_id_for(vin, at)
     own_index = same_second_index(second, opening) or 1
     since = at - OWN_HISTORY_WINDOW
     own = store.own_history(vin, since, OWN_HISTORY_LIMIT + 1, as_of=at)

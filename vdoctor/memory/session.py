@@ -238,8 +238,9 @@ class StoredSession:
 
     @property
     def l3_pending(self) -> bool:
-        """``SessionState.l3_pending`` of the stored session: true only when its JSON says so (rare)."""
-        return '"l3_pending":true' in self.json and self.load().l3_pending
+        """``SessionState.l3_pending`` of the stored session, read from its JSON without a parse: the key with
+        its quotes unescaped is nowhere else in the text (a quote inside a JSON string is escaped)."""
+        return '"l3_pending":true' in self.json
 
     @property
     def session_id(self) -> str:
