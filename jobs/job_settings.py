@@ -22,6 +22,7 @@ import argparse
 import ipaddress
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -185,7 +186,7 @@ class ReplaySettings(BaseModel):
     alerts: Path
     out: Path
     # Lines per second (a file that arrives like a stream); None: as fast as the job takes them.
-    rate: float | None = Field(default=None, gt=0)
+    rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     flink: FlinkSettings
 
 
@@ -215,14 +216,31 @@ class KafkaJobSettings(BaseModel):
     @field_validator("alerts_topic", "rechecks_topic", "lifecycle_topic", "diagnoses_topic", "dead_letters_topic")
     @classmethod
     def _check_topic(cls, v: str | None) -> str | None:
-        if v is not None and not _TOPIC_RE.match(v):
-            raise ValueError(f"topic names use letters, digits, '.', '_' and '-' (at most 249), got {v!r}")
+        if v is not None and (problem := topic_problem(v)):
+            raise ValueError(problem)
         return v
 
     def input_topics(self) -> list[str]:
         """Alerts, rechecks and lifecycle topics, each once (they may all be one topic)."""
         topics = [self.alerts_topic, self.rechecks_topic, self.lifecycle_topic]
         return list(dict.fromkeys(t for t in topics if t))
+
+
+def topic_problem(name: str) -> str | None:
+    """Why Kafka would refuse ``name`` as a topic, or None when it is a legal name."""
+    if not _TOPIC_RE.match(name) or name in (".", ".."):
+        return f"topic names use letters, digits, '.', '_' and '-' (at most 249, not '.' or '..'), got {name!r}"
+    return None
+
+
+def check_rate(rate: float | None, unit: str) -> float | None:
+    """``--rate``: None (no pacing) or a finite number of ``unit`` per second above zero.
+
+    An infinite rate would pace nothing while saying it does, and a NaN would pace every line at once.
+    """
+    if rate is not None and not (math.isfinite(rate) and rate > 0):
+        raise ConfigError(f"--rate must be a finite number of {unit} per second above 0, got {rate:g}")
+    return rate
 
 
 def bootstrap_servers(given: str) -> str:
@@ -584,9 +602,7 @@ def replay_settings(args: argparse.Namespace, **overrides: Any) -> ReplaySetting
     if not alerts.is_file():
         raise ConfigError(f"no such alerts file: {alerts}")
     check_output_folder(out)
-    rate = getattr(args, "rate", None)
-    if rate is not None and rate <= 0:
-        raise ConfigError(f"--rate must be positive, got {rate:g}")
+    rate = check_rate(getattr(args, "rate", None), "lines")
     flink = flink_settings(args, kafka=False, tmp_dir=str((out / ".flink-tmp").resolve()))
     try:
         return ReplaySettings(alerts=alerts, out=out, rate=rate, flink=flink)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from jobs.job_settings import bootstrap_servers
+from jobs.job_settings import bootstrap_servers, check_rate, topic_problem
 from vdoctor.errors import ConfigError, VDoctorError
 from vdoctor.events import key_vin, raw_vin
 
@@ -102,8 +102,9 @@ def replay_file(
     """
     from kafka.errors import KafkaError
 
-    if rate is not None and rate <= 0:
-        raise ReplayError(f"--rate must be a positive number of events per second, got {rate}")
+    check_rate(rate, "events")
+    if problem := topic_problem(topic):
+        raise ConfigError(f"--topic: {problem}")
     try:
         bootstrap = bootstrap_servers(bootstrap)
     except ValueError as e:

@@ -164,6 +164,48 @@ def test_replay_sends_a_line_with_bytes_that_are_not_utf8_as_run_reads_it(
     assert sent.values == [f'{{"vin": "{VIN}", "symptom": "\ufffd\ufffd\ufffd"}}'.encode()]
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        # inf paced nothing while the replay said it ran at a rate; nan sent every line at once.
+        (["--rate", "inf"], "--rate must be a finite number of events per second above 0, got inf"),
+        (["--rate", "nan"], "--rate must be a finite number of events per second above 0, got nan"),
+        (["--rate", "-1"], "--rate must be a finite number of events per second above 0, got -1"),
+        # A name the broker refuses was only found out at the first send, after the producer had connected.
+        (["--topic", "vdoctor alerts"], "--topic: topic names use letters, digits"),
+        (["--topic", ".."], "--topic: topic names use letters, digits"),
+        (["--topic", "a" * 250], "--topic: topic names use letters, digits"),
+    ],
+)
+def test_replay_refuses_a_bad_rate_or_topic_before_it_sends_anything(
+    flags: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs import kafka_replay
+
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text(f'{{"vin": "{VIN}", "symptom": "x"}}\n', encoding="utf-8")
+    sent = Sent()
+    monkeypatch.setattr(kafka_replay, "_producer", lambda bootstrap: sent)
+    assert cli.main(["replay", "--alerts", str(alerts), "--bootstrap", "127.0.0.1:9092", "--quiet", *flags]) == 2
+    one_line_error(capsys, message)
+    assert sent.values == []
+
+
+def test_replay_takes_a_legal_topic_and_a_finite_rate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobs import kafka_replay
+
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text(f'{{"vin": "{VIN}", "symptom": "x"}}\n', encoding="utf-8")
+    sent = Sent()
+    monkeypatch.setattr(kafka_replay, "_producer", lambda bootstrap: sent)
+    argv = ["--topic", "fleet_A.alerts-v2", "--rate", "1000"]
+    assert cli.main(["replay", "--alerts", str(alerts), "--bootstrap", "127.0.0.1:9092", "--quiet", *argv]) == 0
+    assert "1 of 1 events produced to fleet_A.alerts-v2" in capsys.readouterr().out
+    assert len(sent.values) == 1
+
+
 @pytest.mark.skipif(not UNREADABLE.is_file(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("command", [["check-events"], ["replay", "--bootstrap", "127.0.0.1:9092"]])
 def test_an_alerts_file_that_cannot_be_read_is_a_one_line_error(
