@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 from vdoctor.lines import (
@@ -317,6 +318,7 @@ _ANSWER_STARTS = 8
 _DECODER = json.JSONDecoder()
 
 
+@lru_cache(maxsize=256)
 def answer_prose(text: str) -> str:
     """``text`` with the model's JSON answer in it replaced by the answer's own prose (its root cause and fix),
     for the key-fact reader and the fold's check: what ``extract_answer_facts`` reads from the answer's lists.
@@ -325,6 +327,8 @@ def answer_prose(text: str) -> str:
     became an excluded and a void fact of JSON fragments on every answer of a model that writes the keys the
     prompt asks for. The answer is the first JSON object with a ``phase`` that decodes from one of the first
     few "{" (a round's text has the reply first, then its tools' lines); a text without one is as it is.
+
+    Kept by text: a round's reply is read when the round is added and again when the rounds are folded.
     """
     at = text.find("{")
     for _ in range(_ANSWER_STARTS):
