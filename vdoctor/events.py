@@ -969,6 +969,10 @@ class AlertEvent(_Event):
                 raise ValueError(f"signal {name} = {value!r} is out of range")
         return signals
 
+    def says_anything(self) -> bool:
+        """Whether the alert carries anything to diagnose: text, a trouble code, or a reading (even one set aside)."""
+        return bool(self.alert_text.strip() or self.dtc_codes or self.signals or self.signals_set_aside)
+
     @model_validator(mode="after")
     def _set_aside(self, info: ValidationInfo) -> AlertEvent:
         signals = self.signals
@@ -1275,6 +1279,7 @@ def event_of(
                 )
             read = read.replace(tzinfo=naive_zone)
         data["ts"] = read
+    typed = data.get("type") is not None
     name = event_type(data)
     if name is None:
         known, got = ", ".join(_MODELS), repr(data["type"])[:40]
@@ -1286,9 +1291,36 @@ def event_of(
         data["series"] = vin.strip().upper()[:SERIES_FROM_VIN_CHARS]
     try:
         context: dict[str, object] = {RENAME: rename, NUMBER_COMMA: number_comma, TEXT_ASIDE: {}}
-        return model.model_validate(data, context=context)
+        event = model.model_validate(data, context=context)
     except ValidationError as e:
         raise EventError("validate", describe_validation_error(e)) from e
+    if not typed and isinstance(event, AlertEvent) and not event.says_anything():
+        # A line that names no type is an alert by its fields (a platform's alarm feed carries none), and one with
+        # none of an alert's is something else: a position report, a heartbeat, or an alert whose text and codes
+        # come under names of the platform's own. Diagnosed, it was an empty alert, and two of them in one second
+        # had one content id (the second dropped as a duplicate). An alert the producer typed as one is
+        # diagnosed even bare: the vehicle said something is wrong.
+        raise EventError("validate", _empty_alert_error(data))
+    return event
+
+
+# How many of an empty alert's own fields its dead letter names.
+_EMPTY_ALERT_FIELDS_NAMED = 8
+
+
+def _empty_alert_error(data: dict[str, Any]) -> str:
+    """The reason an alert with nothing to diagnose is a dead letter, naming the fields it was sent with that
+    the contract does not know (what a platform sends its text or codes under, for a rename upstream)."""
+    own = [repr(str(key)[:40]) for key in data if key not in CONTRACT_FIELDS]
+    more = len(own) - _EMPTY_ALERT_FIELDS_NAMED
+    fields = ", ".join(own[:_EMPTY_ALERT_FIELDS_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return (
+        "a line without a type is read as an alert, and this one has none of an alert's alert_text, dtc_codes "
+        "or signals"
+        + (f" (its fields that are none of the contract's: {fields})" if own else "")
+        + ": a position report or heartbeat is no alert, and an alert's text or codes under names of the "
+        "platform's own need the contract's names (or a type, to be diagnosed bare)"
+    )
 
 
 def set_aside_error(event: AlertEvent) -> str:

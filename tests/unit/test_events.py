@@ -141,6 +141,55 @@ def test_alert_optional_fields_default_to_empty() -> None:
     assert event.signals == {}
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        {"vin": VIN, "ts": "2026-11-01T08:15:30Z", "lat": 31.2, "lon": 121.4, "speed": 60},  # a position report
+        {"vin": VIN, "ts": "2026-11-01T08:15:30Z", "heartbeat": 1},
+        # An alert whose codes and text come under names of the platform's own: diagnosed with nothing before.
+        {"vin": VIN, "ts": "2026-11-01T08:15:31Z", "faultCodes": ["P0A7F"], "message": "cell imbalance"},
+        {"vin": VIN, "ts": "2026-11-01T08:15:31Z", "alert_text": "  ", "dtc_codes": [], "signals": {}},
+    ],
+)
+def test_a_line_without_a_type_and_with_nothing_of_an_alert_is_a_dead_letter_naming_its_fields(
+    line: dict[str, Any],
+) -> None:
+    with pytest.raises(EventError) as raised:
+        parse_event(json.dumps(line))
+    assert raised.value.stage == "validate"
+    said = str(raised.value)
+    assert "a line without a type is read as an alert, and this one has none of an alert's" in said
+    for own in set(line) - {"vin", "ts", "alert_text", "dtc_codes", "signals"}:
+        assert repr(own) in said
+    assert "'vin'" not in said
+
+
+def test_two_lines_without_a_type_or_an_id_in_one_second_are_not_one_event() -> None:
+    # Each had the content id of its contract fields alone, and the second was dropped as a duplicate of the
+    # first: now neither is an alert (both dead letters, each with its own line), and an alert with content
+    # has an id of that content.
+    first = {"vin": VIN, "ts": "2026-11-01T08:15:31Z", "faultCodes": ["P0A7F"]}
+    second = {"vin": VIN, "ts": "2026-11-01T08:15:31Z", "faultCodes": ["P0A80"]}
+    for line in (first, second):
+        with pytest.raises(EventError):
+            parse_event(json.dumps(line))
+    a = parse_event(json.dumps({**first, "dtc_codes": ["P0A7F"]}))
+    b = parse_event(json.dumps({**second, "dtc_codes": ["P0A80"]}))
+    assert a.event_id != b.event_id
+
+
+def test_an_alert_typed_as_one_is_diagnosed_even_bare() -> None:
+    # The producer said the vehicle raised an alarm: its details may be missing, the alarm is not.
+    for kind in ("alert", "alarm", "故障"):
+        event = parse_event(json.dumps({"type": kind, "vin": VIN, "ts": "2026-11-01T08:15:30Z"}))
+        assert isinstance(event, AlertEvent) and not event.says_anything()
+
+
+def test_an_alert_with_only_readings_set_aside_is_still_an_alert() -> None:
+    event = parse_event(json.dumps({"vin": VIN, "ts": "2026-11-01T08:15:30Z", "signals": {"电池温度": 41}}))
+    assert isinstance(event, AlertEvent) and event.signals_set_aside == {"电池温度": 41.0}
+
+
 def test_integer_and_negative_signal_values_are_numbers() -> None:
     event = parse_event(json.dumps(alert(signals={"pack_temp_c": -12, "soh_pct": 88.5})))
     assert isinstance(event, AlertEvent)
