@@ -46,6 +46,7 @@ in arrival order. The operator thread owns all Flink state:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -90,6 +91,8 @@ END_OF_INPUT = 2**63 - 1
 Item = tuple[str, str]  # (event json, raw line)
 # A vehicle's session: as stored (parsed by the engine only if its event continues it), live, or none.
 Carry = tuple[SessionState | StoredSession | None, DedupState | StoredDedup]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -180,8 +183,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.session_state = runtime_context.get_state(session)
         self.dedup_state = runtime_context.get_state(dedup)
         self.pending_state = runtime_context.get_state(pending)
-        if not self.inline:
-            self.keys = KeySwitch(runtime_context)
+        # Inline too: a checkpoint of a run at a concurrency above 1 may hold events waiting in the pool.
+        self.keys = KeySwitch(runtime_context)
         self._metrics(runtime_context)
 
     def _metrics(self, runtime_context: RuntimeContext) -> None:
@@ -295,6 +298,49 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             keys.switch(home)
         self._ensure_tick(ctx)
 
+    def _run_inline(self, vin: str, items: list[Item]) -> list[tuple[str, str]]:
+        """Run the current vehicle's events here, one after the other (concurrency 1), after any it has pending.
+
+        Events pending in state come from a checkpoint of a run at a concurrency above 1 that had them
+        waiting in its pool: they run first, in their order, and leave pending once they are stored.
+        """
+        pending = self._pending()
+        todo = [*((e, r) for e, r in pending), *items]
+        if not todo:
+            return []
+        carry, done = self._carry_from_state(), []
+        for item in todo:
+            carry, applied = self._step(vin, carry, item)
+            done.append(applied)
+        if pending:
+            self.pending_state.clear()
+            log.info("ran %d event(s) of %s restored waiting in the run pool", len(pending), vin)
+        return self._apply(done)
+
+    def _resume_inline(self) -> list[tuple[str, str]]:
+        """Once per start at concurrency 1: run the events every vehicle was restored with pending (thread mode;
+        in process mode, which cannot list keys, a vehicle's run when its next event or the end of input comes).
+
+        Without this a job resumed with ``--concurrency 1`` from a checkpoint of a run at a higher one failed at
+        its first restored tick timer (no run pool to drain), again at every restart, until its restart strategy
+        gave up; and a vehicle's later events ran ahead of the ones it had waiting.
+        """
+        if self._resumed:
+            return []
+        self._resumed = True
+        keys = self._switch()
+        if not keys.can_list_keys:
+            return []
+        home = keys.current()
+        out: list[tuple[str, str]] = []
+        try:
+            for vin, handle in keys.keys_with("pending"):
+                keys.switch(handle)
+                out += self._run_inline(vin, [])
+        finally:
+            keys.switch(home)
+        return out
+
     def _ensure_tick(self, ctx: KeyedProcessFunction.Context) -> None:
         """One tick timer pending while the pool has work (registered under whichever key is current)."""
         if self._tick_at is not None or self._pool().idle:
@@ -308,8 +354,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     ) -> Iterator[tuple[str, str]]:
         _, vin, event_json, raw = value
         if self.inline:
-            _, applied = self._step(vin, self._carry_from_state(), (event_json, raw))
-            yield from self._apply([applied])
+            yield from self._resume_inline()
+            yield from self._run_inline(vin, [(event_json, raw)])
             self.metrics.refresh()
             return
         self._resume(ctx)
@@ -332,6 +378,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # PyFlink fires a tick registered before the end of input after close(): the pool and the engine
             # are gone, and every run was drained at the final watermark. (Its metrics refresh read the
             # stopped malloc trimmer's figures as 0.)
+            return
+        if self.inline:
+            # Timers of a run at a concurrency above 1, restored (this one registers none): its tick has no pool
+            # to drain, and a vehicle's end-of-input timer runs what it has pending.
+            yield from self._resume_inline()
+            yield from self._run_inline(ctx.get_current_key(), [])
+            self.metrics.refresh()
             return
         pool = self._pool()
         self._resume(ctx)

@@ -235,6 +235,48 @@ def test_runs_in_flight_at_a_checkpoint_restart_at_once_after_a_restore(tmp_path
     assert len({d["event_id"] for d in second}) == len(second)
 
 
+def test_a_job_resumed_at_concurrency_1_runs_the_events_waiting_in_the_pool(tmp_path: Path) -> None:
+    """A run at concurrency 16 is killed while a checkpoint holds 4 vehicles' runs in flight; the job resumed
+    with ``--concurrency 1`` (runs one at a time, no run pool) runs them, then the rest of the input.
+
+    It failed at its first restored tick timer ("open() was not called before use": no pool to drain), and
+    again at every restart until the restart strategy ended it.
+    """
+    first = [{"type": "alert", "event_id": f"i-a{v}", "vin": vin(v), "series": "EV-A", "ts": "2026-11-01T08:00:00Z",
+              "alert_text": "CAN communication lost", "dtc_codes": ["U0140"]} for v in range(4)]  # fmt: skip
+    others = [{**e, "event_id": f"i-b{v}", "vin": vin(100 + v)} for v, e in enumerate(first * 2)]
+    again = [{**e, "event_id": f"{e['event_id']}-2", "ts": "2026-11-01T09:00:00Z"} for e in first]
+    (tmp_path / "alerts.jsonl").write_text("\n".join(json.dumps(e) for e in first + others + again) + "\n")
+    group_a = {e["vin"] for e in first}
+    checkpoints = tmp_path / "checkpoints"
+    log = CallLog()
+    with ModelServer(ServerConfig(latency_ms=3000), log) as server:
+        job = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 16, "--checkpoint-dir",
+                      str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "2")  # fmt: skip
+        deadline = time.monotonic() + 240
+        all_a_at = None
+        while time.monotonic() < deadline and job.poll() is None:
+            if all_a_at is None and group_a <= {v for _, v in log.calls}:
+                all_a_at = time.time()
+            done = [p for p in checkpoints.glob("*/chk-*/_metadata") if all_a_at and p.stat().st_mtime > all_a_at]
+            if done:
+                break
+            time.sleep(0.05)
+        assert job.poll() is None and all_a_at is not None, "the job ended before it could be killed"
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate(timeout=30)
+        assert server.stats["ok"] < len(first)  # none of the 4 runs had its second call answered
+    with ModelServer(ServerConfig(latency_ms=0)) as server:
+        finish(run_job(tmp_path / "out2", tmp_path / "alerts.jsonl", server.base_url, 1,
+                       "--checkpoint-dir", str(checkpoints), "--restore", "latest"))  # fmt: skip
+    second = diagnoses(tmp_path / "out2")
+    ids = [d["event_id"] for d in second]
+    assert len(set(ids)) == len(ids)
+    assert {e["event_id"] for e in first + again} <= set(ids)  # the waiting runs, and each vehicle's next alert
+    for e in first:  # after the one it waited behind
+        assert ids.index(e["event_id"]) < ids.index(e["event_id"] + "-2")
+
+
 def get_json(url: str) -> object:
     import urllib.request
 
