@@ -264,13 +264,17 @@ class DiagnosisEngine:
 
     def _open_session(self, alert: AlertEvent, stats: RunStats, previous: str | None) -> SessionState:
         """A new session of the alert's vehicle; ``previous``: the id of the session it follows, if any."""
+        opening, text = session_id_for(alert.vin, alert.ts), opening_text(alert.alert_text)
+        session_id = following_session_id(opening, previous)
+        if self.memory_enabled and (previous is None or opening <= previous):
+            session_id = self._unclaimed_session_id(alert.vin, opening, session_id, text)
         session = SessionState(
             vin=alert.vin,
             series=alert.series,
-            session_id=following_session_id(session_id_for(alert.vin, alert.ts), previous),
+            session_id=session_id,
             opened_at=alert.ts,
             last_event_at=alert.ts,
-            alert_text=opening_text(alert.alert_text),
+            alert_text=text,
         )
         if not self.memory_enabled:
             return session
@@ -300,6 +304,24 @@ class DiagnosisEngine:
             degraded=bool(found.similar_skipped),
         )
         return session
+
+    def _unclaimed_session_id(self, vin: str, opening: str, session_id: str, text: str) -> str:
+        """``session_id``, or the next id of its second (``following_session_id``) while long-term memory holds
+        another session's case under it: one whose opening alert said something else.
+
+        Asked only when the vehicle's state cannot tell: an alert no later than its previous session's opening
+        second (a late one), or a vehicle without a previous session in state (its first alert, or one after
+        the state expired or a lifecycle event). A late alert in the second of an older session took that
+        session's id, and its case then replaced the older one in long-term memory, its verdict with it. A
+        case of the same opening text is this session's own, written before a restore or in an earlier run of
+        a replay, and keeps its id (a write is idempotent by id). When the store cannot say, the id stays.
+        """
+        try:
+            while (held := self.store.get(vin, session_id)) is not None and held.alert_text != text:
+                session_id = following_session_id(opening, session_id)
+        except StoreError as e:
+            log.warning("could not check whether %s is taken in long-term memory: %s", session_id, e)
+        return session_id
 
     def _definition(self, code: str) -> str:
         entry = self.pack.get(code)

@@ -612,6 +612,40 @@ def test_following_session_ids() -> None:
     assert following_session_id(SID_1, f"{SID_1}-9") == f"{SID_1}-10"
 
 
+def test_a_late_alert_in_the_second_of_an_older_session_never_takes_that_sessions_id(pack: KnowledgePack) -> None:
+    """A case concluded and verified; a later session; then a late alert of another fault in the first
+    session's second: it took the first session's id, and its case replaced the verified one in long-term
+    memory, verdict and all (found by an audit)."""
+    store = InMemoryStore()
+    h = Harness(engine(pack, store=store))
+    assert h.diagnose(alert("e-1", T0, 187)).session_id == SID_1
+    h.send(recheck("r-1", T0 + timedelta(days=2), SID_1))
+    other = {"alert_text": "Dim lights, charging warning", "dtc_codes": ["P0562"], "signals": {"battery_voltage_v": 10.8}}
+    h.diagnose({**alert("e-2", T0 + timedelta(days=3), 187), **other})
+    late = {**alert("e-1b", T0, 187), "alert_text": "ABS通讯丢失，ABS灯亮", "dtc_codes": ["U0121"]}
+    late_diagnosis = h.diagnose(late)
+    assert late_diagnosis.session_id == f"{SID_1}-2"
+    kept = store.get(VIN, SID_1)
+    assert kept is not None and kept.recheck_ok is True and kept.dtc_codes == ["P0A7F"]
+    # The vehicle's next alert, of the first session's second too, takes the id after both.
+    again = {**late, "event_id": "e-1c", "alert_text": "ESP和ABS故障灯同时点亮"}
+    h.state[VIN] = (None, h.state[VIN][1])  # its state expired meanwhile: the store alone can tell
+    assert h.diagnose(again).session_id in {f"{SID_1}-2", f"{SID_1}-3"}
+    assert store.get(VIN, SID_1) == kept
+
+
+def test_a_session_run_again_keeps_the_id_its_case_was_written_under(pack: KnowledgePack) -> None:
+    """A restore, or a replay into the same store, runs a session again that long-term memory already holds:
+    its alert says what the stored case's did, so it is the same session and keeps the id (writes are
+    idempotent by id), not a second case of the same alert."""
+    store = InMemoryStore()
+    first = Harness(engine(pack, store=store))
+    first.diagnose(alert("e-1", T0, 187))
+    again = Harness(engine(pack, store=store))
+    assert again.diagnose(alert("e-1", T0, 187)).session_id == SID_1
+    assert [r.session_id for r in store.history(VIN)] == [SID_1]
+
+
 # -- a case whose write failed is tried again at the vehicle's next alert ------------------------------------
 
 
