@@ -620,7 +620,7 @@ def test_a_late_alert_in_the_second_of_an_older_session_never_takes_that_session
     h = Harness(engine(pack, store=store))
     assert h.diagnose(alert("e-1", T0, 187)).session_id == SID_1
     h.send(recheck("r-1", T0 + timedelta(days=2), SID_1))
-    other = {"alert_text": "Dim lights, charging warning", "dtc_codes": ["P0562"], "signals": {"battery_voltage_v": 10.8}}
+    other = {"alert_text": "Dim lights", "dtc_codes": ["P0562"], "signals": {"battery_voltage_v": 10.8}}
     h.diagnose({**alert("e-2", T0 + timedelta(days=3), 187), **other})
     late = {**alert("e-1b", T0, 187), "alert_text": "ABS通讯丢失，ABS灯亮", "dtc_codes": ["U0121"]}
     late_diagnosis = h.diagnose(late)
