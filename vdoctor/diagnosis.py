@@ -217,6 +217,11 @@ class DiagnosisEngine:
                 self._on_recheck(event)
                 return StepResult(session=session, dedup=dedup)
             if isinstance(event, LifecycleEvent):
+                if session is not None and session.l3_pending:
+                    # A case waiting for its second write (``l3_pending``) is of the vehicle's care before this
+                    # event: written now, it is set invalid with the vehicle's other cases below, kept for audit
+                    # like them, where it was dropped with the session without a word (found by an audit).
+                    self._write_pending_case(session, RunStats())
                 self.store.soft_delete(event.vin, event.ts)
                 # The vehicle left the fleet's care: its open session ends too.
                 return StepResult(session=None, dedup=dedup)

@@ -679,6 +679,22 @@ def test_a_case_whose_second_write_fails_too_is_flagged_at_that_alert(pack: Know
     assert store.count() == 0
 
 
+def test_a_case_waiting_for_its_second_write_is_written_before_a_lifecycle_event_sets_the_vehicle_aside(
+    pack: KnowledgePack,
+) -> None:
+    """The case waited in the session for the vehicle's next alert; a transfer or scrap ended the session, and the
+    case with it, without a word (found by an audit). Now it is written, and set invalid with the others."""
+    embedder, store = FlakyEmbedder(), InMemoryStore()
+    h = Harness(engine(pack, store=store, embedder=embedder))
+    embedder.passages_down = True
+    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
+    embedder.passages_down = False
+    result = h.send(lifecycle("l-1", T0 + timedelta(days=1)))
+    assert result.dead_letters == [] and result.session is None
+    [case] = store.history(VIN)
+    assert case.session_id == SID_1 and case.valid is False and case.invalid_ts == T0 + timedelta(days=1)
+
+
 def test_an_alert_that_makes_working_memory_let_readings_go_says_so(pack: KnowledgePack) -> None:
     """64 module temperatures an alert, each signal's first, lowest, highest and latest reading kept: past 200
     readings the oldest give way (recorded in the state), and the diagnosis said nothing of it."""
