@@ -7,6 +7,7 @@ breaks the contract. A validation error names the field and the problem.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import math
@@ -1149,8 +1150,12 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_
 
 def _load_json(raw: str) -> Any:
     """``json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)``, with its errors."""
-    if isinstance(raw, str) and not raw.startswith("\ufeff"):  # json.loads refuses a BOM, the decoder does not
-        return _DECODER.decode(raw)
+    # A byte-order mark before the object is read past: Windows tools (Notepad, Excel's "CSV UTF-8", PowerShell)
+    # start a UTF-8 file with one, and the file's first event was a dead letter ("Unexpected UTF-8 BOM").
+    if isinstance(raw, str):
+        return _DECODER.decode(raw[1:] if raw.startswith("\ufeff") else raw)
+    if raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8) :]
     return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 

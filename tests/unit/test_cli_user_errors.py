@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,23 @@ def test_replay_refuses_a_bad_rate_or_topic_before_it_sends_anything(
     assert cli.main(["replay", "--alerts", str(alerts), "--bootstrap", "127.0.0.1:9092", "--quiet", *flags]) == 2
     one_line_error(capsys, message)
     assert sent.values == []
+
+
+def test_replay_ends_a_line_where_the_job_does_not_inside_an_alert_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # U+2028, U+2029 and U+0085 are legal raw in a JSON string; str.splitlines ended a line at each, and the
+    # event went out as two broken records. CRLF and a lone CR end a line, as the job's file source ends one.
+    from jobs import kafka_replay
+
+    texts = ["a\u2028b", "c\u2029d", "e\u0085f\x0bg\x1ch"]
+    events = [json.dumps({"vin": VIN, "alert_text": t}, ensure_ascii=False) for t in texts]
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text(events[0] + "\r\n" + events[1] + "\r" + events[2] + "\n", encoding="utf-8", newline="")
+    sent = Sent()
+    monkeypatch.setattr(kafka_replay, "_producer", lambda bootstrap: sent)
+    assert cli.main(["replay", "--alerts", str(alerts), "--bootstrap", "127.0.0.1:9092", "--quiet"]) == 0
+    assert [json.loads(v)["alert_text"] for v in sent.values] == texts
 
 
 def test_replay_takes_a_legal_topic_and_a_finite_rate(

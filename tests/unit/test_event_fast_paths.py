@@ -137,6 +137,17 @@ def _plain_parse_error(raw: Any) -> str | None:
     return None
 
 
+def test_a_line_that_starts_with_a_byte_order_mark_is_read_past_it() -> None:
+    # Windows tools start a UTF-8 file with one: the file's first event was a dead letter ("Unexpected UTF-8 BOM").
+    good = json.dumps(
+        {"type": "lifecycle", "event_id": "l-9", "vin": VIN, "ts": "2026-12-01T00:00:00Z", "change": "scrapped"}
+    )
+    for raw in ("\ufeff" + good, "\ufeff".encode() + good.encode()):
+        assert parse_event(raw) == parse_event(good)
+    with pytest.raises(EventError, match="^not valid JSON"):
+        parse_event("\ufeff\ufeff" + good)  # one mark, at the start of a file; two is no JSON
+
+
 def test_bad_json_is_refused_with_the_same_message_as_json_loads() -> None:
     good = json.dumps({"type": "lifecycle", "event_id": "l-9", "vin": VIN, "ts": "2026-12-01T00:00:00Z"})
     for raw in (
@@ -146,12 +157,10 @@ def test_bad_json_is_refused_with_the_same_message_as_json_loads() -> None:
         "{}x",
         '{"a": NaN}',
         '{"a": -Infinity}',
-        "\ufeff" + good,
         good + "\n",
         "\n" + good,
         "[" * 100_000,
         good.encode(),
-        "\ufeff".encode() + good.encode(),
     ):
         expected = _plain_parse_error(raw)
         try:
