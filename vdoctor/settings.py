@@ -41,7 +41,7 @@ from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
 from vdoctor.signal_map import check_signal_map, read_signal_map
 from vdoctor.stores import sqlite_file
-from vdoctor.url_credentials import redact_url, without_password
+from vdoctor.url_credentials import ENCODING_HINT, redact_url, split_url, without_password
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
 DEFAULT_KNOWLEDGE_URL = "sqlite:///.vdoctor/knowledge.db"
@@ -77,7 +77,10 @@ def _stripped_url(given: str) -> str:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A ValidationError shows each invalid value (``input_value='https://bob:pw@gw/v1'``), and a ConfigError
+    # raised from one carries it to a traceback (a Flink worker's open() sends its traceback to the task's
+    # failure, which no scrubber reads): a URL's password or the API key would show there in clear.
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
         # repr() and str() (and so a log line or a traceback's locals) show a URL field
@@ -125,8 +128,17 @@ class EndpointSettings(_Frozen):
 
     @field_validator("base_url", mode="before")
     @classmethod
-    def _strip_base_url(cls, given: object) -> object:
-        return _stripped_url(given) if isinstance(given, str) else given
+    def _check_base_url(cls, given: object) -> object:
+        if not isinstance(given, str):
+            return given
+        url = _stripped_url(given)
+        # A '/', '?' or '#' in the password ends the URL's authority for the HTTP client, which then fails
+        # only when a model is built, quoting the password's first piece as the port (``Invalid port:
+        # 'Hunter2'``), a fragment no scrubber knows. Refused here, showing only what follows the last '@'.
+        split = split_url(url)
+        if split is not None and split.ends_authority_early:
+            raise ValueError(f"{split.shown}: the user or password holds a '/', '?' or '#'; {ENCODING_HINT}")
+        return url
 
     def key(self) -> SecretStr | None:
         """The API key: ``api_key``, else what the key file holds; None without either.

@@ -245,3 +245,28 @@ def test_a_cluster_worker_without_the_url_in_its_environment_says_where_to_set_i
     message = str(err.value)
     assert "VDOCTOR_MEMORY_URL in every TaskManager's environment" in message and said in message
     assert "SECRET" not in message
+
+
+@pytest.mark.parametrize("password", ["Hunter2/Secret", "Hunter2?Secret", "Hunter2#Secret"])
+def test_an_endpoint_password_that_ends_the_urls_authority_is_refused_without_showing_it(password: str) -> None:
+    # The HTTP client would read "Hunter2" as the port and quote it when a model is built, in a worker.
+    url = f"https://bob:{password}@gw.example/v1"
+    with pytest.raises(ConfigError) as err:
+        load_settings({"OPENAI_BASE_URL": url, "VDOCTOR_MODEL": "openai"})
+    message = str(err.value)
+    assert message.startswith("invalid settings: OPENAI_BASE_URL: https://gw.example/v1: the user or password")
+    assert "%2F" in message and "\n" not in message
+    # Nor does the ValidationError it is raised from, which a traceback shows.
+    for shown in (message, str(err.value.__cause__)):
+        assert "Hunter2" not in shown and "Secret" not in shown
+    with pytest.raises(ConfigError, match="OPENAI_BASE_URL") as err:
+        load_settings({}, openai_base_url=url)
+    assert "Hunter2" not in str(err.value) and "Secret" not in str(err.value.__cause__)
+    # A worker given such a URL for a withheld password refuses it the same way.
+    shipped = load_settings({"OPENAI_BASE_URL": "https://bob:good@gw.example/v1"}).for_workers(True)
+    with pytest.raises(ConfigError, match="OPENAI_BASE_URL") as err:
+        worker_settings(shipped, {"OPENAI_BASE_URL": url})
+    assert "Hunter2" not in str(err.value) and "Secret" not in str(err.value.__cause__)
+    # Percent-encoded, the password is taken as it is.
+    encoded = "https://bob:Hunter2%2FSecret@gw.example/v1"
+    assert load_settings({"OPENAI_BASE_URL": encoded}).endpoint.base_url == encoded
