@@ -17,6 +17,10 @@ from vdoctor.settings import Settings
 from vdoctor.url_credentials import split_url, url_password
 
 MASK = "***"
+# What an HTTP client (httpx, and httpx2 under the ``openai`` package) leaves unescaped in a URL's user and
+# password when it writes the URL, as in its request log: printable ASCII but the WHATWG userinfo
+# percent-encode set. ``a+b c;d`` is written ``a+b%20c%3Bd``, which neither ``quote`` nor form-encoding gives.
+_USERINFO_KEPT = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in '"#<>?`{}/;=@[\\]^|')
 
 
 class Scrubber:
@@ -27,6 +31,7 @@ class Scrubber:
         # Also as a URL writes it: form-encoded (a space as +) and percent-encoded (a space as %20).
         found |= {quoted for s in list(found) if (quoted := urlencode({"": s})[1:]) != s}
         found |= {quoted for s in list(found) if (quoted := quote(s, safe="")) != s}
+        found |= {quoted for s in list(found) if (quoted := quote(s, safe=_USERINFO_KEPT)) != s}
         # Longest first, so a secret that contains another is replaced whole.
         self.secrets = sorted(found, key=len, reverse=True)
 

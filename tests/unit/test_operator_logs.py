@@ -62,3 +62,33 @@ def test_the_secrets_filter_masks_a_password_as_its_url_writes_it_and_lets_a_bad
     # A library's malformed log call is reported by the handler as logging does, not raised at its caller.
     record = logging.LogRecord("lib", logging.INFO, __file__, 1, "%s %s", ("one",), None)
     assert ScrubbingFilter(scrub).filter(record) is True
+
+
+def test_the_secrets_filter_masks_a_password_as_the_http_clients_request_log_writes_it() -> None:
+    import httpx2
+
+    from vdoctor.scrub import Scrubber, ScrubbingFilter, settings_secrets
+
+    # The client escapes some characters of a password and keeps others (a+b%20c%3Bd,e): neither the password
+    # as given nor its percent- or form-encoding.
+    env = {"OPENAI_BASE_URL": "https://gw:a+b c;d,e[f@llm.example/v1"}
+    written: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            written.append(record.getMessage())
+
+    handler = Keep()
+    handler.addFilter(ScrubbingFilter(Scrubber(settings_secrets(load_settings(env)))))
+    logger = logging.getLogger("httpx2")
+    saved = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        transport = httpx2.MockTransport(lambda request: httpx2.Response(200))
+        with httpx2.Client(base_url=env["OPENAI_BASE_URL"], transport=transport) as client:
+            client.post("/chat/completions")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved)
+    assert written == ['HTTP Request: POST https://gw:***@llm.example/v1/chat/completions "HTTP/1.1 200 OK"']
