@@ -162,19 +162,25 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     from vdoctor.feed_check import check_feed, render
     from vdoctor.signal_map import SignalRenames, read_signal_map
 
-    # Each setting from its flag, else the job's environment variable; a bad one exits 2, naming its flag.
-    zone_name = args.naive_ts_zone or os.environ.get(NAIVE_TS_ZONE_ENV) or None
-    map_path = args.signal_names or os.environ.get(SIGNAL_MAP_ENV) or None
-    comma_given = args.number_comma or os.environ.get(NUMBER_COMMA_ENV) or None
+    # Each setting from its flag, else the job's environment variable; a bad one exits 2, named as the other
+    # commands name it: by its flag and variable when the flag gave it, else by its variable.
+    def given(flag: str, value: str | None, var: str) -> tuple[str | None, str]:
+        if value:
+            return value, f"{flag} ({var})"
+        return os.environ.get(var) or None, var
+
+    zone_name, zone_named = given("--naive-ts-zone", args.naive_ts_zone, NAIVE_TS_ZONE_ENV)
+    map_path, map_named = given("--signal-names", args.signal_names, SIGNAL_MAP_ENV)
+    comma_given, comma_named = given("--number-comma", args.number_comma, NUMBER_COMMA_ENV)
     try:
-        flag = "--naive-ts-zone"
+        named = zone_named
         zone = time_zone(zone_name) if zone_name else None
-        flag = "--signal-names"
+        named = map_named
         rename = SignalRenames(read_signal_map(map_path)) if map_path else None
-        flag = "--number-comma"
+        named = comma_named
         comma = number_comma(comma_given) if comma_given else None
     except ValueError as e:
-        print(f"vdoctor check-events: {flag}: {e}", file=sys.stderr)
+        print(f"vdoctor check-events: {named}: {e}", file=sys.stderr)
         return 2
 
     def progress(lines: int) -> None:

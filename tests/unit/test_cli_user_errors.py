@@ -235,6 +235,29 @@ def test_an_alerts_file_that_cannot_be_read_is_a_one_line_error(
     assert str(UNREADABLE) in err and "Input/output error" in err
 
 
+@pytest.mark.parametrize(
+    ("var", "flag", "value"),
+    [
+        ("VDOCTOR_NAIVE_TS_ZONE", "--naive-ts-zone", "Mars/Base"),
+        ("VDOCTOR_NUMBER_COMMA", "--number-comma", "european"),
+        ("VDOCTOR_SIGNAL_NAMES", "--signal-names", "/no/such/map.json"),
+    ],
+)
+def test_check_events_names_a_bad_setting_by_its_variable_or_by_the_flag_that_gave_it(
+    var: str, flag: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text("{}\n", encoding="utf-8")
+    monkeypatch.setenv(var, value)
+    assert cli.main(["check-events", "--alerts", str(alerts)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vdoctor check-events: {var}: ") and err.count("\n") == 1, err
+    # The flag wins over the variable, and is named with it, as the other commands name it.
+    assert cli.main(["check-events", "--alerts", str(alerts), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vdoctor check-events: {flag} ({var}): ") and err.count("\n") == 1, err
+
+
 # -- output folders (run, eval ab, package --out) ------------------------------------
 
 
