@@ -194,4 +194,5 @@ def create_app(ins: views.Inspector, token: SecretStr | None, local: bool, scrub
         app = TokenGuard(app, token)
     if local:
         app = LocalHostOnly(app)
-    return SecurityHeaders(ReadOnlyMethods(AccessLog(app)))
+    # The access log outermost: a request every guard refuses (a POST's 405, too) is logged as well.
+    return AccessLog(SecurityHeaders(ReadOnlyMethods(app)))

@@ -73,7 +73,7 @@ def _headers(scope: Scope) -> dict[str, str]:
 
 
 class ReadOnlyMethods:
-    """405 for every method but GET and HEAD, before anything else sees the request."""
+    """405 for every method but GET and HEAD, before anything but the access log sees the request."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

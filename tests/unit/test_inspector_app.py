@@ -5,6 +5,7 @@ The browser tier (tests/e2e/test_inspector_browser.py) runs the real server over
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -141,6 +142,20 @@ def test_no_method_but_get_and_head_is_accepted(method: str) -> None:
             assert answer.status_code == 405, (method, p)
             assert answer.headers["allow"] == "GET, HEAD"
     assert c.head(PAGES[1], headers=auth).status_code == 200
+
+
+def test_the_access_log_has_each_request_refused_ones_included_and_never_its_query(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    c = client(token=TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with caplog.at_level(logging.INFO, logger="inspector.access"):
+        c.get("/", headers=auth)
+        c.post("/api/", headers=auth)
+        c.delete(f"/vehicles/{ASKER}?token={TOKEN}")
+        c.get("/")
+    lines = [r.getMessage().rsplit(" ", 2)[0] for r in caplog.records if r.name == "inspector.access"]
+    assert lines == ["GET / 200", "POST /api/ 405", f"DELETE /vehicles/{ASKER} 405", "GET / 401"]
 
 
 def test_the_token_header_cookie_and_first_visit() -> None:
