@@ -63,9 +63,14 @@ DTC_STATES = (
 # colon, as scan tools export it (``P0A80 - Replace Hybrid Battery Pack``, ``U0100 Lost Communication With
 # ECM/PCM A``), as long as it holds no other code (``_CODE_IN_DESCRIPTION_RE``: ``P0300 P0301`` is two codes,
 # split by ``trouble_codes``). The blanks before a description are possessive: no backtracking over them.
+# A dash right before a description in another script than Latin (``P0A7F-电池组电压不平衡``) cannot begin a
+# failure type; a separator with nothing after it (``P0A7F -``, ``P0A7F:``, an empty description column) is
+# read past.
 _CODE_TAIL = (
     r"(?:\s*\([^()]*\)|\s*\[[^\[\]]*\]|\s+(?:" + "|".join(DTC_STATES) + r"))*"
-    r"(?:(?:\s*+:\s*+|\s++[-\u2013\u2014]\s++|\s++)(?P<description>[^\s:(\[\u2013\u2014-].*))?"
+    r"(?:(?:\s*+:\s*+|\s++[-\u2013\u2014]\s++|[-\u2013\u2014](?=[^\x00-\x7f])|\s++)"
+    r"(?P<description>[^\s:(\[\u2013\u2014-].*))?"
+    r"(?:\s*+[:\u2013\u2014-])?"
 )
 # A code in a description, in any form a code entry is read in (then it is no description: which code the
 # entry means is not known). Run on the upper-cased entry.
@@ -75,7 +80,9 @@ _CODE_IN_DESCRIPTION_RE = re.compile(r"(?<![A-Z0-9])(?:[PCBU][0-9A-F]{4}|SPN[\s:
 MAX_CODE_ENTRY_CHARS = 200
 DTC_RE = re.compile(r"^(?:DTC[\s:#-]*)?([PCBU][0-9A-F]{4})(?:[\s:/._-]?[0-9A-F]{2}){0,2}" + _CODE_TAIL + "$")
 # Several codes in one string (``P0300,P0301``, ``P0300 P0301``): split at these, then at blanks.
-_CODE_LIST_RE = re.compile(r"[,;|]")  # (the blanks around each part are stripped: a regex of them backtracks)
+# (the blanks around each part are stripped: a regex of them backtracks). The ideographic comma 、 too: a Chinese
+# list's, which NFKC (``trouble_codes``) leaves as it is, while it makes ，；： the ASCII ones.
+_CODE_LIST_RE = re.compile(r"[,;|\u3001]")
 # SAE J1939 codes (trucks, buses, machines): a suspect parameter number (SPN, 0 to 524287) and a failure
 # mode identifier (FMI, 0 to 31), however a gateway writes them (``SPN 1569 FMI 31``, ``spn1569/fmi31``,
 # ``SPN:1569-FMI:31``); an occurrence count (``OC 3``) is left out, as a UDS failure type is. Read as
@@ -136,7 +143,10 @@ def _other_code(match: re.Match[str]) -> bool:
 def trouble_codes(text: str) -> list[str] | None:
     """The codes of one entry of an alert's ``dtc_codes``: one code (``trouble_code``), or several that a
     gateway wrote in one string, split at commas, semicolons or bars, else at blanks (each must be a code);
-    None when it is neither."""
+    None when it is neither. Full-width forms (``Ｐ０Ａ７Ｆ``, ``P0A7F，P0A80``, ``P0A7F：描述``) are read as their
+    ASCII ones (NFKC), as a Chinese input method writes them."""
+    if not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
     if (code := trouble_code(text)) is not None:
         return [code]
     for parts in ([part.strip() for part in _CODE_LIST_RE.split(text)], text.split()):
@@ -285,10 +295,19 @@ def same_second_index(opening: str, session_id: str) -> int | None:
     return int(n) if n.isascii() and n.isdigit() else None
 
 
+def vin_form(text: str) -> str:
+    """A VIN as it is read: stripped and upper-cased, a full-width form (``ＬＳＶ…``) as its ASCII one (NFKC) and
+    characters of no width left out (a zero-width space or joiner, as a copy from a web page or a spreadsheet
+    brings along)."""
+    if not text.isascii():
+        text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
+    return text.strip().upper()
+
+
 def key_vin(vin: object) -> str | None:
-    """A VIN as a Kafka record key: stripped and upper-cased as the parser reads it (one key per vehicle);
-    None for a value that is not text, is empty, or cannot be written as UTF-8 (a lone surrogate)."""
-    if not isinstance(vin, str) or not (vin := vin.strip().upper()):
+    """A VIN as a Kafka record key: as the parser reads it (``vin_form``: one key per vehicle); None for a value
+    that is not text, is empty, or cannot be written as UTF-8 (a lone surrogate)."""
+    if not isinstance(vin, str) or not (vin := vin_form(vin)):
         return None
     try:
         vin.encode("utf-8")
@@ -801,11 +820,15 @@ class _Event(BaseModel):
     @field_validator("vin")
     @classmethod
     def _check_vin(cls, value: str) -> str:
-        value = value.upper()
+        value = vin_form(value)
         if not VIN_RE.match(value):
             raise ValueError(
                 f"must be 17 characters of digits and capital letters except I, O, Q (ISO 3779), got {value[:40]!r}"
             )
+        if value.count(value[0]) == len(value):
+            # 00000000000000000: a terminal not yet bound to a vehicle. Read as one, every such terminal of the
+            # fleet would share its sessions and its long-term memory.
+            raise ValueError(f"{value!r} is a placeholder (one character 17 times), not a vehicle's VIN")
         return value
 
     @field_validator("ts", mode="before")

@@ -190,6 +190,51 @@ def test_an_alert_with_only_readings_set_aside_is_still_an_alert() -> None:
     assert isinstance(event, AlertEvent) and event.signals_set_aside == {"电池温度": 41.0}
 
 
+@pytest.mark.parametrize(
+    ("codes", "read"),
+    [
+        # A Chinese input method's punctuation and full-width forms: each was "not a trouble code".
+        (["P0A7F，P0A80"], ["P0A7F", "P0A80"]),
+        (["P0A7F、P0A80"], ["P0A7F", "P0A80"]),
+        (["P0A7F；P0A80"], ["P0A7F", "P0A80"]),
+        (["P0A7F：电池组电压不平衡"], ["P0A7F"]),
+        (["P0A7F-电池组电压不平衡"], ["P0A7F"]),
+        (["Ｐ０Ａ７Ｆ"], ["P0A7F"]),
+        # A separator with an empty description after it, as an export with an empty column writes it.
+        (["P0A7F -"], ["P0A7F"]),
+        (["P0A7F:"], ["P0A7F"]),
+        (["P0A7F-"], ["P0A7F"]),
+        (["P0A7F-1B"], ["P0A7F"]),  # still a failure type
+    ],
+)
+def test_code_entries_as_chinese_input_methods_and_exports_write_them(codes: list[str], read: list[str]) -> None:
+    event = parse_event(json.dumps(alert(dtc_codes=codes), ensure_ascii=False))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == read
+
+
+def test_a_code_entry_naming_another_code_in_its_description_is_still_refused() -> None:
+    with pytest.raises(EventError, match="is not a trouble code"):
+        parse_event(json.dumps(alert(dtc_codes=["P0A7F：见P0A80"]), ensure_ascii=False))
+
+
+@pytest.mark.parametrize(
+    "vin", [f"{VIN[:10]}\u200b{VIN[10:]}", "".join(chr(ord(c) + 0xFEE0) for c in VIN), f"\ufeff{VIN}"]
+)
+def test_a_vin_in_full_width_or_with_a_character_of_no_width_is_the_vin(vin: str) -> None:
+    # Copied from a web page or a spreadsheet: refused with a message that showed the VIN as if it were fine.
+    assert parse_event(json.dumps(alert(vin=vin), ensure_ascii=False)).vin == VIN
+    from vdoctor.events import key_vin
+
+    assert key_vin(vin) == VIN  # the Kafka record key: the same vehicle
+
+
+@pytest.mark.parametrize("vin", ["0" * 17, "1" * 17, "A" * 17])
+def test_a_placeholder_vin_is_a_dead_letter(vin: str) -> None:
+    # Terminals not yet bound to a vehicle send one: they would all have shared one vehicle's sessions and memory.
+    with pytest.raises(EventError, match="is a placeholder"):
+        parse_event(json.dumps(alert(vin=vin)))
+
+
 def test_integer_and_negative_signal_values_are_numbers() -> None:
     event = parse_event(json.dumps(alert(signals={"pack_temp_c": -12, "soh_pct": 88.5})))
     assert isinstance(event, AlertEvent)
@@ -1238,9 +1283,16 @@ def test_a_lifecycle_change_in_the_words_fleet_systems_write() -> None:
 def test_event_times_as_platforms_and_exports_write_them() -> None:
     at = datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC)
     # A zone after a blank, and a date written with / or . (its zone given).
-    for written in ("2026-11-01 08:15:30 UTC", "2026-11-01 08:15:30 gmt", "2026-11-01 16:15:30 +08:00",
-                    "2026-11-01 16:15:30 +0800", "2026/11/01T08:15:30Z", "2026.11.01 16:15:30+08:00",
-                    "2026-11-01T16:15:30+08:00 ", " 2026-11-01T08:15:30Z"):  # fmt: skip (blanks around: left out)
+    for written in (
+        "2026-11-01 08:15:30 UTC",
+        "2026-11-01 08:15:30 gmt",
+        "2026-11-01 16:15:30 +08:00",
+        "2026-11-01 16:15:30 +0800",
+        "2026/11/01T08:15:30Z",
+        "2026.11.01 16:15:30+08:00",
+        "2026-11-01T16:15:30+08:00 ",
+        " 2026-11-01T08:15:30Z",
+    ):  # fmt: skip (blanks around: left out)
         assert parse_event(json.dumps(alert(ts=written))).ts == at, written
     assert parse_event(json.dumps(alert(ts=" 1793520930 "))).ts == datetime.fromtimestamp(1793520930, UTC)
     # UTC glued to the time, and UTC or GMT with an offset after it, as Java, JavaScript and Chinese platforms
