@@ -76,7 +76,8 @@ L3_WRITE_FAILED = "l3_write_failed"
 L3_WRITTEN_LATE = "l3_written_late"
 L3_LATE_WRITE_FAILED = "l3_late_write_failed"
 # The alert was diagnosed without readings it set aside (names in another script that the fleet's signal map
-# lacks: ``AlertEvent.signals_set_aside``; its line is a dead letter as well).
+# lacks, text that is no number or that the job cannot read in its name's unit: ``AlertEvent.signals_set_aside``;
+# its line is a dead letter as well).
 SIGNALS_SET_ASIDE = "signals_set_aside"
 SUMMARY_MODEL_FAILED = "summary_model_failed"
 # The working context a model call got was over its token budget with only key facts left to leave out

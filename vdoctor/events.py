@@ -207,9 +207,13 @@ _GLUED_SYMBOL_RE = re.compile(
 # (``vdoctor.signal_map.SignalRenames``); it reaches the signals' validator in the validation context, by this key.
 Rename = Callable[[str], str | None]
 RENAME = "rename"
-# Readings set aside by the signals' validator because their text is no number (``NotANumber``): name as sent
-# -> text, in the validation context by this key, for ``_set_aside`` (``event_of`` gives each event its own).
+# Readings set aside by the signals' validator because their text is no number (``NotANumber``) or reads as no
+# one number in its name's unit (``Unreadable``): name as sent -> text, in the validation context by this key,
+# for ``_set_aside`` (``event_of`` gives each event its own).
 TEXT_ASIDE = "text_aside"
+# Why each reading of ``TEXT_ASIDE`` that holds a number was set aside (``Unreadable.why``): name as sent ->
+# (kind, detail), by this key. A reading that is no number has none (its text says why).
+ASIDE_WHY = "aside_why"
 # How a fleet's numbers use a comma, where one number could be read either way (``_ungrouped``): ``decimal``
 # (``12,345`` is 12.345) or ``thousands`` (12345); None: such a number is refused, naming both. It reaches
 # the signals' validator in the validation context, by this key.
@@ -395,6 +399,40 @@ class NotANumber(ValueError):
     diagnosed from its other readings, codes and text, and its line goes to the dead letters naming it."""
 
 
+class Unreadable(ValueError):
+    """A reading sent as text that holds a number, which cannot be read as one number in its name's unit: sent in a
+    unit its name does not allow (``UnitConflict``), or written with a comma that reads two ways
+    (``TwoWayComma``). Where the validation context has ``TEXT_ASIDE`` it is set aside as text that is no
+    number is (``AlertEvent.signals_set_aside``), its reason kept (``AlertEvent.signals_set_aside_why``) for
+    the dead letter (``set_aside_error``); elsewhere it refuses the alert with its message."""
+
+    # The kind of reason, a key of ``_ASIDE_HEADINGS``.
+    kind = ""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+    @property
+    def why(self) -> tuple[str, str]:
+        """The reason as ``AlertEvent.signals_set_aside_why`` keeps it: (kind, detail)."""
+        return self.kind, self.detail
+
+
+class UnitConflict(Unreadable):
+    """A reading in a unit of another quantity than its name's, or in one that differs from it by its case alone
+    (``"41.5°"`` for ``pack_temp_c``, ``"5 MΩ"`` for ``insulation_res_mohm``): which one is right is not known."""
+
+    kind = "unit"
+
+
+class TwoWayComma(Unreadable):
+    """A number with one comma before three digits alone (``"3,000 rpm"``: 3000 or 3.000?), when the fleet has
+    not said how it writes a comma (``VDOCTOR_NUMBER_COMMA``)."""
+
+    kind = "comma"
+
+
 class SuffixNoUnit(ValueError):
     """A reading sent in a unit of another quantity than its name's suffix declares, where that suffix may be a
     word of the name (``units.word_suffix``: ``cell_voltage_min`` sent as ``"3.21 V"`` is a minimum, not
@@ -433,9 +471,10 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
             if converted is None and named and _suffix_no_unit(name, symbol, declared):
                 raise SuffixNoUnit(name, value, symbol, declared)
             if converted is None:
-                raise ValueError(
+                raise UnitConflict(
                     f"signal {name[:40]} = {text[:20]!r} is in {symbol}, its name's unit is {declared}: "
-                    f"send the number in {declared}"
+                    f"send the number in {declared}",
+                    f"{symbol}, the name's unit is {declared}",
                 )
             return converted
     return value
@@ -460,10 +499,11 @@ def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
         if digits.count(",") == 1 and point is None:
             grouping, fraction = digits.replace(",", ""), digits.replace(",", ".")
             if comma is None:
-                raise ValueError(
+                raise TwoWayComma(
                     f"signal {name[:40]} = {text[:20]!r}: {grouping} or {fraction}? send the number without a "
                     f"thousands separator, with a point before its decimals, or set {NUMBER_COMMA_ENV} to how the "
-                    "fleet writes numbers (decimal or thousands)"
+                    "fleet writes numbers (decimal or thousands)",
+                    f"{grouping} or {fraction}?",
                 )
             return (fraction if comma == "decimal" else grouping) + text[len(digits) :]
         return digits.replace(",", "") + text[len(digits) :]
@@ -870,6 +910,9 @@ class AlertEvent(_Event):
     # without them, and its line goes to the dead letters as well, saying so (``set_aside_error``). Empty for
     # every other alert.
     signals_set_aside: dict[str, float | str] = {}
+    # Why each reading of ``signals_set_aside`` that holds a number was set aside (``Unreadable.why``): name as
+    # sent -> (kind, detail), for ``set_aside_error``. Empty for the others.
+    signals_set_aside_why: dict[str, tuple[str, str]] = {}
 
     @field_validator("series", mode="before")
     @classmethod
@@ -931,8 +974,10 @@ class AlertEvent(_Event):
         rename: Rename | None = context.get(RENAME)
         # How its numbers use a comma (``parse_event``'s ``number_comma``), when it says.
         comma: str | None = context.get(NUMBER_COMMA)
-        # Where readings whose text is no number go (``_set_aside``); None: such a reading refuses the alert.
+        # Where readings whose text is no number go (``_set_aside``), and why those that hold one were set aside;
+        # None: such a reading refuses the alert.
         text_aside: dict[str, str] | None = context.get(TEXT_ASIDE)
+        aside_why: dict[str, tuple[str, str]] | None = context.get(ASIDE_WHY)
         if isinstance(signals, dict):
             pairs: Iterable[tuple[object, object]] = signals.items()
             values = signals.values()
@@ -976,6 +1021,12 @@ class AlertEvent(_Event):
                         raise ValueError(
                             f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is"
                         ) from None
+                except Unreadable as unread:  # (pack_temp_c = "41.5°", rpm = "3,000": the alert is read without it)
+                    if text_aside is None or aside_why is None:
+                        raise
+                    text_aside[str(given)] = text
+                    aside_why[str(given)] = unread.why
+                    continue
             read[name] = value
         return read
 
@@ -1007,6 +1058,8 @@ class AlertEvent(_Event):
         self.__dict__["signals"] = {name: value for name, value in signals.items() if has_snake_form(name)}
         aside: dict[str, float | str] = {name: value for name, value in signals.items() if not has_snake_form(name)}
         self.__dict__["signals_set_aside"] = {**self.signals_set_aside, **aside, **(texts or {})}
+        if why := info.context.get(ASIDE_WHY) if info.context else None:
+            self.__dict__["signals_set_aside_why"] = {**self.signals_set_aside_why, **why}
         return self
 
 
@@ -1318,7 +1371,7 @@ def event_of(
     if name == "alert" and data.get("series") is None and isinstance(vin := data.get("vin"), str):
         data["series"] = vin.strip().upper()[:SERIES_FROM_VIN_CHARS]
     try:
-        context: dict[str, object] = {RENAME: rename, NUMBER_COMMA: number_comma, TEXT_ASIDE: {}}
+        context: dict[str, object] = {RENAME: rename, NUMBER_COMMA: number_comma, TEXT_ASIDE: {}, ASIDE_WHY: {}}
         event = model.model_validate(data, context=context)
     except ValidationError as e:
         raise EventError("validate", describe_validation_error(e)) from e
@@ -1353,10 +1406,11 @@ def _empty_alert_error(data: dict[str, Any]) -> str:
 
 def set_aside_error(event: AlertEvent) -> str:
     """The dead letter's reason for an alert diagnosed without the readings it set aside (``signals_set_aside``)."""
-    aside = event.signals_set_aside
+    aside, why = event.signals_set_aside, event.signals_set_aside_why
     n = len(aside)
     script = [repr(name[:40]) for name, value in aside.items() if not isinstance(value, str)]
-    texts = [f"{name[:40]!r} = {value[:20]!r}" for name, value in aside.items() if isinstance(value, str)]
+    texts = [f"{name[:40]!r} = {value[:20]!r}" for name, value in aside.items() if isinstance(value, str)
+             and name not in why]  # fmt: skip
     reasons = []
     if script:
         reasons.append(
@@ -1365,10 +1419,23 @@ def set_aside_error(event: AlertEvent) -> str:
         )
     if texts:
         reasons.append(f"text that is no number (a reading is a number): {_listed(texts)}")
+    for kind, heading in _ASIDE_HEADINGS.items():
+        read = [f"{name[:40]!r} = {value[:20]!r} ({why[name][1]})" for name, value in aside.items()
+                if isinstance(value, str) and why.get(name, ("",))[0] == kind]  # fmt: skip
+        if read:
+            reasons.append(f"{heading}: {_listed(read)}")
     return (
         f"signals: {n} reading{'s' if n > 1 else ''} set aside, {'; '.join(reasons)}. "
         f"The alert was diagnosed without {'them' if n > 1 else 'it'} (flag signals_set_aside)"
     )
+
+
+# The dead letter's heading for readings set aside for each kind of reason (``Unreadable.kind``).
+_ASIDE_HEADINGS = {
+    UnitConflict.kind: "in a unit its name does not allow",
+    TwoWayComma.kind: f"a number with a comma that reads two ways (set {NUMBER_COMMA_ENV} to how the fleet writes "
+    "numbers, decimal or thousands)",
+}
 
 
 def _listed(items: list[str]) -> str:

@@ -226,7 +226,7 @@ def _number_form(seen: set[tuple[str, str, str]], value: object, number_comma: s
     if isinstance(value, str) and "," in value:
         try:
             read = digits_as_read(value, number_comma)
-        except ValueError:  # (refused: the line is a dead letter, counted as one)
+        except ValueError:  # (refused or set aside: the line is a dead letter, counted as one)
             return
         seen.add((NUMBER, _shape(value.strip()), _shape(read)))
 

@@ -1,6 +1,7 @@
 """A fleet whose platform writes numbers with a comma, through the PyFlink job of `vdoctor run`: the one form
-that could mean two numbers a thousand times apart (``398,125``) is a dead letter that names the setting, and
-with ``VDOCTOR_NUMBER_COMMA`` it is read as the fleet writes it, into the diagnosis and the stored case."""
+that could mean two numbers a thousand times apart (``398,125``) is set aside, its alert diagnosed without it
+and its line a dead letter that names the setting, and with ``VDOCTOR_NUMBER_COMMA`` it is read as the fleet
+writes it, into the diagnosis and the stored case."""
 
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ def summaries(out: Path) -> list[str]:
         return [row[0] for row in conn.execute("SELECT summary FROM case_memory")]
 
 
-def test_without_the_setting_the_ambiguous_reading_is_a_dead_letter_that_names_it(tmp_path: Path) -> None:
+def test_without_the_setting_the_ambiguous_reading_is_set_aside_and_a_dead_letter_names_it(tmp_path: Path) -> None:
     diagnoses, dead = run_file_job(EVENTS, tmp_path, {"VDOCTOR_NUMBER_COMMA": None})
-    assert diagnoses == [] and len(dead) == 1
+    # The alert is diagnosed from its codes, text and other readings (until this release it was lost whole).
+    assert [d["event_id"] for d in diagnoses] == ["e-1"] and "signals_set_aside" in diagnoses[0]["flags"]
+    assert len(dead) == 1
     assert dead[0]["stage"] == "validate" and json.loads(dead[0]["raw"])["event_id"] == "e-1"
     assert "398125 or 398.125?" in dead[0]["error"] and "VDOCTOR_NUMBER_COMMA" in dead[0]["error"]
 

@@ -1,0 +1,94 @@
+"""Readings as fleets send them (DESIGN.md §3.1): a reading the job cannot read sets itself aside, not its alert;
+a unit written in a reading's text is kept as the object form keeps it; a decimal comma's fleet groups thousands
+with points; a statistic's ``_min`` is no minutes; a hemisphere's letter is a coordinate's sign."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vdoctor.errors import EventError
+from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event, set_aside_error
+from vdoctor.feed_check import check_feed
+
+pytestmark = pytest.mark.unit
+
+VIN = "LSVAU2180N2183294"
+
+
+def line(signals: object) -> str:
+    return json.dumps(
+        {
+            "type": "alert", "event_id": "e-1", "vin": VIN, "series": "EV-A", "ts": "2026-11-01T08:15:30Z",
+            "alert_text": "x", "dtc_codes": ["P0A7F"], "signals": signals,
+        },
+        ensure_ascii=False,
+    )  # fmt: skip
+
+
+def read(signals: object, number_comma: str | None = None) -> AlertEvent:
+    event = parse_event(line(signals), number_comma=number_comma)
+    assert isinstance(event, AlertEvent)
+    return event
+
+
+# -- 1. a reading that cannot be read is set aside, its alert diagnosed ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "detail"),
+    [
+        ("pack_temp_c", "41.5°", "°, the name's unit is °C"),
+        ("coolant_temp_deg", "90 °C", "°C, the name's unit is °"),
+        ("motor_temp_a", "65 °C", "°C, the name's unit is A"),
+        ("insulation_res_mohm", "5 MΩ", "MΩ, the name's unit is mΩ"),
+    ],
+)
+def test_a_reading_in_a_unit_its_name_does_not_allow_is_set_aside_and_the_alert_kept(
+    name: str, text: str, detail: str
+) -> None:
+    # One such reading made the whole alert a dead letter: its codes, text and other readings were lost.
+    event = read({name: text, "soc_pct": 80})
+    assert (event.signals, event.dtc_codes) == ({"soc_pct": 80.0}, ["P0A7F"])
+    assert event.signals_set_aside == {name: text}
+    reason = set_aside_error(event)
+    assert f"1 reading set aside, in a unit its name does not allow: {name!r} = {text!r} ({detail})" in reason
+    assert "no number" not in reason
+    # The reason survives the round trip through state (the operator keeps pending events as their JSON).
+    again = EVENT_ADAPTER.validate_json(event.model_dump_json())
+    assert again == event and set_aside_error(again) == reason
+
+
+def test_a_comma_number_that_reads_two_ways_is_set_aside_naming_both_and_the_setting() -> None:
+    event = read({"engine_rpm": "3,000 rpm", "gear": "D", "pack_temp_c": "41.5°"})
+    assert event.signals == {} and event.dtc_codes == ["P0A7F"]
+    assert event.signals_set_aside == {"engine_rpm": "3,000 rpm", "gear": "D", "pack_temp_c": "41.5°"}
+    reason = set_aside_error(event)
+    assert reason.startswith("signals: 3 readings set aside, text that is no number (a reading is a number): 'gear'")
+    assert "'engine_rpm' = '3,000 rpm' (3000 or 3.000?)" in reason and "VDOCTOR_NUMBER_COMMA" in reason
+    assert "in a unit its name does not allow: 'pack_temp_c' = '41.5°'" in reason
+    # With the setting it is read.
+    assert read({"engine_rpm": "3,000 rpm"}, number_comma="thousands").signals == {"engine_rpm": 3000.0}
+
+
+def test_where_nothing_collects_readings_set_aside_an_unreadable_reading_still_refuses() -> None:
+    # Validated without the parser's context (no place to set a reading aside), the reading refuses as before.
+    base = json.loads(line({}))
+    for signals, says in (
+        ({"pack_temp_c": "41.5°"}, "is in °, its name's unit is °C"),
+        ({"engine_rpm": "3,000"}, "3000 or 3.000?"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            AlertEvent.model_validate({**base, "signals": signals})
+
+
+def test_check_events_counts_the_line_as_an_event_and_a_dead_letter_with_the_reason() -> None:
+    report = check_feed([line({"pack_temp_c": "41.5°", "soc_pct": 80})])
+    assert report.events["alert"] == 1 and report.dead_letters == 1
+    assert "in a unit its name does not allow" in json.dumps(report.as_json(), ensure_ascii=False)
+
+
+def test_a_reading_out_of_range_still_refuses_the_alert() -> None:
+    with pytest.raises(EventError, match="out of range"):
+        parse_event(line({"cell_voltage_diff_mv": "1e300"}))
