@@ -433,26 +433,39 @@ class TwoWayComma(Unreadable):
     kind = "comma"
 
 
-class SuffixNoUnit(ValueError):
-    """A reading sent in a unit of another quantity than its name's suffix declares, where that suffix may be a
-    word of the name (``units.word_suffix``: ``cell_voltage_min`` sent as ``"3.21 V"`` is a minimum, not
-    minutes): it is read in its own unit, under its name with that unit's suffix (``cell_voltage_min_v``)."""
-
-    def __init__(self, name: str, value: float, symbol: str, declared: str) -> None:
-        super().__init__(f"signal {name[:40]} is sent in {symbol}, its name's unit is {declared}")
-        self.renamed = f"{name}_{unit_suffix(symbol)}"
-        self.value = value
+def with_unit(read: str, symbol: str) -> str | None:
+    """The name a reading of the signal ``read`` (as ``signal_name`` reads it) sent in the unit ``symbol`` is kept
+    under when that unit is the reading's own, not the name's: the name with the unit's suffix, where the name
+    declares no unit (``insulation_res`` in MΩ: ``insulation_res_megohm``), or declares one by a suffix that may
+    be a word of it and the unit is of another quantity (``units.word_suffix``: ``cell_voltage_min`` in V is a
+    minimum, ``cell_voltage_min_v``). None where the name's unit holds (the reading is converted to it, or
+    refused). One rule for a unit written in the text and one given beside the value (``reading_pairs``)."""
+    declared = unit_of(read)
+    if declared is None or _suffix_no_unit(read, symbol, declared):
+        return f"{read}_{unit_suffix(symbol)}"
+    return None
 
 
 def _number_text(name: str, text: str, declared: str | None = None, comma: str | None = None) -> float:
-    """A reading sent as text: a number, or a number and a unit of the table (``vdoctor.units``). In the
-    unit the signal's name declares (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``)
-    it is the number; in another unit of the same quantity it is converted to the name's (``"0.187 V"``:
-    187 mV, ``"105 °F"``: 40.6 °C, ``"3 hrs"`` for ``idle_min``: 180); in a unit of another quantity, or
-    one that differs from the name's by its case alone (mΩ and MΩ: ``_mohm`` may mean either) it is
-    refused, naming both. A name that declares no unit takes the number as sent (its unit stays unknown).
-    ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it).
-    ``comma``: how the fleet's numbers use a comma (``NUMBER_COMMAS``, ``_ungrouped``)."""
+    """A reading sent as text in the unit ``declared`` (``_read_number``): its number in that unit."""
+    return _read_number(name, text, declared, comma)[0]
+
+
+def _read_number(
+    name: str, text: str, declared: str | None = None, comma: str | None = None
+) -> tuple[float, str | None]:
+    """A reading sent as text: a number, or a number and a unit of the table (``vdoctor.units``), as the number
+    and the name it is kept under when that is another (``with_unit``), else None. In the unit the signal's
+    name declares (``cell_voltage_diff_mv``: ``"187 mV"``; ``pack_temp_c``: ``"41.5°C"``) it is the number; in
+    another unit of the same quantity it is converted to the name's (``"0.187 V"``: 187 mV, ``"105 °F"``:
+    40.6 °C, ``"3 hrs"`` for ``idle_min``: 180); in a unit of another quantity, or one that differs from the
+    name's by its case alone (mΩ and MΩ: ``_mohm`` may mean either) it is refused, naming both
+    (``UnitConflict``). A name that declares no unit takes the number in the unit written, under its name with
+    that unit's suffix, as a unit given beside the value is read (``"0.5 MΩ"`` for ``insulation_res``:
+    ``insulation_res_megohm``, 0.5), and a number without a unit as sent (its unit stays unknown).
+    ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it: the
+    name is then that reading's, never another). ``comma``: how the fleet's numbers use a comma
+    (``NUMBER_COMMAS``, ``_ungrouped``)."""
     if "," in (text := text.strip()):
         text = _ungrouped(name, text, comma)
     if "\u2212" in text:  # the minus sign of typeset numbers (−5), as some locales' formatting writes it
@@ -465,24 +478,23 @@ def _number_text(name: str, text: str, declared: str | None = None, comma: str |
         symbol = unit_symbol(unit)
         if symbol is None:
             raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
-        named = declared is None  # (the unit is the name's: its suffix may be a word instead)
+        if declared is None and (renamed := with_unit(name, symbol)) is not None:
+            return value, renamed  # (the name declares no unit, or its suffix is a word: the unit is the reading's)
         if (declared := declared or unit_of(name)) is not None and symbol != declared:
             converted = convert(value, symbol, declared)
-            if converted is None and named and _suffix_no_unit(name, symbol, declared):
-                raise SuffixNoUnit(name, value, symbol, declared)
             if converted is None:
                 raise UnitConflict(
                     f"signal {name[:40]} = {text[:20]!r} is in {symbol}, its name's unit is {declared}: "
                     f"send the number in {declared}",
                     f"{symbol}, the name's unit is {declared}",
                 )
-            return converted
-    return value
+            return converted, None
+    return value, None
 
 
 def _suffix_no_unit(name: str, symbol: str, declared: str) -> bool:
     """Whether a reading of ``name`` (whose suffix declares ``declared``) sent in ``symbol`` tells that the suffix
-    is a word, not its unit (``SuffixNoUnit``): a suffix that may be either (``units.word_suffix``), and a unit
+    is a word, not its unit (``with_unit``): a suffix that may be either (``units.word_suffix``), and a unit
     of another quantity."""
     return other_quantity(symbol, declared) and word_suffix(name)
 
@@ -547,9 +559,9 @@ def reading_pairs(
             if not has_snake_form(read):  # set aside under its name as sent (``AlertEvent``)
                 pairs.append((name, fields["value"]))
                 continue
-            if (declared := unit_of(read)) is None or _suffix_no_unit(read, symbol, declared):
-                name = f"{read}_{unit_suffix(symbol)}"
-            elif declared != symbol:
+            if (renamed := with_unit(read, symbol)) is not None:
+                name = renamed
+            elif (declared := unit_of(read)) is not None and declared != symbol:
                 pairs.append((name, _in_unit(read, fields["value"], symbol, declared, comma)))
                 continue
         pairs.append((name, fields["value"]))
@@ -1009,24 +1021,22 @@ class AlertEvent(_Event):
             elif isinstance(value, str):
                 text = value
                 try:
-                    value = _number_text(str(name), text, None, comma)
+                    value, renamed = _read_number(str(name), text, None, comma)
                 except NotANumber:
                     if text_aside is None:
                         raise
                     text_aside[str(given)] = text  # (a state, a label, a version: the alert is read without it)
                     continue
-                except SuffixNoUnit as other:  # (cell_voltage_min = "3.21 V": cell_voltage_min_v)
-                    name, value = other.renamed, other.value
-                    if name in read:
-                        raise ValueError(
-                            f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is"
-                        ) from None
                 except Unreadable as unread:  # (pack_temp_c = "41.5°", rpm = "3,000": the alert is read without it)
                     if text_aside is None or aside_why is None:
                         raise
                     text_aside[str(given)] = text
                     aside_why[str(given)] = unread.why
                     continue
+                if renamed is not None:  # (insulation_res = "0.5 MΩ": insulation_res_megohm)
+                    name = renamed
+                    if name in read:
+                        raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             read[name] = value
         return read
 

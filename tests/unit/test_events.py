@@ -753,7 +753,8 @@ def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:
 
 
 def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
-    # The unit the name declares, as people write it; or any known unit where the name declares none.
+    # The unit the name declares, as people write it; or any known unit where the name declares none, which
+    # becomes its suffix as a unit given beside the value does (battery_voltage in V: battery_voltage_v).
     signals = {
         "cell_voltage_diff_mv": "187 mV", "pack_temp_c": "41.5℃", "inlet_temp_c": "38 °C", "soc_pct": "80%",
         "speed_kmh": "62 km/h", "insulation_res_kohm": "500kΩ", "insulation_res_megohm": "5 MΩ",
@@ -764,7 +765,7 @@ def test_a_reading_sent_as_text_with_its_unit_is_the_number() -> None:
     assert event.signals == {
         "cell_voltage_diff_mv": 187.0, "pack_temp_c": 41.5, "inlet_temp_c": 38.0, "soc_pct": 80.0, "speed_kmh": 62.0,
         "insulation_res_kohm": 500.0, "insulation_res_megohm": 5.0, "energy_kwh": 12.0, "torque_nm": 120.0,
-        "battery_voltage": 12.6,
+        "battery_voltage_v": 12.6,
     }  # fmt: skip
     # Another unit of the same quantity: converted to the name's (to 12 significant digits, so that 0.187 V is
     # 187 mV and not 187.00000000000003). Until this release each was a dead letter.
@@ -823,7 +824,7 @@ def test_a_unit_with_a_slash_is_read_in_any_case() -> None:
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent)
     assert event.signals == {"coolant_flow_lpm": 12.0, "fuel_rate_lph": 3.5, "speed_kmh": 62.0, "accel_mps2": 1.2,
-                             "flow": 4.0}  # fmt: skip
+                             "flow_lpm": 4.0}  # fmt: skip
     listed = [{"name": "Coolant Flow", "value": 12, "unit": "l/min"}]
     event = parse_event(json.dumps(alert(signals=listed)))
     assert isinstance(event, AlertEvent) and event.signals == {"coolant_flow_lpm": 12.0}
@@ -955,7 +956,7 @@ def test_readings_nested_in_objects_and_arrays_are_read_by_their_paths() -> None
     }
     flattened = {"bms.PackTemp": "41.5 °C", "bms.soc_pct": 80, "bms.cell_v[0]": 3.61, "bms.cell_v[1]": 3.62,
                  "modules[0].temp_c": 30.5, "speed_kmh": 62}  # fmt: skip
-    expected = {"bms_pack_temp": 41.5, "bms_soc_pct": 80.0, "bms_cell_v_0": 3.61, "bms_cell_v_1": 3.62,
+    expected = {"bms_pack_temp_c": 41.5, "bms_soc_pct": 80.0, "bms_cell_v_0": 3.61, "bms_cell_v_1": 3.62,
                 "modules_0_temp_c": 30.5, "speed_kmh": 62.0}  # fmt: skip
     for signals in (nested, flattened):
         event = parse_event(json.dumps(alert(signals=signals)))

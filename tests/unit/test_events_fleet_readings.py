@@ -92,3 +92,25 @@ def test_check_events_counts_the_line_as_an_event_and_a_dead_letter_with_the_rea
 def test_a_reading_out_of_range_still_refuses_the_alert() -> None:
     with pytest.raises(EventError, match="out of range"):
         parse_event(line({"cell_voltage_diff_mv": "1e300"}))
+
+
+# -- 2. a unit written in the text of a reading whose name declares none ---------------------------------------
+
+
+def test_a_unit_written_in_the_text_is_kept_as_the_object_form_keeps_it() -> None:
+    # "0.5 MΩ" and "500 kΩ" were both kept as insulation_res, 0.5 and 500: a thousand times apart in memory,
+    # while {"value": 0.5, "unit": "MΩ"} was insulation_res_megohm.
+    as_object = read({"insulation_res": {"value": 0.5, "unit": "MΩ"}}).signals
+    assert as_object == {"insulation_res_megohm": 0.5}
+    assert read({"insulation_res": "0.5 MΩ"}).signals == as_object
+    assert read({"insulation_res": "500 kΩ"}).signals == {"insulation_res_kohm": 500.0}
+    listed = [{"name": "Insulation Res", "value": 500, "unit": "kΩ"}]
+    assert read(listed).signals == read({"Insulation Res": "500 kΩ"}).signals == {"insulation_res_kohm": 500.0}
+    assert read({"soc": "85%", "bms": {"pack_temp": "41.5 °C"}}).signals == {"soc_pct": 85.0, "bms_pack_temp_c": 41.5}
+    # A number without a unit keeps the name as sent (its unit unknown), and a name that declares a unit keeps it.
+    assert read({"insulation_res": "500", "cell_voltage_diff_mv": "0.187 V"}).signals == {
+        "insulation_res": 500.0, "cell_voltage_diff_mv": 187.0,
+    }  # fmt: skip
+    # The name it takes is the alert's another reading has: which one is the reading is not known.
+    with pytest.raises(EventError, match="as another name of this alert is"):
+        parse_event(line({"insulation_res": "0.5 MΩ", "insulation_res_megohm": 0.6}))
