@@ -250,6 +250,9 @@ _NUMBER_TEXT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?
 _COMMA_GROUPS_RE = re.compile(r"([+-]?[1-9][0-9]{0,2}(?:,[0-9]{3})+)(\.[0-9]+)?(?![0-9,.])", re.ASCII)
 _POINT_GROUPS_RE = re.compile(r"([+-]?[1-9][0-9]{0,2}(?:\.[0-9]{3})+),[0-9]+(?![0-9,.])", re.ASCII)
 _DECIMAL_COMMA_RE = re.compile(r"([+-]?[0-9]+),[0-9]+(?![0-9,.])", re.ASCII)
+# Thousands grouped by points with no decimals (``1.200``, ``1.234.567``), read so only where the fleet writes a
+# decimal comma (``_ungrouped``). Not before an exponent: ``1.200e3`` is machine-written, its point a decimal one.
+_POINT_THOUSANDS_RE = re.compile(r"([+-]?[1-9][0-9]{0,2}(?:\.[0-9]{3})+)(?![0-9,.eE])", re.ASCII)
 # Event times: an ECU whose clock was never set reports 1970 or 2000-01-01,
 # and a time beyond these bounds is a clock fault (near the years 1 and 9999
 # the session arithmetic would not even run). Such an event is a dead letter
@@ -466,7 +469,7 @@ def _read_number(
     ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it: the
     name is then that reading's, never another). ``comma``: how the fleet's numbers use a comma
     (``NUMBER_COMMAS``, ``_ungrouped``)."""
-    if "," in (text := text.strip()):
+    if "," in (text := text.strip()) or comma == "decimal" and "." in text:
         text = _ungrouped(name, text, comma)
     if "\u2212" in text:  # the minus sign of typeset numbers (−5), as some locales' formatting writes it
         text = text.replace("\u2212", "-")
@@ -504,8 +507,11 @@ def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
     (``12,345,678``, ``12,345.6``) or by points before a decimal comma (``12.345,6``), or with a decimal comma
     (``41,5``, ``0,187 V``). One comma before three digits alone (``12,345``) may be either, a thousand times
     apart: read as the fleet's ``comma`` says (``decimal``: 12.345, ``thousands``: 12345), and without it
-    refused, naming both and the setting. Any other text is left as it is (and refused by the caller if no
-    number)."""
+    refused, naming both and the setting. Where the fleet writes a decimal comma, a point can only group
+    thousands: one followed by groups of exactly three digits, up to the number's end, is read so (``1.200`` is
+    1200, ``1.234.567`` 1234567), and any other point stays a decimal one (``3.7``, ``0.500``, ``1.2345``: the
+    numbers machines write, with a point whatever the fleet's locale). Any other text is left as it is (and
+    refused by the caller if no number)."""
     if (grouped := _COMMA_GROUPS_RE.match(text)) is not None:
         digits, point = grouped.group(1, 2)
         if digits.count(",") == 1 and point is None:
@@ -523,12 +529,15 @@ def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
         return grouped.group(1).replace(".", "") + "." + text[grouped.end(1) + 1 :]
     if (decimal := _DECIMAL_COMMA_RE.match(text)) is not None:
         return decimal.group(1) + "." + text[decimal.end(1) + 1 :]
+    if comma == "decimal" and (grouped := _POINT_THOUSANDS_RE.match(text)) is not None:
+        return grouped.group(1).replace(".", "") + text[grouped.end(1) :]
     return text
 
 
 def digits_as_read(text: str, comma: str | None = None) -> str:
-    """A reading's text with a comma in it as its number is read (``_ungrouped``: ``"1,200 rpm"`` is
-    ``"1200 rpm"`` with thousands, ``"41,5"`` is ``"41.5"``); ``ValueError`` where it is refused."""
+    """A reading's text with a comma in it, or a point under a decimal comma, as its number is read
+    (``_ungrouped``: ``"1,200 rpm"`` is ``"1200 rpm"`` with thousands, ``"41,5"`` is ``"41.5"``, ``"1.200 rpm"``
+    ``"1200 rpm"`` with decimal); ``ValueError`` where it is refused."""
     return _ungrouped("", text.strip(), comma)
 
 
@@ -1328,8 +1337,10 @@ def parse_event(
     the name each signal sent under a name it holds is read as.
     ``number_comma``: how the fleet's numbers use a comma (``VDOCTOR_NUMBER_COMMA``, one of
     ``NUMBER_COMMAS``): a reading sent as ``"12,345"`` is 12.345 (``decimal``) or 12345 (``thousands``);
-    None: such a reading is a dead letter that names both. Every other form of a number reads the same
-    whatever it says (``41,5`` has a decimal comma, ``12,345,678`` and ``12,345.6`` group thousands).
+    None: such a reading is set aside, its dead letter naming both (``set_aside_error``). Under ``decimal`` a
+    point before groups of three digits groups thousands (``"1.200"`` is 1200; ``_ungrouped``). Every other
+    form of a number reads the same whatever it says (``41,5`` has a decimal comma, ``12,345,678`` and
+    ``12,345.6`` group thousands, ``3.7`` has a decimal point).
     """
     return event_of(load_object(raw), naive_zone, rename, number_comma)
 

@@ -222,13 +222,15 @@ def _reading_form(
 
 
 def _number_form(seen: set[tuple[str, str, str]], value: object, number_comma: str | None) -> None:
-    """A reading's number written with a comma, and how it is read (``1,200`` as ``1200``), digits as 9."""
-    if isinstance(value, str) and "," in value:
+    """A reading's number written with a comma, or with points that group thousands where the fleet writes a
+    decimal comma, and how it is read (``1,200`` as ``1200``), digits as 9."""
+    if isinstance(value, str) and ("," in value or number_comma == "decimal" and "." in value):
         try:
             read = digits_as_read(value, number_comma)
         except ValueError:  # (refused or set aside: the line is a dead letter, counted as one)
             return
-        seen.add((NUMBER, _shape(value.strip()), _shape(read)))
+        if read != value.strip():  # (a point that stays a decimal one is no other form)
+            seen.add((NUMBER, _shape(value.strip()), _shape(read)))
 
 
 def _no_reading_form(seen: set[tuple[str, str, str]], written: str, value: object) -> None:

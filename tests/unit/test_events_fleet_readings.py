@@ -114,3 +114,33 @@ def test_a_unit_written_in_the_text_is_kept_as_the_object_form_keeps_it() -> Non
     # The name it takes is the alert's another reading has: which one is the reading is not known.
     with pytest.raises(EventError, match="as another name of this alert is"):
         parse_event(line({"insulation_res": "0.5 MΩ", "insulation_res_megohm": 0.6}))
+
+
+# -- 3. a fleet that writes a decimal comma groups thousands with points ---------------------------------------
+
+
+def test_under_a_decimal_comma_a_point_before_groups_of_three_digits_groups_thousands() -> None:
+    # A German platform writes 1.200 rpm for twelve hundred: it was read as 1.2 rpm, and 1.234.567 km set aside.
+    for text, number in (
+        ("1.200", 1200.0), ("123.456", 123456.0), ("1.234.567", 1234567.0), ("-1.500", -1500.0),
+        ("123.456,7", 123456.7),
+        # Any other point is a decimal one, as machines write numbers whatever the fleet's locale.
+        ("3.7", 3.7), ("0.5", 0.5), ("0.500", 0.5), ("1.2345", 1.2345), ("12.5", 12.5), ("1.200e3", 1200.0),
+    ):  # fmt: skip
+        assert read({"odometer": text}, number_comma="decimal").signals == {"odometer": number}, text
+    assert read({"engine_rpm": "1.200 rpm"}, number_comma="decimal").signals == {"engine_rpm": 1200.0}
+    # With the unit given beside the value, converted after it is read.
+    listed = [{"name": "odometer_km", "value": "1.234 m"}, {"name": "pack_voltage_v", "value": "3.700", "unit": "mV"}]
+    assert read(listed, number_comma="decimal").signals == {"odometer_km": 1.234, "pack_voltage_v": 3.7}
+    # Without the setting, or with thousands, a point is a decimal one as before.
+    for comma in (None, "thousands"):
+        assert read({"odometer": "1.200", "engine_rpm": "3.7"}, number_comma=comma).signals == {
+            "odometer": 1.2, "engine_rpm": 3.7,
+        }, comma  # fmt: skip
+
+
+def test_check_events_shows_how_a_point_is_read_under_a_decimal_comma() -> None:
+    report = check_feed([line({"engine_rpm": "1.200 rpm", "pack_voltage_v": "3.7"})], number_comma="decimal")
+    forms = {(f["written"], f["read"]) for f in report.as_json()["read_as"] if f["kind"] == "number"}
+    assert forms == {("9.999 rpm", "9999 rpm")}
+    assert not check_feed([line({"engine_rpm": "1.200 rpm"})]).as_json()["read_as"]
