@@ -150,31 +150,44 @@ _INDEX_TAIL_RE = re.compile(r"(?:_[0-9]+)+$")
 UNIT_CACHE_NAMES = 4096
 
 
+# Words that name a quantity a vehicle measures (as a signal's name writes them): ``_min`` after one of them, or
+# after a unit's suffix (``cell_v_min``, ``cell_temp_c_min``), is that quantity's minimum, not minutes
+# (``cell_voltage_min``, ``soc_min``, ``cell_temp_min``), as ``_max`` after it is its maximum. Minutes are the
+# unit of a duration, whose name says so by another word (``idle_min``, ``charge_time_min``, ``runtime_min``).
+_QUANTITY_WORDS = (
+    "voltage|volt|volts|current|curr|resistance|res|impedance|power|energy|pressure|press|frequency|freq"
+    "|insulation|leakage|leak|capacity|temp|temperature|soc|soh|speed|spd|torque|flow|level"
+)
+# Suffixes that are a word of the name, not its unit (``unit_of``): a quantity's minimum (above), and ``t`` after
+# an index (``cells_3_t``: a flattened array's T for a temperature; no item of an array weighs tonnes).
+_NOT_A_UNIT_RE = re.compile(rf"(?:^|_)(?:(?:{_QUANTITY_WORDS}|{'|'.join(_SUFFIXES)})_min|[0-9]+_t)$")
+
+
 @functools.lru_cache(maxsize=UNIT_CACHE_NAMES)
 def unit_of(name: str) -> str | None:
-    """The unit a signal name declares by its suffix, or None when the suffix is not a known unit.
+    """The unit a signal name declares by its suffix, or None when the suffix is not a known unit, or is a word of
+    the name (``_NOT_A_UNIT_RE``: ``cell_voltage_min`` is a minimum, not minutes; ``cells_3_t`` no tonnes).
 
     An array's item, named by its index after the array's name (``cell_voltage_v_3``, from
     ``cell_voltage_v[3]``; ``cell_temps_c_1_0`` from a nested array), has the array's unit."""
     for suffix in _SUFFIXES:
         if name.endswith("_" + suffix) and len(name) > len(suffix) + 1:
-            return UNITS[suffix]
+            return None if _NOT_A_UNIT_RE.search(name) else UNITS[suffix]
     stem = _INDEX_TAIL_RE.sub("", name)
     return unit_of(stem) if stem != name else None
 
 
-# Suffixes that may be a word of a name instead of its unit: a minimum (``cell_voltage_min``), a phase's letter
-# after ``phase`` or ``ph`` (``motor_current_phase_c``, ``ph_a``), and T for a temperature after an index
-# (``cells_3_t``). A reading sent for such a name in a unit of another quantity than the suffix's tells that the
-# suffix was a word (``word_suffix``). Elsewhere a suffix is the unit it spells: ``pack_temp_c`` sent in volts
-# is a reading in the wrong unit, refused.
-_WORD_SUFFIX_RE = re.compile(r"(?:^|_)(?:min|(?:phase|ph)_[abc]|[0-9]+_t)$")
+# Suffixes that may be a word of a name instead of its unit: ``_min`` after a word that names no quantity
+# (minutes, or a minimum of something; after one that does it is a minimum, ``_NOT_A_UNIT_RE``), and a phase's
+# letter after ``phase`` or ``ph`` (``motor_current_phase_c``, ``ph_a``). A reading sent for such a name in a
+# unit of another quantity than the suffix's tells that the suffix was a word (``word_suffix``). Elsewhere a
+# suffix is the unit it spells: ``pack_temp_c`` sent in volts is a reading in the wrong unit, set aside.
+_WORD_SUFFIX_RE = re.compile(r"(?:^|_)(?:min|(?:phase|ph)_[abc])$")
 
 
 def word_suffix(name: str) -> bool:
     """Whether ``name``, whose suffix declares a unit, ends in one that may be a word of it instead
-    (``_WORD_SUFFIX_RE``: ``_min``, minutes or a minimum; ``phase_c``, degrees Celsius or phase C; ``cells_3_t``,
-    tonnes or T)."""
+    (``_WORD_SUFFIX_RE``: ``_min``, minutes or a minimum; ``phase_c``, degrees Celsius or phase C)."""
     return _WORD_SUFFIX_RE.search(_INDEX_TAIL_RE.sub("", name)) is not None
 
 

@@ -11,6 +11,8 @@ import pytest
 from vdoctor.errors import EventError
 from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event, set_aside_error
 from vdoctor.feed_check import check_feed
+from vdoctor.lines import ReadingSpan
+from vdoctor.units import unit_of
 
 pytestmark = pytest.mark.unit
 
@@ -144,3 +146,33 @@ def test_check_events_shows_how_a_point_is_read_under_a_decimal_comma() -> None:
     forms = {(f["written"], f["read"]) for f in report.as_json()["read_as"] if f["kind"] == "number"}
     assert forms == {("9.999 rpm", "9999 rpm")}
     assert not check_feed([line({"engine_rpm": "1.200 rpm"})]).as_json()["read_as"]
+
+
+# -- 4. a quantity's _min is its minimum; cells_3_t is no tonnes -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["cell_voltage_min", "soc_min", "cell_temp_min", "pack_current_min", "cell_v_min"])
+def test_min_after_a_quantity_is_a_minimum_not_minutes(name: str) -> None:
+    # cell_voltage_min = 3.21 then 3.18 was kept in memory as "3.21→3.18min".
+    assert unit_of(name) is None and unit_of(f"{name}_3") is None
+    assert ReadingSpan.of(name, [3.21, 3.18]).render() == f"{name}=3.21→3.18"
+    assert read({name: 3.21}).signals == {name: 3.21}
+    # Sent with its unit, it is kept under the unit's suffix, as any name that declares none.
+    assert read({name: "3.21 V"}).signals == {f"{name}_v": 3.21}
+
+
+@pytest.mark.parametrize("name", ["idle_min", "charge_time_min", "runtime_min", "duration_min"])
+def test_min_after_any_other_word_is_still_minutes(name: str) -> None:
+    assert unit_of(name) == "min"
+    assert ReadingSpan.of(name, [12, 15]).render() == f"{name}=12→15min"
+    assert read({name: "2 h"}).signals == {name: 120.0}
+
+
+def test_t_after_an_index_is_no_tonnes() -> None:
+    # cells[3].t, a flattened array's temperature, was read in tonnes.
+    assert unit_of("cells_3_t") is None and unit_of("cells_3_t_0") is None
+    assert ReadingSpan.of("cells_3_t", [25, 26]).render() == "cells_3_t=25→26"
+    assert read({"cells": [{"t": 25}]}).signals == {"cells_0_t": 25.0}
+    assert read({"cells_3_t": {"value": 20, "unit": "°C"}}).signals == {"cells_3_t_c": 20.0}
+    # A t elsewhere is tonnes still.
+    assert unit_of("payload_t") == "t"
