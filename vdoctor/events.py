@@ -478,6 +478,8 @@ def _read_number(
         raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number")
     value = float(number.group())
     if unit := text[number.end() :].strip():
+        if (signed := _coordinate(name, text, value, unit)) is not None:
+            return signed, None
         symbol = unit_symbol(unit)
         if symbol is None:
             raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
@@ -493,6 +495,36 @@ def _read_number(
                 )
             return converted, None
     return value, None
+
+
+# A signal whose name is a latitude or a longitude (a word of it: ``gps_lat``, ``longitude``), and the hemisphere
+# letters (any case) and Chinese words GPS receivers and platforms write after such a coordinate, with the axis
+# each belongs to and its sign: south and west are negative (``"33.87S"`` is -33.87; as ``W`` it would be watts).
+_COORDINATE_NAME_RE = re.compile(r"(?:^|_)(?:(lat|latitude)|lon|lng|longitude)(?:_|$)")
+_HEMISPHERES = {
+    "n": ("lat", 1.0), "s": ("lat", -1.0), "e": ("lon", 1.0), "w": ("lon", -1.0),
+    "北纬": ("lat", 1.0), "南纬": ("lat", -1.0), "东经": ("lon", 1.0), "西经": ("lon", -1.0),
+}  # fmt: skip
+
+
+def _coordinate(name: str, text: str, value: float, unit: str) -> float | None:
+    """A coordinate's reading with its hemisphere after it (``"121.47W"``, ``"33.87 S"``, ``"31.23°N"``,
+    ``"121.47东经"``) as its signed number, for a signal whose name is a latitude or a longitude; None for any
+    other name or unit. A hemisphere of the other axis (a latitude east), or one after a signed number, is a
+    reading its name does not allow (``UnitConflict``)."""
+    hemisphere = _HEMISPHERES.get(unit.removeprefix("°").strip().lower())
+    if hemisphere is None or (named := _COORDINATE_NAME_RE.search(name)) is None:
+        return None
+    axis, sign = hemisphere
+    if axis != ("lat" if named.group(1) else "lon"):
+        detail = f"{unit}, a latitude's hemisphere is N or S" if named.group(1) else f"{unit}, a longitude's is E or W"
+        raise UnitConflict(f"signal {name[:40]} = {text[:20]!r}: {detail}", detail)
+    if text[:1] in ("+", "-"):
+        raise UnitConflict(
+            f"signal {name[:40]} = {text[:20]!r} has a sign and a hemisphere: which one holds is not known",
+            f"{unit} after a signed number",
+        )
+    return sign * value
 
 
 def _suffix_no_unit(name: str, symbol: str, declared: str) -> bool:

@@ -176,3 +176,32 @@ def test_t_after_an_index_is_no_tonnes() -> None:
     assert read({"cells_3_t": {"value": 20, "unit": "°C"}}).signals == {"cells_3_t_c": 20.0}
     # A t elsewhere is tonnes still.
     assert unit_of("payload_t") == "t"
+
+
+# -- 5. a hemisphere's letter after a coordinate is its sign -----------------------------------------------------
+
+
+def test_a_hemisphere_after_a_coordinate_gives_its_sign() -> None:
+    # "121.47W" was +121.47 (W read as watts) and "33.87S" +33.87: a position on the other side of the globe.
+    signals = {"gps_lon": "121.47W", "gps_lat": "33.87S", "latitude": "31.23°N", "lng": "121.47 e",
+               "pos": {"lat": "31.23 n", "lon": "121.47东经"}, "home_lon": "2.35西经"}  # fmt: skip
+    assert read(signals).signals == {
+        "gps_lon": -121.47, "gps_lat": -33.87, "latitude": 31.23, "lng": 121.47, "pos_lat": 31.23, "pos_lon": 121.47,
+        "home_lon": -2.35,
+    }  # fmt: skip
+    # A letter elsewhere is what it was: W after a power is watts, and a coordinate's plain number is as sent.
+    assert read({"pack_power": "5W", "gps_lat": 31.23}).signals == {"pack_power_w": 5.0, "gps_lat": 31.23}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "detail"),
+    [
+        ("gps_lat", "33.87E", "E, a latitude's hemisphere is N or S"),
+        ("gps_lon", "121.47 N", "N, a longitude's is E or W"),
+        ("gps_lon", "-121.47W", "W after a signed number"),
+    ],
+)
+def test_a_hemisphere_that_does_not_fit_the_coordinate_is_set_aside(name: str, text: str, detail: str) -> None:
+    event = read({name: text, "soc_pct": 80})
+    assert event.signals == {"soc_pct": 80.0} and event.signals_set_aside == {name: text}
+    assert f"in a unit its name does not allow: {name!r} = {text!r} ({detail})" in set_aside_error(event)
