@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -29,6 +30,26 @@ MAX_SOURCE_CHARS = 64_000
 # The symptom as reported (the opening alert's text) that a record is found by:
 # alert texts are a sentence or two; a hostile 1 MB one is cut here.
 MAX_ALERT_TEXT_CHARS = 500
+# A dead letter is one record on the dead-letters topic, and a Kafka producer refuses a record over its
+# max.request.size (1,048,576 bytes by default, which the job keeps). A sink that fails on a record fails the
+# job, which restarts from its checkpoint, reads the same line again and fails again until its restarts run
+# out: one bad line would stop the fleet. A line the broker took (up to ~1 MB) grows in its dead letter
+# (its quotes escaped, the error added), so a dead letter's JSON is bounded well under the limit, in a file
+# as on a topic (both write ``DeadLetter``'s JSON).
+MAX_DEAD_LETTER_BYTES = 900_000
+# JSON writes a character in at most 6 bytes (a control character as \u0001; a character of 4 UTF-8 bytes
+# is one character): bounds in characters hold in bytes whatever the text.
+JSON_MAX_BYTES_PER_CHAR = 6
+# A dead letter's reason names the fault in a sentence or two; a longer one (a message that repeats what
+# it refused) is cut.
+MAX_DEAD_LETTER_ERROR_CHARS = 2_000
+# The raw input a dead letter keeps: what MAX_DEAD_LETTER_BYTES leaves after the longest reason and the
+# other fields (keys, stage, the cut raw's lengths and sha256: under 250 bytes; 1,000 set aside), each
+# character counted at its most. 147,833 characters, many times an alert of the contract; a longer raw is
+# cut to it, and the dead letter gives the whole raw's length and sha256 to find the line by at the source.
+MAX_DEAD_LETTER_RAW_CHARS = (MAX_DEAD_LETTER_BYTES - MAX_DEAD_LETTER_ERROR_CHARS * JSON_MAX_BYTES_PER_CHAR - 1_000) // (
+    JSON_MAX_BYTES_PER_CHAR
+)
 
 
 class Phase(StrEnum):
@@ -93,12 +114,46 @@ class Diagnosis(BaseModel):
     flags: list[str] = Field(default_factory=list)
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class DeadLetter(BaseModel):
-    """An input that could not be used, kept with the reason so nothing is lost."""
+    """An input that could not be used, kept with the reason so nothing is lost.
+
+    Bounded, however it is built (``MAX_DEAD_LETTER_BYTES``): a raw input over ``MAX_DEAD_LETTER_RAW_CHARS``
+    is cut to it, and the record says so (``raw_truncated``) with the whole raw's length in characters and
+    in UTF-8 bytes and its sha256 (of the UTF-8 bytes), to match it with the line in the source; those
+    fields are left out of the JSON of a raw kept whole (``{"raw", "error", "stage"}``). A reason over
+    ``MAX_DEAD_LETTER_ERROR_CHARS`` is cut and ends in "…".
+    """
 
     raw: str
     error: str
     stage: Literal["parse", "validate", "process"]
+    raw_truncated: bool = Field(default=False, exclude_if=lambda cut: not cut)
+    raw_chars: int | None = Field(default=None, exclude_if=_absent)
+    raw_bytes: int | None = Field(default=None, exclude_if=_absent)
+    raw_sha256: str | None = Field(default=None, exclude_if=_absent)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        raw, error = data.get("raw"), data.get("error")
+        if isinstance(error, str) and len(error) > MAX_DEAD_LETTER_ERROR_CHARS:
+            data = data | {"error": error[: MAX_DEAD_LETTER_ERROR_CHARS - 1] + "…"}
+        if isinstance(raw, str) and len(raw) > MAX_DEAD_LETTER_RAW_CHARS:
+            encoded = raw.encode("utf-8", "surrogatepass")  # (a lone surrogate is hashed, not refused)
+            data = data | {
+                "raw": raw[:MAX_DEAD_LETTER_RAW_CHARS],
+                "raw_truncated": True,
+                "raw_chars": len(raw),
+                "raw_bytes": len(encoded),
+                "raw_sha256": hashlib.sha256(encoded).hexdigest(),
+            }
+        return data
 
 
 def utc_now() -> datetime:

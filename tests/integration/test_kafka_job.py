@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -247,3 +248,32 @@ def test_a_record_without_a_value_does_not_stop_the_job(
     dead = read_topic(kafka.bootstrap, topics["dead"], expect=1, timeout_s=60)
     assert [(json.loads(v)["stage"], json.loads(v)["raw"]) for _, v in dead] == [("parse", "")]
     assert "no value" in json.loads(dead[0][1])["error"]
+
+
+def test_a_line_near_the_brokers_limit_is_a_dead_letter_the_producer_takes(
+    kafka: KafkaBroker, topics: dict[str, str], running_job: Path
+) -> None:
+    """A line the broker took (968,118 bytes) whose dead letter, kept whole, would be over the producer's
+    1,048,576 bytes: the sink would fail the job on it at every restart. Its raw is cut, and the record says so."""
+    from kafka import KafkaProducer
+
+    signals = [{"name": f"cell_{i:05d}_voltage_v", "value": 3.3} for i in range(22_000)]
+    big = json.dumps({"type": "alert", "event_id": "e-big", "vin": A, "ts": "2026-11-01T07:00:00Z",
+                      "alert_text": "x", "signals": signals}, separators=(",", ":"))  # fmt: skip
+    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
+    try:
+        producer.send(topics["alerts"], key=A.encode(), value=big.encode()).get(timeout=30)
+    finally:
+        producer.close()
+    alerts = write_events(running_job / "alerts.jsonl", [alert("e-1", A, "EV-A", "2026-11-01T08:00:00Z", 187)])
+    assert _cli("replay", "--alerts", str(alerts), "--bootstrap", kafka.bootstrap,
+                "--topic", topics["alerts"], "--quiet").returncode == 0
+    diagnoses = read_topic(kafka.bootstrap, topics["diagnoses"], expect=1, timeout_s=240)
+    assert [json.loads(v)["event_id"] for _, v in diagnoses] == ["e-1"], (running_job / "job.log").read_text()[-3000:]
+    dead = read_topic(kafka.bootstrap, topics["dead"], expect=1, timeout_s=60)
+    assert len(dead) == 1
+    [(key, value)] = dead
+    letter = json.loads(value)
+    assert len(value.encode()) <= 900_000 and key is None  # (a cut raw is no JSON to read a VIN from)
+    assert (letter["stage"], letter["raw_truncated"], letter["raw_bytes"]) == ("validate", True, len(big))
+    assert big.startswith(letter["raw"]) and letter["raw_sha256"] == hashlib.sha256(big.encode()).hexdigest()

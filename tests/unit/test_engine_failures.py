@@ -31,7 +31,15 @@ from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
 from vdoctor.memory.summarizer import ModelSummarizer, Summarizer
 from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.models.offline import OfflineModel
-from vdoctor.records import DeadLetter, Diagnosis, MemoryRecord, MemoryRef, Phase
+from vdoctor.records import (
+    MAX_DEAD_LETTER_BYTES,
+    MAX_DEAD_LETTER_RAW_CHARS,
+    DeadLetter,
+    Diagnosis,
+    MemoryRecord,
+    MemoryRef,
+    Phase,
+)
 from vdoctor.stores.memory import InMemoryStore
 
 pytestmark = pytest.mark.unit
@@ -501,6 +509,18 @@ def test_a_recheck_before_its_case_is_a_dead_letter_and_processed_when_sent_agai
     assert case is not None and case.recheck_ok is True
     # Processed now, so held as seen: a replay of it is a duplicate.
     assert h.send(early).duplicate
+
+
+def test_a_process_dead_letter_of_a_line_near_a_megabyte_keeps_it_within_the_bound(pack: KnowledgePack) -> None:
+    """The raw of a process dead letter is the line as received: one near the broker's limit is cut."""
+    h = Harness(engine(pack))
+    early = recheck("r-1", T0 + timedelta(days=2), SID_1) | {"attachment": '"' * 500_000}  # an unknown field
+    raw = json.dumps(early, ensure_ascii=False)
+    [letter] = h.send(early).dead_letters
+    assert letter.stage == "process" and SID_1 in letter.error
+    assert len(letter.model_dump_json().encode()) <= MAX_DEAD_LETTER_BYTES  # 1,000,000 bytes of \" uncut
+    assert letter.raw == raw[:MAX_DEAD_LETTER_RAW_CHARS] and letter.raw_truncated
+    assert (letter.raw_chars, letter.raw_bytes) == (len(raw), len(raw.encode()))
 
 
 def test_a_lifecycle_event_the_store_refused_is_processed_when_sent_again(pack: KnowledgePack) -> None:

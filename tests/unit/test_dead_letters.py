@@ -1,0 +1,80 @@
+"""Dead letters are bounded: a line the broker took never makes a dead letter the producer refuses.
+
+A Kafka producer refuses a record over its max.request.size (1,048,576 bytes by default); a sink that fails
+fails the job, which reads the same line again after its restart. Every stage writes ``DeadLetter``'s JSON,
+to the dead-letters topic as to ``dead_letters.jsonl``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from jobs.kafka_job import record_key
+from operators.parse import DEAD_LETTER, ParseEvents
+from vdoctor.records import (
+    MAX_DEAD_LETTER_BYTES,
+    MAX_DEAD_LETTER_ERROR_CHARS,
+    MAX_DEAD_LETTER_RAW_CHARS,
+    DeadLetter,
+)
+
+pytestmark = pytest.mark.unit
+
+KAFKA_MAX_REQUEST_BYTES = 1_048_576  # the producer's default max.request.size
+VIN = "LSVAU2180N2183294"
+
+
+def test_the_bounds_leave_room_for_the_longest_reason_at_six_bytes_a_character() -> None:
+    # (900,000 - 2,000 * 6 - 1,000) // 6, worked out by hand.
+    assert MAX_DEAD_LETTER_RAW_CHARS == 147_833
+    assert MAX_DEAD_LETTER_BYTES < KAFKA_MAX_REQUEST_BYTES
+
+
+def test_a_dead_letter_within_the_bound_is_the_contracts_three_fields() -> None:
+    raw = "é" * MAX_DEAD_LETTER_RAW_CHARS
+    letter = DeadLetter(raw=raw, error="not JSON", stage="parse")
+    assert json.loads(letter.model_dump_json()) == {"raw": raw, "error": "not JSON", "stage": "parse"}
+
+
+def test_a_raw_over_the_bound_is_cut_and_the_letter_says_what_the_whole_was() -> None:
+    # Control characters are written as \u0001 (6 bytes each): the most a character can take in JSON.
+    raw = "é" + "\x01" * MAX_DEAD_LETTER_RAW_CHARS  # one character over the bound; é is 2 bytes in UTF-8
+    error = "\x02" * (MAX_DEAD_LETTER_ERROR_CHARS + 1)
+    encoded = DeadLetter(raw=raw, error=error, stage="validate").model_dump_json().encode()
+    assert len(encoded) <= MAX_DEAD_LETTER_BYTES
+    written = json.loads(encoded)
+    assert written == {
+        "raw": raw[:MAX_DEAD_LETTER_RAW_CHARS],
+        "error": error[: MAX_DEAD_LETTER_ERROR_CHARS - 1] + "…",
+        "stage": "validate",
+        "raw_truncated": True,
+        "raw_chars": MAX_DEAD_LETTER_RAW_CHARS + 1,
+        "raw_bytes": MAX_DEAD_LETTER_RAW_CHARS + 2,
+        "raw_sha256": hashlib.sha256(raw.encode()).hexdigest(),
+    }
+    # Read back, it is the same letter (it is not cut again, nor its lengths taken from the cut raw).
+    assert DeadLetter.model_validate_json(encoded).model_dump_json().encode() == encoded
+
+
+def test_a_line_the_broker_took_gives_a_dead_letter_the_producer_takes() -> None:
+    """The audit's line: 22,000 readings as a list of objects, 968,118 bytes; its dead letter was 1,100,256."""
+    signals = [{"name": f"cell_{i:05d}_voltage_v", "value": 3.3} for i in range(22_000)]
+    event = {"type": "alert", "event_id": "e-big", "vin": VIN, "ts": "2026-11-01T08:15:30Z", "alert_text": "x",
+             "signals": signals}  # fmt: skip
+    line = json.dumps(event, separators=(",", ":"))
+    assert len(line.encode()) == 968_118
+    stage = ParseEvents()
+    stage.open(None)
+    [(kind, where, payload, _)] = list(stage.process_element(line, None))
+    assert (kind, where) == (DEAD_LETTER, "validate")
+    assert len(payload.encode()) <= MAX_DEAD_LETTER_BYTES
+    letter = json.loads(payload)
+    assert letter["raw"] == line[:MAX_DEAD_LETTER_RAW_CHARS] and letter["raw_truncated"] is True
+    assert (letter["raw_chars"], letter["raw_bytes"]) == (968_118, 968_118)  # all ASCII
+    assert letter["raw_sha256"] == hashlib.sha256(line.encode()).hexdigest()
+    assert "signals" in letter["error"]
+    # The cut raw is no JSON to read a VIN from: the record goes out without a key.
+    assert record_key(DEAD_LETTER, payload) is None
