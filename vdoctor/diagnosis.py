@@ -11,6 +11,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from vdoctor.agent.evidence import EVIDENCE_DROPPED, check_evidence
 from vdoctor.agent.prompt import build_window
 from vdoctor.agent.react import AgentRun, run_react
 from vdoctor.agent.tools import Toolbox
@@ -365,6 +366,11 @@ class DiagnosisEngine:
         run = run_react(self.model, Toolbox(self.pack, session, self.knowledge), messages, window=window)
         if run.error is not None:
             log.warning("diagnosis of %s %s without a model answer: %s", alert.vin, alert.event_id, run.error)
+        # The answer's evidence goes to the output, the timeline, the key facts and the case summary: only
+        # what this session can vouch for (``agent.evidence``).
+        evidence = check_evidence(run.answer.evidence, session)
+        if evidence.dropped or evidence.kept != run.answer.evidence:
+            run.answer = run.answer.model_copy(update={"evidence": evidence.kept})
         answer = run.answer
         # The alert's event line, every signal named: the round's; the timeline's too when it names few enough.
         event = alert_event(alert.dtc_codes, alert.signals)
@@ -372,6 +378,8 @@ class DiagnosisEngine:
         session.note_answer(answer.priority, answer.root_cause, answer.codes, answer.confidence)
 
         flags = [*late, *run.flags]
+        if evidence.dropped:
+            flags.append(EVIDENCE_DROPPED)
         concluded = answer.phase is Phase.CONCLUDED and answer.root_cause and answer.fix_action and answer.priority
         if concluded:
             # Stage trigger: the investigation is over, its rounds become summary lines. A case not written
