@@ -7,6 +7,7 @@ never changes what any other vehicle sees or gets.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -114,7 +115,12 @@ def test_every_bad_line_is_one_dead_letter_with_stage_and_reason(
     )
     # An alert that set readings aside is diagnosed, and its line is kept as a dead letter as well.
     expected.update((line.raw, "validate") for line in lines if line.expect == SET_ASIDE)
-    got = Counter((d["raw"], d["stage"]) for d in dead)
+    # A raw over the dead letter's bound is cut, and named by the whole line's sha256 and length.
+    by_sha = {hashlib.sha256(line.raw.encode("utf-8", "surrogatepass")).hexdigest(): line.raw for line in lines}
+    cut = [d for d in dead if d.get("raw_truncated")]
+    assert cut and all(len(by_sha[d["raw_sha256"]]) == d["raw_chars"] > len(d["raw"]) for d in cut)
+    assert all(by_sha[d["raw_sha256"]].startswith(d["raw"]) for d in cut)
+    got = Counter((by_sha[d["raw_sha256"]] if d.get("raw_truncated") else d["raw"], d["stage"]) for d in dead)
     assert got == expected
     assert all(d["error"].strip() for d in dead)
 
