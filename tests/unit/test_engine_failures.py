@@ -715,6 +715,23 @@ def test_a_case_waiting_for_its_second_write_is_written_before_a_lifecycle_event
     assert case.session_id == SID_1 and case.valid is False and case.invalid_ts == T0 + timedelta(days=1)
 
 
+def test_a_reading_delivered_late_is_not_the_latest_one(pack: KnowledgePack) -> None:
+    """Readings of 120 mV at 08:00 and 250 at 10:00, then one of 150 taken at 09:00 that came last (a vehicle out
+    of coverage sends what it stored): the span took 150 as the latest, and the case gave 120->150 (found by an
+    audit). First and latest go by the readings' times; a span stored before they were kept reads as it did."""
+    investigating = {"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.4, "codes": ["P0A7F"]}
+    h = Harness(engine(pack, model=ScriptedModel([ChatResponse(content=json.dumps(investigating))] * 4)))
+    for event_id, hours, mv in (("e-1", 0, 120), ("e-2", 2, 250), ("e-3", 1, 150), ("e-0", -1, 90)):
+        h.diagnose(alert(event_id, T0 + timedelta(hours=hours), mv))
+    stored = h.state[VIN][0]
+    assert stored is not None
+    span = StoredSession(stored).load().signals["cell_voltage_diff_mv"]
+    assert (span.first, span.lowest, span.highest, span.latest) == (90, 90, 250, 250)
+    older = span.model_copy(update={"first_at": None, "latest_at": None})  # a state from before the times
+    older.add(300, int((T0 - timedelta(hours=5)).timestamp()))
+    assert (older.first, older.latest) == (90, 300)  # arrival order, as such a state was read
+
+
 def test_an_alert_that_makes_working_memory_let_readings_go_says_so(pack: KnowledgePack) -> None:
     """64 module temperatures an alert, each signal's first, lowest, highest and latest reading kept: past 200
     readings the oldest give way (recorded in the state), and the diagnosis said nothing of it."""

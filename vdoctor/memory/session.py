@@ -46,15 +46,31 @@ class Reading(BaseModel):
 
 
 class SignalSpan(BaseModel):
-    """A signal's first, lowest, highest and latest reading in the session (the key readings)."""
+    """A signal's first, lowest, highest and latest reading in the session (the key readings).
+
+    First and latest by the readings' event times, not by when they arrived: a reading delivered late (a
+    vehicle that stored its data while out of coverage, a second gateway) was taken as the latest, and the
+    summary gave a trend that went the wrong way (120 -> 150 for readings of 120, 250, then a late 150 between
+    them). ``first_at``, ``latest_at``: their times (epoch seconds); None in a state written before they were
+    kept, where the order of arrival stands in for them.
+    """
 
     first: float
     latest: float
     lowest: float
     highest: float
+    first_at: int | None = None
+    latest_at: int | None = None
 
-    def add(self, value: float) -> None:
-        self.latest = value
+    @classmethod
+    def of(cls, value: float, at: int) -> SignalSpan:
+        return cls(first=value, latest=value, lowest=value, highest=value, first_at=at, latest_at=at)
+
+    def add(self, value: float, at: int | None = None) -> None:
+        if at is None or self.latest_at is None or at >= self.latest_at:
+            self.latest, self.latest_at = value, at
+        if at is not None and self.first_at is not None and at < self.first_at:
+            self.first, self.first_at = value, at
         self.lowest = min(self.lowest, value)
         self.highest = max(self.highest, value)
 
@@ -131,11 +147,11 @@ class SessionState(BaseModel):
         self.readings.append(reading)
         del self.readings[:-MAX_READINGS]
         span = self.signals.get(reading.name)
+        at = int(reading.ts.timestamp())
         if span is not None:
-            span.add(reading.value)
+            span.add(reading.value, at)
         elif len(self.signals) < MAX_SIGNAL_SPANS:
-            v = reading.value
-            self.signals[reading.name] = SignalSpan(first=v, latest=v, lowest=v, highest=v)
+            self.signals[reading.name] = SignalSpan.of(reading.value, at)
         else:
             self.signals_untracked += 1
 
