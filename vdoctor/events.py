@@ -469,6 +469,8 @@ def _read_number(
     ``declared``: the unit to read it in when not the name's (a reading whose unit is given beside it: the
     name is then that reading's, never another). ``comma``: how the fleet's numbers use a comma
     (``NUMBER_COMMAS``, ``_ungrouped``)."""
+    if not text.isascii():  # full-width digits and signs (４１．５), as a Chinese input method writes them
+        text = unicodedata.normalize("NFKC", text)
     if "," in (text := text.strip()) or comma == "decimal" and "." in text:
         text = _ungrouped(name, text, comma)
     if "\u2212" in text:  # the minus sign of typeset numbers (−5), as some locales' formatting writes it

@@ -122,6 +122,14 @@ _WRITTEN = {
     "watt": "W", "watts": "W", "minute": "min", "minutes": "min", "second": "s", "celsius": "°C",
     "degcelsius": "°C", "fahrenheit": "°F", "oc": "°C", "of": "°F", "\u030ac": "°C", "\u030af": "°F",
     "u/min": "rpm", "1/min": "rpm",
+    # Chinese units, as Chinese platforms and spreadsheets write them after a number (``398.5伏``, ``250千帕``,
+    # ``62 千米/小时``). Not 度 alone: degrees (°C) on a thermometer, kilowatt-hours on an electricity bill.
+    "伏": "V", "伏特": "V", "毫伏": "mV", "千伏": "kV", "安": "A", "安培": "A", "毫安": "mA", "瓦": "W",
+    "瓦特": "W", "千瓦": "kW", "千瓦时": "kWh", "安时": "Ah", "毫安时": "mAh", "欧": "Ω", "欧姆": "Ω",
+    "毫欧": "mΩ", "千欧": "kΩ", "兆欧": "MΩ", "帕": "Pa", "千帕": "kPa", "兆帕": "MPa", "摄氏度": "°C",
+    "华氏度": "°F", "赫兹": "Hz", "千赫": "kHz", "毫米": "mm", "厘米": "cm", "米": "m", "千米": "km",
+    "公里": "km", "毫秒": "ms", "秒": "s", "分钟": "min", "小时": "h", "天": "d", "千米/小时": "km/h",
+    "公里/小时": "km/h", "米/秒": "m/s", "转/分": "rpm", "转/分钟": "rpm", "转每分": "rpm",
 }  # fmt: skip
 # Each symbol's first suffix in the table (``unit_suffix``).
 _SUFFIX_OF = {symbol: suffix for suffix, symbol in reversed(UNITS.items())}

@@ -205,3 +205,31 @@ def test_a_hemisphere_that_does_not_fit_the_coordinate_is_set_aside(name: str, t
     event = read({name: text, "soc_pct": 80})
     assert event.signals == {"soc_pct": 80.0} and event.signals_set_aside == {name: text}
     assert f"in a unit its name does not allow: {name!r} = {text!r} ({detail})" in set_aside_error(event)
+
+
+# -- 6. Chinese units and full-width digits -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("signals", "read_as"),
+    [
+        ({"pack_voltage_v": "398.5伏"}, {"pack_voltage_v": 398.5}),
+        ({"tire_pressure_kpa": "250千帕"}, {"tire_pressure_kpa": 250.0}),
+        ({"speed_kmh": "62 千米/小时"}, {"speed_kmh": 62.0}),
+        ({"engine_speed_rpm": "3000转/分"}, {"engine_speed_rpm": 3000.0}),
+        ({"insulation_kohm": "5兆欧"}, {"insulation_kohm": 5000.0}),  # converted, as "5 MΩ" is
+        ({"pack_voltage": "398.5伏"}, {"pack_voltage_v": 398.5}),  # the unit kept as the name's suffix
+        # Full-width digits, point and comma, as a Chinese input method writes them.
+        ({"pack_temp_c": "４１．５"}, {"pack_temp_c": 41.5}),
+        ({"pack_temp_c": "４１．５℃"}, {"pack_temp_c": 41.5}),
+    ],
+)
+def test_chinese_units_and_full_width_digits_are_read(signals: dict[str, str], read_as: dict[str, float]) -> None:
+    # Each was set aside as no number (the alert diagnosed without it, a dead letter kept).
+    event = read(signals)
+    assert event.signals == read_as and event.signals_set_aside == {}
+
+
+def test_du_alone_is_not_read_as_a_unit() -> None:
+    # 度: degrees Celsius on a thermometer, kilowatt-hours on an electricity bill.
+    assert read({"pack_temp_c": "41.5 度"}).signals_set_aside == {"pack_temp_c": "41.5 度"}
