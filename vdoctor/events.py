@@ -706,7 +706,8 @@ def _code_entry(entry: dict[object, object]) -> object:
             return code
         if type(code) is int:
             return _uds_number(code)
-    spn, fmi = fields.get("spn"), fields.get("fmi")
+    # A platform that writes every number as a float sends 1569.0: a whole float is its digits, as an id's is.
+    spn, fmi = _whole_number_digits(fields.get("spn")), _whole_number_digits(fields.get("fmi"))
     if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool | float):
         parts = str(spn).strip(), str(fmi).strip()
         if not all(part.isdigit() for part in parts):
@@ -983,8 +984,8 @@ class AlertEvent(_Event):
         if text is None:
             return ""
         if isinstance(text, list) and all(isinstance(line, str | None) for line in text):
-            return "; ".join(line.strip() for line in text if line and line.strip())
-        return text
+            text = "; ".join(line.strip() for line in text if line and line.strip())
+        return whole_characters(text)
 
     @field_validator("dtc_codes", mode="before")
     @classmethod
@@ -1116,13 +1117,29 @@ class AlertEvent(_Event):
         return self
 
 
+_LONE_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def whole_characters(text: object) -> object:
+    """Text with each lone surrogate (half of a character a JavaScript producer cut in two, written as its
+    escape ``\\ud83d``) as U+FFFD, as bytes that are not UTF-8 are read: the alert lost all of its text,
+    codes and readings to one broken emoji (pydantic refuses such a string). Anything else as it came."""
+    if isinstance(text, str) and not text.isascii() and _LONE_SURROGATE_RE.search(text):
+        return _LONE_SURROGATE_RE.sub("\ufffd", text)
+    return text
+
+
 # A recheck's verdict as workshop and QA systems write it (``PASS``, ``OK``/``NG``, 合格).
 _VERDICT_WORDS = {
     **dict.fromkeys(("pass", "passed", "ok", "good", "fixed", "success", "successful", "i.o.", "io"), True),
-    **dict.fromkeys(("合格", "正常", "通过"), True),
+    **dict.fromkeys(("合格", "正常", "通过", "已修复", "修复", "已解决", "良好"), True),
     **dict.fromkeys(("fail", "failed", "ng", "bad", "not fixed", "failure", "unsuccessful", "nok", "n.i.o."), False),
-    **dict.fromkeys(("nio", "不合格", "异常", "未通过"), False),
+    **dict.fromkeys(("nio", "不合格", "异常", "未通过", "未修复", "不正常", "未解决", "故障"), False),
 }
+
+
+# The words pydantic reads as a bool itself (its ``bool`` validation of a string, in lower case).
+_PYDANTIC_BOOL_WORDS = frozenset(("0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"))
 
 
 # A session id's least length: a VIN, "-" and the time (``session_id_for``) is 33; shorter is no id of ours.
@@ -1139,7 +1156,10 @@ class RecheckEvent(_Event):
     recheck_ok: bool
     note: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
 
-    _empty_note = field_validator("note", mode="before")(_none_as(""))
+    @field_validator("note", mode="before")
+    @classmethod
+    def _note_text(cls, value: object) -> object:
+        return "" if value is None else whole_characters(value)
     _no_session = field_validator("session_id", mode="before")(_none_as(""))
 
     @field_validator("session_id")
@@ -1155,6 +1175,12 @@ class RecheckEvent(_Event):
         # Besides true/false (yes/no, 1/0: pydantic's), the words workshop systems write a verdict in.
         if isinstance(value, str) and (verdict := _VERDICT_WORDS.get(value.strip().lower())) is not None:
             return verdict
+        if isinstance(value, str) and value.strip().lower() not in _PYDANTIC_BOOL_WORDS:
+            # pydantic's own message ("unable to interpret input") named neither the value nor what is read.
+            raise ValueError(
+                f"{value[:40]!r} is no verdict: true or false, or a word such as pass, ok, fixed, 合格, 正常, 已修复 "
+                "(passed) or fail, ng, not fixed, 不合格, 异常, 未修复 (failed)"
+            )
         return value
 
 
@@ -1240,8 +1266,10 @@ def contract_keys(data: dict[str, Any]) -> dict[str, Any]:
         name = key if key in CONTRACT_FIELDS else contract_field(key) if isinstance(key, str) else None
         if name is None:
             out[key] = value  # not a field of the contract: left out when validated
+        elif name in out and out[name] != value:
+            raise ValueError(f"{key!r} is the field {name!r}, given twice with another value")
         elif name in out:
-            raise ValueError(f"{key!r} is the field {name!r}, given twice")
+            continue  # the same value under two spellings (vin and VIN): one field, as sent
         else:
             out[name] = value
     return out
@@ -1429,7 +1457,11 @@ def event_of(
         context: dict[str, object] = {RENAME: rename, NUMBER_COMMA: number_comma, TEXT_ASIDE: {}, ASIDE_WHY: {}}
         event = model.model_validate(data, context=context)
     except ValidationError as e:
-        raise EventError("validate", describe_validation_error(e)) from e
+        reason = describe_validation_error(e)
+        if any(item["type"] == "missing" for item in e.errors()) and (own := _own_fields(data)):
+            # A field the contract needs under a name of the platform's own (timestamp, eventTime): say which.
+            reason += f" (the line's fields that are none of the contract's: {own})"
+        raise EventError("validate", reason) from e
     if not typed and isinstance(event, AlertEvent) and not event.says_anything():
         # A line that names no type is an alert by its fields (a platform's alarm feed carries none), and one with
         # none of an alert's is something else: a position report, a heartbeat, or an alert whose text and codes
@@ -1444,16 +1476,22 @@ def event_of(
 _EMPTY_ALERT_FIELDS_NAMED = 8
 
 
+def _own_fields(data: dict[str, Any]) -> str:
+    """The fields of a line that are none of the contract's, named (the first few): what a platform sends a
+    field under when its name is its own, for a rename upstream; "" for none."""
+    own = [repr(str(key)[:40]) for key in data if key not in CONTRACT_FIELDS]
+    more = len(own) - _EMPTY_ALERT_FIELDS_NAMED
+    return ", ".join(own[:_EMPTY_ALERT_FIELDS_NAMED]) + (f" and {more} more" if more > 0 else "")
+
+
 def _empty_alert_error(data: dict[str, Any]) -> str:
     """The reason an alert with nothing to diagnose is a dead letter, naming the fields it was sent with that
     the contract does not know (what a platform sends its text or codes under, for a rename upstream)."""
-    own = [repr(str(key)[:40]) for key in data if key not in CONTRACT_FIELDS]
-    more = len(own) - _EMPTY_ALERT_FIELDS_NAMED
-    fields = ", ".join(own[:_EMPTY_ALERT_FIELDS_NAMED]) + (f" and {more} more" if more > 0 else "")
+    fields = _own_fields(data)
     return (
         "a line without a type is read as an alert, and this one has none of an alert's alert_text, dtc_codes "
         "or signals"
-        + (f" (its fields that are none of the contract's: {fields})" if own else "")
+        + (f" (its fields that are none of the contract's: {fields})" if fields else "")
         + ": a position report or heartbeat is no alert, and an alert's text or codes under names of the "
         "platform's own need the contract's names (or a type, to be diagnosed bare)"
     )

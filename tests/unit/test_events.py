@@ -1393,3 +1393,46 @@ def test_series_codes_as_numbers_messages_as_lists_and_null_codes() -> None:
     for field, value in (("series", True), ("series", 3.5), ("alert_text", 42), ("alert_text", ["a", 3])):
         error = rejected(json.dumps(alert(**{field: value})))
         assert error.stage == "validate" and field in str(error), (field, value)
+
+
+# -- lesser forms a fleet sends (audit) ---------------------------------------------------------------------
+
+
+def test_one_field_under_two_spellings_with_one_value_is_that_field() -> None:
+    # {"vin": X, "VIN": X} was a dead letter ("given twice"); two values still are (which one holds is not known).
+    assert parse_event(json.dumps({**alert(), "VIN": VIN})).vin == VIN
+    with pytest.raises(EventError, match="given twice with another value"):
+        parse_event(json.dumps({**alert(), "VIN": VIN[:-1] + "5"}))
+
+
+def test_a_j1939_code_whose_numbers_come_as_whole_floats_is_read() -> None:
+    event = parse_event(json.dumps(alert(dtc_codes=[{"spn": 1569.0, "fmi": 31.0}])))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == ["SPN1569-FMI31"]
+
+
+@pytest.mark.parametrize(("word", "ok"), [("已修复", True), ("未修复", False), ("不正常", False), ("Yes", True)])
+def test_verdicts_in_the_words_of_chinese_workshop_systems(word: str, ok: bool) -> None:
+    line = {"type": "recheck", "event_id": "r-1", "vin": VIN, "ts": "2026-11-05T10:00:00Z", "recheck_ok": word}
+    event = parse_event(json.dumps(line, ensure_ascii=False))
+    assert isinstance(event, RecheckEvent) and event.recheck_ok is ok
+
+
+def test_a_word_that_is_no_verdict_is_named_with_the_words_that_are() -> None:
+    line = {"type": "recheck", "event_id": "r-1", "vin": VIN, "ts": "2026-11-05T10:00:00Z", "recheck_ok": "maybe"}
+    with pytest.raises(EventError, match=r"recheck_ok: 'maybe' is no verdict: true or false, or a word such as"):
+        parse_event(json.dumps(line))
+
+
+def test_a_missing_field_names_the_fields_the_line_has_that_are_none_of_the_contracts() -> None:
+    data = {k: v for k, v in alert().items() if k != "ts"} | {"timestamp": "2026-11-01T08:15:30Z"}
+    with pytest.raises(EventError, match=r"^ts: Field required \(the line's fields that are none of the contract's: "
+                       r"'timestamp'\)$"):  # fmt: skip
+        parse_event(json.dumps(data))
+
+
+def test_half_a_character_in_a_text_is_read_as_a_replacement_character() -> None:
+    # A JavaScript producer cut an emoji in two: the alert lost all its text, codes and readings to it.
+    raw = json.dumps(alert(alert_text="x")).replace('"alert_text": "x"', '"alert_text": "pack hot \\ud83d"')
+    event = parse_event(raw)
+    assert isinstance(event, AlertEvent) and event.alert_text == "pack hot \ufffd" and event.dtc_codes == ["P0A7F"]
+    assert "\ufffd" in event.model_dump_json()  # writable as state and outputs
