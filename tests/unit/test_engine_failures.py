@@ -732,6 +732,27 @@ def test_a_reading_delivered_late_is_not_the_latest_one(pack: KnowledgePack) -> 
     assert (older.first, older.latest) == (90, 300)  # arrival order, as such a state was read
 
 
+def test_an_answer_of_pages_is_cut_to_what_a_diagnosis_keeps_and_flagged(pack: KnowledgePack) -> None:
+    """A runaway generation: a root cause of 60,000 characters and 500 excluded hypotheses went whole into the
+    diagnosis (and working memory), which could pass what the outputs' topic takes."""
+    from vdoctor.agent.react import MAX_ANSWER_HYPOTHESES, MAX_ANSWER_TEXT_CHARS
+
+    cause = "cell group 7 drifts by 187 mV under load; " * 1500
+    answer = {"phase": "CONCLUDED", "root_cause": cause, "fix_action": "balance the pack", "priority": "P1",
+              "confidence": 0.9, "codes": ["P0A7F"], "evidence": ["dtc://P0A7F"],
+              "excluded": [f"hypothesis {i}" for i in range(500)]}  # fmt: skip
+    h = Harness(engine(pack, model=ScriptedModel([ChatResponse(content=json.dumps(answer))])))
+    diagnosis = h.diagnose(alert("e-1", T0, 187))
+    assert "answer_clipped" in diagnosis.flags
+    assert diagnosis.root_cause is not None and len(diagnosis.root_cause) <= MAX_ANSWER_TEXT_CHARS
+    assert diagnosis.root_cause.endswith("…") and cause.startswith(diagnosis.root_cause[:-1].rstrip())
+    assert not diagnosis.root_cause[:-1].rstrip().endswith("18")  # never cut inside a number
+    assert len(diagnosis.model_dump_json()) < 10_000
+    stored = h.state[VIN][0]
+    assert stored is not None and len(stored) < 60_000
+    assert MAX_ANSWER_HYPOTHESES < 500
+
+
 def test_an_alert_that_makes_working_memory_let_readings_go_says_so(pack: KnowledgePack) -> None:
     """64 module temperatures an alert, each signal's first, lowest, highest and latest reading kept: past 200
     readings the oldest give way (recorded in the state), and the diagnosis said nothing of it."""

@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field, ValidationError
 from vdoctor.agent.tools import Toolbox
 from vdoctor.agent.window import ContextWindow
 from vdoctor.errors import ModelError
+from vdoctor.events import MAX_DTC_CODES
+from vdoctor.memory.working import clip_text
 from vdoctor.models.base import ChatModel, Message
 from vdoctor.records import Phase, Priority
 
@@ -24,6 +26,15 @@ from vdoctor.records import Phase, Priority
 MAX_ITERATIONS = 6
 # Output flag of a run whose model call failed for good.
 MODEL_FAILED = "model_failed"
+# The most characters an answer's root cause or fix, or one of its excluded or voided hypotheses, keeps; the
+# most hypotheses of each list, and codes (as many as an alert carries). A cause and its fix are a few
+# sentences. A runaway generation wrote pages, and the diagnosis carrying them could pass what the outputs'
+# topic takes (a record over the producer's 1 MB fails the sink, and the job at every restart, as a dead
+# letter did), while L1 and the case summary kept re-reading them. Cut, never inside a number
+# (``working.clip_text``), and flagged ``answer_clipped``.
+MAX_ANSWER_TEXT_CHARS = 1_000
+MAX_ANSWER_HYPOTHESES = 32
+ANSWER_CLIPPED = "answer_clipped"
 _JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -104,6 +115,24 @@ def parse_answer(content: str) -> FinalAnswer | None:
     return answer
 
 
+def clip_answer(answer: FinalAnswer) -> bool:
+    """Bound the answer's texts in place (``MAX_ANSWER_TEXT_CHARS``, ``MAX_ANSWER_HYPOTHESES``); whether any was."""
+    clipped = False
+    for name in ("root_cause", "fix_action"):
+        text = getattr(answer, name)
+        if text is not None and len(text) > MAX_ANSWER_TEXT_CHARS:
+            setattr(answer, name, clip_text(text, MAX_ANSWER_TEXT_CHARS))
+            clipped = True
+    bounds = (("excluded", MAX_ANSWER_HYPOTHESES), ("voided", MAX_ANSWER_HYPOTHESES), ("codes", MAX_DTC_CODES))
+    for name, most in bounds:
+        items: list[str] = getattr(answer, name)
+        kept = [clip_text(item, MAX_ANSWER_TEXT_CHARS) for item in items[:most]]
+        if kept != items:
+            setattr(answer, name, kept)
+            clipped = True
+    return clipped
+
+
 def run_react(
     model: ChatModel,
     toolbox: Toolbox,
@@ -145,6 +174,8 @@ def run_react(
         if answer is None:
             run.flags.append("unparseable_answer")
         else:
+            if clip_answer(answer):
+                run.flags.append(ANSWER_CLIPPED)
             run.answer = answer
         return run
     run.flags.append("iteration_cap")

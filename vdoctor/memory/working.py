@@ -181,9 +181,15 @@ def _facts_by_text(text: str) -> tuple[KeyFact, ...]:
 
 def clip_line(text: str, limit: int) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
-    if len(first) <= limit:
-        return first
-    return _TAIL_TOKEN_RE.sub("", first[:limit]).rstrip(" ,，;；|") + CLIP_MARK
+    return clip_text(first, limit)
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text`` within ``limit`` characters: itself, or its start and ``CLIP_MARK``, never ending inside a
+    number, code or URI (``_TAIL_TOKEN_RE``)."""
+    if len(text) <= limit:
+        return text
+    return _TAIL_TOKEN_RE.sub("", text[: limit - len(CLIP_MARK)]).rstrip(" ,，;；|") + CLIP_MARK
 
 
 def _readings_to_give_way(facts: list[KeyFact], readings: list[int]) -> list[int]:
