@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from vdoctor.errors import EventError
@@ -43,6 +43,10 @@ from vdoctor.events import (
     trouble_codes,
     unit_field,
 )
+
+# How far ahead of this machine's clock an event's time may be before the report names it: a day, past any
+# zone a clock was set to by mistake.
+AHEAD_S = 24 * 3600
 
 # Kinds of rewritten forms, in the order the report lists them.
 FIELD, SIGNAL, NUMBER, CODE, TIME = "field", "signal", "number", "code", "ts"
@@ -69,6 +73,11 @@ class FeedReport:
     # A field the contract does not name, as written -> lines of events that carry it (the job leaves it out:
     # a platform's own name for codes or text, ``dtcs`` or ``message``, would lose them without a word).
     left_out: Counter[str] = field(default_factory=Counter)
+    # Events timed more than ``AHEAD_S`` after this machine's clock when checked, and the first one's line: a
+    # vehicle clock that runs ahead or was set wrong (2099, an all-ones 32-bit time). The job reads them as
+    # sent (a replay's times are its own), and a vehicle's alerts after one join the session it opened.
+    ahead: int = 0
+    ahead_first: int = 0
 
     @property
     def dead_letters(self) -> int:
@@ -97,6 +106,7 @@ class FeedReport:
                 for (kind, written, read), n in self.forms.most_common()
             ],
             "left_out": [{"field": name, "lines": n} for name, n in self.left_out.most_common()],
+            "ahead_of_clock": {"events": self.ahead, "first_line": self.ahead_first or None},
         }
 
 
@@ -106,11 +116,13 @@ def check_feed(
     progress: Callable[[int], None] | None = None,
     rename: Rename | None = None,
     number_comma: str | None = None,
+    now: datetime | None = None,
 ) -> FeedReport:
     """The report of ``lines`` (one JSON event each; blank lines are skipped, as the job skips them), read with
     the job's zone for times without one, its signal map and its comma in numbers, as the job reads them
-    (``parse_event``)."""
+    (``parse_event``). ``now``: the clock events ahead of it are counted against (default: this machine's)."""
     report = FeedReport()
+    ahead_of = (now or datetime.now(UTC)) + timedelta(seconds=AHEAD_S)
     for number, line in enumerate(lines, start=1):
         raw = line.rstrip("\r\n")
         if not raw.strip():
@@ -126,6 +138,9 @@ def check_feed(
             report.dead_letter(e.stage, str(e), number)
             continue
         report.events[event.type] += 1
+        if event.ts > ahead_of:
+            report.ahead += 1
+            report.ahead_first = report.ahead_first or number
         if isinstance(event, AlertEvent) and event.signals_set_aside:
             # An event, diagnosed without those readings, and a dead letter as well: the job sends both.
             report.dead_letter("validate", set_aside_error(event), number)
@@ -283,6 +298,12 @@ def render(report: FeedReport, zone_name: str | None, number_comma: str | None =
                 rest = sum(n for _, _, n in of_kind[TOP_FORMS:])
                 more = len(of_kind) - TOP_FORMS
                 out.append(f"  {kind:<6} ... {more:,} more forms ({rest:,} lines; --json lists all)")
+    if report.ahead:
+        out.append(
+            f"\nahead of this machine's clock by more than a day: {report.ahead:,} events (the first at line "
+            f"{report.ahead_first}): a vehicle clock set wrong? The job reads them as sent, and a vehicle's "
+            "later alerts join the session such an alert opened"
+        )
     if report.left_out:
         out.append("\nleft out (fields this feed writes that the contract does not name: not read; lines):")
         for name, n in report.left_out.most_common(TOP_FORMS):

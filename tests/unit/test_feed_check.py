@@ -191,3 +191,22 @@ def test_fields_the_contract_does_not_name_are_reported_as_left_out(tmp_path: Pa
     recheck = {"type": "recheck", "event_id": "r-1", "vin": VIN, "ts": "2026-11-02T08:00:00Z", "alertText": "x",
                "session_id": f"{VIN}-20261101T081530", "recheck_ok": "PASS", "dtc_codes": []}  # fmt: skip
     assert check_feed([json.dumps(recheck)]).left_out == {"alertText": 1, "dtc_codes": 1}
+
+
+def test_events_timed_over_a_day_ahead_of_the_clock_are_named_not_refused() -> None:
+    # A vehicle clock set to 2099, or the all-ones 32-bit time (2106): the job reads it as sent, and the vehicle's
+    # later alerts join the session it opens; the pre-flight check said nothing of it.
+    from datetime import UTC, datetime
+
+    base = {"type": "alert", "vin": "LSVAU2180N2183294", "series": "EV-A", "alert_text": "x"}
+    lines = [
+        json.dumps({**base, "event_id": "e-1", "ts": "2026-11-01T08:15:30Z"}),
+        json.dumps({**base, "event_id": "e-2", "ts": "2026-11-02T07:15:30Z"}),  # within the day
+        json.dumps({**base, "event_id": "e-3", "ts": 4294967295}),
+        json.dumps({**base, "event_id": "e-4", "ts": "2099-01-01T00:00:00Z"}),
+    ]
+    report = check_feed(lines, now=datetime(2026, 11, 1, 8, 15, 30, tzinfo=UTC))
+    assert (report.ahead, report.ahead_first, report.dead_letters) == (2, 3, 0)
+    assert "ahead of this machine's clock by more than a day: 2 events (the first at line 3)" in render(report, None)
+    assert report.as_json()["ahead_of_clock"] == {"events": 2, "first_line": 3}
+    assert "ahead of" not in render(check_feed(lines[:2], now=datetime(2026, 11, 1, 8, tzinfo=UTC)), None)
