@@ -63,6 +63,7 @@ from vdoctor.records import (
 )
 from vdoctor.retrieval.text import dense_text
 from vdoctor.stores import MemoryStore
+from vdoctor.stores.base import read_at_once
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 log = logging.getLogger(__name__)
@@ -324,7 +325,7 @@ class DiagnosisEngine:
         a replay, and keeps its id (a write is idempotent by id). When the store cannot say, the id stays.
         """
         try:
-            while (held := self.store.get(vin, session_id)) is not None and held.alert_text != text:
+            while (held := read_at_once(self.store, vin, session_id)) is not None and held.alert_text != text:
                 session_id = following_session_id(opening, session_id)
         except StoreError as e:
             log.warning("could not check whether %s is taken in long-term memory: %s", session_id, e)

@@ -654,6 +654,28 @@ def test_a_late_alert_in_the_second_of_an_older_session_never_takes_that_session
     assert store.get(VIN, SID_1) == kept
 
 
+class DownStore(InMemoryStore):
+    """Long-term memory that is down for every read and write."""
+
+    def get(self, vin: str, session_id: str) -> MemoryRecord | None:
+        raise StoreError("long-term memory at mysql://fleet: connection refused")
+
+    def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
+        raise StoreError("long-term memory at mysql://fleet: connection refused")
+
+
+def test_a_session_opens_at_once_while_long_term_memory_is_down(pack: KnowledgePack) -> None:
+    """Whether the new session's id is taken was asked through the retrying store's get, which waits out an
+    outage as a write must (300 s by default): every vehicle's first alert stalled its run (found by a diff
+    review). It is asked at once now, as recall is: the id stays and the diagnosis goes out, degraded."""
+    from vdoctor.stores.retry import RetryingStore
+
+    slept: list[float] = []
+    store = RetryingStore(DownStore(), 300.0, sleep=slept.append)
+    diagnosis = Harness(engine(pack, store=store)).diagnose(alert("e-1", T0, 187))  # type: ignore[arg-type]
+    assert slept == [] and diagnosis.session_id == SID_1 and diagnosis.memory.degraded
+
+
 def test_a_session_run_again_keeps_the_id_its_case_was_written_under(pack: KnowledgePack) -> None:
     """A restore, or a replay into the same store, runs a session again that long-term memory already holds:
     its alert says what the stored case's did, so it is the same session and keeps the id (writes are

@@ -24,7 +24,15 @@ from typing import TypeVar
 
 from vdoctor.errors import StoreError
 from vdoctor.records import MemoryRecord
-from vdoctor.stores.base import ChannelHits, MemoryStore, Scored, SimilarQuery, StaleVersion, channel_hits
+from vdoctor.stores.base import (
+    ChannelHits,
+    MemoryStore,
+    Scored,
+    SimilarQuery,
+    StaleVersion,
+    channel_hits,
+    read_at_once,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +107,10 @@ class RetryingStore:
         return self._write(f"dedup lookup {vin}", lambda: self.inner.find_duplicate(vin, root_cause, since))
 
     # -- recall reads: straight through (a failed recall is degraded, not waited for) ---
+
+    def get_at_once(self, vin: str, session_id: str) -> MemoryRecord | None:
+        """``get`` straight through (``base.read_at_once``): whether a session id is taken, as a session opens."""
+        return read_at_once(self.inner, vin, session_id)
 
     def own_history(self, vin: str, since: datetime, limit: int, as_of: datetime) -> list[MemoryRecord]:
         return self.inner.own_history(vin, since, limit, as_of)
