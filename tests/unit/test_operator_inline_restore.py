@@ -224,3 +224,23 @@ def test_events_waiting_in_the_pool_at_a_checkpoint_run_when_resumed_at_concurre
         assert [e for v, e in done if v == vin(i)] == [f"e-{i}-{k}" for k in range(3) if i < 6 or k == 2]
     assert resumed.data["pending"] == {}
     after.close()
+
+
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_a_restored_event_this_release_no_longer_reads_is_a_dead_letter_not_a_failed_job(
+    concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An event a checkpoint of an earlier release held waiting, by rules since made stricter: re-validated as it
+    # ran, it raised out of the run, and the job failed at every restart (found by a diff review).
+    store = InMemoryStore()
+    [(vin_, good_json, good_raw)] = alerts(vehicles=1, per_vehicle=1)
+    stale = json.loads(good_json) | {"event_id": "e-stale", "vin": "not a vin"}
+    pending = json.dumps([[json.dumps(stale), "the stale line"], [good_json, good_raw]])
+    resumed = Runtime({"pending": {vin_: pending}}, {("event", vin_, 2**63 - 1)})
+    function = operator(resumed, concurrency, OfflineModel(), store, monkeypatch)
+    out = fire(function, resumed, "event")  # the end of input runs what the vehicle has pending
+    [(kind, letter)] = [o for o in out if o[0] == op_module.DEAD_LETTER]
+    assert json.loads(letter)["raw"] == "the stale line" and "no longer read as an event" in json.loads(letter)["error"]
+    assert diagnosed(out) == [(vin_, "e-0-0")]
+    assert resumed.data["pending"] == {}
+    function.close()
