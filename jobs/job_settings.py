@@ -321,7 +321,7 @@ def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
         choices=NUMBER_COMMAS,
         type=str.lower,
         help="how the fleet's numbers use a comma where a reading could be read either way: decimal (12,345 is "
-        "12.345, and 1.200 is 1200) or thousands (12345) (default: such a reading is set aside, its dead letter "
+        "12.345, and 1.234.567 is 1234567) or thousands (12345) (default: such a reading is set aside, its dead letter "
         "naming both)",
     )
     parser.add_argument(

@@ -541,11 +541,12 @@ def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
     (``12,345,678``, ``12,345.6``) or by points before a decimal comma (``12.345,6``), or with a decimal comma
     (``41,5``, ``0,187 V``). One comma before three digits alone (``12,345``) may be either, a thousand times
     apart: read as the fleet's ``comma`` says (``decimal``: 12.345, ``thousands``: 12345), and without it
-    refused, naming both and the setting. Where the fleet writes a decimal comma, a point can only group
-    thousands: one followed by groups of exactly three digits, up to the number's end, is read so (``1.200`` is
-    1200, ``1.234.567`` 1234567), and any other point stays a decimal one (``3.7``, ``0.500``, ``1.2345``: the
-    numbers machines write, with a point whatever the fleet's locale). Any other text is left as it is (and
-    refused by the caller if no number)."""
+    refused, naming both and the setting. Where the fleet writes a decimal comma, points that group a number's
+    digits in threes twice or more are thousands (``1.234.567``); one point before three digits alone
+    (``1.200``, ``3.215``) reads two ways even there (thousands, or a machine's decimal point: printf's ``%.3f``)
+    and is refused naming both; any other point stays a decimal one (``3.7``, ``0.500``, ``1.2345``: the numbers
+    machines write, with a point whatever the fleet's locale). Any other text is left as it is (and refused by
+    the caller if no number)."""
     if (grouped := _COMMA_GROUPS_RE.match(text)) is not None:
         digits, point = grouped.group(1, 2)
         if digits.count(",") == 1 and point is None:
@@ -564,7 +565,18 @@ def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
     if (decimal := _DECIMAL_COMMA_RE.match(text)) is not None:
         return decimal.group(1) + "." + text[decimal.end(1) + 1 :]
     if comma == "decimal" and (grouped := _POINT_THOUSANDS_RE.match(text)) is not None:
-        return grouped.group(1).replace(".", "") + text[grouped.end(1) :]
+        digits = grouped.group(1)
+        if digits.count(".") == 1:
+            # One point before three digits reads two ways even here: thousands (1.200 rpm) or the decimal point
+            # of a machine's number with three decimals (3.215 V, printf's %.3f), a thousand times apart.
+            grouping, fraction = digits.replace(".", ""), digits
+            raise TwoWayComma(
+                f"signal {name[:40]} = {text[:20]!r}: {grouping} or {fraction}? where the fleet writes a decimal "
+                "comma a point before three digits may group thousands or be a machine's decimal point: send the "
+                "number without a thousands separator, or with more or fewer than three decimals",
+                f"{grouping} or {fraction}?",
+            )
+        return digits.replace(".", "") + text[grouped.end(1) :]
     return text
 
 
@@ -1396,7 +1408,7 @@ def parse_event(
     ``number_comma``: how the fleet's numbers use a comma (``VDOCTOR_NUMBER_COMMA``, one of
     ``NUMBER_COMMAS``): a reading sent as ``"12,345"`` is 12.345 (``decimal``) or 12345 (``thousands``);
     None: such a reading is set aside, its dead letter naming both (``set_aside_error``). Under ``decimal`` a
-    point before groups of three digits groups thousands (``"1.200"`` is 1200; ``_ungrouped``). Every other
+    points grouping digits in threes twice or more group thousands (``"1.234.567"``; ``_ungrouped``). Every other
     form of a number reads the same whatever it says (``41,5`` has a decimal comma, ``12,345,678`` and
     ``12,345.6`` group thousands, ``3.7`` has a decimal point).
     """

@@ -220,9 +220,9 @@ class RuntimeSettings(_Frozen):
     # The zone of event times written without one (``events.time_zone``: Asia/Shanghai, +08:00); None:
     # such an event is a dead letter that says so (``events.parse_event``).
     naive_ts_zone: str | None = None
-    # How the fleet's numbers use a comma where a number could be read either way (``12,345``): decimal (then a
-    # point before groups of three digits groups thousands) or thousands; None: such a reading is set aside, its
-    # dead letter naming both (``events.parse_event``).
+    # How the fleet's numbers use a comma where a number could be read either way (``12,345``): decimal (then
+    # points grouping digits in threes twice or more group thousands) or thousands; None: such a reading is set
+    # aside, its dead letter naming both (``events.parse_event``).
     number_comma: str | None = None
     # The fleet's signal map (``vdoctor.signal_map``): sent name -> the name it is read as. Given as the path
     # of its file (JSON or CSV), read here, where the job is built: the map itself goes to the workers.

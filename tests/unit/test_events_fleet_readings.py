@@ -121,19 +121,17 @@ def test_a_unit_written_in_the_text_is_kept_as_the_object_form_keeps_it() -> Non
 # -- 3. a fleet that writes a decimal comma groups thousands with points ---------------------------------------
 
 
-def test_under_a_decimal_comma_a_point_before_groups_of_three_digits_groups_thousands() -> None:
-    # A German platform writes 1.200 rpm for twelve hundred: it was read as 1.2 rpm, and 1.234.567 km set aside.
+def test_under_a_decimal_comma_points_grouping_digits_twice_or_more_are_thousands() -> None:
+    # A German platform writes 1.234.567 km: it was set aside as no number.
     for text, number in (
-        ("1.200", 1200.0), ("123.456", 123456.0), ("1.234.567", 1234567.0), ("-1.500", -1500.0),
-        ("123.456,7", 123456.7),
+        ("1.234.567", 1234567.0), ("-1.500.000", -1500000.0), ("123.456,7", 123456.7),
         # Any other point is a decimal one, as machines write numbers whatever the fleet's locale.
         ("3.7", 3.7), ("0.5", 0.5), ("0.500", 0.5), ("1.2345", 1.2345), ("12.5", 12.5), ("1.200e3", 1200.0),
     ):  # fmt: skip
         assert read({"odometer": text}, number_comma="decimal").signals == {"odometer": number}, text
-    assert read({"engine_rpm": "1.200 rpm"}, number_comma="decimal").signals == {"engine_rpm": 1200.0}
     # With the unit given beside the value, converted after it is read.
-    listed = [{"name": "odometer_km", "value": "1.234 m"}, {"name": "pack_voltage_v", "value": "3.700", "unit": "mV"}]
-    assert read(listed, number_comma="decimal").signals == {"odometer_km": 1.234, "pack_voltage_v": 3.7}
+    listed = [{"name": "odometer_km", "value": "1.234.567 m"}, {"name": "pack_voltage_v", "value": "3.7", "unit": "mV"}]
+    assert read(listed, number_comma="decimal").signals == {"odometer_km": 1234.567, "pack_voltage_v": 0.0037}
     # Without the setting, or with thousands, a point is a decimal one as before.
     for comma in (None, "thousands"):
         assert read({"odometer": "1.200", "engine_rpm": "3.7"}, number_comma=comma).signals == {
@@ -141,11 +139,21 @@ def test_under_a_decimal_comma_a_point_before_groups_of_three_digits_groups_thou
         }, comma  # fmt: skip
 
 
+@pytest.mark.parametrize("text", ["1.200 rpm", "3.215 V", "398.500", "-1.500"])
+def test_under_a_decimal_comma_one_point_before_three_digits_reads_two_ways_and_is_set_aside(text: str) -> None:
+    # 1.200 rpm (twelve hundred) and 3.215 V (a machine's %.3f): read as thousands, 3.215 V became 3215 V, a
+    # thousand times the reading, without a word (found by a diff review). Set aside, naming both.
+    event = read({"engine_rpm" if "rpm" in text else "pack_voltage_v": text}, number_comma="decimal")
+    assert event.signals == {} and list(event.signals_set_aside.values()) == [text]
+    digits = text.split()[0]
+    assert f"{digits.replace('.', '')} or {digits}?" in set_aside_error(event)
+
+
 def test_check_events_shows_how_a_point_is_read_under_a_decimal_comma() -> None:
-    report = check_feed([line({"engine_rpm": "1.200 rpm", "pack_voltage_v": "3.7"})], number_comma="decimal")
+    report = check_feed([line({"odometer_km": "1.234.567 km", "pack_voltage_v": "3.7"})], number_comma="decimal")
     forms = {(f["written"], f["read"]) for f in report.as_json()["read_as"] if f["kind"] == "number"}
-    assert forms == {("9.999 rpm", "9999 rpm")}
-    assert not check_feed([line({"engine_rpm": "1.200 rpm"})]).as_json()["read_as"]
+    assert forms == {("9.999.999 km", "9999999 km")}
+    assert not check_feed([line({"odometer_km": "1.234.567 km"})]).as_json()["read_as"]
 
 
 # -- 4. a quantity's _min is its minimum; cells_3_t is no tonnes -------------------------------------------------
