@@ -502,7 +502,14 @@ def _read_number(
 # A signal whose name is a latitude or a longitude (a word of it: ``gps_lat``, ``longitude``), and the hemisphere
 # letters (any case) and Chinese words GPS receivers and platforms write after such a coordinate, with the axis
 # each belongs to and its sign: south and west are negative (``"33.87S"`` is -33.87; as ``W`` it would be watts).
-_COORDINATE_NAME_RE = re.compile(r"(?:^|_)(?:(lat|latitude)|lon|lng|longitude)(?:_|$)")
+# A coordinate's name: the axis alone, or after a word that says position (``gps_lat``, ``latitude``,
+# ``pos_lon_deg``). Not lat or lon anywhere in a name: in vehicle dynamics they are lateral and longitudinal
+# (``lat_response_time_s``, ``brake_force_lon`` in N), whose units N, S and W are a hemisphere's letters too.
+_COORDINATE_NAME_RE = re.compile(
+    r"^(?:(?:gps|gnss|geo|nav|pos|position|loc|location|vehicle|veh|current|cur|last|home|start|end|dest"
+    r"|destination)_)?"
+    r"(?:(lat|latitude)|lon|lng|longitude)(?:_deg(?:rees)?)?$"
+)
 _HEMISPHERES = {
     "n": ("lat", 1.0), "s": ("lat", -1.0), "e": ("lon", 1.0), "w": ("lon", -1.0),
     "北纬": ("lat", 1.0), "南纬": ("lat", -1.0), "东经": ("lon", 1.0), "西经": ("lon", -1.0),

@@ -241,3 +241,22 @@ def test_chinese_units_and_full_width_digits_are_read(signals: dict[str, str], r
 def test_du_alone_is_not_read_as_a_unit() -> None:
     # 度: degrees Celsius on a thermometer, kilowatt-hours on an electricity bill.
     assert read({"pack_temp_c": "41.5 度"}).signals_set_aside == {"pack_temp_c": "41.5 度"}
+
+
+@pytest.mark.parametrize(
+    ("signals", "read_as"),
+    [
+        # Lateral and longitudinal in vehicle dynamics: a hemisphere's letters are their units (N, S, W), and
+        # lat or lon anywhere in a name made 0.8 s a southern -0.8 (found by a diff review).
+        ({"lat_response_time": "0.8 s"}, {"lat_response_time_s": 0.8}),
+        ({"lat_dyn_s": "0.8 s"}, {"lat_dyn_s": 0.8}),
+        ({"lon_motor_power": "500 W"}, {"lon_motor_power_w": 500.0}),
+        ({"brake_force_lon": "1200 N"}, {"brake_force_lon_n": 1200.0}),
+        ({"lat_force_n": "-350 N"}, {"lat_force_n": -350.0}),
+        # A coordinate: the axis alone, or after a word that says position.
+        ({"latitude": "31.2N"}, {"latitude": 31.2}),
+        ({"pos_lon_deg": "121.4 W"}, {"pos_lon_deg": -121.4}),
+    ],
+)
+def test_lateral_and_longitudinal_are_no_coordinates(signals: dict[str, str], read_as: dict[str, float]) -> None:
+    assert read(signals).signals == read_as
