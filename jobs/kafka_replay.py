@@ -66,7 +66,7 @@ def read_alerts(path: Path) -> str:
 def vin_key(line: str) -> bytes | None:
     """The VIN of a JSON event line, as the record key (as the job keys its outputs); None for lines without one."""
     try:
-        data = json.loads(line)
+        data = json.loads(line.removeprefix("\ufeff"))  # (a Windows file's first line: read past, as the job does)
     except (ValueError, RecursionError):
         return None
     vin = key_vin(raw_vin(data))

@@ -436,6 +436,20 @@ class TwoWayComma(Unreadable):
     kind = "comma"
 
 
+class TwoWayPoint(Unreadable):
+    """A number with one point before three digits alone (``"1.200 rpm"``, ``"3.215 V"``) where the fleet writes a
+    decimal comma (``VDOCTOR_NUMBER_COMMA=decimal``): thousands, or a machine's decimal point?"""
+
+    kind = "point"
+
+
+class NameTaken(Unreadable):
+    """A reading whose name, with the unit its text gave it (``with_unit``), another reading of the alert has
+    (``"battery_voltage": "12.6 V"`` beside ``"battery_voltage_v": 12.5``): the first one is kept."""
+
+    kind = "name"
+
+
 def with_unit(read: str, symbol: str) -> str | None:
     """The name a reading of the signal ``read`` (as ``signal_name`` reads it) sent in the unit ``symbol`` is kept
     under when that unit is the reading's own, not the name's: the name with the unit's suffix, where the name
@@ -577,7 +591,7 @@ def _ungrouped(name: str, text: str, comma: str | None = None) -> str:
             # One point before three digits reads two ways even here: thousands (1.200 rpm) or the decimal point
             # of a machine's number with three decimals (3.215 V, printf's %.3f), a thousand times apart.
             grouping, fraction = digits.replace(".", ""), digits
-            raise TwoWayComma(
+            raise TwoWayPoint(
                 f"signal {name[:40]} = {text[:20]!r}: {grouping} or {fraction}? where the fleet writes a decimal "
                 "comma a point before three digits may group thousands or be a machine's decimal point: send the "
                 "number without a thousands separator, or with more or fewer than three decimals",
@@ -1060,6 +1074,7 @@ class AlertEvent(_Event):
         else:
             return signals  # the field's own error
         read: dict[object, object] = {}
+        named_by_text: set[object] = set()  # names a unit in a reading's text gave (``with_unit``)
         for name, value in pairs:
             renaming = rename
             if isinstance(value, dict):  # a reading as an object under its name (``flat_signals``)
@@ -1073,6 +1088,12 @@ class AlertEvent(_Event):
                 # A name with no snake_case form (another script) is kept as sent, to be set aside
                 # (``_set_aside``) under the name a signal map's entry for it takes.
                 name = read_as if has_snake_form(read_as) else name.strip()
+            if name in read and name in named_by_text and text_aside is not None and aside_why is not None:
+                # battery_voltage = "12.6 V" (read as battery_voltage_v) beside battery_voltage_v = 12.5: a display
+                # text beside its raw value. The first is kept, this one set aside, as a unit never refuses an alert.
+                text_aside[str(given)] = str(value)
+                aside_why[str(given)] = NameTaken("", f"read as {name}, as an earlier reading of this alert is").why
+                continue
             if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
                 raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
             if isinstance(value, bool):
@@ -1094,8 +1115,13 @@ class AlertEvent(_Event):
                     continue
                 if renamed is not None:  # (insulation_res = "0.5 MΩ": insulation_res_megohm)
                     name = renamed
+                    if name in read and text_aside is not None and aside_why is not None:
+                        text_aside[str(given)] = text  # (the first reading of the name is kept, as above)
+                        aside_why[str(given)] = NameTaken("", f"read as {name}, as an earlier reading is").why
+                        continue
                     if name in read:
                         raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
+                    named_by_text.add(name)
             read[name] = value
         return read
 
@@ -1467,7 +1493,7 @@ def event_of(
     if data.get("type") != name:
         data["type"] = name
     if name == "alert" and data.get("series") is None and isinstance(vin := data.get("vin"), str):
-        data["series"] = vin.strip().upper()[:SERIES_FROM_VIN_CHARS]
+        data["series"] = vin_form(vin)[:SERIES_FROM_VIN_CHARS]  # (a full-width VIN's series is its ASCII one)
     try:
         context: dict[str, object] = {RENAME: rename, NUMBER_COMMA: number_comma, TEXT_ASIDE: {}, ASIDE_WHY: {}}
         event = model.model_validate(data, context=context)
@@ -1549,6 +1575,10 @@ _ASIDE_HEADINGS = {
     UnitConflict.kind: "in a unit its name does not allow",
     TwoWayComma.kind: f"a number with a comma that reads two ways (set {NUMBER_COMMA_ENV} to how the fleet writes "
     "numbers, decimal or thousands)",
+    TwoWayPoint.kind: "a number with one point before three digits, which reads two ways where the fleet writes a "
+    "decimal comma (thousands, or a machine's decimal point)",
+    NameTaken.kind: "under the name of an earlier reading of the alert (one of the two named by the unit in its "
+    "text; the earlier one kept)",
 }
 
 

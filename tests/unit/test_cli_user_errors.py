@@ -209,6 +209,13 @@ def test_replay_ends_a_line_where_the_job_does_not_inside_an_alert_text(
     assert [json.loads(v)["alert_text"] for v in sent.values] == texts
 
 
+def test_replay_keys_a_line_that_starts_with_a_byte_order_mark_by_its_vin() -> None:
+    # A Windows file's first line went out without a key, on any partition, ahead of or behind its vehicle's others.
+    from jobs.kafka_replay import vin_key
+
+    assert vin_key(f'\ufeff{{"vin": "{VIN}"}}') == VIN.encode()
+
+
 def test_replay_takes_a_legal_topic_and_a_finite_rate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -228,6 +228,12 @@ def test_a_vin_in_full_width_or_with_a_character_of_no_width_is_the_vin(vin: str
     assert key_vin(vin) == VIN  # the Kafka record key: the same vehicle
 
 
+def test_a_full_width_vins_series_is_its_ascii_one() -> None:
+    # The series taken from the VIN was taken from it as sent: 'ＬＳＶＡＵ２１８', a series of its own for recall.
+    data = {k: v for k, v in alert(vin="".join(chr(ord(c) + 0xFEE0) for c in VIN)).items() if k != "series"}
+    assert parse_event(json.dumps(data, ensure_ascii=False)).series == VIN[:8]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("vin", ["0" * 17, "1" * 17, "A" * 17])
 def test_a_placeholder_vin_is_a_dead_letter(vin: str) -> None:
     # Terminals not yet bound to a vehicle send one: they would all have shared one vehicle's sessions and memory.
@@ -914,9 +920,11 @@ def test_a_suffix_that_may_be_a_word_is_one_when_the_reading_is_sent_in_another_
                     {"pack_temp_c": "106.7 V"}, {"pack_current_a": "41 °C"}):  # fmt: skip
         ((name, _),) = signals.items()
         set_aside(json.dumps(alert(signals=signals)), name)
-    # A renamed reading whose new name another reading of the alert has is refused: which one is the reading?
-    error = rejected(json.dumps(alert(signals={"cell_voltage_min": "3.21 V", "cell_voltage_min_v": 3.3})))
-    assert error.stage == "validate"
+    # A renamed reading whose new name another reading of the alert has: the earlier one is kept, the later set
+    # aside (the whole alert was refused).
+    event = parse_event(json.dumps(alert(signals={"cell_voltage_min": "3.21 V", "cell_voltage_min_v": 3.3})))
+    assert isinstance(event, AlertEvent) and event.signals["cell_voltage_min_v"] == 3.21
+    assert event.signals_set_aside == {"cell_voltage_min_v": "3.3"}
 
 
 def test_signal_names_of_flattened_payloads_and_tables() -> None:

@@ -113,9 +113,16 @@ def test_a_unit_written_in_the_text_is_kept_as_the_object_form_keeps_it() -> Non
     assert read({"insulation_res": "500", "cell_voltage_diff_mv": "0.187 V"}).signals == {
         "insulation_res": 500.0, "cell_voltage_diff_mv": 187.0,
     }  # fmt: skip
-    # The name it takes is the alert's another reading has: which one is the reading is not known.
+    # The name it takes another reading of the alert has (a display text beside its raw value): the earlier one
+    # is kept and the later set aside, in either order; the whole alert was refused (found by a diff review).
+    first = read({"battery_voltage": "12.6 V", "battery_voltage_v": 12.5})
+    assert first.signals == {"battery_voltage_v": 12.6} and first.signals_set_aside == {"battery_voltage_v": "12.5"}
+    later = read({"battery_voltage_v": 12.5, "battery_voltage": "12.6 V"})
+    assert later.signals == {"battery_voltage_v": 12.5} and later.signals_set_aside == {"battery_voltage": "12.6 V"}
+    assert "under the name of an earlier reading of the alert" in set_aside_error(later)
+    # Two names that read alike with no unit in their text are refused as before: which one holds is not known.
     with pytest.raises(EventError, match="as another name of this alert is"):
-        parse_event(line({"insulation_res": "0.5 MΩ", "insulation_res_megohm": 0.6}))
+        parse_event(line({"pack_temp_C": 41.0, "pack_temp_c": 42.0}))
 
 
 # -- 3. a fleet that writes a decimal comma groups thousands with points ---------------------------------------

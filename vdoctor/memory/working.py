@@ -180,16 +180,19 @@ def _facts_by_text(text: str) -> tuple[KeyFact, ...]:
 
 
 def clip_line(text: str, limit: int) -> str:
+    """The first line of ``text``: itself within ``limit`` characters, else its first ``limit`` and ``CLIP_MARK``
+    (the callers leave room for the mark), never ending inside a number, code or URI (``_TAIL_TOKEN_RE``)."""
     first = text.strip().splitlines()[0] if text.strip() else ""
-    return clip_text(first, limit)
+    return first if len(first) <= limit else _cut(first, limit)
 
 
 def clip_text(text: str, limit: int) -> str:
-    """``text`` within ``limit`` characters: itself, or its start and ``CLIP_MARK``, never ending inside a
-    number, code or URI (``_TAIL_TOKEN_RE``)."""
-    if len(text) <= limit:
-        return text
-    return _TAIL_TOKEN_RE.sub("", text[: limit - len(CLIP_MARK)]).rstrip(" ,，;；|") + CLIP_MARK
+    """``text`` within ``limit`` characters, ``CLIP_MARK`` included when it is cut (``clip_line``'s cut)."""
+    return text if len(text) <= limit else _cut(text, max(limit - len(CLIP_MARK), 0))
+
+
+def _cut(text: str, keep: int) -> str:
+    return _TAIL_TOKEN_RE.sub("", text[:keep]).rstrip(" ,，;；|") + CLIP_MARK
 
 
 def _readings_to_give_way(facts: list[KeyFact], readings: list[int]) -> list[int]:
