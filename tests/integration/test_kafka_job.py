@@ -78,7 +78,7 @@ def test_replay_rejects_a_bad_rate(kafka: KafkaBroker, topics: dict[str, str], t
     proc = _cli("replay", "--alerts", str(alerts), "--bootstrap", kafka.bootstrap, "--topic", topics["alerts"],
                 "--rate", "0")
     assert proc.returncode == 2
-    assert "--rate must be a positive number" in proc.stderr
+    assert "--rate must be a finite number of events per second above 0" in proc.stderr
 
 
 def test_run_kafka_rejects_bad_topic_and_missing_jar(kafka: KafkaBroker, tmp_path: Path) -> None:

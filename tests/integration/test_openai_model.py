@@ -202,7 +202,7 @@ def test_run_refuses_openai_without_a_key_and_restore_without_a_checkpoint(tmp_p
     )  # fmt: skip
     assert no_chk.returncode == 2 and "no complete checkpoint" in no_chk.stderr
     bad_rate = subprocess.run([*cmd, "--rate", "0"], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-    assert bad_rate.returncode == 2 and "--rate must be positive" in bad_rate.stderr
+    assert bad_rate.returncode == 2 and "--rate must be a finite number of lines per second above 0" in bad_rate.stderr
 
 
 def _closed_port_url() -> str:
