@@ -154,6 +154,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._handles: dict[str, Any] = {}
         self._tick_at: int | None = None
         self._resumed = False
+        # Thread mode at concurrency 1, once the restored vehicles' pending events have run: no key has any.
+        self._none_pending = False
         # The pending list of each vehicle in the pool, as the JSON texts of its entries: the
         # state's value is their join, so an event is encoded once, not the whole list per change.
         self._pending_json: dict[str, list[str]] = {}
@@ -293,8 +295,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             raise RuntimeError("DiagnosisFunction.open() was not called before use")
         return self.keys
 
-    def _resume(self, ctx: KeyedProcessFunction.Context) -> None:
-        """Once per start: restart the chains of vehicles restored with events still pending (thread mode)."""
+    def _restored_keys(self) -> Iterator[tuple[str, Any]]:
+        """Once per start: each vehicle restored with events pending, its key current while the caller works on
+        it (thread mode; process mode cannot list keys: nothing); back to the caller's key after."""
         if self._resumed:
             return
         self._resumed = True
@@ -305,21 +308,30 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         try:
             for vin, handle in keys.keys_with("pending"):
                 keys.switch(handle)
-                pending = self._pending()
-                if pending and not self._pool().knows(vin):
-                    self._handles[vin] = handle
-                    self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
+                yield vin, handle
         finally:
             keys.switch(home)
+        self._none_pending = self.inline  # (the pool writes pending; inline runs write none)
+
+    def _resume(self, ctx: KeyedProcessFunction.Context) -> None:
+        """Once per start: restart the chains of vehicles restored with events still pending (thread mode)."""
+        if self._resumed:
+            return
+        for vin, handle in self._restored_keys():
+            pending = self._pending()
+            if pending and not self._pool().knows(vin):
+                self._handles[vin] = handle
+                self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
         self._ensure_tick(ctx)
 
     def _run_inline(self, vin: str, items: list[Item]) -> list[tuple[str, str]]:
         """Run the current vehicle's events here, one after the other (concurrency 1), after any it has pending.
 
         Events pending in state come from a checkpoint of a run at a concurrency above 1 that had them
-        waiting in its pool: they run first, in their order, and leave pending once they are stored.
+        waiting in its pool: they run first, in their order, and leave pending once they are stored. Once every
+        restored vehicle's have run (thread mode), none is left to look for: this mode writes none.
         """
-        pending = self._pending()
+        pending = [] if self._none_pending else self._pending()
         todo = [*((e, r) for e, r in pending), *items]
         if not todo:
             return []
@@ -342,18 +354,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         """
         if self._resumed:
             return []
-        self._resumed = True
-        keys = self._switch()
-        if not keys.can_list_keys:
-            return []
-        home = keys.current()
         out: list[tuple[str, str]] = []
-        try:
-            for vin, handle in keys.keys_with("pending"):
-                keys.switch(handle)
-                out += self._run_inline(vin, [])
-        finally:
-            keys.switch(home)
+        for vin, _ in self._restored_keys():
+            out += self._run_inline(vin, [])
         return out
 
     def _ensure_tick(self, ctx: KeyedProcessFunction.Context) -> None:

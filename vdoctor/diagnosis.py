@@ -349,9 +349,9 @@ class DiagnosisEngine:
         session.last_event_at = max(session.last_event_at, alert.ts)
         for code in alert.dtc_codes:
             session.codes[code] = session.codes.get(code, 0) + 1
-        when = iso(alert.ts)
+        when, at = iso(alert.ts), int(alert.ts.timestamp())
         for name, value in alert.signals.items():
-            session.add_reading(Reading(name=name, value=value, ts=alert.ts, uri=signal_uri(alert.vin, name, when)))
+            session.add_reading(Reading(name=name, value=value, ts=alert.ts, uri=signal_uri(alert.vin, name, when)), at)
 
         working = WorkingMemory(
             session.working,

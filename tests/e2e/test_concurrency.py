@@ -192,6 +192,23 @@ class CallLog:
         return self._inner(messages, tools)
 
 
+def kill_once_a_checkpoint_holds(job: subprocess.Popen[str], checkpoints: Path, log: CallLog, vins: set[str]) -> None:
+    """Kill ``job`` (its whole process group) once a checkpoint completed after every one of ``vins`` had its
+    first model call: the checkpoint holds their runs in flight."""
+    deadline = time.monotonic() + 240
+    all_in_flight_at = None
+    while time.monotonic() < deadline and job.poll() is None:
+        if all_in_flight_at is None and vins <= {v for _, v in log.calls}:
+            all_in_flight_at = time.time()
+        done = checkpoints.glob("*/chk-*/_metadata")
+        if all_in_flight_at and any(p.stat().st_mtime > all_in_flight_at for p in done):
+            break
+        time.sleep(0.05)
+    assert job.poll() is None and all_in_flight_at is not None, "the job ended before it could be killed"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.communicate(timeout=30)
+
+
 def test_runs_in_flight_at_a_checkpoint_restart_at_once_after_a_restore(tmp_path: Path) -> None:
     """Vehicles restored with runs to do get no more events: their runs restart when the job does, not at its end.
 
@@ -210,18 +227,7 @@ def test_runs_in_flight_at_a_checkpoint_restart_at_once_after_a_restore(tmp_path
     with ModelServer(ServerConfig(latency_ms=3000), log) as server:
         job = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 16, "--checkpoint-dir",
                       str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "4")  # fmt: skip
-        deadline = time.monotonic() + 240
-        all_a_at = None
-        while time.monotonic() < deadline and job.poll() is None:
-            if all_a_at is None and group_a <= {v for _, v in log.calls}:
-                all_a_at = time.time()
-            done = [p for p in checkpoints.glob("*/chk-*/_metadata") if all_a_at and p.stat().st_mtime > all_a_at]
-            if done:
-                break
-            time.sleep(0.05)
-        assert job.poll() is None and all_a_at is not None, "the job ended before it could be killed"
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate(timeout=30)
+        kill_once_a_checkpoint_holds(job, checkpoints, log, group_a)
         killed_at = time.monotonic()
         assert server.stats["ok"] < len(first)  # none of the 8 runs had its second call answered
         finish(run_job(tmp_path / "out2", tmp_path / "alerts.jsonl", server.base_url, 16,
@@ -253,18 +259,7 @@ def test_a_job_resumed_at_concurrency_1_runs_the_events_waiting_in_the_pool(tmp_
     with ModelServer(ServerConfig(latency_ms=3000), log) as server:
         job = run_job(tmp_path / "out1", tmp_path / "alerts.jsonl", server.base_url, 16, "--checkpoint-dir",
                       str(checkpoints), "--checkpoint-interval-ms", "300", "--rate", "2")  # fmt: skip
-        deadline = time.monotonic() + 240
-        all_a_at = None
-        while time.monotonic() < deadline and job.poll() is None:
-            if all_a_at is None and group_a <= {v for _, v in log.calls}:
-                all_a_at = time.time()
-            done = [p for p in checkpoints.glob("*/chk-*/_metadata") if all_a_at and p.stat().st_mtime > all_a_at]
-            if done:
-                break
-            time.sleep(0.05)
-        assert job.poll() is None and all_a_at is not None, "the job ended before it could be killed"
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate(timeout=30)
+        kill_once_a_checkpoint_holds(job, checkpoints, log, group_a)
         assert server.stats["ok"] < len(first)  # none of the 4 runs had its second call answered
     with ModelServer(ServerConfig(latency_ms=0)) as server:
         finish(run_job(tmp_path / "out2", tmp_path / "alerts.jsonl", server.base_url, 1,

@@ -229,23 +229,32 @@ def test_job_rides_out_a_broker_restart(tmp_path: Path) -> None:
     assert seen == {"e-1", "e-2", "e-3", "e-5", "e-6"}, (tmp_path / "job.log").read_text()[-3000:]
 
 
-def test_a_record_without_a_value_does_not_stop_the_job(
-    kafka: KafkaBroker, topics: dict[str, str], running_job: Path
-) -> None:
-    """A tombstone (a record whose value is null: what a producer sends to delete a key) among the alerts."""
+def dead_letter_then_diagnosis(
+    kafka: KafkaBroker, topics: dict[str, str], running_job: Path, value: bytes | None
+) -> list[tuple[str | None, str]]:
+    """Produce ``value`` (a record of vehicle A) to the alerts topic, then an alert the job diagnoses: the
+    job goes on past it. The dead letters it wrote (one expected)."""
     from kafka import KafkaProducer
 
     producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
     try:
-        producer.send(topics["alerts"], key=A.encode(), value=None).get(timeout=30)
+        producer.send(topics["alerts"], key=A.encode(), value=value).get(timeout=30)
     finally:
         producer.close()
     alerts = write_events(running_job / "alerts.jsonl", [alert("e-1", A, "EV-A", "2026-11-01T08:00:00Z", 187)])
     assert _cli("replay", "--alerts", str(alerts), "--bootstrap", kafka.bootstrap,
-                "--topic", topics["alerts"], "--quiet").returncode == 0
+                "--topic", topics["alerts"], "--quiet").returncode == 0  # fmt: skip
     diagnoses = read_topic(kafka.bootstrap, topics["diagnoses"], expect=1, timeout_s=240)
     assert [json.loads(v)["event_id"] for _, v in diagnoses] == ["e-1"], (running_job / "job.log").read_text()[-3000:]
     dead = read_topic(kafka.bootstrap, topics["dead"], expect=1, timeout_s=60)
+    return dead
+
+
+def test_a_record_without_a_value_does_not_stop_the_job(
+    kafka: KafkaBroker, topics: dict[str, str], running_job: Path
+) -> None:
+    """A tombstone (a record whose value is null: what a producer sends to delete a key) among the alerts."""
+    dead = dead_letter_then_diagnosis(kafka, topics, running_job, None)
     assert [(json.loads(v)["stage"], json.loads(v)["raw"]) for _, v in dead] == [("parse", "")]
     assert "no value" in json.loads(dead[0][1])["error"]
 
@@ -255,22 +264,10 @@ def test_a_line_near_the_brokers_limit_is_a_dead_letter_the_producer_takes(
 ) -> None:
     """A line the broker took (968,118 bytes) whose dead letter, kept whole, would be over the producer's
     1,048,576 bytes: the sink would fail the job on it at every restart. Its raw is cut, and the record says so."""
-    from kafka import KafkaProducer
-
     signals = [{"name": f"cell_{i:05d}_voltage_v", "value": 3.3} for i in range(22_000)]
     big = json.dumps({"type": "alert", "event_id": "e-big", "vin": A, "ts": "2026-11-01T07:00:00Z",
                       "alert_text": "x", "signals": signals}, separators=(",", ":"))  # fmt: skip
-    producer = KafkaProducer(bootstrap_servers=kafka.bootstrap)
-    try:
-        producer.send(topics["alerts"], key=A.encode(), value=big.encode()).get(timeout=30)
-    finally:
-        producer.close()
-    alerts = write_events(running_job / "alerts.jsonl", [alert("e-1", A, "EV-A", "2026-11-01T08:00:00Z", 187)])
-    assert _cli("replay", "--alerts", str(alerts), "--bootstrap", kafka.bootstrap,
-                "--topic", topics["alerts"], "--quiet").returncode == 0
-    diagnoses = read_topic(kafka.bootstrap, topics["diagnoses"], expect=1, timeout_s=240)
-    assert [json.loads(v)["event_id"] for _, v in diagnoses] == ["e-1"], (running_job / "job.log").read_text()[-3000:]
-    dead = read_topic(kafka.bootstrap, topics["dead"], expect=1, timeout_s=60)
+    dead = dead_letter_then_diagnosis(kafka, topics, running_job, big.encode())
     assert len(dead) == 1
     [(key, value)] = dead
     letter = json.loads(value)

@@ -67,12 +67,17 @@ class SignalSpan(BaseModel):
         return cls(first=value, latest=value, lowest=value, highest=value, first_at=at, latest_at=at)
 
     def add(self, value: float, at: int | None = None) -> None:
+        # Written to the fields' dict, as pydantic's own validation leaves them (no assignment to validate): its
+        # __setattr__ cost ~0.5 us a field, and an alert may carry 256 readings.
+        fields = self.__dict__
         if at is None or self.latest_at is None or at >= self.latest_at:
-            self.latest, self.latest_at = value, at
+            fields["latest"], fields["latest_at"] = value, at
         if at is not None and self.first_at is not None and at < self.first_at:
-            self.first, self.first_at = value, at
-        self.lowest = min(self.lowest, value)
-        self.highest = max(self.highest, value)
+            fields["first"], fields["first_at"] = value, at
+        if value < self.lowest:
+            fields["lowest"] = value
+        elif value > self.highest:
+            fields["highest"] = value
 
     def span(self, name: str) -> ReadingSpan:
         return ReadingSpan.of(name, [self.first, self.lowest, self.highest, self.latest])
@@ -143,11 +148,13 @@ class SessionState(BaseModel):
     def accepts_alert_at(self, now: datetime) -> bool:
         return _accepts_alert_at(self.phase, self.last_event_at, now)
 
-    def add_reading(self, reading: Reading) -> None:
+    def add_reading(self, reading: Reading, at: int | None = None) -> None:
+        """Keep ``reading``; ``at``: its time in epoch seconds, when the caller has it (an alert's share one)."""
         self.readings.append(reading)
         del self.readings[:-MAX_READINGS]
         span = self.signals.get(reading.name)
-        at = int(reading.ts.timestamp())
+        if at is None:
+            at = int(reading.ts.timestamp())
         if span is not None:
             span.add(reading.value, at)
         elif len(self.signals) < MAX_SIGNAL_SPANS:
