@@ -107,8 +107,8 @@ def channel_hits(store: object, query: SimilarQuery, dense_k: int, lexical_k: in
 def read_at_once(store: object, vin: str, session_id: str) -> MemoryRecord | None:
     """``store.get``, failing at once when the store is down: ``RetryingStore.get`` waits out an outage (a
     write's merge lookup depends on it), which a read that may go without, as recall's, must not."""
-    at_once = getattr(type(store), "get_at_once", None)
-    record: MemoryRecord | None = at_once(store, vin, session_id) if at_once else store.get(vin, session_id)  # type: ignore[attr-defined]
+    at_once = getattr(store, "get_at_once", None) or store.get  # type: ignore[attr-defined]
+    record: MemoryRecord | None = at_once(vin, session_id)
     return record
 
 
