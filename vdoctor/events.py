@@ -1527,8 +1527,7 @@ def _own_fields(data: dict[str, Any]) -> str:
     """The fields of a line that are none of the contract's, named (the first few): what a platform sends a
     field under when its name is its own, for a rename upstream; "" for none."""
     own = [repr(str(key)[:40]) for key in data if key not in CONTRACT_FIELDS]
-    more = len(own) - _EMPTY_ALERT_FIELDS_NAMED
-    return ", ".join(own[:_EMPTY_ALERT_FIELDS_NAMED]) + (f" and {more} more" if more > 0 else "")
+    return _listed(own, _EMPTY_ALERT_FIELDS_NAMED) if own else ""
 
 
 def _empty_alert_error(data: dict[str, Any]) -> str:
@@ -1582,10 +1581,10 @@ _ASIDE_HEADINGS = {
 }
 
 
-def _listed(items: list[str]) -> str:
-    """The first five of ``items`` and how many more."""
-    more = f" and {len(items) - 5} more" if len(items) > 5 else ""
-    return ", ".join(items[:5]) + more
+def _listed(items: list[str], first: int = 5) -> str:
+    """The first ``first`` of ``items`` and how many more."""
+    more = f" and {len(items) - first} more" if len(items) > first else ""
+    return ", ".join(items[:first]) + more
 
 
 def is_finite_number(value: object) -> bool:
