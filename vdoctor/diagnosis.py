@@ -211,6 +211,13 @@ class DiagnosisEngine:
             given = StoredSession(session.model_dump_json())
         try:
             if isinstance(event, AlertEvent):
+                if session is not None and (left := session.left_care_at) is not None and event.ts < left:
+                    raise EventError(
+                        "process",
+                        f"alert of {iso(event.ts)} is from before {event.vin} left the fleet's care (a lifecycle "
+                        f"event of {iso(left)}): the vehicle's cases of then are set aside, and a case of this "
+                        "alert would be recalled by the sessions of its care now; not diagnosed",
+                    )
                 if isinstance(session, StoredSession) and session.accepts_alert_at(event.ts):
                     session = session.load()
                 stats = RunStats()
@@ -226,8 +233,10 @@ class DiagnosisEngine:
                     # like them, where it was dropped with the session without a word (found by an audit).
                     self._write_pending_case(session, RunStats())
                 self.store.soft_delete(event.vin, event.ts)
-                # The vehicle left the fleet's care: its open session ends too.
-                return StepResult(session=None, dedup=dedup)
+                # The vehicle left the fleet's care: its open session ends too. Its state keeps when (and the
+                # session's id, which the next session's id follows), so that an alert from before the event,
+                # delivered after it, is told apart (``SessionState.left_care_at``).
+                return StepResult(session=self._left_care(session, event), dedup=dedup)
         except EventError as e:
             error = str(e)
         except StoreError as e:
@@ -241,6 +250,21 @@ class DiagnosisEngine:
         # Not processed: the same event sent again (a recheck that came before its case) must not be a duplicate.
         dedup.discard(event.event_id)
         return StepResult(session=given, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=error, stage="process")])
+
+    @staticmethod
+    def _left_care(session: SessionState | StoredSession | None, event: LifecycleEvent) -> SessionState:
+        """What the vehicle's state keeps after a lifecycle event: no open session, only the event's time
+        (the latest of the vehicle's lifecycle events) and the id of the session it ended, if any."""
+        left = event.ts if session is None or session.left_care_at is None else max(session.left_care_at, event.ts)
+        return SessionState(
+            vin=event.vin,
+            series="",
+            session_id="" if session is None else session.session_id,
+            phase=Phase.CONCLUDED,
+            opened_at=event.ts,
+            last_event_at=event.ts,
+            left_care_at=left,
+        )
 
     def _on_recheck(self, event: RecheckEvent) -> None:
         session_id = event.session_id
@@ -344,7 +368,9 @@ class DiagnosisEngine:
         if not isinstance(session, SessionState) or not session.accepts_alert_at(alert.ts):
             if session is not None and session.l3_pending:
                 late = self._write_pending_case(session, stats)
-            session = self._open_session(alert, stats, None if session is None else session.session_id)
+            left = None if session is None else session.left_care_at
+            session = self._open_session(alert, stats, None if session is None else session.session_id or None)
+            session.left_care_at = left
         session.alerts += 1
         session.last_event_at = max(session.last_event_at, alert.ts)
         for code in alert.dtc_codes:

@@ -339,7 +339,9 @@ def test_scrapped_vehicle_records_are_invalid_and_never_recalled(harness: Harnes
     harness.send(recheck("r-1", T0 + timedelta(days=2), SID_1, ok=True))
     result = harness.send(lifecycle("l-1", T0 + timedelta(days=3)))
     assert result.diagnoses == [] and result.dead_letters == []
-    assert result.session is None
+    # No session open: the state keeps only when the vehicle left the fleet's care.
+    assert result.session is not None and result.session.phase is Phase.CONCLUDED
+    assert result.session.left_care_at == T0 + timedelta(days=3)
 
     history = store.history(VIN)
     assert [r.session_id for r in history] == [SID_1]
@@ -349,6 +351,44 @@ def test_scrapped_vehicle_records_are_invalid_and_never_recalled(harness: Harnes
     assert own.memory.own == []
     other = harness.diagnose(alert("c-1", T0 + timedelta(days=4), vin=VIN_C, signals={"cell_voltage_diff_mv": 187}))
     assert other.memory.similar == []
+
+
+def test_an_alert_from_before_a_lifecycle_event_delivered_after_it_is_a_dead_letter_and_writes_no_case(
+    harness: Harness, store: InMemoryStore
+) -> None:
+    conclude_first_case(harness)
+    left = T0 + timedelta(days=3)
+    harness.send(lifecycle("l-1", left, "transferred"))
+    # A vehicle that buffered its alerts offline sends one from before the transfer.
+    late = harness.send(alert("e-late", T0 + timedelta(days=2), signals={"cell_voltage_diff_mv": 190}))
+    assert late.diagnoses == [] and [d.stage for d in late.dead_letters] == ["process"]
+    error = late.dead_letters[0].error
+    assert "from before LSVAU2180N2183294 left the fleet's care" in error
+    assert "2026-11-04T08:15:30Z" in error and "2026-11-03T08:15:30Z" in error
+    assert [(r.session_id, r.valid) for r in store.history(VIN)] == [(SID_1, False)]
+
+    # The next owner's session: diagnosed, writes a valid case, and carries the lifecycle event's time.
+    harness.diagnose(alert("n-1", left, signals={"cell_voltage_diff_mv": 87}))
+    new_owner = harness.diagnose(alert("n-2", left + timedelta(hours=1), signals={"cell_voltage_diff_mv": 187}))
+    assert new_owner.phase is Phase.CONCLUDED and new_owner.memory.own == []
+    session = harness.session()
+    assert session is not None and session.left_care_at == left and session.opened_at == left
+    valid = [r.session_id for r in store.history(VIN) if r.valid]
+    assert valid == [session.session_id]
+
+    # Another late alert of the old care, now behind the next owner's session: still not diagnosed, and the
+    # session is left as it was; the same event sent again is judged again (a dead letter's id is not kept).
+    before = harness.state[VIN][0]
+    for _ in range(2):
+        again = harness.send(alert("e-late", T0 + timedelta(days=2), signals={"cell_voltage_diff_mv": 190}))
+        assert again.diagnoses == [] and [d.stage for d in again.dead_letters] == ["process"]
+        assert harness.state[VIN][0] == before
+    # A later lifecycle event moves the time on; an earlier one, delivered late, does not move it back.
+    harness.send(lifecycle("l-2", left + timedelta(days=5)))
+    harness.send(lifecycle("l-0", left - timedelta(days=1)))
+    marker = harness.session()
+    assert marker is not None and marker.left_care_at == left + timedelta(days=5)
+    assert marker.session_id == session.session_id
 
 
 def test_every_diagnosis_keeps_injected_memory_within_800_tokens(harness: Harness) -> None:

@@ -533,7 +533,9 @@ def test_a_lifecycle_event_the_store_refused_is_processed_when_sent_again(pack: 
     assert letter.error.startswith("long-term memory unavailable: ")
     assert h.state[VIN][0] is not None  # the session stays until the event is processed
     store.down = False
-    assert h.send(scrapped).dead_letters == [] and h.state[VIN][0] is None
+    assert h.send(scrapped).dead_letters == []
+    ended = h.state[VIN][0]
+    assert ended is not None and '"phase":"CONCLUDED"' in ended and '"left_care_at":"2026-11-02T08:15:30Z"' in ended
     assert [r.valid for r in store.history(VIN)] == [False]
 
 
@@ -732,7 +734,7 @@ def test_a_case_waiting_for_its_second_write_is_written_before_a_lifecycle_event
     assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
     embedder.passages_down = False
     result = h.send(lifecycle("l-1", T0 + timedelta(days=1)))
-    assert result.dead_letters == [] and result.session is None
+    assert result.dead_letters == [] and result.session is not None and not result.session.l3_pending
     [case] = store.history(VIN)
     assert case.session_id == SID_1 and case.valid is False and case.invalid_ts == T0 + timedelta(days=1)
 

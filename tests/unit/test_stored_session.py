@@ -57,6 +57,8 @@ def _events(rng: random.Random, n: int) -> list[dict[str, Any]]:
             continue
         event: dict[str, Any]
         if roll < 0.70:
+            if rng.random() < 0.1:  # an alert delivered late (buffered offline): before the vehicle's last event
+                at -= timedelta(hours=rng.choice([1, 30, 100]))
             codes = rng.sample(sorted(CODES), rng.choice([0, 1, 1, 2]))
             signals = {CODES[c][0]: float(rng.randint(CODES[c][1], CODES[c][2])) for c in codes}
             if rng.random() < 0.3:
@@ -106,13 +108,14 @@ def _run(events: list[dict[str, Any]], stored: bool) -> list[str]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_engine_on_stored_sessions_writes_and_emits_what_it_does_on_parsed_ones(seed: int) -> None:
-    events = _events(random.Random(seed), 160)
+    events = _events(random.Random(seed), 240)
     plain = _run(events, stored=False)
     assert _run(events, stored=True) == plain
     # The sequences reach every case: sessions continued, concluded and expired, rechecks, replays, ends.
     kinds = {e["type"] for e in events}
     assert kinds == {"alert", "recheck", "lifecycle"}
     assert sum('"phase":"CONCLUDED"' in line for line in plain) > 10
+    assert any("left the fleet's care" in line for line in plain)
 
 
 def test_a_stored_session_is_parsed_only_for_an_alert_that_continues_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -133,7 +136,8 @@ def test_a_stored_session_is_parsed_only_for_an_alert_that_continues_it(monkeypa
     recheck = {"type": "recheck", "event_id": "r", "ts": _iso(T0), "session_id": f"{vin}-x", "recheck_ok": True}
     given = StoredSession(text)
     assert send(recheck, given).session is given  # handed back as it is: stored again as the same text
-    assert send({"type": "lifecycle", "event_id": "l", "ts": _iso(T0), "change": "scrapped"}, given).session is None
+    ended = send({"type": "lifecycle", "event_id": "l", "ts": _iso(T0), "change": "scrapped"}, given).session
+    assert isinstance(ended, SessionState) and ended.phase is Phase.CONCLUDED and ended.left_care_at == T0
     expired = send({**later, "ts": _iso(T0 + timedelta(hours=49))}, given).session
     assert isinstance(expired, SessionState) and expired.alerts == 1 and expired.session_id != first.session.session_id
     assert loads == []
@@ -158,11 +162,14 @@ def _session_texts(rng: random.Random, n: int) -> list[str]:
             opened_at=opened.astimezone(zone),
             last_event_at=last.astimezone(zone),
             phase=rng.choice(list(Phase)),
+            left_care_at=rng.choice([None, None, last.replace(microsecond=0), opened.astimezone(zone)]),
         )
         text = session.model_dump_json()
         edit = rng.random()
         if edit < 0.1:  # written without the phase: the default
             text = text.replace(f'"phase":"{session.phase.value}",', "")
+        elif edit < 0.15:  # written by a release before left_care_at
+            text = text.replace(',"left_care_at":null}', "}")
         elif edit < 0.2:  # the same fields in another order
             data = json.loads(text)
             text = json.dumps(dict(reversed(list(data.items()))), ensure_ascii=rng.random() < 0.5)
@@ -183,6 +190,7 @@ def test_a_stored_session_accepts_an_alert_when_the_parsed_session_does() -> Non
             delta = rng.choice([-1, 0, 1, 3600, 48 * 3600, 48 * 3600 + 1])
             now = parsed.last_event_at + timedelta(seconds=delta, microseconds=rng.choice([0, -1, 1]))
             assert stored.accepts_alert_at(now) is parsed.accepts_alert_at(now), text
+        assert StoredSession(text).left_care_at == parsed.left_care_at, text
         assert stored.model_dump_json() == text
         assert stored.load() == parsed
 

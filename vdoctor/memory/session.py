@@ -140,6 +140,12 @@ class SessionState(BaseModel):
     hypothesis: str | None = None
     suspected: list[str] = Field(default_factory=list)
     hypothesis_confidence: float | None = None
+    # The event time of the vehicle's last lifecycle event (it left the fleet's care: scrapped, transferred),
+    # carried from session to session while the vehicle's state lasts. An alert from before it, delivered
+    # after it (a vehicle that buffered its alerts offline), is not diagnosed: its case was of the care that
+    # ended, and written now it would be valid, recalled by the next owner's sessions. The last field, so
+    # ``StoredSession`` reads it from the end of the text without a parse.
+    left_care_at: datetime | None = None
 
     def expired_at(self, now: datetime) -> bool:
         """True when an event at ``now`` can no longer join this session."""
@@ -218,6 +224,9 @@ _HEAD_RE = re.compile(
 )
 
 
+# The end of the JSON ``SessionState.model_dump_json`` writes: its last field, ``left_care_at``.
+_LEFT_CARE_NONE = ',"left_care_at":null}'
+_LEFT_CARE_RE = re.compile(r',"left_care_at":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"\}$')
 _SESSION_ID_RE = re.compile(rf'\{{"vin":{_JSON_STR},"series":{_JSON_STR},"session_id":({_JSON_STR})')
 
 
@@ -264,6 +273,19 @@ class StoredSession:
         """``SessionState.l3_pending`` of the stored session, read from its JSON without a parse: the key with
         its quotes unescaped is nowhere else in the text (a quote inside a JSON string is escaped)."""
         return '"l3_pending":true' in self.json
+
+    @property
+    def left_care_at(self) -> datetime | None:
+        """``SessionState.left_care_at`` of the stored session, read from the end of its JSON (its last field)."""
+        text = self.json
+        if text.endswith(_LEFT_CARE_NONE):
+            return None
+        found = _LEFT_CARE_RE.search(text, len(text) - 64)
+        if found is not None:
+            return datetime.fromisoformat(found[1])
+        if '"left_care_at":' not in text:  # a session stored by a release before the field (unescaped: a key)
+            return None
+        return self.load().left_care_at
 
     @property
     def session_id(self) -> str:
