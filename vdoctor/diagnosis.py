@@ -440,7 +440,7 @@ class DiagnosisEngine:
             flags.append(KEY_FACTS_DROPPED)
         if window.clipped_results:
             flags.append(TOOL_RESULT_CLIPPED)
-        if window.clipped_steps:
+        if window.clipped_steps or run.clipped_calls:
             flags.append(MODEL_STEP_CLIPPED)
         if alert.signals_set_aside:
             flags.append(SIGNALS_SET_ASIDE)

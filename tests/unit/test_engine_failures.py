@@ -777,6 +777,37 @@ def test_an_answer_of_pages_is_cut_to_what_a_diagnosis_keeps_and_flagged(pack: K
     assert MAX_ANSWER_HYPOTHESES < 500
 
 
+def test_a_runaway_tool_call_is_not_run_and_the_next_model_call_stays_within_the_budget(pack: KnowledgePack) -> None:
+    """A model that called search_knowledge with a query of 240 KB, then 40 lookups in one step: the calls went
+    back whole in the transcript of its next call, ~200,000 tokens that no model takes (and 40 results)."""
+    from vdoctor.agent.react import MAX_TOOL_CALL_CHARS, MAX_TOOL_CALLS_PER_STEP
+
+    answer = {"phase": "INVESTIGATING", "priority": "P2", "confidence": 0.4, "root_cause": None, "codes": ["P0A7F"],
+              "evidence": []}  # fmt: skip
+    runaway = ToolCall(id="c-1", name="search_knowledge", arguments={"query": "P0A7F cell drift " * 15_000})
+    lookup = ToolCall(id="c-2", name="lookup_dtc", arguments={"codes": ["P0A7F"]})
+    many = tuple(ToolCall(id=f"m-{i}", name="lookup_dtc", arguments={"codes": ["P0A7F"]}) for i in range(40))
+    model = ScriptedModel([
+        ChatResponse(content="", tool_calls=(runaway, lookup)),
+        ChatResponse(content="", tool_calls=many),
+        ChatResponse(content="Answer:\n" + json.dumps(answer)),
+    ])  # fmt: skip
+    diagnosis = Harness(engine(pack, model=model)).diagnose(alert("e-1", T0, 87))
+    assert "model_step_clipped" in diagnosis.flags and "working_over_budget" not in diagnosis.flags
+    assert diagnosis.tool_calls == 2 + MAX_TOOL_CALLS_PER_STEP and diagnosis.llm_calls == 3
+    second, third = model.sent[1], model.sent[2]
+    # The runaway call is echoed without its arguments, and its result says why; the lookup beside it ran.
+    echoed = second[2]
+    assert [(c.id, c.arguments) for c in echoed.tool_calls] == [("c-1", {}), ("c-2", {"codes": ["P0A7F"]})]
+    assert "not run" in second[3].content and str(MAX_TOOL_CALL_CHARS) in second[3].content
+    assert "P0A7F" in second[4].content and second[4].tool_call_id == "c-2"
+    # Of 40 calls in one step, the first 16 are echoed and answered, each by its result.
+    step = [m for m in third[6:] if m.role == "tool"]
+    assert len(third[5].tool_calls) == len(step) == MAX_TOOL_CALLS_PER_STEP
+    assert [m.tool_call_id for m in step] == [f"m-{i}" for i in range(MAX_TOOL_CALLS_PER_STEP)]
+    assert sum(len(m.content) + sum(len(c.arguments_json) for c in m.tool_calls) for m in third) < 40_000
+
+
 def test_an_alert_that_makes_working_memory_let_readings_go_says_so(pack: KnowledgePack) -> None:
     """64 module temperatures an alert, each signal's first, lowest, highest and latest reading kept: past 200
     readings the oldest give way (recorded in the state), and the diagnosis said nothing of it."""

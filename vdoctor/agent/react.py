@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
@@ -35,6 +35,16 @@ MODEL_FAILED = "model_failed"
 MAX_ANSWER_TEXT_CHARS = 1_000
 MAX_ANSWER_HYPOTHESES = 32
 ANSWER_CLIPPED = "answer_clipped"
+# The most characters of one tool call (its name and its arguments as JSON), and the most calls of one model
+# step. The tools read at most a few codes, a signal's name and a query of 500 characters; a model's call
+# goes back to it whole in the transcript of its next call (the results answer it), so one runaway call
+# (a query of 240 KB) made that call ~200,000 tokens, which no model takes: the rest of the run failed. A
+# call over the bound is not run: it is echoed without its arguments, and its result says why; calls past
+# the most a step may have are left out of the transcript (each call echoed needs its result). Flagged
+# ``model_step_clipped``, as a model's text clipped beside its calls is.
+MAX_TOOL_CALL_CHARS = 2_000
+MAX_TOOL_CALLS_PER_STEP = 16
+CALL_NOT_RUN = "not run: the call's name and arguments take {} characters, over the {} a call may have"
 _JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -84,6 +94,8 @@ class AgentRun:
     tool_results: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     error: str | None = None
+    # Tool calls not run, or left out, for their size or number (``MAX_TOOL_CALL_CHARS``, ``..._PER_STEP``).
+    clipped_calls: int = 0
 
 
 def clamp_confidence(value: float) -> float:
@@ -161,11 +173,25 @@ def run_react(
         run.completion_tokens += response.completion_tokens
         run.latency_ms += response.latency_ms
         if response.tool_calls:
-            transcript.append(Message(role="assistant", content=response.content or "", tool_calls=response.tool_calls))
-            for call in response.tool_calls:
+            calls = response.tool_calls[:MAX_TOOL_CALLS_PER_STEP]
+            run.clipped_calls += len(response.tool_calls) - len(calls)
+            texts = [call.arguments_json for call in calls]
+            sizes = [len(call.name) + len(text) for call, text in zip(calls, texts, strict=True)]
+            if max(sizes) > MAX_TOOL_CALL_CHARS:
+                calls = tuple(
+                    replace(call, name=call.name[:64], arguments={}) if size > MAX_TOOL_CALL_CHARS else call
+                    for call, size in zip(calls, sizes, strict=True)
+                )
+            transcript.append(Message(role="assistant", content=response.content or "", tool_calls=calls))
+            for call, text, size in zip(calls, texts, sizes, strict=True):
                 run.tool_calls += 1
-                run.tools_used.append(f"{call.name}({call.arguments_json})")
-                result = toolbox.call(call.name, call.arguments)
+                if size > MAX_TOOL_CALL_CHARS:
+                    run.clipped_calls += 1
+                    run.tools_used.append(f"{call.name}(not run: {size} characters)")
+                    result = json.dumps({"error": CALL_NOT_RUN.format(size, MAX_TOOL_CALL_CHARS)})
+                else:
+                    run.tools_used.append(f"{call.name}({text})")
+                    result = toolbox.call(call.name, call.arguments)
                 run.tool_results.append(result)
                 transcript.append(Message(role="tool", content=result, tool_call_id=call.id))
             continue
