@@ -391,6 +391,48 @@ def test_an_alert_from_before_a_lifecycle_event_delivered_after_it_is_a_dead_let
     assert marker.session_id == session.session_id
 
 
+def sid(at: datetime) -> str:
+    return f"{VIN}-{at:%Y%m%dT%H%M%S}"
+
+
+def test_an_alert_from_more_than_48_h_before_the_open_session_opened_is_a_session_of_its_own(
+    harness: Harness, store: InMemoryStore
+) -> None:
+    """A vehicle back in coverage sends a live alert, then what it buffered days ago: had they come in order, the
+    buffered ones would have been a session of their own; they joined the live one, dated by it."""
+    live = T0 + timedelta(days=5)
+    assert harness.diagnose(alert("live-1", live, signals={"cell_voltage_diff_mv": 87})).session_id == sid(live)
+    old = T0 + timedelta(days=1)
+    buffered = [
+        harness.diagnose(alert("old-1", old, signals={"cell_voltage_diff_mv": 87})),
+        harness.diagnose(alert("old-2", old + timedelta(hours=1), signals={"cell_voltage_diff_mv": 187})),
+    ]
+    assert [d.session_id for d in buffered] == [sid(old), sid(old)]  # one session, in order among themselves
+    assert buffered[1].phase is Phase.CONCLUDED
+    [case] = store.history(VIN)
+    assert case.session_id == sid(old) and case.concluded_at == old + timedelta(hours=1)
+    # The next live alert: more than 48 h after the buffered session's last event, a session of its own again.
+    after = harness.diagnose(alert("live-2", live + timedelta(hours=1), signals={"cell_voltage_diff_mv": 87}))
+    assert after.session_id == sid(live + timedelta(hours=1))
+    # A late alert within 48 h before the session opened still joins it (one that was buffered for hours).
+    near = harness.diagnose(alert("near", live + timedelta(hours=1) - timedelta(hours=47)))
+    assert near.session_id == after.session_id
+
+
+def test_one_alert_dated_years_ahead_does_not_take_the_vehicles_later_alerts_with_it(harness: Harness) -> None:
+    """A telematics unit whose clock jumped once (no GNSS time yet): its session, dated 2030, took every later
+    alert of the vehicle, dated right, as a late one, and never ended."""
+    ahead = harness.diagnose(alert("bad-clock", T0 + timedelta(days=4 * 365), signals={"cell_voltage_diff_mv": 87}))
+    right = [
+        harness.diagnose(alert(f"e-{i}", T0 + timedelta(hours=i), signals={"cell_voltage_diff_mv": 87}))
+        for i in range(3)
+    ]
+    assert ahead.session_id != right[0].session_id
+    assert {d.session_id for d in right} == {sid(T0)}
+    session = harness.session()
+    assert session is not None and session.alerts == 3 and session.opened_at == T0
+
+
 def test_every_diagnosis_keeps_injected_memory_within_800_tokens(harness: Harness) -> None:
     # Ten verified cases of other vehicles plus the vehicle's own history.
     for i in range(10):

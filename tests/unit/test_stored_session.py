@@ -186,9 +186,11 @@ def test_a_stored_session_accepts_an_alert_when_the_parsed_session_does() -> Non
     for text in texts:
         parsed = SessionState.model_validate_json(text)
         stored = StoredSession(text)
-        for _ in range(4):
+        for _ in range(6):
             delta = rng.choice([-1, 0, 1, 3600, 48 * 3600, 48 * 3600 + 1])
             now = parsed.last_event_at + timedelta(seconds=delta, microseconds=rng.choice([0, -1, 1]))
+            if rng.random() < 0.3:  # a late alert, near 48 h before the session's opening
+                now = parsed.opened_at - timedelta(seconds=48 * 3600 + rng.choice([-1, 0, 1]))
             assert stored.accepts_alert_at(now) is parsed.accepts_alert_at(now), text
         assert StoredSession(text).left_care_at == parsed.left_care_at, text
         assert stored.model_dump_json() == text

@@ -152,7 +152,7 @@ class SessionState(BaseModel):
         return now - self.last_event_at > SESSION_TTL
 
     def accepts_alert_at(self, now: datetime) -> bool:
-        return _accepts_alert_at(self.phase, self.last_event_at, now)
+        return _accepts_alert_at(self.phase, self.opened_at, self.last_event_at, now)
 
     def add_reading(self, reading: Reading, at: int | None = None) -> None:
         """Keep ``reading``; ``at``: its time in epoch seconds, when the caller has it (an alert's share one)."""
@@ -201,26 +201,34 @@ class SessionState(BaseModel):
         self.conclusion = conclusion
 
 
-def _accepts_alert_at(phase: Phase, last_event_at: datetime, now: datetime) -> bool:
-    """Whether an alert at ``now`` continues a session in ``phase`` whose last event was at ``last_event_at``."""
-    return phase is Phase.INVESTIGATING and not now - last_event_at > SESSION_TTL
+def _accepts_alert_at(phase: Phase, opened_at: datetime, last_event_at: datetime, now: datetime) -> bool:
+    """Whether an alert at ``now`` continues a session in ``phase`` opened at ``opened_at`` whose last event was
+    at ``last_event_at``: one open, at most ``SESSION_TTL`` after its last event, and at most that before its
+    opening. An alert from longer before the session opened (a vehicle's alerts buffered days ago, or a clock
+    that jumped ahead once) would have been a session of its own had it come in order; it joined the session
+    open, whatever its age, and after one alert dated years ahead every later alert joined that session, which
+    then never ended."""
+    return phase is Phase.INVESTIGATING and not now - last_event_at > SESSION_TTL and not opened_at - now > SESSION_TTL
 
 
 class _SessionHead(BaseModel):
     """The fields of a stored session that decide whether an alert continues it (the rest is not read)."""
 
     phase: Phase = Phase.INVESTIGATING
+    opened_at: datetime
     last_event_at: datetime
 
 
 # A JSON string, escapes included.
 _JSON_STR = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 # The start of the JSON that ``SessionState.model_dump_json`` writes: its first fields in their order, to the last
-# event time as it writes a UTC time to the second (every event time the job keeps). Read so, a stored session's
-# phase and last event time cost a tenth of a parse of its head by ``_SessionHead``, which reads any other text.
+# event time, with the times as it writes a UTC time to the second (every event time the job keeps). Read so, a
+# stored session's phase and times cost a tenth of a parse of its head by ``_SessionHead``, which reads any other
+# text.
+_UTC_SECOND = r'"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"'
 _HEAD_RE = re.compile(
     rf'\{{"vin":{_JSON_STR},"series":{_JSON_STR},"session_id":{_JSON_STR},"phase":"({"|".join(Phase)})",'
-    rf'"opened_at":{_JSON_STR},"last_event_at":"(\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"'
+    rf'"opened_at":{_UTC_SECOND},"last_event_at":{_UTC_SECOND}'
 )
 
 
@@ -230,16 +238,16 @@ _LEFT_CARE_RE = re.compile(r',"left_care_at":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"
 _SESSION_ID_RE = re.compile(rf'\{{"vin":{_JSON_STR},"series":{_JSON_STR},"session_id":({_JSON_STR})')
 
 
-def _stored_head(text: str) -> tuple[Phase, datetime]:
-    """A stored session's phase and last event time, as ``SessionState.model_validate_json`` reads them."""
+def _stored_head(text: str) -> tuple[Phase, datetime, datetime]:
+    """A stored session's phase, opening and last event time, as ``SessionState.model_validate_json`` reads them."""
     found = _HEAD_RE.match(text)
     if found is not None:
         try:
-            return Phase(found[1]), datetime.fromisoformat(found[2])
+            return Phase(found[1]), datetime.fromisoformat(found[2]), datetime.fromisoformat(found[3])
         except ValueError:  # no such date: the parse below says so as a full read would
             pass
     head = _SessionHead.model_validate_json(text)
-    return head.phase, head.last_event_at
+    return head.phase, head.opened_at, head.last_event_at
 
 
 class StoredSession:
@@ -257,10 +265,10 @@ class StoredSession:
 
     def __init__(self, json: str) -> None:
         self.json = json
-        self._head: tuple[Phase, datetime] | None = None
+        self._head: tuple[Phase, datetime, datetime] | None = None
 
     def accepts_alert_at(self, now: datetime) -> bool:
-        """``SessionState.accepts_alert_at`` of the stored session, read from its phase and last event time."""
+        """``SessionState.accepts_alert_at`` of the stored session, read from its phase and times."""
         if self._head is None:
             self._head = _stored_head(self.json)
         return _accepts_alert_at(*self._head, now)

@@ -1,6 +1,9 @@
-"""An alert from before a vehicle's transfer, delivered after it (the vehicle buffered it offline), through the
-PyFlink job of `vdoctor run`: a dead letter that names both times, no case of it in long-term memory, and the
-next owner's sessions diagnosed and written as any others; the vehicle's keyed state carries the transfer's time.
+"""Alerts delivered late, through the PyFlink job of `vdoctor run`.
+
+An alert from before a vehicle's transfer, delivered after it (the vehicle buffered it offline): a dead letter
+that names both times, no case of it in long-term memory, and the next owner's sessions diagnosed and written as
+any others; the vehicle's keyed state carries the transfer's time. Alerts from days before the open session, and
+an alert dated years ahead by a clock that jumped: sessions of their own, as they would be in order.
 """
 
 from __future__ import annotations
@@ -52,3 +55,30 @@ def test_an_alert_from_before_a_transfer_is_a_dead_letter_and_the_next_owners_ca
     finally:
         store.close()
     assert cases == {f"{A}-20261101T080000": False, f"{A}-20261105T080000": True}
+
+
+def test_buffered_alerts_of_days_ago_and_a_clock_years_ahead_make_sessions_of_their_own(tmp_path: Path) -> None:
+    events = [
+        alert("live-1", "2026-11-06T08:00:00Z", 80),  # back in coverage: the live alert first
+        alert("old-1", "2026-11-02T08:00:00Z", 80),  # then what it buffered four days ago
+        alert("old-2", "2026-11-02T09:00:00Z", 150),
+        alert("bad-clock", "2030-11-01T00:00:00Z", 80),  # one alert of a clock that jumped
+        alert("live-2", "2026-11-06T10:00:00Z", 80),
+        alert("live-3", "2026-11-06T11:00:00Z", 150),
+    ]
+    diagnoses, dead = run_file_job(events, tmp_path)
+    assert dead == []
+    sessions = {d["event_id"]: d["session_id"].removeprefix(A + "-") for d in diagnoses}
+    assert sessions == {
+        "live-1": "20261106T080000",
+        "old-1": "20261102T080000", "old-2": "20261102T080000",
+        "bad-clock": "20301101T000000",
+        "live-2": "20261106T100000", "live-3": "20261106T100000",
+    }  # fmt: skip
+    store = SqliteStore(str(tmp_path / "memory.db"))
+    try:
+        [case] = store.history(A)
+    finally:
+        store.close()
+    # The live session's conclusion, the same fault within 30 days, merged into the buffered session's case.
+    assert case.session_id == f"{A}-20261102T080000" and case.merged_sessions[-1] == f"{A}-20261106T100000"
