@@ -253,9 +253,10 @@ class DiagnosisEngine:
 
     @staticmethod
     def _left_care(session: SessionState | StoredSession | None, event: LifecycleEvent) -> SessionState:
-        """What the vehicle's state keeps after a lifecycle event: no open session, only the event's time
-        (the latest of the vehicle's lifecycle events) and the id of the session it ended, if any."""
-        left = event.ts if session is None or session.left_care_at is None else max(session.left_care_at, event.ts)
+        """What the vehicle's state keeps after a lifecycle event: no open session, only the event's time and
+        the id of the session it ended, if any. The time of the lifecycle event delivered last, whatever its
+        time: a fleet system that sent one misdated (years ahead: every later alert of the vehicle would be
+        from before it) corrects it by sending it again (with an event id of its own)."""
         return SessionState(
             vin=event.vin,
             series="",
@@ -263,7 +264,7 @@ class DiagnosisEngine:
             phase=Phase.CONCLUDED,
             opened_at=event.ts,
             last_event_at=event.ts,
-            left_care_at=left,
+            left_care_at=event.ts,
         )
 
     def _on_recheck(self, event: RecheckEvent) -> None:
@@ -343,10 +344,11 @@ class DiagnosisEngine:
 
         Asked only when the vehicle's state cannot tell: an alert no later than its previous session's opening
         second (a late one), or a vehicle without a previous session in state (its first alert, or one after
-        the state expired or a lifecycle event). A late alert in the second of an older session took that
-        session's id, and its case then replaced the older one in long-term memory, its verdict with it. A
-        case of the same opening text is this session's own, written before a restore or in an earlier run of
-        a replay, and keeps its id (a write is idempotent by id). When the store cannot say, the id stays.
+        the state expired; after a lifecycle event the state keeps the id of the session it ended). A late
+        alert in the second of an older session took that session's id, and its case then replaced the older
+        one in long-term memory, its verdict with it. A case of the same opening text is this session's own,
+        written before a restore or in an earlier run of a replay, and keeps its id (a write is idempotent by
+        id). When the store cannot say, the id stays.
         """
         try:
             while (held := read_at_once(self.store, vin, session_id)) is not None and held.alert_text != text:

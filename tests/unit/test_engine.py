@@ -383,12 +383,16 @@ def test_an_alert_from_before_a_lifecycle_event_delivered_after_it_is_a_dead_let
         again = harness.send(alert("e-late", T0 + timedelta(days=2), signals={"cell_voltage_diff_mv": 190}))
         assert again.diagnoses == [] and [d.stage for d in again.dead_letters] == ["process"]
         assert harness.state[VIN][0] == before
-    # A later lifecycle event moves the time on; an earlier one, delivered late, does not move it back.
-    harness.send(lifecycle("l-2", left + timedelta(days=5)))
-    harness.send(lifecycle("l-0", left - timedelta(days=1)))
+    # The lifecycle event delivered last sets the time, whatever it is: one misdated years ahead holds every
+    # later alert back (a dead letter each, kept to be sent again) until the fleet system sends it corrected.
+    harness.send(lifecycle("l-2", left + timedelta(days=4 * 365)))
     marker = harness.session()
-    assert marker is not None and marker.left_care_at == left + timedelta(days=5)
+    assert marker is not None and marker.left_care_at == left + timedelta(days=4 * 365)
     assert marker.session_id == session.session_id
+    held = harness.send(alert("n-3", left + timedelta(days=2)))
+    assert held.diagnoses == [] and "left the fleet's care" in held.dead_letters[0].error
+    harness.send(lifecycle("l-2-corrected", left + timedelta(days=1)))
+    assert harness.diagnose(alert("n-3", left + timedelta(days=2))).session_id == sid(left + timedelta(days=2))
 
 
 def sid(at: datetime) -> str:
@@ -399,7 +403,8 @@ def test_an_alert_from_more_than_48_h_before_the_open_session_opened_is_a_sessio
     harness: Harness, store: InMemoryStore
 ) -> None:
     """A vehicle back in coverage sends a live alert, then what it buffered days ago: had they come in order, the
-    buffered ones would have been a session of their own; they joined the live one, dated by it."""
+    buffered ones would have been a session of their own; they joined the live one, dated by it. A session of
+    one alert gives way to such an alert; one of more holds, and the alert joins it (``session._far_before``)."""
     live = T0 + timedelta(days=5)
     assert harness.diagnose(alert("live-1", live, signals={"cell_voltage_diff_mv": 87})).session_id == sid(live)
     old = T0 + timedelta(days=1)
@@ -417,6 +422,12 @@ def test_an_alert_from_more_than_48_h_before_the_open_session_opened_is_a_sessio
     # A late alert within 48 h before the session opened still joins it (one that was buffered for hours).
     near = harness.diagnose(alert("near", live + timedelta(hours=1) - timedelta(hours=47)))
     assert near.session_id == after.session_id
+    # A session of two alerts or more holds: an alert from a clock reset to 2000 is the stray one, and joins it.
+    reset = harness.diagnose(alert("rtc-reset", datetime(2000, 1, 1, tzinfo=UTC)))
+    then = harness.diagnose(alert("live-3", live + timedelta(hours=2)))
+    assert reset.session_id == then.session_id == after.session_id
+    session = harness.session()
+    assert session is not None and session.alerts == 4 and session.opened_at == live + timedelta(hours=1)
 
 
 def test_one_alert_dated_years_ahead_does_not_take_the_vehicles_later_alerts_with_it(harness: Harness) -> None:

@@ -162,6 +162,7 @@ def _session_texts(rng: random.Random, n: int) -> list[str]:
             opened_at=opened.astimezone(zone),
             last_event_at=last.astimezone(zone),
             phase=rng.choice(list(Phase)),
+            alerts=rng.choice([0, 1, 1, 2, 7]),
             left_care_at=rng.choice([None, None, last.replace(microsecond=0), opened.astimezone(zone)]),
         )
         text = session.model_dump_json()

@@ -152,6 +152,8 @@ class SessionState(BaseModel):
         return now - self.last_event_at > SESSION_TTL
 
     def accepts_alert_at(self, now: datetime) -> bool:
+        if _far_before(self.opened_at, now):
+            return self.phase is Phase.INVESTIGATING and self.alerts > 1
         return _accepts_alert_at(self.phase, self.opened_at, self.last_event_at, now)
 
     def add_reading(self, reading: Reading, at: int | None = None) -> None:
@@ -203,12 +205,22 @@ class SessionState(BaseModel):
 
 def _accepts_alert_at(phase: Phase, opened_at: datetime, last_event_at: datetime, now: datetime) -> bool:
     """Whether an alert at ``now`` continues a session in ``phase`` opened at ``opened_at`` whose last event was
-    at ``last_event_at``: one open, at most ``SESSION_TTL`` after its last event, and at most that before its
-    opening. An alert from longer before the session opened (a vehicle's alerts buffered days ago, or a clock
-    that jumped ahead once) would have been a session of its own had it come in order; it joined the session
-    open, whatever its age, and after one alert dated years ahead every later alert joined that session, which
-    then never ended."""
-    return phase is Phase.INVESTIGATING and not now - last_event_at > SESSION_TTL and not opened_at - now > SESSION_TTL
+    at ``last_event_at``: one open, at most ``SESSION_TTL`` after its last event. An alert from longer than that
+    before the session opened (``_far_before``) is decided by the session's alerts (``SessionState``)."""
+    return phase is Phase.INVESTIGATING and not now - last_event_at > SESSION_TTL
+
+
+def _far_before(opened_at: datetime, now: datetime) -> bool:
+    """Whether an alert at ``now`` is more than ``SESSION_TTL`` before a session opened at ``opened_at``.
+
+    Such an alert joins a session of two alerts or more: it is the stray one (a clock reset to 2000, an alert
+    buffered for days), and the session open holds. A session of one alert gives way to it: that alert may
+    be the stray one (a clock that jumped years ahead once: every later alert, dated right, joined its
+    session, and the case was written dated years ahead), or the live alert of a vehicle that then sends what
+    it buffered days ago, which had come in order as a session of its own. Either way the session ended
+    holds one alert's work.
+    """
+    return opened_at - now > SESSION_TTL
 
 
 class _SessionHead(BaseModel):
@@ -268,9 +280,12 @@ class StoredSession:
         self._head: tuple[Phase, datetime, datetime] | None = None
 
     def accepts_alert_at(self, now: datetime) -> bool:
-        """``SessionState.accepts_alert_at`` of the stored session, read from its phase and times."""
+        """``SessionState.accepts_alert_at`` of the stored session, read from its phase and times (and, for an
+        alert from long before the session opened, which is rare, from the whole session)."""
         if self._head is None:
             self._head = _stored_head(self.json)
+        if _far_before(self._head[1], now):
+            return self.load().accepts_alert_at(now)
         return _accepts_alert_at(*self._head, now)
 
     def load(self) -> SessionState:
