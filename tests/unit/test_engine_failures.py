@@ -787,23 +787,26 @@ def test_a_runaway_tool_call_is_not_run_and_the_next_model_call_stays_within_the
     runaway = ToolCall(id="c-1", name="search_knowledge", arguments={"query": "P0A7F cell drift " * 15_000})
     lookup = ToolCall(id="c-2", name="lookup_dtc", arguments={"codes": ["P0A7F"]})
     many = tuple(ToolCall(id=f"m-{i}", name="lookup_dtc", arguments={"codes": ["P0A7F"]}) for i in range(40))
+    long_id = ToolCall(id="x" * 5_000, name="lookup_dtc", arguments={"codes": ["P0A7F"]})
     model = ScriptedModel([
-        ChatResponse(content="", tool_calls=(runaway, lookup)),
+        ChatResponse(content="", tool_calls=(runaway, lookup, long_id)),
         ChatResponse(content="", tool_calls=many),
         ChatResponse(content="Answer:\n" + json.dumps(answer)),
     ])  # fmt: skip
     diagnosis = Harness(engine(pack, model=model)).diagnose(alert("e-1", T0, 87))
     assert "model_step_clipped" in diagnosis.flags and "working_over_budget" not in diagnosis.flags
-    assert diagnosis.tool_calls == 2 + MAX_TOOL_CALLS_PER_STEP and diagnosis.llm_calls == 3
+    assert diagnosis.tool_calls == 3 + MAX_TOOL_CALLS_PER_STEP and diagnosis.llm_calls == 3
     second, third = model.sent[1], model.sent[2]
     # The runaway call is echoed without its arguments, and its result says why; the lookup beside it ran.
     echoed = second[2]
-    assert [(c.id, c.arguments) for c in echoed.tool_calls] == [("c-1", {}), ("c-2", {"codes": ["P0A7F"]})]
+    calls = [(c.id, c.arguments) for c in echoed.tool_calls]
+    assert calls == [("c-1", {}), ("c-2", {"codes": ["P0A7F"]}), ("call-2", {})]
     assert "not run" in second[3].content and str(MAX_TOOL_CALL_CHARS) in second[3].content
     assert "P0A7F" in second[4].content and second[4].tool_call_id == "c-2"
+    assert "not run" in second[5].content and second[5].tool_call_id == "call-2"  # an id of 5,000 characters
     # Of 40 calls in one step, the first 16 are echoed and answered, each by its result.
-    step = [m for m in third[6:] if m.role == "tool"]
-    assert len(third[5].tool_calls) == len(step) == MAX_TOOL_CALLS_PER_STEP
+    step = [m for m in third[7:] if m.role == "tool"]
+    assert len(third[6].tool_calls) == len(step) == MAX_TOOL_CALLS_PER_STEP
     assert [m.tool_call_id for m in step] == [f"m-{i}" for i in range(MAX_TOOL_CALLS_PER_STEP)]
     assert sum(len(m.content) + sum(len(c.arguments_json) for c in m.tool_calls) for m in third) < 40_000
 

@@ -18,7 +18,7 @@ from vdoctor.agent.window import ContextWindow
 from vdoctor.errors import ModelError
 from vdoctor.events import MAX_DTC_CODES
 from vdoctor.memory.working import clip_text
-from vdoctor.models.base import ChatModel, Message
+from vdoctor.models.base import ChatModel, Message, ToolCall
 from vdoctor.records import Phase, Priority
 
 # Lookup, signal history, a knowledge search and a retry fit well within 6
@@ -35,7 +35,7 @@ MODEL_FAILED = "model_failed"
 MAX_ANSWER_TEXT_CHARS = 1_000
 MAX_ANSWER_HYPOTHESES = 32
 ANSWER_CLIPPED = "answer_clipped"
-# The most characters of one tool call (its name and its arguments as JSON), and the most calls of one model
+# The most characters of one tool call (its id, name and arguments as JSON), and the most calls of one model
 # step. The tools read at most a few codes, a signal's name and a query of 500 characters; a model's call
 # goes back to it whole in the transcript of its next call (the results answer it), so one runaway call
 # (a query of 240 KB) made that call ~200,000 tokens, which no model takes: the rest of the run failed. A
@@ -44,7 +44,7 @@ ANSWER_CLIPPED = "answer_clipped"
 # ``model_step_clipped``, as a model's text clipped beside its calls is.
 MAX_TOOL_CALL_CHARS = 2_000
 MAX_TOOL_CALLS_PER_STEP = 16
-CALL_NOT_RUN = "not run: the call's name and arguments take {} characters, over the {} a call may have"
+CALL_NOT_RUN = "not run: the call's id, name and arguments take {} characters, over the {} a call may have"
 _JSON_OBJECT_RE = re.compile(r"\{.*\}", re.DOTALL)
 
 
@@ -145,6 +145,13 @@ def clip_answer(answer: FinalAnswer) -> bool:
     return clipped
 
 
+def _not_run(call: ToolCall, index: int) -> ToolCall:
+    """A call over ``MAX_TOOL_CALL_CHARS`` as the transcript echoes it: without its arguments, its name and id
+    cut (an id too long for that is named by its place in the step, so that its result still answers it)."""
+    call_id = call.id if len(call.id) <= 64 else f"call-{index}"
+    return replace(call, id=call_id, name=call.name[:64], arguments={})
+
+
 def run_react(
     model: ChatModel,
     toolbox: Toolbox,
@@ -176,11 +183,11 @@ def run_react(
             calls = response.tool_calls[:MAX_TOOL_CALLS_PER_STEP]
             run.clipped_calls += len(response.tool_calls) - len(calls)
             texts = [call.arguments_json for call in calls]
-            sizes = [len(call.name) + len(text) for call, text in zip(calls, texts, strict=True)]
+            sizes = [len(call.id) + len(call.name) + len(text) for call, text in zip(calls, texts, strict=True)]
             if max(sizes) > MAX_TOOL_CALL_CHARS:
                 calls = tuple(
-                    replace(call, name=call.name[:64], arguments={}) if size > MAX_TOOL_CALL_CHARS else call
-                    for call, size in zip(calls, sizes, strict=True)
+                    _not_run(call, i) if size > MAX_TOOL_CALL_CHARS else call
+                    for i, (call, size) in enumerate(zip(calls, sizes, strict=True))
                 )
             transcript.append(Message(role="assistant", content=response.content or "", tool_calls=calls))
             for call, text, size in zip(calls, texts, sizes, strict=True):
