@@ -154,7 +154,7 @@ class SessionState(BaseModel):
     def accepts_alert_at(self, now: datetime) -> bool:
         if _far_before(self.opened_at, now):
             return self.phase is Phase.INVESTIGATING and self.alerts > 1
-        return _accepts_alert_at(self.phase, self.opened_at, self.last_event_at, now)
+        return _accepts_alert_at(self.phase, self.last_event_at, now)
 
     def add_reading(self, reading: Reading, at: int | None = None) -> None:
         """Keep ``reading``; ``at``: its time in epoch seconds, when the caller has it (an alert's share one)."""
@@ -203,10 +203,10 @@ class SessionState(BaseModel):
         self.conclusion = conclusion
 
 
-def _accepts_alert_at(phase: Phase, opened_at: datetime, last_event_at: datetime, now: datetime) -> bool:
-    """Whether an alert at ``now`` continues a session in ``phase`` opened at ``opened_at`` whose last event was
-    at ``last_event_at``: one open, at most ``SESSION_TTL`` after its last event. An alert from longer than that
-    before the session opened (``_far_before``) is decided by the session's alerts (``SessionState``)."""
+def _accepts_alert_at(phase: Phase, last_event_at: datetime, now: datetime) -> bool:
+    """Whether an alert at ``now`` continues a session in ``phase`` whose last event was at ``last_event_at``:
+    one open, at most ``SESSION_TTL`` after its last event. An alert from longer than that before the session
+    opened (``_far_before``) is decided by the session's alerts (``SessionState.accepts_alert_at``)."""
     return phase is Phase.INVESTIGATING and not now - last_event_at > SESSION_TTL
 
 
@@ -284,9 +284,10 @@ class StoredSession:
         alert from long before the session opened, which is rare, from the whole session)."""
         if self._head is None:
             self._head = _stored_head(self.json)
-        if _far_before(self._head[1], now):
+        phase, opened_at, last_event_at = self._head
+        if _far_before(opened_at, now):
             return self.load().accepts_alert_at(now)
-        return _accepts_alert_at(*self._head, now)
+        return _accepts_alert_at(phase, last_event_at, now)
 
     def load(self) -> SessionState:
         return SessionState.model_validate_json(self.json)
