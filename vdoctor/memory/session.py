@@ -147,10 +147,6 @@ class SessionState(BaseModel):
     # ``StoredSession`` reads it from the end of the text without a parse.
     left_care_at: datetime | None = None
 
-    def expired_at(self, now: datetime) -> bool:
-        """True when an event at ``now`` can no longer join this session."""
-        return now - self.last_event_at > SESSION_TTL
-
     def accepts_alert_at(self, now: datetime) -> bool:
         if _far_before(self.opened_at, now):
             return self.phase is Phase.INVESTIGATING and self.alerts > 1
@@ -246,7 +242,7 @@ _HEAD_RE = re.compile(
 
 # The end of the JSON ``SessionState.model_dump_json`` writes: its last field, ``left_care_at``.
 _LEFT_CARE_NONE = ',"left_care_at":null}'
-_LEFT_CARE_RE = re.compile(r',"left_care_at":"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)"\}$')
+_LEFT_CARE_RE = re.compile(rf',"left_care_at":{_UTC_SECOND}\}}$')
 _SESSION_ID_RE = re.compile(rf'\{{"vin":{_JSON_STR},"series":{_JSON_STR},"session_id":({_JSON_STR})')
 
 
