@@ -158,7 +158,15 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     """``vdoctor check-events``: how the job reads a feed; exit 1 when any line would be a dead letter."""
     import json
 
-    from vdoctor.events import NAIVE_TS_ZONE_ENV, NUMBER_COMMA_ENV, SIGNAL_MAP_ENV, number_comma, time_zone
+    from vdoctor.events import (
+        DTC_NUMBERS_ENV,
+        NAIVE_TS_ZONE_ENV,
+        NUMBER_COMMA_ENV,
+        SIGNAL_MAP_ENV,
+        dtc_numbers,
+        number_comma,
+        time_zone,
+    )
     from vdoctor.feed_check import check_feed, render
     from vdoctor.signal_map import SignalRenames, read_signal_map
 
@@ -172,6 +180,7 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     zone_name, zone_named = given("--naive-ts-zone", args.naive_ts_zone, NAIVE_TS_ZONE_ENV)
     map_path, map_named = given("--signal-names", args.signal_names, SIGNAL_MAP_ENV)
     comma_given, comma_named = given("--number-comma", args.number_comma, NUMBER_COMMA_ENV)
+    numbers_given, numbers_named = given("--dtc-numbers", args.dtc_numbers, DTC_NUMBERS_ENV)
     try:
         named = zone_named
         zone = time_zone(zone_name) if zone_name else None
@@ -179,6 +188,8 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
         rename = SignalRenames(read_signal_map(map_path)) if map_path else None
         named = comma_named
         comma = number_comma(comma_given) if comma_given else None
+        named = numbers_named
+        numbers = dtc_numbers(numbers_given) if numbers_given else "uds"
     except ValueError as e:
         print(f"vdoctor check-events: {named}: {e}", file=sys.stderr)
         return 2
@@ -187,7 +198,7 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
         print(f"  ... {lines:,} lines", file=sys.stderr, flush=True)
 
     if args.alerts == "-":
-        report = check_feed(sys.stdin, zone, progress, rename, comma)
+        report = check_feed(sys.stdin, zone, progress, rename, comma, dtc_numbers=numbers)
     else:
         path = Path(args.alerts)
         if not path.is_file():
@@ -195,11 +206,11 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
             return 2
         try:
             with path.open(encoding="utf-8", errors="replace", newline="") as lines:
-                report = check_feed(lines, zone, progress, rename, comma)
+                report = check_feed(lines, zone, progress, rename, comma, dtc_numbers=numbers)
         except OSError as e:
             print(f"vdoctor check-events: cannot read {path}: {e.strerror}", file=sys.stderr)
             return 2
-    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render(report, zone_name, comma))
+    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else render(report, zone_name, comma, numbers))
     return 1 if report.dead_letters else 0
 
 
@@ -237,6 +248,9 @@ def add_commands(sub: Any) -> None:
     check.add_argument("--number-comma", default=None, metavar="decimal|thousands",
                        help="how the fleet's numbers use a comma, as the job's flag (default: "
                             "VDOCTOR_NUMBER_COMMA)")  # fmt: skip
+    check.add_argument("--dtc-numbers", default=None, metavar="uds|obd",
+                       help="how the fleet sends a trouble code as a number, as the job's flag (default: "
+                            "VDOCTOR_DTC_NUMBERS, else uds)")  # fmt: skip
     check.add_argument("--json", action="store_true", help="the report as one JSON object")
     check.set_defaults(func=_cmd_check_events)
     replay = sub.add_parser("replay", help="produce a JSONL file of events to a Kafka topic, keyed by VIN")

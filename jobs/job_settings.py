@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from vdoctor.errors import ConfigError
-from vdoctor.events import NUMBER_COMMAS, describe_validation_error
+from vdoctor.events import DTC_NUMBER_FORMS, NUMBER_COMMAS, describe_validation_error
 from vdoctor.settings import DEFAULT_MEMORY_URL, ENV_VARS, Settings, load_settings, with_overrides
 from vdoctor.url_credentials import split_url
 
@@ -98,6 +98,7 @@ _DOMAIN_FLAGS = {
     "deterministic": "deterministic",
     "naive_ts_zone": "naive_ts_zone",
     "number_comma": "number_comma",
+    "dtc_numbers": "dtc_numbers",
     "signal_names": "signal_names",
 }
 
@@ -323,6 +324,13 @@ def add_diagnosis_arguments(parser: argparse.ArgumentParser) -> None:
         help="how the fleet's numbers use a comma where a reading could be read either way: decimal (12,345 is "
         "12.345, and 1.234.567 is 1234567) or thousands (12345) (default: such a reading is set aside, its dead letter "
         "naming both)",
+    )
+    parser.add_argument(
+        "--dtc-numbers",
+        choices=DTC_NUMBER_FORMS,
+        type=str.lower,
+        help="how the fleet sends a trouble code as a number: uds, three bytes as a UDS gateway reports them "
+        "(687899 is P0A7F), or obd, two bytes as an OBD dongle reports Mode 03's (768 is P0300) (default: uds)",
     )
     parser.add_argument(
         "--signal-names",

@@ -39,7 +39,8 @@ def build(
     if rate:
         raw_lines = raw_lines.map(Throttle(rate), output_type=Types.STRING()).name("throttle")
     # Stable uids: a job restored from a checkpoint maps its state by them.
-    parse = ParseEvents(settings.runtime.naive_ts_zone, settings.runtime.signal_names, settings.runtime.number_comma)
+    runtime = settings.runtime
+    parse = ParseEvents(runtime.naive_ts_zone, runtime.signal_names, runtime.number_comma, runtime.dtc_numbers)
     parsed = raw_lines.process(parse, output_type=PARSED_TYPE).name("parse").uid("parse")
     events = parsed.filter(lambda t: t[0] == EVENT).name("valid events")
     bad = (

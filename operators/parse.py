@@ -28,7 +28,8 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
     ``naive_ts_zone``: the zone of event times written without one (the setting's name, checked by the
     settings; ``events.parse_event``). ``signal_names``: the fleet's signal map (``vdoctor.signal_map``,
     checked by the settings), shipped with the function. ``number_comma``: how the fleet's numbers use a
-    comma (``decimal`` or ``thousands``, checked by the settings; ``events.parse_event``).
+    comma (``decimal`` or ``thousands``, checked by the settings; ``events.parse_event``). ``dtc_numbers``:
+    how the fleet sends a trouble code as a number (``uds`` or ``obd``; ``events.parse_event``).
     """
 
     def __init__(
@@ -36,10 +37,12 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         naive_ts_zone: str | None = None,
         signal_names: dict[str, str] | None = None,
         number_comma: str | None = None,
+        dtc_numbers: str = "uds",
     ) -> None:
         self.naive_ts_zone = naive_ts_zone
         self.signal_names = dict(signal_names or {})
         self.number_comma = number_comma
+        self.dtc_numbers = dtc_numbers
         self._zone: tzinfo | None = None
         self._rename: SignalRenames | None = None
 
@@ -58,7 +61,7 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         if not raw.strip():
             return  # blank lines carry nothing to lose
         try:
-            event = parse_event(raw, self._zone, self._rename, self.number_comma)
+            event = parse_event(raw, self._zone, self._rename, self.number_comma, self.dtc_numbers)
         except EventError as e:
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
             yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""

@@ -102,8 +102,9 @@ CODE_EXAMPLES = "P0A7F or SPN1569-FMI31"
 # A DTC as a gateway reading it over UDS writes its bytes in hex (``0x0A7F1B``: P0A7F, failure type 1B; ``0x0A7F``):
 # the first two bytes (``uds_code``).
 _UDS_HEX_RE = re.compile(r"0X([0-9A-F]{4})(?:[0-9A-F]{2})?$")
-# The largest DTC as a number: three bytes (UDS).
+# The largest DTC as a number: three bytes (UDS), two (OBD's Mode 03).
 MAX_UDS_DTC = 0xFFFFFF
+MAX_OBD_DTC = 0xFFFF
 
 
 def _j1939_code(match: re.Match[str]) -> str | None:
@@ -219,6 +220,13 @@ ASIDE_WHY = "aside_why"
 # the signals' validator in the validation context, by this key.
 NUMBER_COMMAS = ("decimal", "thousands")
 NUMBER_COMMA = "number_comma"
+# How a fleet sends a trouble code as a number (``_code_number``): ``uds``, three bytes, as a gateway reading
+# DTCs over UDS reports them (687899 is 0x0A7F1B: P0A7F, failure type 1B), or ``obd``, two bytes, as an OBD
+# dongle reports Mode 03's (768 is 0x0300: P0300). The same number reads as another code either way, so the
+# fleet says which (``VDOCTOR_DTC_NUMBERS``); it reaches the codes' validator in the validation context, by
+# this key.
+DTC_NUMBER_FORMS = ("uds", "obd")
+DTC_NUMBERS = "dtc_numbers"
 # A unit written with a slash (``km/h``, ``L/100km``) and the name's characters around it up to a separator.
 _SLASH_UNIT_RE = re.compile(r"[^\s_.:()\[\]-]*/[^\s_.:()\[\]-]*")
 # A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
@@ -730,15 +738,16 @@ def flat_signals(signals: dict[object, object]) -> list[tuple[str, object]]:
 _CODE_KEYS = ("code", "dtc", "dtc_code", "dtccode")
 
 
-def _code_entry(entry: dict[object, object]) -> object:
+def _code_entry(entry: dict[object, object], numbers: str) -> object:
     """A code sent as an object: its ``code`` or ``dtc`` (``{"code": "P0A7F", "status": "active"}``), or a
-    J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out."""
+    J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out.
+    ``numbers``: how the fleet sends a code as a number (``DTC_NUMBER_FORMS``)."""
     fields = lower_keys(entry)
     for key in _CODE_KEYS:
         if isinstance(code := fields.get(key), str) and not no_reading(code):
             return code
         if type(code) is int:
-            return _uds_number(code)
+            return _code_number(code, numbers)
     # A platform that writes every number as a float sends 1569.0: a whole float is its digits, as an id's is.
     spn, fmi = _whole_number_digits(fields.get("spn")), _whole_number_digits(fields.get("fmi"))
     if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool | float):
@@ -751,9 +760,20 @@ def _code_entry(entry: dict[object, object]) -> object:
     raise ValueError(f'a code entry needs a "code" (or "spn" and "fmi"), got {json.dumps(entry, default=str)[:80]}')
 
 
-def _uds_number(number: int) -> str:
-    """A code sent as a number: a DTC of three bytes as a gateway reading it over UDS reports it (687899 is
-    0x0A7F1B: P0A7F, failure type 1B), as its code (``uds_code`` of its first two bytes)."""
+def _code_number(number: int, numbers: str) -> str:
+    """A code sent as a number, as its code (``uds_code``). ``numbers`` (``DTC_NUMBER_FORMS``): ``uds``, a DTC
+    of three bytes as a gateway reading it over UDS reports it (687899 is 0x0A7F1B: P0A7F, failure type 1B;
+    its first two bytes are the code), or ``obd``, two bytes as an OBD dongle reports Mode 03's (768 is
+    0x0300: P0300; 0, as a Mode 03 reply pads its last pair, is no code)."""
+    if numbers == "obd":
+        if number == 0:
+            return ""
+        if not 0 <= number <= MAX_OBD_DTC:
+            raise ValueError(
+                f"{number} is not a trouble code: an OBD DTC is a number of two bytes ({DTC_NUMBERS_ENV}=obd; "
+                "uds reads three)"
+            )
+        return uds_code(number)
     if not 0 <= number <= MAX_UDS_DTC:
         raise ValueError(f"{number} is not a trouble code (a UDS DTC is a number of three bytes)")
     return uds_code(number >> 8)
@@ -1018,20 +1038,22 @@ class AlertEvent(_Event):
 
     @field_validator("dtc_codes", mode="before")
     @classmethod
-    def _code_entries(cls, codes: object) -> object:
-        # null is no code; one string is one entry ("P0A7F", "P0300,P0301"); an entry may be an object;
-        # a null entry is no code either, nor one that says so as a reading's text does (``no_reading``:
-        # "", "N/A", "none", "无").
+    def _code_entries(cls, codes: object, info: ValidationInfo) -> object:
+        # null is no code; one string is one entry ("P0A7F", "P0300,P0301"); an entry may be an object; a null
+        # entry is no code either, nor one that says so as a reading's text does (``no_reading``: "", "N/A",
+        # "none", "无"). One number in place of the list is refused (a count of codes, as some platforms send?).
         if codes is None:
             return []
         if isinstance(codes, str):
             codes = [codes]
         if isinstance(codes, list) and None in codes:
             codes = [entry for entry in codes if entry is not None]
-        if isinstance(codes, list) and dict in map(type, codes):  # (map: no Python frame per entry)
-            codes = [_code_entry(entry) if isinstance(entry, dict) else entry for entry in codes]
-        if isinstance(codes, list) and int in map(type, codes):  # a UDS DTC as its number (``_uds_number``)
-            codes = [_uds_number(entry) if type(entry) is int else entry for entry in codes]
+        if isinstance(codes, list) and (dict in map(type, codes) or int in map(type, codes)):  # (map: no frames)
+            # A code as its number (``_code_number``), read as the fleet says it sends them (three bytes unless
+            # it says two).
+            numbers = (info.context or {}).get(DTC_NUMBERS) or "uds"
+            codes = [_code_entry(entry, numbers) if isinstance(entry, dict) else entry for entry in codes]
+            codes = [_code_number(entry, numbers) if type(entry) is int else entry for entry in codes]
         if isinstance(codes, list) and any(type(entry) is str and no_reading(entry) for entry in codes):
             codes = [entry for entry in codes if not (type(entry) is str and no_reading(entry))]
         return codes
@@ -1376,6 +1398,8 @@ NAIVE_TS_ZONE_ENV = "VDOCTOR_NAIVE_TS_ZONE"
 SIGNAL_MAP_ENV = "VDOCTOR_SIGNAL_NAMES"
 # The setting that says how the fleet's numbers use a comma (``parse_event``'s ``number_comma``).
 NUMBER_COMMA_ENV = "VDOCTOR_NUMBER_COMMA"
+# The setting that says how the fleet sends a trouble code as a number (``parse_event``'s ``dtc_numbers``).
+DTC_NUMBERS_ENV = "VDOCTOR_DTC_NUMBERS"
 # A fixed offset from UTC: +08:00, -0530, +8.
 _OFFSET_RE = re.compile(r"^(?:UTC|GMT)?([+-])([0-9]{1,2})(?::?([0-9]{2}))?$")
 
@@ -1387,6 +1411,18 @@ def number_comma(given: str) -> str:
     if value not in NUMBER_COMMAS:
         raise ValueError(
             f"{NUMBER_COMMA_ENV} must be decimal (12,345 is 12.345) or thousands (12,345 is 12345), got {given!r}"
+        )
+    return value
+
+
+def dtc_numbers(given: str) -> str:
+    """The setting ``VDOCTOR_DTC_NUMBERS`` as ``parse_event`` takes it: ``uds`` or ``obd`` (any case, spaces
+    around); ``ValueError`` for anything else."""
+    value = given.strip().lower()
+    if value not in DTC_NUMBER_FORMS:
+        raise ValueError(
+            f"{DTC_NUMBERS_ENV} must be uds (a code sent as a number is three bytes, as UDS reports it: 687899 "
+            f"is P0A7F) or obd (two bytes, as OBD Mode 03 reports it: 768 is P0300), got {given!r}"
         )
     return value
 
@@ -1428,7 +1464,11 @@ def _read_time(value: object) -> object:
 
 
 def parse_event(
-    raw: str, naive_zone: tzinfo | None = None, rename: Rename | None = None, number_comma: str | None = None
+    raw: str,
+    naive_zone: tzinfo | None = None,
+    rename: Rename | None = None,
+    number_comma: str | None = None,
+    dtc_numbers: str = "uds",
 ) -> Event:
     """Parse one JSON line into an event, or raise ``EventError`` with its stage.
 
@@ -1444,8 +1484,11 @@ def parse_event(
     points grouping digits in threes twice or more group thousands (``"1.234.567"``; ``_ungrouped``). Every other
     form of a number reads the same whatever it says (``41,5`` has a decimal comma, ``12,345,678`` and
     ``12,345.6`` group thousands, ``3.7`` has a decimal point).
+    ``dtc_numbers``: how the fleet sends a trouble code as a number (``VDOCTOR_DTC_NUMBERS``, one of
+    ``DTC_NUMBER_FORMS``): ``uds``, three bytes (687899 is 0x0A7F1B, P0A7F), or ``obd``, two (768 is 0x0300,
+    P0300). A code sent as text (``"P0300"``, ``"0x0300"``, ``"0x0A7F1B"``) reads the same either way.
     """
-    return event_of(load_object(raw), naive_zone, rename, number_comma)
+    return event_of(load_object(raw), naive_zone, rename, number_comma, dtc_numbers)
 
 
 def load_object(raw: str) -> dict[str, Any]:
@@ -1464,10 +1507,13 @@ def event_of(
     naive_zone: tzinfo | None = None,
     rename: Rename | None = None,
     number_comma: str | None = None,
+    dtc_numbers: str = "uds",
 ) -> Event:
     """The event of a line's JSON object (``parse_event``'s second step: it may change ``data``)."""
     if number_comma is not None and number_comma not in NUMBER_COMMAS:
         raise ValueError(f"number_comma must be one of {', '.join(NUMBER_COMMAS)} or None, got {number_comma!r}")
+    if dtc_numbers not in DTC_NUMBER_FORMS:
+        raise ValueError(f"dtc_numbers must be one of {', '.join(DTC_NUMBER_FORMS)}, got {dtc_numbers!r}")
     try:
         data = contract_keys(data)
     except ValueError as e:
@@ -1495,7 +1541,9 @@ def event_of(
     if name == "alert" and data.get("series") is None and isinstance(vin := data.get("vin"), str):
         data["series"] = vin_form(vin)[:SERIES_FROM_VIN_CHARS]  # (a full-width VIN's series is its ASCII one)
     try:
-        context: dict[str, object] = {RENAME: rename, NUMBER_COMMA: number_comma, TEXT_ASIDE: {}, ASIDE_WHY: {}}
+        context: dict[str, object] = {
+            RENAME: rename, NUMBER_COMMA: number_comma, DTC_NUMBERS: dtc_numbers, TEXT_ASIDE: {}, ASIDE_WHY: {}
+        }  # fmt: skip
         event = model.model_validate(data, context=context)
     except ValidationError as e:
         reason = describe_validation_error(e)

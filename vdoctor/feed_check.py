@@ -23,6 +23,7 @@ from typing import Any
 
 from vdoctor.errors import EventError
 from vdoctor.events import (
+    MAX_OBD_DTC,
     AlertEvent,
     Event,
     RecheckEvent,
@@ -117,10 +118,12 @@ def check_feed(
     rename: Rename | None = None,
     number_comma: str | None = None,
     now: datetime | None = None,
+    dtc_numbers: str = "uds",
 ) -> FeedReport:
     """The report of ``lines`` (one JSON event each; blank lines are skipped, as the job skips them), read with
-    the job's zone for times without one, its signal map and its comma in numbers, as the job reads them
-    (``parse_event``). ``now``: the clock events ahead of it are counted against (default: this machine's)."""
+    the job's zone for times without one, its signal map, its comma in numbers and its codes sent as numbers,
+    as the job reads them (``parse_event``). ``now``: the clock events ahead of it are counted against
+    (default: this machine's)."""
     report = FeedReport()
     ahead_of = (now or datetime.now(UTC)) + timedelta(seconds=AHEAD_S)
     for number, line in enumerate(lines, start=1):
@@ -133,7 +136,7 @@ def check_feed(
         try:
             data = load_object(raw)
             written = dict(data)  # (reading it as an event changes it)
-            event = event_of(data, naive_zone, rename, number_comma)
+            event = event_of(data, naive_zone, rename, number_comma, dtc_numbers)
         except EventError as e:
             report.dead_letter(e.stage, str(e), number)
             continue
@@ -144,7 +147,7 @@ def check_feed(
         if isinstance(event, AlertEvent) and event.signals_set_aside:
             # An event, diagnosed without those readings, and a dead letter as well: the job sends both.
             report.dead_letter("validate", set_aside_error(event), number)
-        _count_forms(report.forms, written, event, rename, number_comma)
+        _count_forms(report.forms, written, event, rename, number_comma, dtc_numbers)
         fields = type(event).model_fields
         report.left_out.update(str(key) for key in written if not _read_key(key, fields))
     return report
@@ -165,6 +168,7 @@ def _count_forms(
     event: Event,
     rename: Rename | None = None,
     number_comma: str | None = None,
+    dtc_numbers: str = "uds",
 ) -> None:
     """Each form of a line's JSON object ``data`` that ``event`` holds in another (one count per line and form)."""
     seen: set[tuple[str, str, str]] = set()
@@ -214,9 +218,19 @@ def _count_forms(
             elif isinstance(entry, dict):
                 keys = ", ".join(f'"{k}"' for k in entry)
                 seen.add((CODE, f"{{{keys}}}", "<code>"))
-            elif type(entry) is int:  # a UDS DTC as its number
-                seen.add((CODE, "<number of 3 bytes>", "<code>"))
+            elif type(entry) is int:  # a DTC as its number (``events._code_number``)
+                seen.add((CODE, *_number_code_form(entry, dtc_numbers)))
     forms.update(seen)
+
+
+def _number_code_form(number: int, dtc_numbers: str) -> tuple[str, str]:
+    """The form of a code sent as a number, as ``dtc_numbers`` reads it. Under ``uds`` a number of two bytes or
+    less is told apart: it is what an OBD dongle sends (768, P0300), read as another code (P0003)."""
+    if dtc_numbers == "obd":
+        return "<number of 2 bytes>", "<code>" if number else "no code"
+    if number <= MAX_OBD_DTC:
+        return "<number under 65536>", "<code> of 3 bytes (P0003 for 768; --dtc-numbers obd reads 2: P0300)"
+    return "<number of 3 bytes>", "<code>"
 
 
 def _reading_form(
@@ -275,14 +289,17 @@ def _shape(ts: str) -> str:
     return "".join("9" if c.isdigit() else c for c in ts[:40])
 
 
-def render(report: FeedReport, zone_name: str | None, number_comma: str | None = None) -> str:
+def render(
+    report: FeedReport, zone_name: str | None, number_comma: str | None = None, dtc_numbers: str = "uds"
+) -> str:
     """The report as text."""
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in report.events.most_common())
     out = [
         f"{report.lines:,} lines: {sum(report.events.values()):,} events ({kinds or 'none'}), "
         f"{report.dead_letters:,} dead letters"
         + (f"; times without a zone read in {zone_name}" if zone_name else "")
-        + (f"; a number's lone comma before three digits read as {number_comma}" if number_comma else ""),
+        + (f"; a number's lone comma before three digits read as {number_comma}" if number_comma else "")
+        + ("; codes sent as numbers read as 2 bytes (OBD)" if dtc_numbers == "obd" else ""),
     ]
     if report.dead:
         out.append("\ndead letters, by stage and field (the first line of each, and why):")

@@ -29,10 +29,12 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
 from vdoctor.events import (
+    DTC_NUMBERS_ENV,
     NAIVE_TS_ZONE_ENV,
     NUMBER_COMMA_ENV,
     SIGNAL_MAP_ENV,
     describe_validation_error,
+    dtc_numbers,
     number_comma,
     time_zone,
 )
@@ -224,6 +226,9 @@ class RuntimeSettings(_Frozen):
     # points grouping digits in threes twice or more group thousands) or thousands; None: such a reading is set
     # aside, its dead letter naming both (``events.parse_event``).
     number_comma: str | None = None
+    # How the fleet sends a trouble code as a number (``events.DTC_NUMBER_FORMS``): uds, three bytes (687899 is
+    # P0A7F), or obd, two bytes, as OBD dongles send Mode 03's (768 is P0300).
+    dtc_numbers: str = "uds"
     # The fleet's signal map (``vdoctor.signal_map``): sent name -> the name it is read as. Given as the path
     # of its file (JSON or CSV), read here, where the job is built: the map itself goes to the workers.
     signal_names: dict[str, str] = Field(default_factory=dict)
@@ -245,6 +250,11 @@ class RuntimeSettings(_Frozen):
     @classmethod
     def _check_number_comma(cls, given: str | None) -> str | None:
         return number_comma(given) if given is not None else None
+
+    @field_validator("dtc_numbers")
+    @classmethod
+    def _check_dtc_numbers(cls, given: str) -> str:
+        return dtc_numbers(given)
 
     @field_validator("signal_names", mode="before")
     @classmethod
@@ -332,6 +342,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "malloc_trim_s": ("runtime", "malloc_trim_s", "VDOCTOR_MALLOC_TRIM_S"),
     "naive_ts_zone": ("runtime", "naive_ts_zone", NAIVE_TS_ZONE_ENV),
     "number_comma": ("runtime", "number_comma", NUMBER_COMMA_ENV),
+    "dtc_numbers": ("runtime", "dtc_numbers", DTC_NUMBERS_ENV),
     "signal_names": ("runtime", "signal_names", SIGNAL_MAP_ENV),
 }
 # The environment variables, by flat name (for documentation and tests).

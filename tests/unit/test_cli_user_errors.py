@@ -247,6 +247,7 @@ def test_an_alerts_file_that_cannot_be_read_is_a_one_line_error(
     [
         ("VDOCTOR_NAIVE_TS_ZONE", "--naive-ts-zone", "Mars/Base"),
         ("VDOCTOR_NUMBER_COMMA", "--number-comma", "european"),
+        ("VDOCTOR_DTC_NUMBERS", "--dtc-numbers", "hex"),
         ("VDOCTOR_SIGNAL_NAMES", "--signal-names", "/no/such/map.json"),
     ],
 )

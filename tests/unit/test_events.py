@@ -557,6 +557,26 @@ def test_a_dtc_as_its_bytes_is_read_as_its_code() -> None:
         assert error.stage == "validate" and "dtc_codes" in str(error), entry
 
 
+def test_a_fleet_that_sends_obds_two_byte_codes_as_numbers_says_so() -> None:
+    # An OBD dongle reports Mode 03's codes as two bytes: 768 is 0x0300, P0300. Read as three bytes (UDS, the
+    # default) the same number is another code, P0003 (0x000300), and nothing can tell them apart: the fleet
+    # says which it sends (VDOCTOR_DTC_NUMBERS=obd).
+    sent = [768, {"code": 0x0A7F}, 0xC100, 0x4123, 0x9318, 0, "0x0A7F1B", "P0420"]
+    event = parse_event(json.dumps(alert(dtc_codes=sent)), dtc_numbers="obd")
+    assert isinstance(event, AlertEvent)
+    # 0 pads a Mode 03 reply: no code. Text reads as it always does.
+    assert event.dtc_codes == ["P0300", "P0A7F", "U0100", "C0123", "B1318", "P0420"]
+    as_uds = parse_event(json.dumps(alert(dtc_codes=[768])))
+    assert isinstance(as_uds, AlertEvent) and as_uds.dtc_codes == ["P0003"]
+    # A number of three bytes is no OBD code: a dead letter that names the setting.
+    for entry in (0x0A7F1B, 0x10000, -1):
+        with pytest.raises(EventError, match="dtc_codes: .* is not a trouble code: an OBD DTC is a number of two "
+                           r"bytes \(VDOCTOR_DTC_NUMBERS=obd"):  # fmt: skip
+            parse_event(json.dumps(alert(dtc_codes=[entry])), dtc_numbers="obd")
+    with pytest.raises(ValueError, match="dtc_numbers must be one of uds, obd"):
+        parse_event(json.dumps(alert()), dtc_numbers="OBD")
+
+
 def test_trouble_codes_as_gateways_write_them() -> None:
     # A failure type and status byte, a name before the code, its state after it: the code is its five characters.
     sent = [

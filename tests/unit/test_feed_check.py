@@ -157,6 +157,21 @@ def test_a_dtc_as_its_bytes_is_reported_as_read() -> None:
     }  # fmt: skip
 
 
+def test_codes_sent_as_numbers_are_reported_as_the_setting_reads_them() -> None:
+    # Under uds (the default) a number under 65536 is what an OBD dongle sends, read as another code: the
+    # report says so, and what --dtc-numbers obd would read.
+    feed = [alert(dtc_codes=[768]), alert(event_id="e-2", dtc_codes=[0x0420, 0x0171])]
+    report = check_feed(feed)
+    assert report.dead_letters == 0
+    (form,) = [(w, r) for (kind, w, r) in report.forms if kind == "code"]
+    assert form[0] == "<number under 65536>" and "--dtc-numbers obd reads 2: P0300" in form[1]
+    assert report.forms[("code", *form)] == 2
+    obd = check_feed([*feed, alert(event_id="e-3", dtc_codes=[0x0A7F1B])], dtc_numbers="obd")
+    assert {(w, r) for (kind, w, r) in obd.forms if kind == "code"} == {("<number of 2 bytes>", "<code>")}
+    assert obd.dead_letters == 1 and "VDOCTOR_DTC_NUMBERS=obd" in next(iter(obd.dead.values())).reason
+    assert "codes sent as numbers read as 2 bytes (OBD)" in render(obd, None, None, "obd")
+
+
 def test_a_workshops_recheck_without_a_session_is_reported_as_read() -> None:
     report = check_feed([json.dumps({"vin": VIN, "ts": "2026-11-02T08:00:00Z", "recheck_ok": "PASS", "event_id": "w"})])
     assert report.dead_letters == 0 and report.events == {"recheck": 1}

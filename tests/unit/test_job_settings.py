@@ -226,6 +226,15 @@ def test_how_numbers_use_a_comma_is_a_flag_of_both_jobs(tmp_path: Path) -> None:
         _replay_args(tmp_path, "--number-comma", "european")
 
 
+def test_how_codes_are_sent_as_numbers_is_a_flag_of_both_jobs(tmp_path: Path) -> None:
+    replay = js.domain_settings(_replay_args(tmp_path, "--dtc-numbers", "OBD"), env={})
+    kafka = js.domain_settings(_kafka_args(tmp_path), env={"VDOCTOR_DTC_NUMBERS": "obd"})
+    assert (replay.runtime.dtc_numbers, kafka.runtime.dtc_numbers) == ("obd", "obd")
+    assert js.domain_settings(_kafka_args(tmp_path), env={}).runtime.dtc_numbers == "uds"
+    with pytest.raises(SystemExit):
+        _replay_args(tmp_path, "--dtc-numbers", "hex")
+
+
 @pytest.mark.parametrize(
     ("url", "pinned"),
     [

@@ -134,6 +134,14 @@ def test_how_the_fleets_numbers_use_a_comma_is_checked_when_set() -> None:
         load_settings({"VDOCTOR_NUMBER_COMMA": "comma"})
 
 
+def test_how_the_fleet_sends_codes_as_numbers_is_checked() -> None:
+    assert load_settings({}).runtime.dtc_numbers == "uds"
+    assert load_settings({"VDOCTOR_DTC_NUMBERS": " OBD"}).runtime.dtc_numbers == "obd"
+    assert load_settings({}, dtc_numbers="uds").runtime.dtc_numbers == "uds"
+    with pytest.raises(ConfigError, match="VDOCTOR_DTC_NUMBERS.*must be uds .* or obd"):
+        load_settings({"VDOCTOR_DTC_NUMBERS": "j1939"})
+
+
 def test_overrides_are_validated_and_keep_the_key() -> None:
     settings = load_settings({"OPENAI_API_KEY": KEY})
     changed = with_overrides(settings, memory_enabled=False, memory_url="sqlite:///x.db")
