@@ -743,11 +743,8 @@ def _code_entry(entry: dict[object, object], numbers: str) -> object:
     J1939 ``spn`` and ``fmi`` (``{"spn": 1569, "fmi": 31}``); keys in any case, the others left out.
     ``numbers``: how the fleet sends a code as a number (``DTC_NUMBER_FORMS``)."""
     fields = lower_keys(entry)
-    for key in _CODE_KEYS:
-        if isinstance(code := fields.get(key), str) and not no_reading(code):
-            return code
-        if type(code) is int:
-            return _code_number(code, numbers)
+    if (code := _code_field(fields)) is not None:
+        return code if isinstance(code, str) else _code_number(code, numbers)
     # A platform that writes every number as a float sends 1569.0: a whole float is its digits, as an id's is.
     spn, fmi = _whole_number_digits(fields.get("spn")), _whole_number_digits(fields.get("fmi"))
     if isinstance(spn, int | str) and isinstance(fmi, int | str) and not isinstance(spn, bool | float):
@@ -758,6 +755,25 @@ def _code_entry(entry: dict[object, object], numbers: str) -> object:
     if any(key in fields and no_reading(fields[key]) for key in _CODE_KEYS):
         return ""  # (a code field that says there is none, null or "N/A", and no other code: no code)
     raise ValueError(f'a code entry needs a "code" (or "spn" and "fmi"), got {json.dumps(entry, default=str)[:80]}')
+
+
+def _code_field(fields: dict[str, object]) -> str | int | None:
+    """The code of a code sent as an object (its keys in lower case: ``lower_keys``): the first of ``_CODE_KEYS``
+    that holds text other than no reading, or a whole number (``_code_number``); None when none does."""
+    for key in _CODE_KEYS:
+        if isinstance(code := fields.get(key), str) and not no_reading(code):
+            return code
+        if type(code) is int:
+            return code
+    return None
+
+
+def code_number_of(entry: object) -> int | None:
+    """The number a code entry of ``dtc_codes`` sends its code as (``768``, ``{"code": 768}``), else None."""
+    if type(entry) is int:
+        return entry
+    code = _code_field(lower_keys(entry)) if isinstance(entry, dict) else None
+    return code if type(code) is int else None
 
 
 def _code_number(number: int, numbers: str) -> str:

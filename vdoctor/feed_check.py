@@ -28,6 +28,7 @@ from vdoctor.events import (
     Event,
     RecheckEvent,
     Rename,
+    code_number_of,
     contract_field,
     contract_keys,
     digits_as_read,
@@ -218,18 +219,21 @@ def _count_forms(
             elif isinstance(entry, dict):
                 keys = ", ".join(f'"{k}"' for k in entry)
                 seen.add((CODE, f"{{{keys}}}", "<code>"))
-            elif type(entry) is int:  # a DTC as its number (``events._code_number``)
-                seen.add((CODE, *_number_code_form(entry, dtc_numbers)))
+            if (number := code_number_of(entry)) is not None:  # a DTC as its number (``events._code_number``)
+                seen.add((CODE, *_number_code_form(number, dtc_numbers)))
     forms.update(seen)
 
 
 def _number_code_form(number: int, dtc_numbers: str) -> tuple[str, str]:
     """The form of a code sent as a number, as ``dtc_numbers`` reads it. Under ``uds`` a number of two bytes or
-    less is told apart: it is what an OBD dongle sends (768, P0300), read as another code (P0003)."""
+    less is told apart: it is what an OBD dongle sends (768, P0300), read as another code (P0003); so is 0, a
+    Mode 03 reply's padding (P0000, and no code under ``obd``). The read form fits the report's column."""
     if dtc_numbers == "obd":
-        return "<number of 2 bytes>", "<code>" if number else "no code"
+        return ("<number of 2 bytes>", "<code>") if number else ("0", "no code")
+    if number == 0:
+        return "0", "P0000 (--dtc-numbers obd: no code)"
     if number <= MAX_OBD_DTC:
-        return "<number under 65536>", "<code> of 3 bytes (P0003 for 768; --dtc-numbers obd reads 2: P0300)"
+        return "<number under 65536, read as 3 bytes>", "<code> (--dtc-numbers obd reads 2 bytes)"
     return "<number of 3 bytes>", "<code>"
 
 

@@ -157,19 +157,35 @@ def test_a_dtc_as_its_bytes_is_reported_as_read() -> None:
     }  # fmt: skip
 
 
-def test_codes_sent_as_numbers_are_reported_as_the_setting_reads_them() -> None:
-    # Under uds (the default) a number under 65536 is what an OBD dongle sends, read as another code: the
-    # report says so, and what --dtc-numbers obd would read.
-    feed = [alert(dtc_codes=[768]), alert(event_id="e-2", dtc_codes=[0x0420, 0x0171])]
+def test_codes_sent_as_numbers_are_reported_as_the_setting_reads_them(tmp_path: Path) -> None:
+    # Under uds (the default) a number under 65536 is what an OBD dongle sends, read as another code, alone or
+    # in an object: the report says so, and that --dtc-numbers obd reads two bytes; 0 (a Mode 03 reply's
+    # padding) is P0000 then.
+    feed = [alert(dtc_codes=[768]), alert(event_id="e-2", dtc_codes=[{"code": 0x0420}, 0])]
     report = check_feed(feed)
     assert report.dead_letters == 0
-    (form,) = [(w, r) for (kind, w, r) in report.forms if kind == "code"]
-    assert form[0] == "<number under 65536>" and "--dtc-numbers obd reads 2: P0300" in form[1]
-    assert report.forms[("code", *form)] == 2
+    assert {(w, r): n for (kind, w, r), n in report.forms.items() if kind == "code"} == {
+        ("<number under 65536, read as 3 bytes>", "<code> (--dtc-numbers obd reads 2 bytes)"): 2,
+        ('{"code"}', "<code>"): 1, ("0", "P0000 (--dtc-numbers obd: no code)"): 1,
+    }  # fmt: skip
+    # The text report shows the whole hint.
+    assert "<code> (--dtc-numbers obd reads 2 bytes)" in render(report, None)
     obd = check_feed([*feed, alert(event_id="e-3", dtc_codes=[0x0A7F1B])], dtc_numbers="obd")
-    assert {(w, r) for (kind, w, r) in obd.forms if kind == "code"} == {("<number of 2 bytes>", "<code>")}
+    assert {(w, r) for (kind, w, r) in obd.forms if kind == "code"} == {
+        ("<number of 2 bytes>", "<code>"), ('{"code"}', "<code>"), ("0", "no code"),
+    }  # fmt: skip
     assert obd.dead_letters == 1 and "VDOCTOR_DTC_NUMBERS=obd" in next(iter(obd.dead.values())).reason
     assert "codes sent as numbers read as 2 bytes (OBD)" in render(obd, None, None, "obd")
+    # The command takes the job's flag, or its environment variable.
+    path = tmp_path / "feed.jsonl"
+    path.write_text("\n".join(feed) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "jobs.cli", "check-events", "--alerts", str(path), "--json"]
+    for extra, env in ((["--dtc-numbers", "obd"], {}), ([], {"VDOCTOR_DTC_NUMBERS": "OBD"})):
+        run = subprocess.run([*command, *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **env})  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        read_as = json.loads(run.stdout)["read_as"]
+        assert {"kind": "code", "written": "<number of 2 bytes>", "read": "<code>", "lines": 2} in read_as
 
 
 def test_a_workshops_recheck_without_a_session_is_reported_as_read() -> None:
