@@ -763,17 +763,35 @@ def _code_field(fields: dict[str, object]) -> str | int | None:
     for key in _CODE_KEYS:
         if isinstance(code := fields.get(key), str) and not no_reading(code):
             return code
-        if type(code) is int:
+        if type(code := _whole(code)) is int:
             return code
     return None
 
 
+def _whole(value: object) -> object:
+    """A code sent as a whole float (``768.0``, as a platform that writes every number as a float sends it) as
+    its int; any other float is no code; any other value as it came."""
+    if type(value) is not float:
+        return value
+    if not value.is_integer() or abs(value) >= _EXACT_FLOAT_INT:
+        raise ValueError(f"{_code_number_text(value)} is not a trouble code (a code sent as a number is whole)")
+    return int(value)
+
+
 def code_number_of(entry: object) -> int | None:
-    """The number a code entry of ``dtc_codes`` sends its code as (``768``, ``{"code": 768}``), else None."""
-    if type(entry) is int:
-        return entry
-    code = _code_field(lower_keys(entry)) if isinstance(entry, dict) else None
+    """The number a code entry of ``dtc_codes`` sends its code as (``768``, ``768.0``, ``{"code": 768}``), else
+    None (also for a number that is no code)."""
+    try:
+        code = _code_field(lower_keys(entry)) if isinstance(entry, dict) else _whole(entry)
+    except ValueError:
+        return None
     return code if type(code) is int else None
+
+
+def _code_number_text(number: float) -> str:
+    """A number as an error names it: at most 24 characters, cut with "…"."""
+    text = str(number)
+    return text if len(text) <= 24 else text[:23] + "…"
 
 
 def _code_number(number: int, numbers: str) -> str:
@@ -786,12 +804,12 @@ def _code_number(number: int, numbers: str) -> str:
             return ""
         if not 0 <= number <= MAX_OBD_DTC:
             raise ValueError(
-                f"{number} is not a trouble code: an OBD DTC is a number of two bytes ({DTC_NUMBERS_ENV}=obd; "
-                "uds reads three)"
+                f"{_code_number_text(number)} is not a trouble code: an OBD DTC is a number of two bytes "
+                f"({DTC_NUMBERS_ENV}=obd; uds reads three)"
             )
         return uds_code(number)
     if not 0 <= number <= MAX_UDS_DTC:
-        raise ValueError(f"{number} is not a trouble code (a UDS DTC is a number of three bytes)")
+        raise ValueError(f"{_code_number_text(number)} is not a trouble code (a UDS DTC is a number of three bytes)")
     return uds_code(number >> 8)
 
 
@@ -1064,11 +1082,11 @@ class AlertEvent(_Event):
             codes = [codes]
         if isinstance(codes, list) and None in codes:
             codes = [entry for entry in codes if entry is not None]
-        if isinstance(codes, list) and (dict in map(type, codes) or int in map(type, codes)):  # (map: no frames)
+        if isinstance(codes, list) and not {dict, int, float}.isdisjoint(map(type, codes)):  # (map: no frames)
             # A code as its number (``_code_number``), read as the fleet says it sends them (three bytes unless
-            # it says two).
+            # it says two); as a whole float too (768.0), as a platform that writes every number so sends it.
             numbers = (info.context or {}).get(DTC_NUMBERS) or "uds"
-            codes = [_code_entry(entry, numbers) if isinstance(entry, dict) else entry for entry in codes]
+            codes = [_code_entry(entry, numbers) if isinstance(entry, dict) else _whole(entry) for entry in codes]
             codes = [_code_number(entry, numbers) if type(entry) is int else entry for entry in codes]
         if isinstance(codes, list) and any(type(entry) is str and no_reading(entry) for entry in codes):
             codes = [entry for entry in codes if not (type(entry) is str and no_reading(entry))]

@@ -568,6 +568,14 @@ def test_a_fleet_that_sends_obds_two_byte_codes_as_numbers_says_so() -> None:
     assert event.dtc_codes == ["P0300", "P0A7F", "U0100", "C0123", "B1318", "P0420"]
     as_uds = parse_event(json.dumps(alert(dtc_codes=[768])))
     assert isinstance(as_uds, AlertEvent) and as_uds.dtc_codes == ["P0003"]
+    # A platform that writes every number as a float sends 768.0: the same code, either way.
+    for numbers, code in (("obd", "P0300"), ("uds", "P0003")):
+        floats = parse_event(json.dumps(alert(dtc_codes=[768.0, {"dtc": 768.0}])), dtc_numbers=numbers)
+        assert isinstance(floats, AlertEvent) and floats.dtc_codes == [code]
+    # A fraction or a float too large to be exact is no code, named in at most 24 characters.
+    for entry in (768.5, 1e300, {"code": 2.5}, 10**40):
+        with pytest.raises(EventError, match=r"dtc_codes: [0-9.e+]{1,23}…? is not a trouble code"):
+            parse_event(json.dumps(alert(dtc_codes=[entry])))
     # A number of three bytes is no OBD code: a dead letter that names the setting.
     for entry in (0x0A7F1B, 0x10000, -1):
         with pytest.raises(EventError, match="dtc_codes: .* is not a trouble code: an OBD DTC is a number of two "

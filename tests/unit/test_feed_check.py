@@ -161,7 +161,7 @@ def test_codes_sent_as_numbers_are_reported_as_the_setting_reads_them(tmp_path: 
     # Under uds (the default) a number under 65536 is what an OBD dongle sends, read as another code, alone or
     # in an object: the report says so, and that --dtc-numbers obd reads two bytes; 0 (a Mode 03 reply's
     # padding) is P0000 then.
-    feed = [alert(dtc_codes=[768]), alert(event_id="e-2", dtc_codes=[{"code": 0x0420}, 0])]
+    feed = [alert(dtc_codes=[768]), alert(event_id="e-2", dtc_codes=[{"code": 0x0420}, 0, 369.0])]
     report = check_feed(feed)
     assert report.dead_letters == 0
     assert {(w, r): n for (kind, w, r), n in report.forms.items() if kind == "code"} == {
