@@ -45,6 +45,13 @@ the job runs it: the stage is then the interpreter's side of each call
 (the shared calls, the query cache, the pipe), and the child's CPU over the
 same events is printed apart.
 
+``--pin same`` runs this process and the embedding child on core 0, ``--pin apart`` this process on core 0
+and the child on core 1 (each run without clocks too); by default they run where the scheduler puts them, as
+the job's do. The interpreter waits for the child at every embedding call, so where the child runs changes
+what the interpreter finds in the core's caches when it goes on (README, below `bench/core_neighbour.py`).
+
+    .venv/bin/python bench/engine_cpu.py --embed-child --pin same
+
 The cyclic garbage collector is set as the job's diagnosis operator sets it
 once its engine is built (``vdoctor.runs.tune_gc_for_runs``: what is loaded
 is frozen out of collections, young collections every 20,000 objects);
@@ -109,7 +116,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.machine_speed import reference_ms  # noqa: E402
-from bench.procstat import children_cpu_s  # noqa: E402
+from bench.procstat import children_cpu_s, pin_tree, process_children  # noqa: E402
 
 MODEL = "model"
 OTHER = "engine, other"
@@ -201,6 +208,11 @@ def spread(values: list[float], unit: str = "", label: str = "") -> str:
     """Runs' figures as their median and range: ``1.742 ms/alert (1.665-1.762)`` (``unit`` after the median,
     ``label`` before the range)."""
     return f"{statistics.median(values):.3f}{unit} ({label}{min(values):.3f}-{max(values):.3f})"
+
+
+def cores(pid: int) -> str:
+    """The cores a process may run on, as read back (``--pin``): ``0``, ``0,1``."""
+    return ",".join(str(core) for core in sorted(os.sched_getaffinity(pid)))
 
 
 def strip_python_args(argv: list[str]) -> list[str]:
@@ -437,6 +449,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="how many times the run without stage clocks goes, each in a fresh process (its "
                              "median is the figure, with the range): the same run's CPU per alert varies by a "
                              "quarter from one run to the next on a shared machine")  # fmt: skip
+    parser.add_argument("--pin", choices=["same", "apart"], default=None,
+                        help="pin this process to core 0 and the embedding child (--embed-child) to core 0 as well "
+                             "(same) or to core 1 (apart); default: where the scheduler puts them, as the job "
+                             "runs")  # fmt: skip
     parser.add_argument("--python", action="append", default=[], metavar="PATH",
                         help="also run the runs without stage clocks under this interpreter (a Python with this "
                              "project installed, e.g. another venv's bin/python), alternating with this one's: the "
@@ -444,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.pin is not None:
+        if (os.cpu_count() or 1) < 2:
+            parser.error("--pin needs cores 0 and 1")
+        pin_tree(os.getpid(), {0})  # (its children, the embedding child among them, start there too)
     speed_before = 0.0 if args.no_stages else reference_ms()
     pythons: list[str | None] = [None, *args.python]
     runs_of: dict[str | None, list[PlainRun]] = {python: [] for python in pythons}
@@ -484,6 +504,14 @@ def main(argv: list[str] | None = None) -> int:
             if not args.default_gc:
                 tune_gc_for_runs()  # as the job's operator does once its engine is built (runs in flight)
             not_embedding = {server.pid} if server is not None else set()
+            placed = ""
+            if args.pin is not None:
+                embedding = [pid for pid in process_children().get(os.getpid(), []) if pid not in not_embedding]
+                for pid in embedding if args.pin == "apart" else []:
+                    pin_tree(pid, {1})
+                placed = ", this process on core " + cores(os.getpid()) + ", the embedding child on core " + (
+                    " and ".join(cores(pid) for pid in embedding) or "(none)"
+                )
             missing: list[str] = []
             if not args.no_stages:
                 missing = instrument(clock, TARGETS)
@@ -587,7 +615,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nengine CPU per alert by stage: {args.workload} workload, {args.vins} vehicles, {events} events "
           f"({alerts} alerts), model "
           f"{args.model}, embedder {engine.embedder.name}, one thread, "
-          f"{'sessions carried live (--chained)' if args.chained else 'sessions read from their stored JSON'}; "
+          f"{'sessions carried live (--chained)' if args.chained else 'sessions read from their stored JSON'}"
+          f"{placed}; "
           f"{os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"{'stage':<36} {'ms/alert':>9} {'share':>6} {'calls/alert':>11}")

@@ -106,3 +106,18 @@ def test_a_failed_run_without_clocks_stops_the_bench_with_its_reason(monkeypatch
     monkeypatch.setattr(engine_cpu.subprocess, "run", fake_run)
     with pytest.raises(SystemExit, match="exit 2.*3 of 80 events failed"):
         engine_cpu.without_stages(["--vins", "10"], None, 0)
+
+
+@pytest.mark.parametrize(("pin", "placed"), [("same", "this process on core 0, the embedding child on core 0"),
+                                             ("apart", "this process on core 0, the embedding child on core 1")])
+def test_pinned_runs_place_the_embedding_child_as_asked(pin: str, placed: str, tmp_path: Path) -> None:
+    # The runs without clocks start pinned to core 0 by the run that starts them: each still places its own child.
+    # The heading gives the cores each process may run on, as read back.
+    done = subprocess.run(
+        [sys.executable, str(Path(engine_cpu.__file__)), "--vins", "40", "--repeat", "1", "--embed-child", "--pin",
+         pin, "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"sessions read from their stored JSON, {placed}; " in done.stdout
+    assert json.loads((tmp_path / "engine_cpu.json").read_text())["engine_ms_per_alert"] > 0
