@@ -105,18 +105,29 @@ def test_numbers_with_a_comma_are_reported_as_read_and_the_setting_reads_the_amb
     assert decimal.dead_letters == 0 and decimal.forms[("number", "999,999", "999.999")] == 1
     assert "a number's lone comma before three digits read as decimal" in render(decimal, None, "decimal")
     # The command takes the job's flag, or its environment variable.
+    for read_as in command_read_as(tmp_path, feed, "--number-comma", "VDOCTOR_NUMBER_COMMA", "thousands"):
+        assert {"kind": "number", "written": "999,999", "read": "999999", "lines": 1} in read_as
+    bad = subprocess.run([*check_events(tmp_path / "feed.jsonl"), "--number-comma", "european"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode == 2 and "must be decimal" in bad.stderr
+
+
+def check_events(path: Path) -> list[str]:
+    """The command that reports the feed at ``path`` as JSON."""
+    return [sys.executable, "-m", "jobs.cli", "check-events", "--alerts", str(path), "--json"]
+
+
+def command_read_as(tmp_path: Path, feed: list[str], flag: str, var: str, value: str) -> list[list[dict]]:
+    """The ``read_as`` lists of ``check-events`` over ``feed``, given ``value`` by its flag, then by its variable."""
     path = tmp_path / "feed.jsonl"
     path.write_text("\n".join(feed) + "\n", encoding="utf-8")
-    command = [sys.executable, "-m", "jobs.cli", "check-events", "--alerts", str(path), "--json"]
-    for extra, env in ((["--number-comma", "thousands"], {}), ([], {"VDOCTOR_NUMBER_COMMA": "thousands"})):
-        run = subprocess.run([*command, *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, **env})  # fmt: skip
+    found = []
+    for extra, env in (([flag, value], {}), ([], {var: value})):
+        run = subprocess.run([*check_events(path), *extra], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=120, env={**os.environ, **env})  # fmt: skip
         assert run.returncode == 0, run.stderr
-        read_as = json.loads(run.stdout)["read_as"]
-        assert {"kind": "number", "written": "999,999", "read": "999999", "lines": 1} in read_as
-    bad = subprocess.run([*command, "--number-comma", "european"], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
-    assert bad.returncode == 2 and "must be decimal" in bad.stderr
+        found.append(json.loads(run.stdout)["read_as"])
+    return found
 
 
 def test_readings_nested_in_objects_are_reported_by_their_paths() -> None:
@@ -177,14 +188,7 @@ def test_codes_sent_as_numbers_are_reported_as_the_setting_reads_them(tmp_path: 
     assert obd.dead_letters == 1 and "VDOCTOR_DTC_NUMBERS=obd" in next(iter(obd.dead.values())).reason
     assert "codes sent as numbers read as 2 bytes (OBD)" in render(obd, None, None, "obd")
     # The command takes the job's flag, or its environment variable.
-    path = tmp_path / "feed.jsonl"
-    path.write_text("\n".join(feed) + "\n", encoding="utf-8")
-    command = [sys.executable, "-m", "jobs.cli", "check-events", "--alerts", str(path), "--json"]
-    for extra, env in ((["--dtc-numbers", "obd"], {}), ([], {"VDOCTOR_DTC_NUMBERS": "OBD"})):
-        run = subprocess.run([*command, *extra], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-                             env={**os.environ, **env})  # fmt: skip
-        assert run.returncode == 0, run.stderr
-        read_as = json.loads(run.stdout)["read_as"]
+    for read_as in command_read_as(tmp_path, feed, "--dtc-numbers", "VDOCTOR_DTC_NUMBERS", "OBD"):
         assert {"kind": "code", "written": "<number of 2 bytes>", "read": "<code>", "lines": 2} in read_as
 
 
