@@ -159,6 +159,7 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
     import json
 
     from vdoctor.events import (
+        DEFAULT_DTC_NUMBERS,
         DTC_NUMBERS_ENV,
         NAIVE_TS_ZONE_ENV,
         NUMBER_COMMA_ENV,
@@ -189,7 +190,7 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
         named = comma_named
         comma = number_comma(comma_given) if comma_given else None
         named = numbers_named
-        numbers = dtc_numbers(numbers_given) if numbers_given else "uds"
+        numbers = dtc_numbers(numbers_given) if numbers_given else DEFAULT_DTC_NUMBERS
     except ValueError as e:
         print(f"vdoctor check-events: {named}: {e}", file=sys.stderr)
         return 2

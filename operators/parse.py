@@ -10,7 +10,7 @@ from pyflink.datastream.functions import MapFunction, ProcessFunction, RuntimeCo
 
 from operators.metrics import dead_letter_counter
 from vdoctor.errors import EventError
-from vdoctor.events import AlertEvent, parse_event, set_aside_error, time_zone
+from vdoctor.events import DEFAULT_DTC_NUMBERS, AlertEvent, parse_event, set_aside_error, time_zone
 from vdoctor.records import DeadLetter
 from vdoctor.signal_map import SignalRenames
 
@@ -37,7 +37,7 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         naive_ts_zone: str | None = None,
         signal_names: dict[str, str] | None = None,
         number_comma: str | None = None,
-        dtc_numbers: str = "uds",
+        dtc_numbers: str = DEFAULT_DTC_NUMBERS,
     ) -> None:
         self.naive_ts_zone = naive_ts_zone
         self.signal_names = dict(signal_names or {})

@@ -226,6 +226,7 @@ NUMBER_COMMA = "number_comma"
 # fleet says which (``VDOCTOR_DTC_NUMBERS``); it reaches the codes' validator in the validation context, by
 # this key.
 DTC_NUMBER_FORMS = ("uds", "obd")
+DEFAULT_DTC_NUMBERS = "uds"
 DTC_NUMBERS = "dtc_numbers"
 # A unit written with a slash (``km/h``, ``L/100km``) and the name's characters around it up to a separator.
 _SLASH_UNIT_RE = re.compile(r"[^\s_.:()\[\]-]*/[^\s_.:()\[\]-]*")
@@ -1075,7 +1076,7 @@ class AlertEvent(_Event):
     def _code_entries(cls, codes: object, info: ValidationInfo) -> object:
         # null is no code; one string is one entry ("P0A7F", "P0300,P0301"); an entry may be an object; a null
         # entry is no code either, nor one that says so as a reading's text does (``no_reading``: "", "N/A",
-        # "none", "无"). One number in place of the list is refused (a count of codes, as some platforms send?).
+        # "none", "无"). One number in place of the list is refused: it may be a count of codes as well as a code.
         if codes is None:
             return []
         if isinstance(codes, str):
@@ -1085,7 +1086,7 @@ class AlertEvent(_Event):
         if isinstance(codes, list) and not {dict, int, float}.isdisjoint(map(type, codes)):  # (map: no frames)
             # A code as its number (``_code_number``), read as the fleet says it sends them (three bytes unless
             # it says two); as a whole float too (768.0), as a platform that writes every number so sends it.
-            numbers = (info.context or {}).get(DTC_NUMBERS) or "uds"
+            numbers = (info.context or {}).get(DTC_NUMBERS) or DEFAULT_DTC_NUMBERS
             codes = [_code_entry(entry, numbers) if isinstance(entry, dict) else _whole(entry) for entry in codes]
             codes = [_code_number(entry, numbers) if type(entry) is int else entry for entry in codes]
         if isinstance(codes, list) and any(type(entry) is str and no_reading(entry) for entry in codes):
@@ -1502,7 +1503,7 @@ def parse_event(
     naive_zone: tzinfo | None = None,
     rename: Rename | None = None,
     number_comma: str | None = None,
-    dtc_numbers: str = "uds",
+    dtc_numbers: str = DEFAULT_DTC_NUMBERS,
 ) -> Event:
     """Parse one JSON line into an event, or raise ``EventError`` with its stage.
 
@@ -1541,7 +1542,7 @@ def event_of(
     naive_zone: tzinfo | None = None,
     rename: Rename | None = None,
     number_comma: str | None = None,
-    dtc_numbers: str = "uds",
+    dtc_numbers: str = DEFAULT_DTC_NUMBERS,
 ) -> Event:
     """The event of a line's JSON object (``parse_event``'s second step: it may change ``data``)."""
     if number_comma is not None and number_comma not in NUMBER_COMMAS:

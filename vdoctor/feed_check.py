@@ -23,6 +23,7 @@ from typing import Any
 
 from vdoctor.errors import EventError
 from vdoctor.events import (
+    DEFAULT_DTC_NUMBERS,
     MAX_OBD_DTC,
     AlertEvent,
     Event,
@@ -119,7 +120,7 @@ def check_feed(
     rename: Rename | None = None,
     number_comma: str | None = None,
     now: datetime | None = None,
-    dtc_numbers: str = "uds",
+    dtc_numbers: str = DEFAULT_DTC_NUMBERS,
 ) -> FeedReport:
     """The report of ``lines`` (one JSON event each; blank lines are skipped, as the job skips them), read with
     the job's zone for times without one, its signal map, its comma in numbers and its codes sent as numbers,
@@ -169,7 +170,7 @@ def _count_forms(
     event: Event,
     rename: Rename | None = None,
     number_comma: str | None = None,
-    dtc_numbers: str = "uds",
+    dtc_numbers: str = DEFAULT_DTC_NUMBERS,
 ) -> None:
     """Each form of a line's JSON object ``data`` that ``event`` holds in another (one count per line and form)."""
     seen: set[tuple[str, str, str]] = set()
@@ -294,7 +295,7 @@ def _shape(ts: str) -> str:
 
 
 def render(
-    report: FeedReport, zone_name: str | None, number_comma: str | None = None, dtc_numbers: str = "uds"
+    report: FeedReport, zone_name: str | None, number_comma: str | None = None, dtc_numbers: str = DEFAULT_DTC_NUMBERS
 ) -> str:
     """The report as text."""
     kinds = ", ".join(f"{kind} {n:,}" for kind, n in report.events.most_common())

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
 from vdoctor.events import (
+    DEFAULT_DTC_NUMBERS,
     DTC_NUMBERS_ENV,
     NAIVE_TS_ZONE_ENV,
     NUMBER_COMMA_ENV,
@@ -228,7 +229,7 @@ class RuntimeSettings(_Frozen):
     number_comma: str | None = None
     # How the fleet sends a trouble code as a number (``events.DTC_NUMBER_FORMS``): uds, three bytes (687899 is
     # P0A7F), or obd, two bytes, as OBD dongles send Mode 03's (768 is P0300).
-    dtc_numbers: str = "uds"
+    dtc_numbers: str = DEFAULT_DTC_NUMBERS
     # The fleet's signal map (``vdoctor.signal_map``): sent name -> the name it is read as. Given as the path
     # of its file (JSON or CSV), read here, where the job is built: the map itself goes to the workers.
     signal_names: dict[str, str] = Field(default_factory=dict)
