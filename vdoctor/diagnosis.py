@@ -7,6 +7,7 @@ operator only loads and stores the snapshots; tests drive this class directly.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, foll
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
-from vdoctor.lines import KeyFact, alert_event, conclusion_text, fmt_num, iso
+from vdoctor.lines import KeyFact, alert_event, conclusion_text, fmt_num, iso, parse_codes_seen
 from vdoctor.memory.facts import extract_answer_facts, extract_tool_facts
 from vdoctor.memory.recall import SessionRecall
 from vdoctor.memory.session import (
@@ -135,6 +136,26 @@ def failure_text(error: Exception) -> str:
 def signal_uri(vin: str, name: str, when: str) -> str:
     """The evidence URI of a reading of signal ``name`` at ``when`` (``iso`` of the alert's time)."""
     return f"signal://{vin}/{name}@{when}"
+
+
+def opened_alike(case: MemoryRecord, text: str, codes: list[str]) -> bool:
+    """Whether ``case``'s session may have been opened by an alert of this opening ``text`` and these ``codes``.
+
+    Its opening alert said ``case.alert_text``, and the session saw every code of it, so they are in the
+    ``codes seen`` line of the text its summary was written from (the stored request's ``source``). Text
+    alone told alerts without text (codes alone) apart from none: a late codes-only alert took the id of an
+    older codes-only session of its second, whatever its codes. A case without that line (its request not
+    kept: too long, or written before requests were) cannot tell, and the text decides as before.
+    """
+    if case.alert_text != text:
+        return False
+    try:
+        request = json.loads(case.source) if case.source else None
+    except ValueError:
+        request = None
+    written_from = request.get("source") if isinstance(request, dict) else None
+    seen = parse_codes_seen(written_from) if isinstance(written_from, str) else {}
+    return not seen or all(code in seen for code in codes)
 
 
 class DiagnosisEngine:
@@ -300,7 +321,7 @@ class DiagnosisEngine:
         opening, text = session_id_for(alert.vin, alert.ts), opening_text(alert.alert_text)
         session_id = following_session_id(opening, previous)
         if self.memory_enabled and (previous is None or opening <= previous):
-            session_id = self._unclaimed_session_id(alert.vin, opening, session_id, text)
+            session_id = self._unclaimed_session_id(alert.vin, opening, session_id, text, alert.dtc_codes)
         session = SessionState(
             vin=alert.vin,
             series=alert.series,
@@ -338,20 +359,22 @@ class DiagnosisEngine:
         )
         return session
 
-    def _unclaimed_session_id(self, vin: str, opening: str, session_id: str, text: str) -> str:
+    def _unclaimed_session_id(self, vin: str, opening: str, session_id: str, text: str, codes: list[str]) -> str:
         """``session_id``, or the next id of its second (``following_session_id``) while long-term memory holds
-        another session's case under it: one whose opening alert said something else.
+        another session's case under it: one whose opening alert was not this one (``opened_alike``).
 
         Asked only when the vehicle's state cannot tell: an alert no later than its previous session's opening
         second (a late one), or a vehicle without a previous session in state (its first alert, or one after
         the state expired; after a lifecycle event the state keeps the id of the session it ended). A late
         alert in the second of an older session took that session's id, and its case then replaced the older
-        one in long-term memory, its verdict with it. A case of the same opening text is this session's own,
+        one in long-term memory, its verdict with it. A case this alert may have opened is this session's own,
         written before a restore or in an earlier run of a replay, and keeps its id (a write is idempotent by
         id). When the store cannot say, the id stays.
         """
         try:
-            while (held := read_at_once(self.store, vin, session_id)) is not None and held.alert_text != text:
+            while (held := read_at_once(self.store, vin, session_id)) is not None:
+                if opened_alike(held, text, codes):
+                    break
                 session_id = following_session_id(opening, session_id)
         except StoreError as e:
             log.warning("could not check whether %s is taken in long-term memory: %s", session_id, e)
