@@ -80,10 +80,45 @@ def test_recall_entries_and_knowledge_queries_read_j1939_codes() -> None:
 
 def test_a_code_table_may_define_j1939_codes(tmp_path: Path) -> None:
     table = tmp_path / "codes.csv"
-    table.write_text("code,description\nSPN 1569 FMI 31,Engine fuel derate\nSPN 1569,no FMI: skipped\n")
+    table.write_text("code,description\nSPN 3226 FMI 2,Outlet NOx sensor erratic\nSPN 1569,no FMI: skipped\n")
     pack = load_pack(extra_csv=table)
-    assert pack.entries[CODE].definition_en == "Engine fuel derate"
-    assert not [c for c in pack.entries if c.startswith("SPN") and c != CODE]
+    assert pack.entries["SPN3226-FMI2"].definition_en == "Outlet NOx sensor erratic"
+    assert not [c for c, e in pack.entries.items() if e.source != "pack" and c != "SPN3226-FMI2"]
+    # The pack's own entries win over a table's, as for OBD codes.
+    table.write_text("code,description\nSPN 1569 FMI 31,Engine fuel derate\n")
+    assert load_pack(extra_csv=table).entries[CODE].definition_en == "Engine protection torque derate active"
+
+
+def test_a_j1939_code_the_pack_does_not_hold_is_defined_by_its_spn_and_fmi() -> None:
+    """Before, a J1939 code without a pack entry or a table's was unknown: no definition in its key fact, the
+    lookup, the summary's source or the recall query. Its SPN and FMI say what it is."""
+    pack = load_pack()
+    nox = pack.get("spn3226-fmi2")
+    assert nox is not None and not nox.actionable and nox.source == "pack:j1939" and nox.family == "emission"
+    assert nox.definition_en == "Aftertreatment 1 outlet NOx: data erratic, intermittent or incorrect"
+    assert nox.definition_zh == "后处理1出口NOx：数据异常、间歇或错误"
+    own = pack.get("SPN520210-FMI3")
+    assert own is not None and own.definition_en.startswith("Manufacturer's own SPN 520210: voltage above normal")
+    unnamed = pack.get("SPN9-FMI31")
+    assert unnamed is not None and unnamed.definition_en == "SPN 9: condition exists"
+    assert pack.get("SPN9-FMI25").definition_en == "SPN 9: FMI 25 (reserved)"  # type: ignore[union-attr]
+    # An OBD code the pack lacks stays unknown, and a pack entry is the pack's.
+    assert pack.get("P1234") is None and pack.get("SPN100-FMI1").actionable  # type: ignore[union-attr]
+    assert len(pack) == len(pack.entries)  # made definitions are not entries: the knowledge base leaves them out
+
+
+def test_the_pack_concludes_common_j1939_faults_by_their_readings() -> None:
+    """A truck's low oil pressure (SPN 100, FMI 1) concludes on a reading under the pack's limit, as an OBD
+    code's rule does; above it the session investigates."""
+    pack = load_pack()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
+    truck = {"series": "HD-T", "text": "机油压力低报警", "codes": ["SPN 100 FMI 1"]}
+    low = h.diagnose(alert("t1", T0, signals={"engine_oil_pressure_kpa": 55}, **truck))  # type: ignore[arg-type]
+    assert low.phase == "CONCLUDED" and low.priority == "P1" and "oil pump" in (low.root_cause or "")
+    assert "dtc://SPN100-FMI1" in low.evidence
+    fine = h.diagnose(alert("t2", T0, signals={"engine_oil_pressure_kpa": 240}, vin=VIN_B, **truck))  # type: ignore[arg-type]
+    assert fine.phase == "INVESTIGATING"
+    assert pack.get("SPN100-FMI1").confirm.describe() == "engine_oil_pressure_kpa<=70"  # type: ignore[union-attr]
 
 
 class _GatewayWording(OfflineSummarizer):

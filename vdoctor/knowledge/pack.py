@@ -2,7 +2,8 @@
 
 The pack (``dtc_pack.json``, written by this project) maps a trouble code to
 its definition, fault family, likely root cause, fix action, priority and the
-evidence that confirms it. An extra CSV table (columns ``code`` and
+evidence that confirms it: OBD codes, and J1939 codes of trucks and buses
+apart, with what an SPN and an FMI mean for a J1939 code no entry holds. An extra CSV table (columns ``code`` and
 ``description``, optionally ``manufacturer``) adds definitions for codes the
 pack does not know; such codes have no root cause, so they never conclude a
 session on their own.
@@ -23,6 +24,8 @@ from vdoctor.units import SIGNAL_NAME
 
 _RULE_SIGNAL_RE = re.compile(rf"^({SIGNAL_NAME})(>=|<=)(-?[\d.]+)$")
 _RULE_REPEAT_RE = re.compile(r"^code seen in (\d+) alerts$")
+# At most this many J1939 definitions made from their parts are kept (``KnowledgePack.get``).
+_MAX_MADE = 4096
 
 
 @dataclass(frozen=True)
@@ -90,13 +93,63 @@ class DtcEntry:
         return out
 
 
+@dataclass(frozen=True)
+class J1939Meanings:
+    """What a J1939 code's parts mean (SAE J1939-73's FMIs, the names of the SPNs a fleet sees most), for the
+    codes the pack's entries do not hold: ``SPN3226-FMI2`` is "Aftertreatment 1 outlet NOx: data erratic,
+    intermittent or incorrect". An SPN from ``proprietary_from`` on is a manufacturer's own."""
+
+    fmi: dict[int, tuple[str, str]] = field(default_factory=dict)
+    spn: dict[int, tuple[str, str, str]] = field(default_factory=dict)
+    proprietary_from: int = 520192
+
+    def entry(self, code: str) -> DtcEntry | None:
+        """A definition of ``code`` (``SPN<n>-FMI<m>``) from its parts, or None for any other code. It names no
+        cause or fix, so it never concludes a session on its own (as a code table's definition)."""
+        match = _J1939_CODE_RE.match(code)
+        if match is None:
+            return None
+        number, mode = int(match.group(1)), int(match.group(2))
+        known = self.spn.get(number)
+        if known is not None:
+            name_en, name_zh, family = known
+        elif number >= self.proprietary_from:
+            name_en, name_zh, family = f"Manufacturer's own SPN {number}", f"厂家自定义SPN {number}", "unknown"
+        else:
+            name_en, name_zh, family = f"SPN {number}", f"SPN {number}", "unknown"
+        meaning_en, meaning_zh = self.fmi.get(mode, (f"FMI {mode} (reserved)", f"FMI {mode}（保留）"))
+        return DtcEntry(
+            code=code,
+            definition_en=f"{name_en}: {meaning_en}",
+            definition_zh=f"{name_zh}：{meaning_zh}",
+            family=family,
+            source="pack:j1939",
+        )
+
+
+_J1939_CODE_RE = re.compile(r"^SPN(\d{1,6})-FMI(\d{1,2})$")
+
+
 @dataclass
 class KnowledgePack:
     version: str
     entries: dict[str, DtcEntry] = field(default_factory=dict)
+    j1939: J1939Meanings = field(default_factory=J1939Meanings)
+    # Definitions made from a J1939 code's parts, kept once made (a fleet's trucks repeat their codes).
+    _made: dict[str, DtcEntry | None] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, code: str) -> DtcEntry | None:
-        return self.entries.get(code.upper())
+        """The pack's entry for ``code``, a code table's, or for a J1939 code neither holds, its definition
+        from its SPN and FMI (``J1939Meanings``)."""
+        code = code.upper()
+        entry = self.entries.get(code)
+        if entry is not None or not code.startswith("SPN"):
+            return entry
+        if code not in self._made:
+            if len(self._made) >= _MAX_MADE:
+                self._made.clear()
+            self._made[code] = self.j1939.entry(code)
+        return self._made[code]
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -151,6 +204,14 @@ def _entry_from_json(item: dict[str, Any]) -> DtcEntry:
     )
 
 
+def _j1939_from_json(item: dict[str, Any]) -> J1939Meanings:
+    return J1939Meanings(
+        fmi={int(k): (str(v[0]), str(v[1])) for k, v in item.get("fmi", {}).items()},
+        spn={int(k): (str(v[0]), str(v[1]), str(v[2])) for k, v in item.get("spn", {}).items()},
+        proprietary_from=int(item.get("proprietary_from", 520192)),
+    )
+
+
 def load_pack(path: Path | None = None, extra_csv: Path | None = None) -> KnowledgePack:
     """Load the shipped pack (or ``path``), then merge an optional CSV code table."""
     try:
@@ -159,8 +220,10 @@ def load_pack(path: Path | None = None, extra_csv: Path | None = None) -> Knowle
         else:
             text = path.read_text("utf-8")
         data = json.loads(text)
-        pack = KnowledgePack(version=str(data["version"]))
-        for item in data["codes"]:
+        j1939 = data.get("j1939") or {}
+        pack = KnowledgePack(version=str(data["version"]), j1939=_j1939_from_json(j1939))
+        # The J1939 entries are apart from the OBD ones, which the demo's generator and the benches read.
+        for item in [*data["codes"], *j1939.get("codes", [])]:
             entry = _entry_from_json(item)
             pack.entries[entry.code] = entry
     except (OSError, ValueError, KeyError, TypeError) as e:
