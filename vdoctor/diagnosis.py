@@ -511,9 +511,18 @@ class DiagnosisEngine:
         answer = run.answer
         conclusion = conclusion_text(answer.phase is Phase.CONCLUDED, answer.priority, answer.confidence)
         evidence = answer.evidence[0] if answer.evidence else "-"
-        # The codes and readings after the alert's text are read above, from the alert itself.
+        # The codes and readings after the alert's text are read above, from the alert itself, and the tool
+        # results by key: the free text read is the alert's text and the model's reply.
         working.add_round(
-            Round(ts=when, user=user, assistant=assistant, event=event, conclusion=conclusion, evidence=evidence),
+            Round(
+                ts=when,
+                user=user,
+                assistant=assistant,
+                event=event,
+                conclusion=conclusion,
+                evidence=evidence,
+                reply_chars=len(final),
+            ),
             facts,
             user_text=alert.alert_text,
         )

@@ -486,3 +486,26 @@ def test_the_models_own_reasoning_is_clipped_to_keep_the_window_within_the_budge
     assert "model_step_clipped" in out.flags and "working_over_budget" not in out.flags
     # The calls themselves go whole: every lookup the model asked for was answered.
     assert [c.name for ms in model.calls[-1:] for m in ms for c in m.tool_calls] == ["lookup_dtc"] * 3
+
+
+def test_a_long_session_keeps_its_key_facts_and_every_call_within_the_budget(pack: KnowledgePack) -> None:
+    """One vehicle reports the same fault below its rule every 10 minutes, its session open for 100 alerts.
+    The round's free text, tool results and all, was read for key facts: every reading's URI in a
+    signal_history result became an evidence fact, which never gives way, and the key facts alone passed
+    the budget from the 65th alert (found by an audit). The tool results are read by key alone now: a
+    reading's URI is a key fact only where an answer cites it."""
+    model = _Calls()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    flags: set[str] = set()
+    for i in range(100):
+        signals = {"cell_voltage_diff_mv": 50 + (i * 7) % 41, "pack_temp_c": 30 + i % 15, "soc_pct": 80 - i % 50}
+        out = h.diagnose(alert(f"e{i}", T0 + timedelta(minutes=10 * i), signals=signals))
+        assert out.phase == "INVESTIGATING"
+        flags.update(out.flags)
+    session = h.session(VIN)
+    assert session is not None and session.alerts == 100
+    evidence = [f.payload for f in session.working.key_facts if f.kind.value == "evidence"]
+    assert evidence == ["dtc://P0A7F"]  # the one the answers cite
+    assert max(_window_tokens(messages) for messages in model.calls) <= BUDGET
+    # Folded rounds are checked against the facts as they were read: no fold failed for a URI not carried.
+    assert not flags & {"working_over_budget", "summary_fidelity_failed"}, flags

@@ -129,6 +129,15 @@ class Round(BaseModel):
     event: str = ""
     conclusion: str = ""
     evidence: str = ""
+    # How many characters at the head of ``assistant`` are the model's reply; the rest, its tool calls and their
+    # results, the engine reads for key facts by key (``extract_tool_facts``). None: all of it (a round given
+    # without, or stored by a release before).
+    reply_chars: int | None = None
+
+    @property
+    def reply(self) -> str:
+        """The part of ``assistant`` read for key facts as free text (``reply_chars``)."""
+        return self.assistant if self.reply_chars is None else self.assistant[: self.reply_chars]
 
 
 class WorkingState(BaseModel):
@@ -418,15 +427,20 @@ class WorkingMemory:
         whose facts ``facts`` do not hold already (default: all of it). The engine gives its alert's text:
         the codes and readings after it are in ``facts``, and reading them again as text found the same
         facts, at ~50 us a round (the readings' values make each round's text new to ``_text_facts``' cache,
-        where a fleet's alert texts recur). The assistant's text is read without its JSON answer
-        (``answer_prose``): the answer's lists are facts by key (``extract_answer_facts``), its keys none.
+        where a fleet's alert texts recur). Of the assistant's text, its ``reply``: the engine's rounds hold
+        their tool results after the model's reply, and those are in ``facts`` by key. Read again as text,
+        every reading's URI in a ``signal_history`` result became an evidence fact, which never gives way:
+        one more each alert of a long session, whose key facts alone then passed the budget (found by an
+        audit: from the 65th alert of a vehicle reporting every 10 minutes). The reply is read without its
+        JSON answer (``answer_prose``): the answer's lists are facts by key (``extract_answer_facts``), its
+        keys none.
         """
         self.state.rounds.append(round_)
         self.add_facts(
             [
                 *(facts or []),
                 *extract_key_facts(round_.user if user_text is None else user_text, round_.ts),
-                *extract_key_facts(answer_prose(round_.assistant), round_.ts),
+                *extract_key_facts(answer_prose(round_.reply), round_.ts),
             ]
         )
         if len(self.state.rounds) > self.keep_rounds:
@@ -518,14 +532,16 @@ class WorkingMemory:
         source = "\n\n".join(f"{r.ts}\n{r.user}\n{r.assistant}\n{r.event} {r.conclusion} {r.evidence}" for r in rounds)
         # Every key fact of the folded rounds must survive, in the summary or in
         # the key facts; readings that the key facts let go (neither first,
-        # lowest, highest nor latest of their signal) are not key numbers.
+        # lowest, highest nor latest of their signal) are not key numbers. The
+        # facts are read as ``add_round`` read them: a round's tool results by
+        # key when it was added (so in the key facts), its reply as text.
         # (Facts read from text carry no code definition, so no dedupe is needed:
         # it would drop only equal facts, whose payloads dict.fromkeys drops below.)
         kept = set(self.state.key_facts)
         required = [
             fact.payload
             for r in rounds
-            for text in (r.user, answer_prose(r.assistant))
+            for text in (r.user, answer_prose(r.reply))
             for fact in _text_facts(text, r.ts)
             if fact.kind is not READING_FACT or fact in kept
         ]
