@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -159,6 +160,9 @@ class Series:
     graded: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
     lost_names: list[str] = field(default_factory=list)
+    # Of the lost pairs, reading addresses (signal://<vin>/<signal>@<ts>) whose vehicle, signal and time
+    # all stand in the context: the system prompt gives the address's form, so the model can still cite them.
+    composable: list[int] = field(default_factory=list)
 
     @property
     def total(self) -> int:
@@ -173,7 +177,17 @@ class Series:
         lost = sorted(e for e in seen if not present(e, context))
         self.graded.append(len(seen))
         self.lost.append(len(lost))
+        self.composable.append(sum(_composable(e, context) for e in lost))
         self.lost_names += [f"{label}: {e}" for e in lost]
+
+
+_ADDRESS_RE = re.compile(r"^signal://([^/]+)/([^@]+)@(.+)$")
+
+
+def _composable(entity: str, context: str) -> bool:
+    """Whether ``entity`` is a reading's address whose vehicle, signal and time all stand in ``context``."""
+    match = _ADDRESS_RE.match(entity)
+    return match is not None and all(part in context for part in match.groups())
 
 
 def run_scripted(budget: int, counter: TokenCounter) -> tuple[list[Series], bool]:
@@ -318,7 +332,7 @@ def _table(title: str, rows: list[Series], budget: int) -> None:
     print(f"\n{title}")
     print(
         f"{'context':<10} {'prompt tokens':>14} {'vs full':>8} {'peak call':>10} {'peak L1':>8} "
-        f"{'L1 within budget':>17} {'graded':>7} {'lost':>6} {'entity loss':>12}"
+        f"{'L1 within budget':>17} {'graded':>7} {'lost':>6} {'entity loss':>12} {'composable':>11}"
     )
     for s in rows:
         peak_call = max(s.call_tokens or s.context_tokens)
@@ -326,6 +340,7 @@ def _table(title: str, rows: list[Series], budget: int) -> None:
         print(
             f"{s.name:<10} {s.total:>14} {100 * (s.total / base - 1):>+7.1f}% {peak_call:>10} {peak_l1:>8} "
             f"{'yes' if peak_l1 <= budget else 'no':>17} {sum(s.graded):>7} {sum(s.lost):>6} {100 * s.loss:>11.1f}%"
+            f" {sum(s.composable):>11}"
         )
 
 
@@ -356,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         args.budget,
     )
     print("graded: (step, entity) pairs, every entity of earlier steps' tool results and answers; lost: not in the "
-          "step's context")  # fmt: skip
+          "step's context; composable: of the lost, reading addresses (signal://<vin>/<signal>@<ts>) whose "
+          "vehicle, signal and time all stand in the context (the system prompt gives the address's form)")  # fmt: skip
     for s in [*scripted, *session]:
         if s.lost_names and s.name == "working":
             shown = ", ".join(s.lost_names[:8])
