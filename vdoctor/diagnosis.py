@@ -145,10 +145,15 @@ def opened_alike(case: MemoryRecord, text: str, codes: list[str]) -> bool:
     ``codes seen`` line of the text its summary was written from (the stored request's ``source``). Text
     alone told alerts without text (codes alone) apart from none: a late codes-only alert took the id of an
     older codes-only session of its second, whatever its codes. A case without that line (its request not
-    kept: too long, or written before requests were) cannot tell, and the text decides as before.
+    kept: too long, or written by a release before the line) cannot tell, and the text decides as before;
+    so does a case that later sessions merged into (``merged_sessions``): its text and request are the
+    newest merged session's, and a replay of the session that opened it must keep its id (found by a diff
+    review: it took the next id, merged into its own case as another session, and the verdict was reset).
     """
     if case.alert_text != text:
         return False
+    if case.merged_sessions:
+        return True
     try:
         request = json.loads(case.source) if case.source else None
     except ValueError:

@@ -689,6 +689,25 @@ def test_a_codes_only_session_run_again_keeps_its_id(pack: KnowledgePack) -> Non
     assert [r.session_id for r in store.history(VIN)] == [SID_1]
 
 
+def test_a_session_replayed_into_the_case_a_later_session_merged_into_keeps_its_id(pack: KnowledgePack) -> None:
+    """A later session of the same fault merged into the first one's case, whose text and request are then
+    the later session's: its codes seen lack one of the first alert's. A replay of the first session took
+    the next id, merged into its own case as another session, and the verified verdict was reset (found by
+    a diff review). A merged case is judged by its text, as before."""
+    store = InMemoryStore()
+    h = Harness(engine(pack, store=store))
+    first = {**alert("a-1", T0, 187), "dtc_codes": ["P0A7F", "U0121"]}
+    later = alert("b-1", T0 + timedelta(days=3), 187)  # the same text, P0A7F alone
+    assert h.diagnose(first).session_id == SID_1
+    assert h.diagnose(later).flags == ["l3_merged"]
+    h.send(recheck("r-1", T0 + timedelta(days=4), SID_1))
+    replay = Harness(engine(pack, store=store))  # the same input into the same store, the state lost
+    assert replay.diagnose(first).session_id == SID_1
+    replay.diagnose(later)
+    [case] = store.history(VIN)
+    assert case.session_id == SID_1 and case.recheck_ok is True and len(case.merged_sessions) == 1
+
+
 def test_a_case_opened_alike_by_text_and_the_codes_its_session_saw(pack: KnowledgePack) -> None:
     from vdoctor.diagnosis import opened_alike
 
