@@ -74,7 +74,11 @@ class _Builder:
     def __init__(self, seed: int, n_vins: int) -> None:
         self.rng = random.Random(seed)
         pack = load_pack()
-        self.signal_codes = [e for e in pack.entries.values() if e.confirm and e.confirm.signal]
+        # The OBD codes: the corpus writes them in an OBD gateway's forms (``DTC P0A7F-1B (active)``), which
+        # a J1939 code (``SPN100-FMI1``) is not written in.
+        self.signal_codes = [
+            e for e in pack.entries.values() if e.confirm and e.confirm.signal and not e.code.startswith("SPN")
+        ]
         self.vins = [(_vin(self.rng), SERIES[i % len(SERIES)]) for i in range(n_vins)]
         n_inj = max(1, int(n_vins * INJECTION_VIN_SHARE))
         self.injection_vins = {v for v, _ in self.vins[:n_inj]}

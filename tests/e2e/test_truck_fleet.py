@@ -1,7 +1,7 @@
 """A truck fleet whose gateways send SAE J1939 codes (SPN and FMI), through the PyFlink job of `vdoctor run`:
-a low oil pressure (SPN 100, FMI 1) with its reading under the pack's limit concludes at once, as an OBD
-code's rule does, and a code the pack holds no entry for is defined by its SPN and FMI (its key fact, the
-case summary's source) without concluding the session on its own."""
+a low oil pressure (SPN 100, FMI 1, sent as an object with its occurrence count) with its reading under the
+pack's limit concludes at once, as an OBD code's rule does, where the pack held no J1939 entry before; a code
+the pack holds no entry for (defined by its SPN and FMI alone) does not conclude the session on its own."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.test_engine import T0, VIN, VIN_B, Harness, alert, recheck
+from vdoctor.agent.tools import TOOLS, ToolContext
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import canonical_codes
@@ -102,9 +103,28 @@ def test_a_j1939_code_the_pack_does_not_hold_is_defined_by_its_spn_and_fmi() -> 
     unnamed = pack.get("SPN9-FMI31")
     assert unnamed is not None and unnamed.definition_en == "SPN 9: condition exists"
     assert pack.get("SPN9-FMI25").definition_en == "SPN 9: FMI 25 (reserved)"  # type: ignore[union-attr]
-    # An OBD code the pack lacks stays unknown, and a pack entry is the pack's.
-    assert pack.get("P1234") is None and pack.get("SPN100-FMI1").actionable  # type: ignore[union-attr]
-    assert len(pack) == len(pack.entries)  # made definitions are not entries: the knowledge base leaves them out
+    # An OBD code the pack lacks stays unknown, and a pack entry is the pack's, in any written form of its code.
+    assert pack.get("P1234") is None
+    for written in ("SPN100-FMI1", "spn100-fmi1", "SPN0100-FMI01"):
+        assert pack.get(written) is pack.entries["SPN100-FMI1"]
+    # No J1939 code: an SPN past 524287 or an FMI past 31.
+    assert pack.get("SPN600000-FMI1") is None and pack.get("SPN9-FMI32") is None and pack.get("SPN-FMI") is None
+    assert "SPN3226-FMI2" not in pack.entries  # made definitions are not entries
+
+
+def test_a_lookup_of_a_full_scan_names_j1939_codes_without_entries_apart(pack: KnowledgePack) -> None:
+    """A truck's full scan: 14 of its manufacturer's own codes, then the one the pack concludes on. As entries,
+    the made definitions took the lookup's 8 places and the last code was never looked up: the session did
+    not conclude (found by a diff review). They are codes the pack lacks, with their meanings beside them."""
+    codes = [f"SPN{520200 + i}-FMI9" for i in range(14)]
+    lookup = next(tool for tool in TOOLS if tool.spec.name == "lookup_dtc")
+    result = lookup.run(ToolContext(pack=pack, session=None), {"codes": [*codes, CODE]})  # type: ignore[arg-type]
+    assert [entry["code"] for entry in result["codes"]] == [CODE] and result["unknown"] == codes
+    assert len(result["meanings"]) == 8 and result["meanings"][codes[0]].startswith("Manufacturer's own SPN 520200")
+    assert "not_looked_up" not in result
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
+    out = h.diagnose(alert("a1", T0, codes=[*codes, CODE], signals={"cell_voltage_diff_mv": 187}))
+    assert out.phase == "CONCLUDED" and f"dtc://{CODE}" in out.evidence
 
 
 def test_the_pack_concludes_common_j1939_faults_by_their_readings() -> None:

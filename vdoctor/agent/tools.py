@@ -56,20 +56,27 @@ def _lookup_dtc(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
         return {"error": "codes must be a list of strings"}
     found: list[dict[str, object]] = []
     unknown: list[str] = []
+    meanings: dict[str, str] = {}
     # At most 8 entries a call (each some 180 tokens), up to the ninth code the pack has; a code the pack lacks
     # costs its name alone, and each before that ninth is answered: a full scan after a low-voltage event
-    # lists dozens of lost-communication codes.
+    # lists dozens of lost-communication codes. A J1939 code no entry holds is one the pack lacks too, with
+    # what its SPN and FMI mean beside it (up to 8 a call, ~20 tokens each): as entries they took the 8 places,
+    # and a scan of 14 such codes hid the one code the pack could conclude on (found by a diff review).
     done = len(codes)
     for i, code in enumerate(codes):
         entry = ctx.pack.get(code)
-        if entry is None:
+        if entry is None or entry.from_parts:
             unknown.append(code)
+            if entry is not None and len(meanings) < MAX_ENTRIES_PER_LOOKUP:
+                meanings[code] = entry.definition_en
         elif len(found) < MAX_ENTRIES_PER_LOOKUP:
             found.append(entry.as_tool_result())
         else:
             done = i
             break
     result: dict[str, Any] = {"codes": found, "unknown": unknown}
+    if meanings:
+        result["meanings"] = meanings
     if done < len(codes):
         # Named, not dropped unsaid: a model that asked for more is told which codes to ask for again.
         result["not_looked_up"] = codes[done:]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vdoctor.errors import KnowledgeError
+from vdoctor.events import MAX_FMI, MAX_SPN
 from vdoctor.lines import fmt_num
 from vdoctor.units import SIGNAL_NAME
 
@@ -71,6 +72,11 @@ class DtcEntry:
     source: str = "pack"
 
     @property
+    def from_parts(self) -> bool:
+        """True for a J1939 code's definition made from its SPN and FMI (``J1939Meanings``), no entry's."""
+        return self.source == FROM_PARTS
+
+    @property
     def actionable(self) -> bool:
         """True when the entry can conclude a session: it names a cause, a fix and its evidence."""
         return bool(self.root_cause and self.fix_action and self.priority and self.confirm)
@@ -104,8 +110,9 @@ class J1939Meanings:
     proprietary_from: int = 520192
 
     def entry(self, code: str) -> DtcEntry | None:
-        """A definition of ``code`` (``SPN<n>-FMI<m>``) from its parts, or None for any other code. It names no
-        cause or fix, so it never concludes a session on its own (as a code table's definition)."""
+        """A definition of ``code`` (``SPN<n>-FMI<m>`` in its one written form, ``j1939_code``) from its parts,
+        or None for any other code. It names no cause or fix, so it never concludes a session on its own (as
+        a code table's definition)."""
         match = _J1939_CODE_RE.match(code)
         if match is None:
             return None
@@ -123,11 +130,24 @@ class J1939Meanings:
             definition_en=f"{name_en}: {meaning_en}",
             definition_zh=f"{name_zh}：{meaning_zh}",
             family=family,
-            source="pack:j1939",
+            source=FROM_PARTS,
         )
 
 
+# The source of a J1939 code's definition made from its parts.
+FROM_PARTS = "pack:j1939"
 _J1939_CODE_RE = re.compile(r"^SPN(\d{1,6})-FMI(\d{1,2})$")
+
+
+def j1939_code(code: str) -> str | None:
+    """``code`` (upper case) in the one written form of a J1939 code, ``SPN<n>-FMI<m>`` without leading zeros
+    (as the job reads one: ``events.trouble_code``); None when it is not one, or its SPN or FMI is out of
+    range (0 to 524287, 0 to 31)."""
+    match = _J1939_CODE_RE.match(code)
+    if match is None:
+        return None
+    number, mode = int(match.group(1)), int(match.group(2))
+    return f"SPN{number}-FMI{mode}" if number <= MAX_SPN and mode <= MAX_FMI else None
 
 
 @dataclass
@@ -136,20 +156,30 @@ class KnowledgePack:
     entries: dict[str, DtcEntry] = field(default_factory=dict)
     j1939: J1939Meanings = field(default_factory=J1939Meanings)
     # Definitions made from a J1939 code's parts, kept once made (a fleet's trucks repeat their codes).
-    _made: dict[str, DtcEntry | None] = field(default_factory=dict, repr=False, compare=False)
+    _made: dict[str, DtcEntry] = field(default_factory=dict, repr=False, compare=False)
 
     def get(self, code: str) -> DtcEntry | None:
         """The pack's entry for ``code``, a code table's, or for a J1939 code neither holds, its definition
-        from its SPN and FMI (``J1939Meanings``)."""
+        from its SPN and FMI (``J1939Meanings``; ``DtcEntry.from_parts``). A J1939 code is read in its one
+        written form (``SPN0100-FMI01`` is ``SPN100-FMI1``, the pack's entry); one out of range is none."""
         code = code.upper()
         entry = self.entries.get(code)
         if entry is not None or not code.startswith("SPN"):
             return entry
-        if code not in self._made:
-            if len(self._made) >= _MAX_MADE:
+        canonical = j1939_code(code)
+        if canonical is None:
+            return None
+        if canonical != code and (entry := self.entries.get(canonical)) is not None:
+            return entry
+        made = self._made.get(canonical)
+        if made is None:
+            made = self.j1939.entry(canonical)
+            if made is None:
+                return None
+            if len(self._made) >= _MAX_MADE:  # a bound on what a model's lookups may add; any thread may clear
                 self._made.clear()
-            self._made[code] = self.j1939.entry(code)
-        return self._made[code]
+            self._made[canonical] = made
+        return made
 
     def __len__(self) -> int:
         return len(self.entries)

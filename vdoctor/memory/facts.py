@@ -305,8 +305,13 @@ def extract_tool_facts(result: str, when: str = "") -> list[KeyFact]:
             # both, so the URI itself becomes a key fact only when it is cited.
             at = str(reading.get("ts", ""))
             facts.append(KeyFact(READING_FACT, f"{signal}={_num(reading['value'])}", at=at))
+    # A J1939 code the pack holds no entry for, with what its SPN and FMI mean (``lookup_dtc``'s "meanings").
+    meanings = data.get("meanings")
+    if isinstance(meanings, dict):
+        facts += [KeyFact.code(str(code), str(text)) for code, text in meanings.items()]
     # Whatever else the tool said in prose (notes, ticket ids) is read as text.
-    rest = {k: v for k, v in data.items() if k not in ("codes", "readings", "signal", "unknown", "not_looked_up")}
+    skipped = ("codes", "readings", "signal", "unknown", "not_looked_up", "meanings")
+    rest = {k: v for k, v in data.items() if k not in skipped}
     if rest:
         facts += extract_text_facts(json.dumps(rest, ensure_ascii=False), when)
     return facts
