@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -13,25 +14,56 @@ from typing import Any
 from jobs.job_settings import MEMORY_ENV_NOTE, MEMORY_FLAG_HELP, domain_settings
 from vdoctor import assembly
 from vdoctor.errors import ConfigError
+from vdoctor.events import MAX_TS, MIN_TS, VIN_RE, trouble_codes, vin_form
 from vdoctor.memory.explain import recall_json, vehicle_series
 from vdoctor.stores import open_store
 from vdoctor.url_credentials import url_scheme
 
-# What ``memory health`` writes its plot to, by default and inside a folder given as --plot.
+# What ``memory health`` writes its plot to, by default and inside a folder given as --plot (a folder that
+# exists, or a name ending in "/"), and the forms it writes (by the file's extension).
 DEFAULT_PLOT = "memory_health.png"
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def _event_time(text: str | None) -> datetime:
-    """An ``--as-of`` / ``--at`` value: ISO-8601 with a timezone (second precision, UTC); default now."""
+    """An ``--as-of`` / ``--at`` value: ISO-8601 with a timezone (second precision, UTC), between the years the
+    job reads an event's time in (``events.MIN_TS`` to ``MAX_TS``); default now."""
     if text is None:
         return datetime.now(UTC).replace(microsecond=0)
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise ConfigError(f"not an ISO-8601 time: {text!r} (e.g. 2026-11-05T10:00:00Z)") from None
+        raise ConfigError(f"not an ISO-8601 time: {text[:40]!r} (e.g. 2026-11-05T10:00:00Z)") from None
     if value.tzinfo is None:
-        raise ConfigError(f"{text!r} has no timezone (e.g. 2026-11-05T10:00:00Z)")
-    return value.astimezone(UTC).replace(microsecond=0)
+        raise ConfigError(f"{text[:40]!r} has no timezone (e.g. 2026-11-05T10:00:00Z)")
+    try:
+        value = value.astimezone(UTC).replace(microsecond=0)
+    except OverflowError:  # 0001-01-01T00:00:00+01:00: before the year 1 in UTC
+        value = None
+    if value is None or not MIN_TS <= value < MAX_TS:
+        raise ConfigError(f"{text[:40]!r} is not between {MIN_TS.year} and {MAX_TS.year - 1}, as an event's time is")
+    return value
+
+
+def _vin(text: str) -> str:
+    """A ``--vin`` as the job reads an event's (``events.vin_form``: any case, full-width, blanks around);
+    anything but a VIN is a ``ConfigError``, where it found no record and said so with exit 0."""
+    vin = vin_form(text)
+    if not VIN_RE.match(vin):
+        raise ConfigError(f"--vin {text[:40]!r} is not a VIN (17 characters, digits and capitals but I, O, Q)")
+    return vin
+
+
+def _codes(given: list[str] | None) -> list[str]:
+    """``--codes`` as the job reads an alert's (``events.trouble_codes``: ``P0A7F-1B``, ``DTC P0A7F``,
+    ``SPN 1569 FMI 31``); anything but a code is a ``ConfigError``, where it was recalled with as written."""
+    codes: list[str] = []
+    for text in given or []:
+        read = trouble_codes(text)
+        if read is None:
+            raise ConfigError(f"--codes {text[:40]!r} is not a trouble code (e.g. P0A7F or SPN1569-FMI31)")
+        codes += read
+    return list(dict.fromkeys(codes))
 
 
 def _when(value: datetime | None) -> str:
@@ -39,16 +71,17 @@ def _when(value: datetime | None) -> str:
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
+    vin = _vin(args.vin)
     store = open_store(domain_settings(args).memory.url, existing=True)
     try:
-        records = store.history(args.vin)
+        records = store.history(vin)
     finally:
         store.close()
     if args.json:
         print(json.dumps([r.public_dict() for r in records], ensure_ascii=False, indent=2))
         return 0
     if not records:
-        print(f"no long-term memory for {args.vin}")
+        print(f"no long-term memory for {vin}")
     for r in records:
         recheck = {True: "ok", False: "failed", None: "pending"}[r.recheck_ok]
         if r.recheck_ok is not None:
@@ -67,17 +100,17 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 def _cmd_recall(args: argparse.Namespace) -> int:
     settings = domain_settings(args)
-    at = _event_time(args.as_of)
+    at, vin, codes = _event_time(args.as_of), _vin(args.vin), _codes(args.codes)
     store = open_store(settings.memory.url, existing=True)
     try:
-        series = vehicle_series(store, args.vin, args.series)
+        series = vehicle_series(store, vin, args.series)
         # The job's own recall: the alert text with its codes' definitions, the configured budget,
         # as a session opening at event time --as-of would get it.
         recall = assembly.session_recall(settings, store)
-        found = recall.for_alert(args.vin, series, args.symptom, args.codes or [], at)
+        found = recall.for_alert(vin, series, args.symptom, codes, at)
     finally:
         store.close()
-    out = recall_json(args.vin, at, found)
+    out = recall_json(vin, at, found)
     if found.similar_skipped:
         print(f"vdoctor: similar cases left out: {found.similar_skipped}", file=sys.stderr)
     print(json.dumps(out, ensure_ascii=False, indent=2) if args.json else (found.text or "nothing recalled"))
@@ -88,10 +121,11 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
     """Exit 0: faithful; 1: findings; 2 (from main): no such record, or no source to check against."""
     from vdoctor.memory.check import check_stored, report_dict
 
+    vin = _vin(args.vin)
     summary = sys.stdin.read() if args.summary == "-" else args.summary
     store = open_store(domain_settings(args).memory.url, existing=True)
     try:
-        record, report = check_stored(store, args.vin, args.session_id, summary)
+        record, report = check_stored(store, vin, args.session_id.strip(), summary)
     finally:
         store.close()
     out = report_dict(record, report)
@@ -103,14 +137,14 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_forget(args: argparse.Namespace) -> int:
-    at = _event_time(args.at)
+    at, vin = _event_time(args.at), _vin(args.vin)
     store = open_store(domain_settings(args).memory.url, existing=True)
     try:
-        n = store.soft_delete(args.vin, at)
+        n = store.soft_delete(vin, at)
     finally:
         store.close()
     print(
-        f"{args.vin}: {n} records marked invalid ({args.change}) from {at:%Y-%m-%dT%H:%M:%SZ}; "
+        f"{vin}: {n} records marked invalid ({args.change}) from {at:%Y-%m-%dT%H:%M:%SZ}; "
         "kept for audit, never recalled by a session opening from then on"
     )
     return 0
@@ -203,10 +237,12 @@ def _plot_file(given: str) -> Path:
     an extension gets ``.png`` (as matplotlib adds it); a folder above it that is a file is a ``ConfigError``,
     checked before any work."""
     out = Path(given)
-    if out.is_dir():
+    if out.is_dir() or given.endswith(("/", os.sep)):
         out = out / DEFAULT_PLOT
     elif not out.suffix:
         out = out.with_name(out.name + ".png")
+    if out.suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"--plot {given}: a plot is written as {', '.join(PLOT_SUFFIXES)}, not {out.suffix}")
     for folder in out.parents:
         if folder.exists():
             if not folder.is_dir():
@@ -391,8 +427,9 @@ def add_commands(sub: Any) -> None:
     search.add_argument("--knowledge")
     search.set_defaults(func=_cmd_knowledge_search)
     rule_signals = ksub.add_parser(
-        "signals", help="the signal names the knowledge pack's rules test, with their units and codes (for a "
-        "fleet's signal map, VDOCTOR_SIGNAL_NAMES)"
+        "signals",
+        help="the signal names the knowledge pack's rules test, with their units and codes (for a "
+        "fleet's signal map, VDOCTOR_SIGNAL_NAMES)",
     )
     rule_signals.add_argument("--json", action="store_true")
     rule_signals.set_defaults(func=_cmd_knowledge_signals)

@@ -58,3 +58,23 @@ def test_only_the_stores_that_live_in_a_file_or_folder_are_checked(tmp_path: Pat
     # Without ``existing`` a writer creates the file, as the job does.
     open_store(f"sqlite:///{tmp_path / 'new' / 'm.db'}").close()
     assert (tmp_path / "new" / "m.db").is_file()
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_a_sqlite_file_that_holds_no_memory_is_refused_and_left_as_it_is(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The knowledge base's file given for the memory's (an easy slip): the command added the memory's tables
+    to it, found no records and exited 0 (found by an audit)."""
+    import sqlite3
+
+    other = tmp_path / "knowledge.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE chunks (chunk_id TEXT)")
+    assert cli.main(["memory", *command, "--memory", f"sqlite:///{other}"]) == 2
+    assert "holds no long-term memory (no case_memory table" in capsys.readouterr().err
+    with sqlite3.connect(other) as conn:
+        assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["chunks"]
+    other.write_text("not a database, long enough to be read as one's header " * 4)
+    assert cli.main(["memory", *command, "--memory", f"sqlite:///{other}"]) == 2
+    assert "is not an SQLite database" in capsys.readouterr().err

@@ -304,3 +304,92 @@ def test_a_count_below_one_is_refused_before_the_store_is_touched(
     monkeypatch.setenv("VDOCTOR_EMBEDDER", "hashing")
     assert cli.main(["memory", *command, "--memory", memory]) == 2
     one_line_error(capsys, said)
+
+
+def _written_case(url: str, vin: str = "LFVAU2180ND238173") -> None:
+    """One case of ``vin`` in the store, concluded 2026-11-01, as the engine writes it."""
+    from datetime import UTC, datetime
+
+    from tests.unit.test_engine import Harness, alert
+    from vdoctor.diagnosis import DiagnosisEngine
+    from vdoctor.embedders.hashing import HashingEmbedder
+    from vdoctor.models.offline import OfflineModel
+
+    store = open_store(url)
+    try:
+        h = Harness(DiagnosisEngine(store=store, model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack()))
+        at = datetime(2026, 11, 1, 8, 0, tzinfo=UTC)
+        h.diagnose(alert("e-1", at, signals={"cell_voltage_diff_mv": 187}, vin=vin))
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("written", ["lfvau2180nd238173", " LFVAU2180ND238173 ", "ＬＦＶＡＵ２１８０ＮＤ２３８１７３"])
+def test_a_vin_is_read_as_the_job_reads_it(written: str, memory: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A VIN in lower case (or with a blank, or full-width) found no records, with exit 0, and `forget` set
+    none invalid: a scrapped vehicle stayed recallable (found by an audit)."""
+    _written_case(memory)
+    assert cli.main(["memory", "history", "--vin", written, "--memory", memory]) == 0
+    assert "LFVAU2180ND238173-20261101T080000" in capsys.readouterr().out
+    assert cli.main(["memory", "forget", "--vin", written, "--change", "scrapped", "--memory", memory]) == 0
+    assert capsys.readouterr().out.startswith("LFVAU2180ND238173: 1 records marked invalid")
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["history", "--vin", "LFVAU2180ND23817"], "--vin 'LFVAU2180ND23817' is not a VIN"),
+        (["forget", "--vin", "xyz", "--change", "scrapped"], "--vin 'xyz' is not a VIN"),
+        (["recall", "--vin", "LFVAU2180ND238173", "--symptom", "x", "--as-of", "0001-01-01T00:00:00+01:00"],
+         "is not between 2000 and 2199"),
+        (["recall", "--vin", "LFVAU2180ND238173", "--symptom", "x", "--as-of", "9999-12-31T23:30:00-01:00"],
+         "is not between 2000 and 2199"),
+        (["forget", "--vin", "LFVAU2180ND238173", "--change", "scrapped", "--at", "1970-01-01T00:00:00Z"],
+         "is not between 2000 and 2199"),
+        (["recall", "--vin", "LFVAU2180ND238173", "--symptom", "x", "--codes", "P0A7F", "battery"],
+         "--codes 'battery' is not a trouble code"),
+    ],
+    ids=["short-vin", "not-a-vin", "year-0", "year-9999", "year-1970", "not-a-code"],
+)  # fmt: skip
+def test_a_vin_time_or_code_the_job_would_not_read_is_a_one_line_error(
+    command: list[str], said: str, memory: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["memory", *command, "--memory", memory]) == 2
+    one_line_error(capsys, said)
+
+
+def test_recall_reads_codes_as_the_job_reads_an_alerts(
+    memory: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--codes P0A7F-1B` (a gateway's form) was recalled with as written: the query held no definition of
+    P0A7F, and another vehicle's cases ranked otherwise than for the job's session (found by an audit)."""
+    from vdoctor.memory.recall import SessionRecall
+
+    _written_case(memory)
+    asked: list[list[str]] = []
+    for_alert = SessionRecall.for_alert
+
+    def recording(self: SessionRecall, vin: str, series: str, text: str, codes: list[str], *rest: object) -> object:
+        asked.append(list(codes))
+        return for_alert(self, vin, series, text, codes, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SessionRecall, "for_alert", recording)
+    answers = []
+    for codes in (["P0A7F"], ["P0A7F-1B"], ["DTC P0A7F", "p0a7f", "SPN 1569 FMI 31"]):
+        args = ["memory", "recall", "--vin", "LFVAU2180ND238173", "--symptom", "电池包单体压差过大", "--json"]
+        assert cli.main([*args, "--codes", *codes, "--as-of", "2026-11-05T00:00:00Z", "--memory", memory]) == 0
+        answers.append(json.loads(capsys.readouterr().out))
+    assert asked == [["P0A7F"], ["P0A7F"], ["P0A7F", "SPN1569-FMI31"]]
+    assert answers[0] == answers[1] and answers[0]["own"]
+
+
+@pytest.mark.parametrize("plot", ["h.txt", "h.jpeg"])
+def test_memory_health_names_a_plot_it_cannot_write_before_any_work(
+    plot: str, memory: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plot named .txt printed the whole report, then failed with matplotlib's traceback (an audit)."""
+    given = tmp_path / "diagnoses.jsonl"
+    given.write_text("")
+    args = ["memory", "health", "--diagnoses", str(given), "--plot", str(tmp_path / plot), "--memory", memory]
+    assert cli.main(args) == 2
+    one_line_error(capsys, "a plot is written as .png, .svg, .pdf")

@@ -104,3 +104,23 @@ def test_a_request_stored_before_readings_were_kept_gains_them_when_rewritten() 
     assert "readings: cell_voltage_diff_mv=60→187mV pack_temp_c=41.5→44°C" in rewritten.summary
     assert "excluded | 怀疑线束松动，已排除" in rewritten.summary
     assert request_from_json(rewritten.source).decision is not None  # checkable from now on
+
+
+def test_records_of_a_newer_version_are_left_as_they_are(store: InMemoryStore) -> None:
+    """After a rollback, the records a later release wrote were rewritten and labelled with the older version
+    (found by an audit). They are left, and counted."""
+    from vdoctor.memory.reextract import is_newer
+
+    number = int(SUMMARY_PROMPT_VERSION.rsplit("-v", 1)[1])
+    newer = SUMMARY_PROMPT_VERSION.rsplit("-v", 1)[0] + f"-v{number + 1}"
+    record = store.get(VIN, SID_1)
+    assert record is not None
+    later = record.model_copy(update={"session_id": SID_1 + "-2", "prompt_version": newer, "summary": "later wording"})
+    store.upsert(later)
+    report = reextract(store, OfflineSummarizer(), HashingEmbedder(), SUMMARY_PROMPT_VERSION)
+    assert (report.seen, report.rewritten, report.newer) == (2, 1, 1)
+    assert "1 records of newer versions left as they are" in report.render()
+    kept = store.get(VIN, SID_1 + "-2")
+    assert kept is not None and (kept.prompt_version, kept.summary) == (newer, "later wording")
+    assert is_newer("case-summary-v10", "case-summary-v3") and not is_newer("case-summary-v2", "case-summary-v3")
+    assert not is_newer("other-v9", "case-summary-v3") and not is_newer("case-summary", "case-summary-v3")

@@ -100,8 +100,10 @@ def _missing(url: str) -> str | None:
     """Why the sqlite file or mem0 folder a URL names is no store yet; None when it is one, and for a server's
     database (its connection says) or a store in memory (new on every open, by choice)."""
     path = sqlite_file(url)
-    if path is not None and path != ":memory:" and not Path(path).is_file():
-        return f"no such file: {path}"
+    if path is not None and path != ":memory:":
+        if not Path(path).is_file():
+            return f"no such file: {path}"
+        return _not_memory(path)
     if url_scheme(url) == "mem0":
         from vdoctor.stores.mem0_folder import MARKER
 
@@ -109,6 +111,23 @@ def _missing(url: str) -> str | None:
         if folder.strip("/") and not (Path(folder) / MARKER).is_file():
             return f"no such mem0 store: {folder} (no {MARKER})"
     return None
+
+
+def _not_memory(path: str) -> str | None:
+    """Why the sqlite file at ``path`` is not a long-term memory store (no ``case_memory`` table: another
+    file, as the knowledge base's, where opening it would add the memory's tables); None when it is one."""
+    import sqlite3
+    from urllib.parse import quote
+
+    try:
+        conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True)
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'case_memory'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        return f"{path} is not an SQLite database ({e})"
+    return None if found else f"{path} holds no long-term memory (no case_memory table: another file?)"
 
 
 def open_store(url: str, read_only: bool = False, existing: bool = False) -> MemoryStore:
