@@ -64,3 +64,17 @@ def test_estimate_does_not_undercount_full_width_forms_or_characters_beyond_the_
     """Full-width letters and digits (a Chinese input method's full-width mode) and emoji were one token each,
     under cl100k's count (``ｋＰａ``: 3 against 6; found by a diff review)."""
     assert EstimatingCounter().count(text) >= bpe.count(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "배터리 팩 셀 전압 차이가 너무 큽니다, 점검이 필요합니다",
+        "냉각수 온도 과열 경고",
+        "엔진 오일 압력 낮음 SPN100-FMI1 55 kPa",
+    ],
+)
+def test_estimate_does_not_undercount_korean(bpe: BpeCounter, text: str) -> None:
+    """A Korean syllable was one token, and cl100k takes 1.4: a Korean alert text was under-counted by 28-36%
+    (found by an audit)."""
+    assert EstimatingCounter().count(text) >= bpe.count(text)
