@@ -81,6 +81,34 @@ def test_an_invalidated_record_is_recalled_until_its_invalidation(store: MemoryS
     assert (stored.valid, stored.invalid_ts) == (False, t(8))
 
 
+def test_a_lifecycle_event_sent_again_dated_earlier_moves_the_invalidation_earlier(store: MemoryStore) -> None:
+    """A lifecycle event misdated years ahead (a clock that jumped) set the vehicle's case invalid from then,
+    so it was recalled until then, by the next owner's sessions too. The fleet system sends it again dated
+    right: it set nothing (the case was invalid already). A record is invalid from the earliest lifecycle
+    event at a time its version had begun by; a case of the care after that event keeps its own."""
+    b = rec(VIN_B, hours=0, recheck_ok=True)
+    store.upsert(b)
+    misdated = t(24 * 365 * 30)
+    assert store.soft_delete(VIN_B, misdated) == 1
+    assert keys(similar(store, t(9))) == [(VIN_B, b.session_id)]  # recalled: the invalidation is decades ahead
+    assert store.soft_delete(VIN_B, t(8)) == 1
+    assert own(store, VIN_B, t(8)) == [] and similar(store, t(8)) == []
+    assert keys(own(store, VIN_B, t(7))) == keys(similar(store, t(7))) == [(VIN_B, b.session_id)]
+    # The next owner's case, concluded after the event and set invalid by the misdated one delivered late.
+    after = rec(VIN_B, hours=10, recheck_ok=True)
+    store.upsert(after)
+    assert store.soft_delete(VIN_B, misdated) == 1
+    # The right time again, or any time before either version: neither changes.
+    assert store.soft_delete(VIN_B, t(8)) == 0 and store.soft_delete(VIN_B, t(9)) == 0
+    invalid_from = lambda: {r.session_id: r.invalid_ts for r in store.history(VIN_B)}  # noqa: E731
+    assert invalid_from() == {b.session_id: t(8), after.session_id: misdated}
+    assert keys(own(store, VIN_B, t(11))) == [(VIN_B, after.session_id)]
+    # A genuine later event (scrapped at hour 12) ends the next owner's case there, not the first one's.
+    assert store.soft_delete(VIN_B, t(12)) == 1
+    assert invalid_from() == {b.session_id: t(8), after.session_id: t(12)}
+    assert own(store, VIN_B, t(12)) == []
+
+
 def test_a_merge_keeps_the_earlier_version(store: MemoryStore) -> None:
     first = rec(VIN_B, hours=0, summary="version one: cell_voltage_diff_mv=187", summary_vec=E1)
     store.upsert(first)

@@ -406,7 +406,8 @@ def test_soft_delete_partially_updates_each_live_key_from_its_event_time(store: 
     conn.results.extend([[(SID, NAIVE_AT), (SID + "b", NAIVE_LATER)], [], [], []])
     assert store.soft_delete(VIN, AT + timedelta(days=1)) == 2
     assert [c[0] for c in conn.calls] == [
-        "SELECT session_id, version_from FROM case_memory WHERE vin = %s AND valid = TRUE",
+        "SELECT session_id, version_from FROM case_memory WHERE vin = %s "
+        "AND (valid = TRUE OR (invalid_ts > %s AND version_from <= %s))",
         "SET enable_unique_key_partial_update = true",
         "INSERT INTO case_memory (vin, session_id, valid, invalid_ts, updated_at) "
         "VALUES (%s, %s, %s, %s, %s), (%s, %s, %s, %s, %s)",

@@ -268,7 +268,9 @@ class MemoryStore(Protocol):
         ...
 
     def soft_delete(self, vin: str, at: datetime) -> int:
-        """Mark every valid record of the VIN invalid from event time ``at`` (kept for audit). Returns rows."""
+        """Mark every valid record of the VIN invalid from event time ``at`` (kept for audit), and move one
+        already invalid from a later time to ``at`` where its version had begun by then
+        (``invalidated_earlier``). Returns rows changed."""
         ...
 
     def history(self, vin: str) -> list[MemoryRecord]:
@@ -325,6 +327,16 @@ class RecheckWrite:
 def effective_at(at: datetime, version_from: datetime) -> datetime:
     """A change takes effect at its event time, but never before the version it changes."""
     return max(at, version_from)
+
+
+def invalidated_earlier(invalid_ts: datetime | None, version_from: datetime, at: datetime) -> bool:
+    """Whether a record already invalid from ``invalid_ts`` is invalid from ``at`` instead (``soft_delete``): a
+    lifecycle event earlier than the one that set it invalid, at a time its version had begun. A record is
+    invalid from the earliest such event: a fleet system that sent one misdated years ahead corrects it by
+    sending it again, dated right, and the vehicle's cases stayed valid until the misdated time, recalled by
+    the next owner's sessions (found by an audit). A version begun after ``at`` is of the care after it, and
+    stays as it is; a record invalid without a time (written before event times were kept) as well."""
+    return invalid_ts is not None and invalid_ts > at and version_from <= at
 
 
 def upsert_version_from(current_from: datetime | None, concluded_at: datetime) -> datetime:

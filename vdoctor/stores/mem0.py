@@ -51,6 +51,7 @@ from vdoctor.stores.base import (
     check_dimensions,
     check_embedders,
     effective_at,
+    invalidated_earlier,
     newest_first,
     recheck_write,
     separate_channels,
@@ -172,8 +173,9 @@ class Mem0Store(Mem0Audit, Mem0Retrieval):
             for session_id in folder.by_vin.get(vin, []):
                 row = folder.keys[(vin, session_id)]
                 cur = folder.read(row.current)
-                if cur.valid:
-                    invalid = effective_at(at, from_epoch(row.current.start))
+                start = from_epoch(row.current.start)
+                if cur.valid or invalidated_earlier(cur.invalid_ts, start, at):
+                    invalid = effective_at(at, start)
                     update = {"valid": False, "invalid_ts": invalid, "updated_at": utc_now()}
                     folder.write(cur.model_copy(update=update), row.current)
                     changed += 1

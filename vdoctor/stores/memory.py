@@ -26,6 +26,7 @@ from vdoctor.stores.base import (
     check_dimensions,
     check_embedders,
     effective_at,
+    invalidated_earlier,
     newest_first,
     recheck_write,
     separate_channels,
@@ -182,7 +183,11 @@ class InMemoryStore:
 
     def soft_delete(self, vin: str, at: datetime) -> int:
         with self._lock:
-            hits = [row for row in self._of(vin) if row.current.valid]
+            hits = [
+                row
+                for row in self._of(vin)
+                if row.current.valid or invalidated_earlier(row.current.invalid_ts, row.current_from, at)
+            ]
             for row in hits:
                 invalid = effective_at(at, row.current_from)
                 row.current = row.current.model_copy(

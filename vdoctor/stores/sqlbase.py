@@ -541,7 +541,12 @@ class SqlStore(SqlAudit):
         return True
 
     def soft_delete(self, vin: str, at: datetime) -> int:
-        live = self.query(f"SELECT session_id, version_from FROM {self.table} WHERE vin = %s AND valid = TRUE", (vin,))
+        when = naive_utc(at)
+        live = self.query(
+            f"SELECT session_id, version_from FROM {self.table} WHERE vin = %s "
+            "AND (valid = TRUE OR (invalid_ts > %s AND version_from <= %s))",
+            (vin, when, when),
+        )
         if not live:
             return 0
         now = naive_utc(_now())

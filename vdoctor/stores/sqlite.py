@@ -111,9 +111,11 @@ _RECHECK = f"""UPDATE case_memory SET
     recheck_ok = :ok,
     seq = {NEXT_SEQ}
 WHERE vin = :vin AND session_id = :sid AND (merged_sessions = '[]' OR concluded_at <= :at)"""
+# A valid record is set invalid from the event's time (never before its version began); one already invalid
+# from a later time, whose version had begun by then, from the event's time (``base.invalidated_earlier``).
 _SOFT_DELETE = (
-    f"UPDATE case_memory SET valid = 0, invalid_ts = MAX(?, version_from), updated_at = ?, seq = {NEXT_SEQ} "
-    "WHERE vin = ? AND valid = 1"
+    f"UPDATE case_memory SET valid = 0, invalid_ts = MAX(:at, version_from), updated_at = :now, seq = {NEXT_SEQ} "
+    "WHERE vin = :vin AND (valid = 1 OR (invalid_ts > :at AND version_from <= :at))"
 )
 # What the indexes catch up on (``SqliteStore._catch_up``), in one statement (so one snapshot): the
 # current rows changed after :since, then the archived versions (named by their negated rowid), each part
@@ -648,7 +650,7 @@ class SqliteStore:
         return self._write(_RECHECK, [params]) > 0
 
     def soft_delete(self, vin: str, at: datetime) -> int:
-        return self._write(_SOFT_DELETE, [(epoch(at), epoch(utc_now()), vin)])
+        return self._write(_SOFT_DELETE, [{"at": epoch(at), "now": epoch(utc_now()), "vin": vin}])
 
     def history(self, vin: str) -> list[MemoryRecord]:
         rows = self._query(
