@@ -145,22 +145,27 @@ def opened_alike(case: MemoryRecord, text: str, codes: list[str]) -> bool:
     ``codes seen`` line of the text its summary was written from (the stored request's ``source``). Text
     alone told alerts without text (codes alone) apart from none: a late codes-only alert took the id of an
     older codes-only session of its second, whatever its codes. A case without that line (its request not
-    kept: too long, or written by a release before the line) cannot tell, and the text decides as before;
-    so does a case that later sessions merged into (``merged_sessions``): its text and request are the
-    newest merged session's, and a replay of the session that opened it must keep its id (found by a diff
-    review: it took the next id, merged into its own case as another session, and the verdict was reset).
+    kept: too long, or written by a release before the line) cannot tell, and the text decides as before.
+    A case that later sessions merged into (``merged_sessions``) holds the newest merged session's request,
+    whose codes need not be all of the opening alert's: merged for the same cause, the two share one at
+    least, while another fault's alert shares none. So one code in common is enough there (a replay of the
+    session that opened it took the next id, merged into its own case as another session and reset its
+    verdict; taken by text alone, a late codes-only alert of another fault replaced the verified case:
+    both found by diff reviews).
     """
     if case.alert_text != text:
         return False
-    if case.merged_sessions:
-        return True
     try:
         request = json.loads(case.source) if case.source else None
     except ValueError:
         request = None
     written_from = request.get("source") if isinstance(request, dict) else None
     seen = parse_codes_seen(written_from) if isinstance(written_from, str) else {}
-    return not seen or all(code in seen for code in codes)
+    if not seen or not codes:
+        return True
+    if case.merged_sessions:
+        return any(code in seen for code in codes)
+    return all(code in seen for code in codes)
 
 
 class DiagnosisEngine:
@@ -503,7 +508,12 @@ class DiagnosisEngine:
         user = alert.alert_text + "\n" + " ".join(alert.dtc_codes)
         user += "".join(f" {k}={fmt_num(v)}" for k, v in alert.signals.items())
         tool_lines = run.tool_results
-        final = run.transcript[-1].content if run.transcript else ""
+        # The model's reply: the transcript's last message when it is the model's. A run that ended otherwise
+        # (the model down, at its first call or after a tool call; the iteration cap) ends in the alert's
+        # prompt or a tool result: taken as the reply, its rendered key facts were read back as new ones
+        # ("decision: decision: ...", every reading's URI), one more each such alert (found by a diff review).
+        last = run.transcript[-1] if run.transcript else None
+        final = last.content if last is not None and last.role == "assistant" else ""
         steps = "; ".join(run.tools_used)
         assistant = f"{final}\n" + (f"tools: {steps}\n" if steps else "") + "\n".join(tool_lines)
         # Key facts, read structurally: codes with their definitions, the

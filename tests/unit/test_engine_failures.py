@@ -708,6 +708,21 @@ def test_a_session_replayed_into_the_case_a_later_session_merged_into_keeps_its_
     assert case.session_id == SID_1 and case.recheck_ok is True and len(case.merged_sessions) == 1
 
 
+def test_a_late_codes_only_alert_of_another_fault_never_takes_the_id_of_a_merged_case(pack: KnowledgePack) -> None:
+    """A case a later session merged into, verified; then a late codes-only alert of another fault in its
+    second. Judged by text alone (a merged case's request is the newest session's), it took the id, and its
+    case replaced the verified one, merged session and all (found by a diff review)."""
+    store = InMemoryStore()
+    h = Harness(engine(pack, store=store))
+    assert h.diagnose(codes_only("e-1", T0, ["P0A7F"])).session_id == SID_1
+    assert h.diagnose(codes_only("e-2", T0 + timedelta(days=3), ["P0A7F"])).flags == ["l3_merged"]
+    h.send(recheck("r-1", T0 + timedelta(days=4), SID_1))
+    late = {**codes_only("e-1b", T0, ["P0562"]), "signals": {"battery_voltage_v": 10.8}}
+    assert h.diagnose(late).session_id == f"{SID_1}-2"
+    kept = store.get(VIN, SID_1)
+    assert kept is not None and kept.recheck_ok is True and kept.dtc_codes == ["P0A7F"] and kept.merged_sessions
+
+
 def test_a_case_opened_alike_by_text_and_the_codes_its_session_saw(pack: KnowledgePack) -> None:
     from vdoctor.diagnosis import opened_alike
 

@@ -509,3 +509,75 @@ def test_a_long_session_keeps_its_key_facts_and_every_call_within_the_budget(pac
     assert max(_window_tokens(messages) for messages in model.calls) <= BUDGET
     # Folded rounds are checked against the facts as they were read: no fold failed for a URI not carried.
     assert not flags & {"working_over_budget", "summary_fidelity_failed"}, flags
+
+
+class _HistoryThenDown(OfflineModel):
+    """Asks for the signal's history at each alert, then is down (a timeout) when given the result; with
+    ``cap``, never answers at all, so the iteration cap ends each run."""
+
+    def __init__(self, cap: bool = False) -> None:
+        super().__init__()
+        self.cap, self.calls = cap, 0
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        from vdoctor.errors import ModelError
+        from vdoctor.models.base import ToolCall
+
+        self.calls += 1
+        if messages[-1].role == "tool" and not self.cap:
+            raise ModelError("model endpoint: timeout")
+        call = ToolCall(id=f"c{self.calls}", name="signal_history", arguments={"signal": "cell_voltage_diff_mv"})
+        return ChatResponse(content=None, tool_calls=(call,))
+
+
+class _Down(OfflineModel):
+    """Answers the first alert, then is down at every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def chat(self, messages: list[Message], tools: list[ToolSpec]) -> ChatResponse:
+        from vdoctor.errors import ModelError
+
+        if self.down:
+            raise ModelError("model endpoint: 503")
+        return super().chat(messages, tools)
+
+
+@pytest.mark.parametrize("cap", [False, True], ids=["down-after-a-tool-call", "iteration-cap"])
+def test_a_run_that_ends_without_a_reply_adds_no_key_facts_of_its_prompt_or_tool_results(
+    pack: KnowledgePack, cap: bool
+) -> None:
+    """A run that ended without the model's reply had the transcript's last message, a tool result, taken as
+    the reply: every reading's URI in it became an evidence fact again, one more each alert (found by a diff
+    review)."""
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=_HistoryThenDown(cap), embedder=HashingEmbedder(),
+                                pack=pack))  # fmt: skip
+    for i in range(60):
+        out = h.diagnose(alert(f"e{i}", T0 + timedelta(minutes=10 * i), signals={"cell_voltage_diff_mv": 50 + i % 40}))
+        assert ("iteration_cap" if cap else "model_failed") in out.flags
+    session = h.session(VIN)
+    assert session is not None
+    assert [f for f in session.working.key_facts if f.kind.value == "evidence"] == []
+    assert "working_over_budget" not in out.flags
+
+
+def test_a_model_down_at_its_first_call_adds_no_key_facts_read_back_from_the_prompt(pack: KnowledgePack) -> None:
+    """The model down at an alert's first call: the transcript's last message, the alert's prompt, was taken
+    as the reply, and its rendered key facts were read back as new ones, "decision: decision: ...", which
+    never give way: 99 key facts after 60 such alerts, past the budget (found by a diff review)."""
+    model = _Down()
+    h = Harness(DiagnosisEngine(store=InMemoryStore(), model=model, embedder=HashingEmbedder(), pack=pack))
+    text = "维修站反馈：怀疑高压线束松动，已排除"
+    h.diagnose(alert("e0", T0, codes=["P0A7F"], signals={"cell_voltage_diff_mv": 60}, text=text))
+    before = len(h.session(VIN).working.key_facts)  # type: ignore[union-attr]
+    model.down = True
+    for i in range(1, 40):
+        at = T0 + timedelta(minutes=10 * i)
+        out = h.diagnose(alert(f"e{i}", at, codes=["P0A7F"], signals={"cell_voltage_diff_mv": 60 + i}, text="例行上报"))
+        assert out.flags == ["model_failed"]
+    facts = [f.render() for f in h.session(VIN).working.key_facts]  # type: ignore[union-attr]
+    assert not [f for f in facts if f.startswith(("decision: decision", "excluded: excluded"))], facts
+    assert len([f for f in facts if f.startswith("excluded:")]) == 1
+    assert len(facts) <= before + 8  # the readings the alerts added, bounded per signal
