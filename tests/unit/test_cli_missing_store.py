@@ -77,4 +77,4 @@ def test_a_sqlite_file_that_holds_no_memory_is_refused_and_left_as_it_is(
         assert [r[0] for r in conn.execute("SELECT name FROM sqlite_master")] == ["chunks"]
     other.write_text("not a database, long enough to be read as one's header " * 4)
     assert cli.main(["memory", *command, "--memory", f"sqlite:///{other}"]) == 2
-    assert "is not an SQLite database" in capsys.readouterr().err
+    assert "cannot be read as an SQLite database (file is not a database)" in capsys.readouterr().err

@@ -393,3 +393,19 @@ def test_memory_health_names_a_plot_it_cannot_write_before_any_work(
     args = ["memory", "health", "--diagnoses", str(given), "--plot", str(tmp_path / plot), "--memory", memory]
     assert cli.main(args) == 2
     one_line_error(capsys, "a plot is written as .png, .svg, .pdf")
+
+
+def test_forget_run_again_with_an_earlier_time_moves_the_invalidation_back(
+    memory: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`forget` run first without --at (now), then with the time of the change: 0 records, and the cases stayed
+    recalled until now (found by an audit)."""
+    _written_case(memory)
+    forget = ["memory", "forget", "--vin", "LFVAU2180ND238173", "--change", "scrapped", "--memory", memory]
+    assert cli.main(forget) == 0
+    capsys.readouterr()
+    assert cli.main([*forget, "--at", "2026-11-03T00:00:00Z"]) == 0
+    assert capsys.readouterr().out.startswith("LFVAU2180ND238173: 1 records marked invalid")
+    assert cli.main(["memory", "history", "--vin", "LFVAU2180ND238173", "--json", "--memory", memory]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    assert record["invalid_ts"] == "2026-11-03T00:00:00Z"

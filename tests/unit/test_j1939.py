@@ -122,6 +122,11 @@ def test_a_lookup_of_a_full_scan_names_j1939_codes_without_entries_apart(pack: K
     assert [entry["code"] for entry in result["codes"]] == [CODE] and result["unknown"] == codes
     assert len(result["meanings"]) == 8 and result["meanings"][codes[0]].startswith("Manufacturer's own SPN 520200")
     assert "not_looked_up" not in result
+    # A code as the model wrote it is named so under "unknown", and its meaning by the code's one form, as its
+    # key fact names it (a second code fact, "spn03226-fmi02", never gives way).
+    written = lookup.run(ToolContext(pack=pack, session=None), {"codes": ["spn03226-fmi02", "SPN 1 FMI 2"]})  # type: ignore[arg-type]
+    assert written["unknown"] == ["spn03226-fmi02", "SPN 1 FMI 2"]
+    assert sorted(written["meanings"]) == ["SPN1-FMI2", "SPN3226-FMI2"]
     h = Harness(DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=pack))
     out = h.diagnose(alert("a1", T0, codes=[*codes, CODE], signals={"cell_voltage_diff_mv": 187}))
     assert out.phase == "CONCLUDED" and f"dtc://{CODE}" in out.evidence

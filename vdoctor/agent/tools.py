@@ -68,7 +68,7 @@ def _lookup_dtc(ctx: ToolContext, arguments: dict[str, Any]) -> dict[str, Any]:
         if entry is None or entry.from_parts:
             unknown.append(code)
             if entry is not None and len(meanings) < MAX_ENTRIES_PER_LOOKUP:
-                meanings[code] = entry.definition_en
+                meanings[entry.code] = entry.definition_en  # in its one written form, as a key fact names it
         elif len(found) < MAX_ENTRIES_PER_LOOKUP:
             found.append(entry.as_tool_result())
         else:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vdoctor.errors import KnowledgeError
-from vdoctor.events import MAX_FMI, MAX_SPN
+from vdoctor.events import MAX_FMI, MAX_SPN, trouble_code
 from vdoctor.lines import fmt_num
 from vdoctor.units import SIGNAL_NAME
 
@@ -161,13 +161,14 @@ class KnowledgePack:
     def get(self, code: str) -> DtcEntry | None:
         """The pack's entry for ``code``, a code table's, or for a J1939 code neither holds, its definition
         from its SPN and FMI (``J1939Meanings``; ``DtcEntry.from_parts``). A J1939 code is read in its one
-        written form (``SPN0100-FMI01`` is ``SPN100-FMI1``, the pack's entry); one out of range is none."""
+        written form, or as a gateway writes it (``SPN0100-FMI01`` and ``SPN 100 FMI 1`` are ``SPN100-FMI1``, the
+        pack's entry); one out of range is none."""
         code = code.upper()
         entry = self.entries.get(code)
         if entry is not None or not code.startswith("SPN"):
             return entry
-        canonical = j1939_code(code)
-        if canonical is None:
+        canonical = j1939_code(code) or trouble_code(code)  # the one form, or a gateway's (``SPN 100 FMI 1``)
+        if canonical is None or not canonical.startswith("SPN"):
             return None
         if canonical != code and (entry := self.entries.get(canonical)) is not None:
             return entry

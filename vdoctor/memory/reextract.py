@@ -10,14 +10,14 @@ the check keeps its old one (and is counted); a record written before sources
 were kept is skipped (and counted). The walk is resumable: records already at
 the new version are not touched, so running it again after an interruption
 picks up where it stopped. Records of a newer version (written by a later
-release, before a rollback) are left as they are, and counted.
+release, before a rollback) are left as they are, and their versions named.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.memory.summarizer import (
@@ -43,14 +43,15 @@ class ReextractReport:
     rewritten: int = 0
     no_source: int = 0
     failed_check: int = 0
-    newer: int = 0
+    # Prompt versions newer than the target (a later release's, before a rollback): their records left alone.
+    newer: list[str] = field(default_factory=list)
 
     def render(self) -> str:
         return (
             f"re-extracted to {self.target_version}: {self.rewritten} rewritten, {self.no_source} without a stored "
             f"source (kept as they are), {self.failed_check} failed the fidelity check (old summary kept); "
             f"{self.seen} records of older versions seen"
-            + (f"; {self.newer} records of newer versions left as they are" if self.newer else "")
+            + (f"; records of newer versions left as they are: {', '.join(self.newer)}" if self.newer else "")
         )
 
 
@@ -61,13 +62,6 @@ def is_newer(version: str, target: str) -> bool:
     """Whether ``version`` is a later one of ``target``'s prompt (``case-summary-v4`` of ``case-summary-v3``)."""
     mine, theirs = _VERSION_RE.match(version), _VERSION_RE.match(target)
     return bool(mine and theirs and mine.group(1) == theirs.group(1) and int(mine.group(2)) > int(theirs.group(2)))
-
-
-def _count_version(store: MemoryStore, version: str) -> int:
-    count, limit = 0, BATCH
-    while (count := len(store.by_prompt_version(version, limit))) == limit:
-        limit *= 10
-    return count
 
 
 def reextract(
@@ -84,7 +78,7 @@ def reextract(
             continue
         if is_newer(version, target_version):
             # Written by a later release (a rollback since): rewritten, it would be labelled older than it is.
-            report.newer += _count_version(store, version)
+            report.newer.append(version)
             continue
         left_alone: set[tuple[str, str]] = set()
         while True:

@@ -126,7 +126,7 @@ def _not_memory(path: str) -> str | None:
         finally:
             conn.close()
     except sqlite3.Error as e:
-        return f"{path} is not an SQLite database ({e})"
+        return f"{path} cannot be read as an SQLite database ({e})"
     return None if found else f"{path} holds no long-term memory (no case_memory table: another file?)"
 
 
