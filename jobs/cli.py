@@ -47,6 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     except VDoctorError as e:
         print(f"vdoctor: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader of stdout left (``vdoctor memory recall --json | head``): stop as the shell's tools do,
+        # without a traceback, and with stdout pointed where a flush at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer stopped by it
 
 
 if __name__ == "__main__":

@@ -283,7 +283,7 @@ def _cmd_reextract(args: argparse.Namespace) -> int:
         )
         return 2
     settings = domain_settings(args)
-    store = assembly.long_term_store(settings)
+    store = assembly.long_term_store(settings, existing=True)
 
     def progress(report: ReextractReport) -> None:
         print(f"\r  {report.seen} seen, {report.rewritten} rewritten", end="", file=sys.stderr, flush=True)
@@ -305,7 +305,7 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
     _at_least(1, "--batch", args.batch)
     _at_least(1, "--limit", args.limit)
     settings = domain_settings(args)
-    store = assembly.long_term_store(settings, retrying=False)
+    store = assembly.long_term_store(settings, retrying=False, existing=True)
 
     def progress(report: ReembedReport) -> None:
         rate = report.rewritten / max(report.seconds, 1e-9)
@@ -330,7 +330,8 @@ def _cmd_retokenize(args: argparse.Namespace) -> int:
 
     _at_least(1, "--batch", args.batch)
     url = domain_settings(args).memory.url
-    store = open_store(url)  # sqlite: opening a file retokenises it when its tokeniser is another
+    # sqlite: opening a file retokenises it when its tokeniser is another
+    store = open_store(url, existing=True)
     try:
         retokenize = getattr(store, "retokenize", None)
         if retokenize is None:

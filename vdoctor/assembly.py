@@ -109,9 +109,10 @@ def knowledge_pack(settings: Settings) -> KnowledgePack:
     return load_pack(extra_csv=Path(extra) if extra else None)
 
 
-def long_term_store(settings: Settings, retrying: bool = True) -> MemoryStore:
-    """The L3 store; the job's writes retry through outages (``RetryingStore``), a CLI's need not."""
-    store = open_store(settings.memory.url)
+def long_term_store(settings: Settings, retrying: bool = True, existing: bool = False) -> MemoryStore:
+    """The L3 store; the job's writes retry through outages (``RetryingStore``), a CLI's need not.
+    ``existing``: as ``open_store``'s (a command that rewrites a store never creates one)."""
+    store = open_store(settings.memory.url, existing=existing)
     return RetryingStore(store, deadline_s=settings.memory.store_retry_s) if retrying else store
 
 

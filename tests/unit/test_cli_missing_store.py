@@ -12,6 +12,7 @@ import pytest
 
 from jobs import cli
 from vdoctor.errors import StoreError
+from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION
 from vdoctor.stores import open_store
 
 pytestmark = pytest.mark.unit
@@ -78,3 +79,41 @@ def test_a_sqlite_file_that_holds_no_memory_is_refused_and_left_as_it_is(
     other.write_text("not a database, long enough to be read as one's header " * 4)
     assert cli.main(["memory", *command, "--memory", f"sqlite:///{other}"]) == 2
     assert "cannot be read as an SQLite database (file is not a database)" in capsys.readouterr().err
+
+
+REWRITES = [
+    ["reembed"],
+    ["reextract", "--prompt-version", SUMMARY_PROMPT_VERSION],
+    ["retokenize"],
+]
+
+
+@pytest.mark.parametrize("command", REWRITES, ids=lambda c: c[0])
+def test_a_command_that_rewrites_a_store_refuses_a_missing_one_too(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They created an empty store at a mistyped path and reported "0 of 0", exit 0 (found by an audit)."""
+    db = tmp_path / "typo" / "m.db"
+    assert cli.main(["memory", *command, "--memory", f"sqlite:///{db}"]) == 2
+    assert f"no long-term memory store to open: no such file: {db}" in capsys.readouterr().err
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_reader_that_leaves_is_no_traceback(tmp_path: Path) -> None:
+    """`vdoctor memory history --json | head -1` printed a BrokenPipeError traceback (found by an audit)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    open_store(url).close()
+    read, write = os.pipe()
+    os.close(read)  # the reader has left before the first line
+    proc = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "memory", "history", "--vin", VIN, "--json", "--memory", url],
+        stdout=write, stderr=subprocess.PIPE, cwd=REPO_ROOT, text=True, timeout=120,
+    )  # fmt: skip
+    os.close(write)
+    assert proc.returncode == 141 and proc.stderr == ""

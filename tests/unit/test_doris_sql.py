@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 import traceback
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -806,3 +807,12 @@ def test_driver_errors_are_wrapped_without_the_password() -> None:
     assert "doris://root:***@127.0.0.1:9030/fleet" in str(err.value)
     assert err.value.__cause__ is None and err.value.__suppress_context__
     assert "s3cret" not in repr(store.info)
+
+
+@pytest.mark.parametrize("raw", [struct.pack("<4f", 0.5, -1.0, 2.0, 3.25), b"\xff\xfe", b"[1, 2", "[\"a\"]", b"{}"])
+def test_a_vector_that_is_not_dorises_array_is_a_store_error(raw: object) -> None:
+    """A MySQL/MariaDB store's packed floats read through a doris:// URL raised UnicodeDecodeError out of
+    `vdoctor memory history` (found by an audit)."""
+    with pytest.raises(StoreError, match="not Doris's array of floats: is the URL's server a MySQL/MariaDB store"):
+        DorisDialect().decode_vec(raw)
+    assert DorisDialect().decode_vec(b"[0.5, -1, 2.0]") == [0.5, -1.0, 2.0]

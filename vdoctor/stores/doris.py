@@ -81,8 +81,19 @@ class DorisDialect:
         return _Literal(vector_literal(vector))
 
     def decode_vec(self, raw: object) -> list[float]:
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        return [float(x) for x in json.loads(text)]
+        """A vector column as Doris returns it (its JSON array as text); anything else (a MySQL/MariaDB store's
+        packed floats, read through a ``doris://`` URL) is a ``StoreError`` that says so, not a traceback."""
+        try:
+            text = raw.decode() if isinstance(raw, bytes) else str(raw)
+            values = json.loads(text)
+            if isinstance(values, list):
+                return [float(x) for x in values]
+        except (UnicodeDecodeError, ValueError, TypeError):
+            pass
+        raise StoreError(
+            "doris store: a summary_vec that is not Doris's array of floats: is the URL's server a "
+            "MySQL/MariaDB store (mysql://)?"
+        )
 
     def upsert(self, store: SqlStore, rows: list[tuple[MemoryRecord, datetime]]) -> None:
         encoded: list[tuple[str, list[object]]] = []  # each row's vector literal and its other values
