@@ -13,7 +13,14 @@ only the bytes on the wire go through ``http.client``.
 - One kept-alive connection per calling thread and origin: the operator's
   worker threads each make one call at a time, so a connection is never shared.
 - Timeouts come from the request (``openai`` sets them per call): ``connect``
-  while connecting, ``read`` for every later socket operation.
+  while connecting, ``read`` for every later socket operation, and for the
+  whole exchange as well: a server that trickles its reply (a byte a second
+  under a timeout of two) is given up once ``read`` has passed since the
+  request was sent, checked between the reply's reads (``httpx2``'s default
+  transport, as this one before, waited as long as each byte came in time).
+- Response headers are handed on as the bytes the server sent: a gateway's
+  header in UTF-8 (``X-Gateway-Model: 通义千问``) failed every call with a
+  ``UnicodeEncodeError`` the client neither maps nor retries.
 - A connection the server closed while it was idle fails on its next use
   before any reply; that request is sent once more on a new connection,
   without the backoff the chat model's own retry of a dropped connection
@@ -31,6 +38,7 @@ from __future__ import annotations
 import http.client
 import ssl
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -38,6 +46,27 @@ import httpx2
 
 # Errors of a kept-alive connection the server has closed, seen before any reply.
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def _read_by(reply: http.client.HTTPResponse, conn: http.client.HTTPConnection, deadline: float) -> bytes:
+    """The reply's body, read as it comes, each read given what is left until ``deadline``; a ``TimeoutError``
+    once it has passed (the caller's ``ReadTimeout``)."""
+    parts: list[bytes] = []
+    while chunk := reply.read1(_CHUNK):
+        parts.append(chunk)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the reply took longer than the call's timeout to arrive")
+        if conn.sock is not None:
+            conn.sock.settimeout(left)
+    # Nothing is left to read, but ``read`` is what marks the reply done (``read1`` at its end does not), so
+    # that the kept-alive connection takes the next request.
+    parts.append(reply.read())
+    return b"".join(parts)
+
+
+# What one read of a reply's body asks for (a chat reply is a few KB; an embedding batch up to a few hundred).
+_CHUNK = 1 << 16
 
 
 class _Stale(Exception):
@@ -154,6 +183,7 @@ class StdlibTransport(httpx2.BaseTransport):
             pool.pop(key, None)
             conn.close()
 
+        deadline = None if read is None else time.monotonic() + read
         try:
             if conn.sock is not None:
                 conn.sock.settimeout(read)
@@ -164,7 +194,7 @@ class StdlibTransport(httpx2.BaseTransport):
                 conn.putheader(name, value)
             conn.endheaders(request.read())
             reply = conn.getresponse()
-            content = reply.read()
+            content = reply.read() if deadline is None else _read_by(reply, conn, deadline)
         except _STALE as e:
             drop()
             raise _Stale(e) from e
@@ -181,7 +211,9 @@ class StdlibTransport(httpx2.BaseTransport):
             drop()
         return httpx2.Response(
             status_code=reply.status,
-            headers=reply.getheaders(),
+            # As the bytes on the wire: ``http.client`` reads them as Latin-1, and ``httpx2`` would encode text as
+            # ASCII.
+            headers=[(name.encode("latin-1"), value.encode("latin-1")) for name, value in reply.getheaders()],
             stream=httpx2.ByteStream(content),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": reply.reason.encode("latin-1")},
             request=request,

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import openai
 import pytest
 from pydantic import SecretStr
@@ -65,6 +66,16 @@ class Handler(BaseHTTPRequestHandler):
         payload = json.dumps({**REPLY, "echo": body.get("echo")}).encode()
         self.send_response(int(body.get("status", 200)))
         self.send_header("Content-Type", "application/json")
+        if mode == "utf8-header":  # as a gateway names its model (sent as the UTF-8 bytes)
+            self._headers_buffer.append("X-Gateway-Model: 通义千问\r\n".encode())  # type: ignore[attr-defined]
+        if mode == "trickle":  # each byte in time for a socket read's timeout, the whole far past the call's
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            for i in range(0, len(payload), 8):
+                self.wfile.write(payload[i : i + 8])
+                self.wfile.flush()
+                time.sleep(0.3)
+            return
         if mode == "gzip":
             payload = gzip.compress(payload)
             self.send_header("Content-Encoding", "gzip")
@@ -273,3 +284,25 @@ def test_the_models_use_the_transport_unless_the_environment_names_a_proxy(monke
     assert not isinstance(client._transport, StdlibTransport)
     assert client._mounts
     proxied.close()
+
+
+def test_a_header_in_utf8_is_handed_on_as_its_bytes(server: Server) -> None:
+    """A gateway's header in UTF-8 failed every call with a UnicodeEncodeError the client neither maps nor
+    retries: each alert a dead letter (found by an audit)."""
+    with StdlibTransport() as transport:
+        assert post(client(server.base_url, transport), mode="utf8-header")["choices"][0]["message"]["content"] == "ok"
+        with httpx2.Client(transport=transport) as plain:
+            reply = plain.post(server.base_url + "/chat/completions", json={"model": "m", "mode": "utf8-header"})
+        assert (b"X-Gateway-Model", "通义千问".encode()) in reply.headers.raw
+
+
+def test_a_reply_trickled_past_the_calls_timeout_is_given_up(server: Server) -> None:
+    """Eight bytes every 0.3 s, each read within a 1 s timeout: the call went on as long as the server
+    liked (the audit's: 30 s at a timeout of 2). Now the whole exchange is held to the timeout too."""
+    with StdlibTransport() as transport:
+        c = client(server.base_url, transport, timeout_s=1.0)
+        started = time.monotonic()
+        with pytest.raises(openai.APITimeoutError):
+            post(c, mode="trickle")
+        assert time.monotonic() - started < 1.9
+        assert post(c)["choices"][0]["message"]["content"] == "ok"  # a new connection serves the next call

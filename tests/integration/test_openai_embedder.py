@@ -119,3 +119,21 @@ def test_bad_configuration_is_a_clear_error() -> None:
         open_embedder("word2vec")
     with pytest.raises(ConfigError):
         load_settings({"VDOCTOR_EMBEDDER": "word2vec"})
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("error-in-200", "unreadable reply .* No embedding data received"),
+        ("same-index", "returned index 0 for 2 texts, or twice"),
+        ("no-index", "returned index None for 2 texts"),
+        ("zeros", "is all zeros"),
+    ],
+)
+def test_a_reply_the_embedder_cannot_use_is_a_model_error(server: Server, base_url: str, mode: str, said: str) -> None:
+    """A 200 with an error object, or items without an index, raised the client's ValueError or a TypeError,
+    which the engine's handlers (made for ModelError) let through: a concluded alert became a dead letter. An
+    index given twice left a text's row all zeros, and a zero vector was stored as it came (an audit)."""
+    server.mode = mode
+    with pytest.raises(ModelError, match=said):
+        OpenAIEmbedder(base_url, "m", API_KEY, dim=4, max_retries=0).embed(["ab", "abcd"])

@@ -69,6 +69,16 @@ class Handler(BaseHTTPRequestHandler):
             {"object": "embedding", "index": i, "embedding": self.server.vector(t, dim)}
             for i, t in reversed(list(enumerate(inputs)))
         ]
+        # What some servers get wrong: an error object in a 200, an index given twice or not at all, a zero vector.
+        if mode == "error-in-200":
+            self._send(200, {"error": {"message": "model is loading", "type": "server_error"}})
+            return
+        if mode == "same-index":
+            data = [{**item, "index": 0} for item in data]
+        elif mode == "no-index":
+            data = [{k: v for k, v in item.items() if k != "index"} for item in data]
+        elif mode == "zeros":
+            data = [{**item, "embedding": [0.0] * dim} for item in data]
         self._send(
             200,
             {"object": "list", "data": data, "model": body["model"], "usage": {"prompt_tokens": 1, "total_tokens": 1}},

@@ -133,3 +133,22 @@ def test_a_lookup_answers_8_entries_and_every_code_the_pack_lacks_and_names_the_
     result = json.loads(Toolbox(pack, session).call("lookup_dtc", {"codes": scan}))
     assert [c["code"] for c in result["codes"]] == ["P0A7F", "U0100"] and result["unknown"] == scan[1:-1]
     assert "not_looked_up" not in result
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        '<think>signal_history said {"signal": "cell_voltage_diff_mv", "readings": [{"value": 187}]}</think>\n{ANSWER}',
+        "{ANSWER}\nNote: the pack's rule is {cell_voltage_diff_mv >= 100}.",
+        "Thinking: {not json} then {ANSWER}",
+    ],
+)
+def test_an_answer_among_other_braces_is_read(content: str) -> None:
+    """A reasoning model served without its parser writes its thinking first, quoting a tool result's braces,
+    and a note with braces may follow: the span from the first "{" to the last held more than the answer,
+    and a valid answer was unparseable_answer (found by an audit)."""
+    answer = {"phase": "CONCLUDED", "root_cause": "cell imbalance", "fix_action": "balance the pack",
+              "priority": "P2", "confidence": 0.8, "codes": ["P0A7F"], "evidence": ["dtc://P0A7F"]}  # fmt: skip
+    parsed = parse_answer(content.replace("{ANSWER}", json.dumps(answer)))
+    assert parsed is not None and parsed.phase is Phase.CONCLUDED and parsed.root_cause == "cell imbalance"
+    assert parse_answer('{"signal": "x"} and {"codes": []}') is None  # braces, but no answer among them

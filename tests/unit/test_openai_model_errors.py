@@ -97,3 +97,64 @@ def test_the_reprs_of_a_model_and_its_config_mask_credentials_in_the_base_url() 
     for shown in (repr(model), repr(config)):
         assert "Pw0rdSECRET" not in shown and "sk-key" not in shown
         assert "llm.example/v1" in shown
+
+
+def replying(*replies: httpx2.Response) -> tuple[httpx2.MockTransport, list[float]]:
+    """A server that gives ``replies`` in turn (the last one from then on); the times it was called at."""
+    import time
+
+    times: list[float] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        times.append(time.monotonic())
+        return replies[min(len(times), len(replies)) - 1]
+
+    return httpx2.MockTransport(handle), times
+
+
+def chat_reply(message: dict[str, Any]) -> httpx2.Response:
+    body = {"choices": [{"message": message, "finish_reason": "stop"}], "model": "chat-test"}
+    return httpx2.Response(200, content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+
+
+def test_a_tool_calls_arguments_sent_as_an_object_are_read_as_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gateway that sends ``arguments`` as the object itself: a TypeError left the model, and the alert was a
+    dead letter (found by an audit). A number is a ModelError, as arguments that are no JSON object."""
+    call = {"id": "c1", "type": "function", "function": {"name": "signal_history", "arguments": {"signal": "x"}}}
+    transport, _ = replying(chat_reply({"role": "assistant", "content": None, "tool_calls": [call]}))
+    [got] = model(monkeypatch, transport).chat(MESSAGES, []).tool_calls
+    assert (got.name, got.arguments) == ("signal_history", {"signal": "x"})
+    call["function"]["arguments"] = 7  # type: ignore[index]
+    transport, _ = replying(chat_reply({"role": "assistant", "content": None, "tool_calls": [call]}))
+    with pytest.raises(ModelError, match="arguments that are not a JSON object"):
+        model(monkeypatch, transport).chat(MESSAGES, [])
+
+
+def test_an_unreadable_reply_is_scrubbed_before_it_is_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page echoing the request, the key across the 300-character cut: its head was left unmasked."""
+    page = "x" * 290 + KEY + " (the request's Authorization header, echoed)"
+    transport, _ = replying(httpx2.Response(200, content=page.encode(), headers={"content-type": "text/html"}))
+    with pytest.raises(ModelError) as raised:
+        model(monkeypatch, transport, max_attempts=1).chat(MESSAGES, [])
+    assert KEY[:8] not in str(raised.value) and "x" * 200 in str(raised.value)
+
+
+@pytest.mark.parametrize("form", ["seconds", "date"])
+def test_a_rate_limit_waits_what_the_server_asks(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """A 429's Retry-After was ignored: the backoff's waits (~0.5 s, 1 s, 2 s) all came before a window of
+    a few seconds ended, and the alert was model_failed (found by an audit). Waited, up to 30 s."""
+    from datetime import UTC, datetime, timedelta
+    from email.utils import format_datetime
+
+    value = "12" if form == "seconds" else format_datetime(datetime.now(UTC) + timedelta(seconds=12), usegmt=True)
+    limited = httpx2.Response(429, content=b'{"error": {"message": "slow down"}}', headers={"retry-after": value})
+    transport, _ = replying(limited, chat_reply({"role": "assistant", "content": "done"}))
+    slept: list[float] = []
+    chat = model(monkeypatch, transport)
+    chat._sleep = slept.append  # type: ignore[method-assign]
+    assert chat.chat(MESSAGES, []).content == "done"
+    assert len(slept) == 1 and 10.5 <= slept[0] <= 12.0
+    assert openai_model.retry_after_s(httpx2.Response(429, headers={"retry-after": "3600"})) == 3600.0
+    assert openai_model.RETRY_AFTER_CAP_S == 30.0
+    for nothing in ("", "soon", "-5", "nan"):
+        assert openai_model.retry_after_s(httpx2.Response(429, headers={"retry-after": nothing})) == 0.0

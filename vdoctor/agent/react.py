@@ -105,6 +105,38 @@ def clamp_confidence(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
+def _answer_in(content: str) -> FinalAnswer | None:
+    """The answer object in a reply: the span from its first "{" to its last "}", as most replies are (the
+    object alone, or fenced in prose); else the first object that is an answer, read from each of the first
+    ``_ANSWER_STARTS`` "{" on. A reasoning model served without its parser writes its thinking first (a
+    ``<think>`` block quoting a tool result's braces), and a note with braces may follow the answer: the
+    span then held more than the object, and a valid answer was ``unparseable_answer`` (found by an audit)."""
+    match = _JSON_OBJECT_RE.search(content)
+    if not match:
+        return None
+    try:
+        return FinalAnswer.model_validate(json.loads(match.group(0)))
+    except (ValueError, ValidationError, RecursionError):  # RecursionError: JSON nested deeper than json reads
+        pass
+    start = -1
+    for _ in range(_ANSWER_STARTS):
+        start = content.find("{", start + 1)
+        if start < 0:
+            break
+        try:
+            value, _end = _DECODER.raw_decode(content, start)
+            if isinstance(value, dict) and "phase" in value:
+                return FinalAnswer.model_validate(value)
+        except (ValueError, ValidationError, RecursionError):
+            continue
+    return None
+
+
+# How many "{" of a reply are tried as an answer's start, after the whole span (``_answer_in``).
+_ANSWER_STARTS = 16
+_DECODER = json.JSONDecoder()
+
+
 def parse_answer(content: str) -> FinalAnswer | None:
     """The model's final answer, or None when it is not one (the run is then flagged ``unparseable_answer``).
 
@@ -112,12 +144,8 @@ def parse_answer(content: str) -> FinalAnswer | None:
     the contract (a priority other than P1-P3, evidence that is not a list of strings) make it None, and
     the confidence is clamped to [0, 1] on every path (a model may answer 85 for 0.85).
     """
-    match = _JSON_OBJECT_RE.search(content)
-    if not match:
-        return None
-    try:
-        answer = FinalAnswer.model_validate(json.loads(match.group(0)))
-    except (ValueError, ValidationError, RecursionError):  # RecursionError: JSON nested deeper than json reads
+    answer = _answer_in(content)
+    if answer is None:
         return None
     # The answer was just validated and is this call's own: it is corrected in place.
     if answer.phase is Phase.CONCLUDED and not (answer.root_cause and answer.fix_action and answer.priority):

@@ -26,6 +26,8 @@ except ImportError as e:  # pragma: no cover - openai is a declared dependency
 # Texts per request: providers cap batch sizes (OpenAI at 2048 inputs).
 BATCH_TEXTS = 256
 REQUEST_TIMEOUT_S = 30.0
+# The most of an unreadable reply's error an error message quotes.
+_MAX_DETAIL = 400
 
 
 class OpenAIEmbedder:
@@ -76,20 +78,33 @@ class OpenAIEmbedder:
                     resp = self._clients.get().embeddings.create(model=self._model, input=batch)
             except openai.OpenAIError as e:
                 raise ModelError(f"embedding endpoint failed for model {self._model}: {self._safe(e)}") from None
-            if len(resp.data) != len(batch):
-                raise ModelError(f"embedding endpoint returned {len(resp.data)} vectors for {len(batch)} texts")
-            for item in resp.data:
-                vec = item.embedding
+            except (ValueError, TypeError, AttributeError) as e:
+                # What the client raises on a reply it cannot read ("No embedding data received" for a 200
+                # with an error object or no data): a ModelError, as any failure of the endpoint. Before, it
+                # left the engine's handlers and made the alert a dead letter (found by an audit).
+                raise ModelError(f"embedding endpoint gave an unreadable reply for model {self._model}: "
+                                 f"{self._safe(e)}"[:_MAX_DETAIL]) from None  # fmt: skip
+            data = resp.data if isinstance(getattr(resp, "data", None), list) else []
+            if len(data) != len(batch):
+                raise ModelError(f"embedding endpoint returned {len(data)} vectors for {len(batch)} texts")
+            seen: set[int] = set()
+            for item in data:
+                vec, index = getattr(item, "embedding", None), getattr(item, "index", None)
                 if not isinstance(vec, list) or len(vec) != self.dim:
                     got = len(vec) if isinstance(vec, list) else type(vec).__name__
                     raise ModelError(f"embedding of dimension {got} from model {self._model}; expected {self.dim}")
                 if not all(isinstance(x, int | float) and math.isfinite(x) for x in vec):
                     raise ModelError(f"embedding from model {self._model} holds non-finite values")
-                if not 0 <= item.index < len(batch):
-                    raise ModelError(f"embedding endpoint returned index {item.index} for {len(batch)} texts")
+                # Each text's vector once: an index given twice left another text's row all zeros.
+                if not isinstance(index, int) or not 0 <= index < len(batch) or index in seen:
+                    raise ModelError(f"embedding endpoint returned index {index!r} for {len(batch)} texts, "
+                                     f"or twice")  # fmt: skip
+                seen.add(index)
                 row = np.asarray(vec, dtype=np.float32)
                 norm = float(np.linalg.norm(row))
-                out[start + item.index] = row / norm if norm > 0 else row
+                if norm == 0.0:  # no direction: it cannot be normalised, and ranks nothing
+                    raise ModelError(f"embedding from model {self._model} is all zeros")
+                out[start + index] = row / norm
         return out
 
     def embed_queries(self, texts: list[str]) -> Vectors:

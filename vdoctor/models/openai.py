@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import openai
@@ -34,6 +37,8 @@ log = logging.getLogger(__name__)
 # "full jitter" spreads the retries of many vehicles hitting one rate limit.
 BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
+# The longest wait a server's Retry-After is given before an attempt (a longer one is waited this long).
+RETRY_AFTER_CAP_S = 30.0
 # Error text from the server is cut to this length in our messages.
 MAX_ERROR_DETAIL = 300
 _REDACTED = "[redacted]"
@@ -71,8 +76,16 @@ def tools_to_wire(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def _parse_arguments(raw: str | None, name: str, scrub: Callable[[str], str]) -> dict[str, Any]:
-    """A tool call's arguments; an error shows them scrubbed and cut, and chains no cause (which holds them whole)."""
+def _parse_arguments(raw: object, name: str, scrub: Callable[[str], str]) -> dict[str, Any]:
+    """A tool call's arguments; an error shows them scrubbed and cut, and chains no cause (which holds them whole).
+
+    The API sends them as a JSON text; a gateway that sends the object itself is read as it (a number or a
+    list, as any other arguments that are no JSON object, is a ``ModelError``: it was a ``TypeError``, and
+    the alert a dead letter, found by an audit)."""
+    if isinstance(raw, dict):
+        return raw
+    if raw is not None and not isinstance(raw, str):
+        raise ModelError(f"tool call {name!r} has arguments that are not a JSON object")
     try:
         value = json.loads(raw or "{}")
     except ValueError:
@@ -89,7 +102,30 @@ def _count(value: Any) -> int:
 
 
 class _Retryable(Exception):
-    """An attempt failed in a way that another attempt may fix."""
+    """An attempt failed in a way that another attempt may fix; ``retry_after``: the seconds the server asked
+    to be given before it (a 429's or 503's ``Retry-After``), 0 when it asked none."""
+
+    def __init__(self, message: str, retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def retry_after_s(response: object) -> float:
+    """A reply's ``Retry-After`` in seconds, as a number of seconds or an HTTP date (RFC 9110); 0 when it
+    has none or one that is neither. The backoff alone gave a rate limit of over ~3.5 s no chance: every
+    attempt came too early, and the alert was ``model_failed`` (found by an audit)."""
+    headers = getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            seconds = (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return 0.0
+    return seconds if math.isfinite(seconds) and seconds > 0 else 0.0
 
 
 class OpenAIChatModel:
@@ -149,7 +185,7 @@ class OpenAIChatModel:
                 last = str(e)
                 if attempt == self.max_attempts:
                     break
-                wait = backoff_s(attempt, self._rng)
+                wait = max(backoff_s(attempt, self._rng), min(e.retry_after, RETRY_AFTER_CAP_S))
                 log.warning(
                     "chat model %s: attempt %d/%d failed (%s); retrying in %.2f s",
                     self.name,
@@ -186,12 +222,13 @@ class OpenAIChatModel:
         except openai.APIStatusError as e:
             detail = self._scrub(str(e))[:MAX_ERROR_DETAIL]
             if e.status_code == 429 or e.status_code >= 500:
-                raise _Retryable(f"HTTP {e.status_code}: {detail}") from None
+                raise _Retryable(f"HTTP {e.status_code}: {detail}", retry_after_s(e.response)) from None
             raise ModelError(f"chat model {self.name}: HTTP {e.status_code}, not retried: {detail}") from None
         try:
             reply = json.loads(text)
         except ValueError as e:
-            raise _Retryable(self._scrub(f"unreadable reply: {e}: {text[:MAX_ERROR_DETAIL]}")) from None
+            # Scrubbed whole, then cut: cut first, a key across the cut left its head unmasked (an audit).
+            raise _Retryable(f"unreadable reply: {e}: {self._scrub(text)[:MAX_ERROR_DETAIL]}") from None
         choices = reply.get("choices") if isinstance(reply, dict) else None
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
             raise _Retryable("reply has no choices")
