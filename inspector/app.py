@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from pydantic import SecretStr
@@ -46,6 +47,8 @@ from vdoctor.errors import StoreError, VDoctorError
 
 log = logging.getLogger("inspector")
 access_log = logging.getLogger("inspector.access")
+# What a path's characters stay as in the access log; every other character is percent-encoded.
+_LOGGED_PATH_SAFE = "/:@!$&'()*+,;=-._~"
 
 
 def _when(value: str | None) -> str:
@@ -129,9 +132,8 @@ class _Pages:
 
     def _find(self, request: Request) -> Response:
         """The fleet page's VIN box: on to the vehicle's page."""
-        vin = request.query_params.get("vin", "").strip().upper()
         try:
-            views.check_vin(vin)
+            vin = views.check_vin(request.query_params.get("vin", ""))
         except views.NotFound as e:
             return self.error(request, 404, str(e))
         return RedirectResponse(f"/vehicles/{vin}", status_code=303)
@@ -178,7 +180,10 @@ class AccessLog:
             await self.app(scope, receive, recording)
         finally:
             elapsed = (time.perf_counter() - started) * 1000
-            access_log.info("%s %s %d %.0f ms", scope["method"], scope["path"], status[0], elapsed)
+            # The path as sent on the wire (percent-encoded): decoded, a "%0a" began a line of the attacker's
+            # own in the log, and "%1b" wrote terminal escapes (found by an audit).
+            path = quote(str(scope["path"]), safe=_LOGGED_PATH_SAFE)
+            access_log.info("%s %s %d %.0f ms", scope["method"], path, status[0], elapsed)
 
 
 def create_app(ins: views.Inspector, token: SecretStr | None, local: bool, scrub: Scrubber) -> ASGIApp:

@@ -20,11 +20,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
@@ -95,10 +97,41 @@ class LocalHostOnly:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             host = urlsplit("//" + _headers(scope).get("host", "")).hostname or ""
-            if host not in LOOPBACK_NAMES and not host.startswith("127."):
+            if not is_loopback_host(host):
                 await _answer(send, 421, "this inspector answers to localhost only", [], _is_api(scope))
                 return
         await self.app(scope, receive, send)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a Host header's name is a loopback one: ``localhost``, or an address of the loopback range
+    (``127.0.0.1``, ``127.1.2.3``, ``::1``). A name that only starts like one (``127.attacker.example``)
+    passed as "127.": a DNS-rebinding page under such a name read every page (found by an audit)."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _query(scope: Scope) -> list[tuple[str, str]]:
+    """The query's pairs, percent-decoded without reading "+" as a blank: a token may hold "+" (base64's),
+    which a form's decoding made a blank, and the browser login failed (found by an audit)."""
+    raw = scope.get("query_string", b"").decode("latin-1")
+    pairs = []
+    for part in raw.split("&"):
+        if part:
+            key, _, value = part.partition("=")
+            pairs.append((unquote(key), unquote(value)))
+    return pairs
+
+
+def _same_site_path(path: str) -> str:
+    """``path`` as a redirect's target on this site: one leading "/" (``//evil.example`` is another site to a
+    browser, as ``/\\evil.example`` is), and every character but the path's own percent-encoded (a CR or LF
+    broke the answer's headers)."""
+    return "/" + quote(path.lstrip("/\\"), safe="/:@!$&'()*+,;=-._~")
 
 
 class TokenGuard:
@@ -107,9 +140,16 @@ class TokenGuard:
     def __init__(self, app: ASGIApp, token: SecretStr) -> None:
         self.app = app
         self._token = token.get_secret_value().encode()
+        # What the cookie holds: a value derived from the token, not the token, so that a cookie sent where it
+        # should not go (browsers send a host's cookies to every port of it) does not give the token away,
+        # which a script's Bearer header, or another service sharing it, would take.
+        self._cookie = hmac.new(self._token, b"vdoctor inspector cookie", hashlib.sha256).hexdigest().encode()
 
     def _valid(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self._token)
+
+    def _valid_cookie(self, given: str | None) -> bool:
+        return given is not None and hmac.compare_digest(given.encode(), self._cookie)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -119,13 +159,13 @@ class TokenGuard:
         auth = headers.get("authorization", "")
         bearer = auth[len("bearer ") :].strip() if auth.lower().startswith("bearer ") else None
         cookie = _cookie(headers.get("cookie", ""), TOKEN_COOKIE)
-        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        query = _query(scope)
         param = next((v for k, v in query if k == TOKEN_PARAM), None)
         if self._valid(param):
             # The same page without the token in its URL, and the cookie that stands for it.
             rest = urlencode([(k, v) for k, v in query if k != TOKEN_PARAM])
-            location = urlunsplit(("", "", scope.get("root_path", "") + scope["path"], rest, ""))
-            cookie_header = f"{TOKEN_COOKIE}={self._token.decode()}; HttpOnly; SameSite=Strict; Path=/"
+            location = urlunsplit(("", "", _same_site_path(scope.get("root_path", "") + scope["path"]), rest, ""))
+            cookie_header = f"{TOKEN_COOKIE}={self._cookie.decode()}; HttpOnly; SameSite=Strict; Path=/"
             await send(
                 {
                     "type": "http.response.start",
@@ -140,7 +180,7 @@ class TokenGuard:
             )
             await send({"type": "http.response.body", "body": b""})
             return
-        if self._valid(bearer) or self._valid(cookie):
+        if self._valid(bearer) or self._valid_cookie(cookie):
             await self.app(scope, receive, send)
             return
         why = (

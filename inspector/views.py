@@ -15,7 +15,7 @@ from typing import Any
 from inspector.outputs import JobOutputs
 from inspector.timeline import timeline
 from vdoctor.errors import NothingToCheck
-from vdoctor.events import VIN_RE
+from vdoctor.events import VIN_RE, given_codes, given_time, vin_form
 from vdoctor.memory.check import check_stored, report_dict
 from vdoctor.memory.explain import explain_recall, vehicle_series
 from vdoctor.memory.recall import SessionRecall
@@ -62,22 +62,23 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def check_vin(vin: str) -> str:
-    if not VIN_RE.match(vin):
+    """A VIN as the job reads an event's (``events.vin_form``: any case, full-width), or a ``NotFound``."""
+    read = vin_form(vin)
+    if not VIN_RE.match(read):
         raise NotFound(f"not a VIN: {vin[:40]!r} (17 characters, digits and capitals but I, O, Q)")
-    return vin
+    return read
 
 
 def event_time(text: str | None) -> datetime:
-    """An ``at`` parameter: ISO-8601 with a timezone (second precision, UTC); default now."""
+    """An ``at`` parameter (``events.given_time``, as the memory commands read ``--as-of``); default now. One
+    outside 2000-2199 was a 500 (an ``OverflowError``), or an ``as_of`` that is no ISO time (found by an
+    audit)."""
     if not text:
         return datetime.now(UTC).replace(microsecond=0)
     try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise BadInput(f"at: not an ISO-8601 time: {text[:40]!r} (e.g. 2026-11-05T10:00:00Z)") from None
-    if value.tzinfo is None:
-        raise BadInput(f"at: {text[:40]!r} has no timezone (e.g. 2026-11-05T10:00:00Z)")
-    return value.astimezone(UTC).replace(microsecond=0)
+        return given_time(text)
+    except ValueError as e:
+        raise BadInput(f"at: {e}") from None
 
 
 def _record(r: MemoryRecord) -> dict[str, Any]:
@@ -126,7 +127,8 @@ def fleet(ins: Inspector) -> dict[str, Any]:
 
 
 def vehicle(ins: Inspector, vin: str) -> dict[str, Any]:
-    versions = ins.audit.versions(check_vin(vin))
+    vin = check_vin(vin)
+    versions = ins.audit.versions(vin)
     by_record: dict[str, list[RecordVersion]] = {}
     for v in versions:
         by_record.setdefault(v.record.session_id, []).append(v)
@@ -163,9 +165,12 @@ def _source(record: MemoryRecord) -> dict[str, Any] | None:
         "required": request.required,
         "readings": request.readings,
         "omitted": request.omitted,
-        "events": [{"ts": e.ts, "event": e.event, "conclusion": e.conclusion, "evidence": e.evidence}
-                   for e in request.events],  # fmt: skip
-        "decision": None if decision is None else {
+        "events": [
+            {"ts": e.ts, "event": e.event, "conclusion": e.conclusion, "evidence": e.evidence} for e in request.events
+        ],  # fmt: skip
+        "decision": None
+        if decision is None
+        else {
             "root_cause": decision.root_cause,
             "fix_action": decision.fix_action,
             "priority": decision.priority,
@@ -183,7 +188,8 @@ def _source(record: MemoryRecord) -> dict[str, Any] | None:
 
 
 def case(ins: Inspector, vin: str, session_id: str) -> dict[str, Any]:
-    key = record_key_for_session(ins.store, check_vin(vin), session_id)
+    vin = check_vin(vin)
+    key = record_key_for_session(ins.store, vin, session_id)
     if key is None:
         raise NotFound(f"no long-term record of {vin} holds session {session_id[:80]}")
     if key != session_id:
@@ -219,9 +225,12 @@ def _score_columns(candidates: list[dict[str, Any]]) -> list[str]:
 
 def recall(ins: Inspector, vin: str, params: dict[str, str], require_symptom: bool) -> dict[str, Any]:
     """The recall explainer; without a symptom, the form alone (or a 400 for ``/api/``)."""
-    check_vin(vin)
+    vin = check_vin(vin)
     symptom = params.get("symptom", "").strip()
-    codes = [c for c in params.get("codes", "").replace(",", " ").split() if c]
+    try:  # read as the job reads an alert's, as `vdoctor memory recall --codes` reads them
+        codes = given_codes([c for c in params.get("codes", "").replace(",", " ").split() if c])
+    except ValueError as e:
+        raise BadInput(f"codes: {e}") from None
     at = event_time(params.get("at"))
     series = vehicle_series(ins.store, vin, params.get("series", "").strip() or None)
     form = {"symptom": symptom, "codes": " ".join(codes), "at": _iso(at), "series": series}

@@ -14,7 +14,7 @@ from typing import Any
 from jobs.job_settings import MEMORY_ENV_NOTE, MEMORY_FLAG_HELP, domain_settings
 from vdoctor import assembly
 from vdoctor.errors import ConfigError
-from vdoctor.events import MAX_TS, MIN_TS, VIN_RE, trouble_codes, vin_form
+from vdoctor.events import VIN_RE, given_codes, given_time, vin_form
 from vdoctor.memory.explain import recall_json, vehicle_series
 from vdoctor.stores import open_store
 from vdoctor.url_credentials import url_scheme
@@ -26,23 +26,14 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def _event_time(text: str | None) -> datetime:
-    """An ``--as-of`` / ``--at`` value: ISO-8601 with a timezone (second precision, UTC), between the years the
-    job reads an event's time in (``events.MIN_TS`` to ``MAX_TS``); default now."""
+    """An ``--as-of`` / ``--at`` value (``events.given_time``: ISO-8601 with a timezone, second precision, UTC,
+    between the years the job reads an event's time in); default now."""
     if text is None:
         return datetime.now(UTC).replace(microsecond=0)
     try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError(f"not an ISO-8601 time: {text[:40]!r} (e.g. 2026-11-05T10:00:00Z)") from None
-    if value.tzinfo is None:
-        raise ConfigError(f"{text[:40]!r} has no timezone (e.g. 2026-11-05T10:00:00Z)")
-    try:
-        value = value.astimezone(UTC).replace(microsecond=0)
-    except OverflowError:  # 0001-01-01T00:00:00+01:00: before the year 1 in UTC
-        value = None
-    if value is None or not MIN_TS <= value < MAX_TS:
-        raise ConfigError(f"{text[:40]!r} is not between {MIN_TS.year} and {MAX_TS.year - 1}, as an event's time is")
-    return value
+        return given_time(text)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _vin(text: str) -> str:
@@ -55,15 +46,12 @@ def _vin(text: str) -> str:
 
 
 def _codes(given: list[str] | None) -> list[str]:
-    """``--codes`` as the job reads an alert's (``events.trouble_codes``: ``P0A7F-1B``, ``DTC P0A7F``,
-    ``SPN 1569 FMI 31``); anything but a code is a ``ConfigError``, where it was recalled with as written."""
-    codes: list[str] = []
-    for text in given or []:
-        read = trouble_codes(text)
-        if read is None:
-            raise ConfigError(f"--codes {text[:40]!r} is not a trouble code (e.g. P0A7F or SPN1569-FMI31)")
-        codes += read
-    return list(dict.fromkeys(codes))
+    """``--codes`` as the job reads an alert's (``events.given_codes``); anything but a code is a
+    ``ConfigError``, where it was recalled with as written."""
+    try:
+        return given_codes(given or [])
+    except ValueError as e:
+        raise ConfigError(f"--codes {e}") from None
 
 
 def _when(value: datetime | None) -> str:

@@ -92,8 +92,11 @@ _CODE_LIST_RE = re.compile(r"[,;|\u3001]")
 _J1939 = r"SPN[{ws}:=_-]*(\d{{1,6}})[{ws},;/:_-]*FMI[{ws}:=_-]*(\d{{1,2}})"
 # After them, a conversion method (``CM 0``) and an occurrence count (``OC 3``), then what may follow any code.
 J1939_RE = re.compile(
-    "^" + _J1939.format(ws=r"\s") + r"(?:[\s,;/:_-]*CM[\s:=_-]*[01])?(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?"
-    + _CODE_TAIL + "$"
+    "^"
+    + _J1939.format(ws=r"\s")
+    + r"(?:[\s,;/:_-]*CM[\s:=_-]*[01])?(?:[\s,;/:_-]*OC[\s:=_-]*\d{1,3})?"
+    + _CODE_TAIL
+    + "$"
 )
 # A J1939 code written in free text (a model's summary, an alert's text) in any of those forms.
 _J1939_IN_TEXT_RE = re.compile("(?<![A-Za-z0-9])" + _J1939.format(ws=r" \t") + "(?![0-9])", re.IGNORECASE | re.ASCII)
@@ -814,6 +817,37 @@ def _code_number(number: int, numbers: str) -> str:
     return uds_code(number >> 8)
 
 
+def given_codes(texts: list[str]) -> list[str]:
+    """Trouble codes a user gives a command or the inspector (``--codes``, ``?codes=``), read as the job reads
+    an alert's (``trouble_codes``: ``P0A7F-1B``, ``DTC P0A7F``, ``SPN 1569 FMI 31``), each once; a
+    ``ValueError`` names the first that is none."""
+    codes: list[str] = []
+    for text in texts:
+        read = trouble_codes(text)
+        if read is None:
+            raise ValueError(f"{text[:40]!r} is not a trouble code (e.g. P0A7F or SPN1569-FMI31)")
+        codes += read
+    return list(dict.fromkeys(codes))
+
+
+def given_time(text: str) -> datetime:
+    """A time a user gives a command or the inspector (``--as-of``, ``--at``, ``?at=``): ISO-8601 with a
+    timezone, read as an event's time is (UTC, to the second, between ``MIN_TS`` and ``MAX_TS``). A
+    ``ValueError`` names what is wrong, for the caller to prefix with the option's name."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not an ISO-8601 time: {text[:40]!r} (e.g. 2026-11-05T10:00:00Z)") from None
+    if value.tzinfo is None:
+        raise ValueError(f"{text[:40]!r} has no timezone (e.g. 2026-11-05T10:00:00Z)")
+    try:
+        return _to_utc_second(value)
+    except ValueError:
+        raise ValueError(
+            f"{text[:40]!r} is not between {MIN_TS.year} and {MAX_TS.year - 1}, as an event's time is"
+        ) from None
+
+
 def _to_utc_second(value: datetime) -> datetime:
     if value.tzinfo is not UTC or value.microsecond:
         try:
@@ -870,6 +904,8 @@ def _iso_zone(found: re.Match[str]) -> str:
     digits = offset[1:].replace(":", "")
     hours, minutes = (digits[:-2], digits[-2:]) if len(digits) > 2 else (digits, "00")
     return f"{offset[0]}{int(hours):02d}:{minutes}"
+
+
 # ISO 8601's basic format (``20261101T081530Z``, as AWS and iCalendar write it), its fraction and zone kept.
 _BASIC_TIME_RE = re.compile(
     r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})([0-9]{2})((?:[.,][0-9]+)?(?:Z|[+-][0-9]{2}:?[0-9]{2})?)",
@@ -1258,6 +1294,7 @@ class RecheckEvent(_Event):
     @classmethod
     def _note_text(cls, value: object) -> object:
         return "" if value is None else whole_characters(value)
+
     _no_session = field_validator("session_id", mode="before")(_none_as(""))
 
     @field_validator("session_id")

@@ -171,14 +171,40 @@ def test_the_token_header_cookie_and_first_visit() -> None:
     assert first.status_code == 303 and first.headers["location"] == f"/vehicles/{ASKER}?x=1"
     cookie = first.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    c.cookies.set("vdoctor_token", TOKEN)
+    # The cookie holds a value derived from the token, never the token: browsers send a host's cookies to
+    # every port of it, and the raw token went to any other service there (found by an audit).
+    value = cookie.split(";")[0].partition("=")[2]
+    assert TOKEN not in cookie and len(value) == 64
+    c.cookies.set("vdoctor_token", value)
     assert c.get(f"/vehicles/{ASKER}").status_code == 200
+    c.cookies.set("vdoctor_token", TOKEN)  # the token itself is no cookie
+    assert c.get(f"/vehicles/{ASKER}").status_code == 401
+
+
+def test_the_first_visits_redirect_stays_on_the_site_and_a_plus_in_the_token_is_read() -> None:
+    """`//evil.example/?token=T` answered `location: //evil.example/`, another site to a browser; a token with
+    "+" (base64's) was read with a blank in its place, and the browser login failed (found by an audit)."""
+    c = client(token=TOKEN)
+    # (A client reads "//evil.example/" as a host: its path as the server sees it, "//evil.example", is sent
+    # as "/%2F%2Fevil.example".)
+    for path, there in [("/%2F%2Fevil.example", "/evil.example"), ("/%2F%2F%2Fevil.example/", "/evil.example/"),
+                        ("/%5Cevil.example", "/evil.example"), ("/a%0d%0ab", "/a%0D%0Ab")]:  # fmt: skip
+        first = c.get(f"{path}?token={TOKEN}", follow_redirects=False)
+        assert first.status_code == 303 and first.headers["location"] == there, path
+    plus = "Ab+cd/ef=gh+ij/kl==" * 2
+    d = client(token=plus)
+    assert d.get(f"/?token={plus}", follow_redirects=False).status_code == 303
+    assert d.get(f"/?token={plus.replace('+', '%2B')}", follow_redirects=False).status_code == 303
 
 
 def test_bound_to_loopback_it_answers_to_loopback_names_only() -> None:
     c = client()
     assert c.get("/", headers={"Host": "localhost:8080"}).status_code == 200
+    assert c.get("/", headers={"Host": "127.1.2.3:8080"}).status_code == 200
+    assert c.get("/", headers={"Host": "[::1]:8080"}).status_code == 200
     assert c.get("/", headers={"Host": "evil.example"}).status_code == 421  # DNS rebinding
+    # A name that only starts as a loopback address passed (found by an audit).
+    assert c.get("/", headers={"Host": "127.attacker.example:8080"}).status_code == 421
     assert client(token=TOKEN, local=False).get("/", headers={"Host": "inspector.example"}).status_code == 401
 
 
@@ -227,3 +253,44 @@ def test_a_password_with_an_unescaped_delimiter_is_still_redacted_and_scrubbed(
     assert url_password(url) == password
     scrub = Scrubber([url_password(url)])
     assert "SECRET" not in scrub(f"cannot connect to {url}: access denied using password {password}")
+
+
+def test_what_a_request_sends_is_read_as_the_memory_commands_read_it_and_logged_escaped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Found by an audit: `at` outside 2000-2199 was a 500 (an OverflowError) or an `as_of` that is no ISO time,
+    where `vdoctor memory recall --as-of` refuses it; a VIN in lower case was "not a VIN" to the inspector
+    alone; a path's "%0a" began a line of the sender's own in the access log."""
+    c = client()
+    for at in ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59-05:00", "0003-06-01T00:00:00Z"):
+        answer = c.get(f"/api/vehicles/{ASKER}/recall", params={"symptom": SYMPTOM, "at": at})
+        assert answer.status_code == 400 and "is not between 2000 and 2199" in answer.json()["error"], at
+    bad_code = c.get(f"/api/vehicles/{ASKER}/recall", params={"symptom": SYMPTOM, "codes": "battery"})
+    assert bad_code.status_code == 400 and "not a trouble code" in bad_code.json()["error"]
+    assert c.get(f"/api/vehicles/{ASKER.lower()}").json() == c.get(f"/api/vehicles/{ASKER}").json()
+    with caplog.at_level(logging.INFO, logger="inspector.access"):
+        c.get("/x%0a2026-01-01 00:00:00,000 INFO inspector.access: GET /forged 200 1 ms%1b[2J")
+    [line] = [r.getMessage() for r in caplog.records if r.name == "inspector.access"]
+    assert "\n" not in line and "\x1b" not in line and line.startswith("GET /x%0A2026-01-01%2000:00:00")
+
+
+def test_the_inspector_writes_no_query_vector_beside_the_store(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recall embedded its symptom and added it to `<store>.query-vectors`: anyone who could reach the
+    inspector wrote there, and past its bound the job's oldest rows gave way (found by an audit)."""
+    import inspector.server
+    from jobs import cli
+    from vdoctor.stores import open_store
+
+    db = tmp_path / "memory.db"
+    open_store(f"sqlite:///{db}").close()
+
+    def serve_once(ins: Inspector, host: str, port: int, token: Any, local: bool, scrub: Scrubber) -> None:
+        answer = TestClient(create_app(ins, token, local, scrub), base_url="http://127.0.0.1:8080").get(
+            f"/api/vehicles/{ASKER}/recall", params={"symptom": "a symptom no one asked before"}
+        )
+        assert answer.status_code == 200
+
+    monkeypatch.setattr(inspector.server, "serve", serve_once)
+    monkeypatch.setenv("VDOCTOR_EMBEDDER", "use-m3")  # the default: a model's query vectors go to the file
+    assert cli.main(["serve", "--memory", f"sqlite:///{db}"]) == 0
+    assert [p.name for p in tmp_path.iterdir() if "query-vectors" in p.name] == []
