@@ -26,7 +26,7 @@ import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
@@ -162,8 +162,10 @@ class TokenGuard:
         query = _query(scope)
         param = next((v for k, v in query if k == TOKEN_PARAM), None)
         if self._valid(param):
-            # The same page without the token in its URL, and the cookie that stands for it.
-            rest = urlencode([(k, v) for k, v in query if k != TOKEN_PARAM])
+            # The same page without the token in its URL, and the cookie that stands for it. The other
+            # parameters go on as they were written ("+" in a symptom is a blank to the page that reads it).
+            raw = scope.get("query_string", b"").decode("latin-1")
+            rest = "&".join(p for p in raw.split("&") if p and unquote(p.partition("=")[0]) != TOKEN_PARAM)
             location = urlunsplit(("", "", _same_site_path(scope.get("root_path", "") + scope["path"]), rest, ""))
             cookie_header = f"{TOKEN_COOKIE}={self._cookie.decode()}; HttpOnly; SameSite=Strict; Path=/"
             await send(

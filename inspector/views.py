@@ -227,8 +227,9 @@ def recall(ins: Inspector, vin: str, params: dict[str, str], require_symptom: bo
     """The recall explainer; without a symptom, the form alone (or a 400 for ``/api/``)."""
     vin = check_vin(vin)
     symptom = params.get("symptom", "").strip()
-    try:  # read as the job reads an alert's, as `vdoctor memory recall --codes` reads them
-        codes = given_codes([c for c in params.get("codes", "").replace(",", " ").split() if c])
+    try:  # read as the job reads an alert's entry (``P0A7F, U0121``, ``SPN 1569 FMI 31``), as the CLI's --codes
+        written = params.get("codes", "").strip()
+        codes = given_codes([written] if written else [])
     except ValueError as e:
         raise BadInput(f"codes: {e}") from None
     at = event_time(params.get("at"))

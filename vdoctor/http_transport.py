@@ -14,10 +14,12 @@ only the bytes on the wire go through ``http.client``.
   worker threads each make one call at a time, so a connection is never shared.
 - Timeouts come from the request (``openai`` sets them per call): ``connect``
   while connecting, ``read`` for every later socket operation, and for the
-  whole exchange as well: a server that trickles its reply (a byte a second
-  under a timeout of two) is given up once ``read`` has passed since the
-  request was sent, checked between the reply's reads (``httpx2``'s default
-  transport, as this one before, waited as long as each byte came in time).
+  reply's body as well: a server that trickles its body (a byte a second under
+  a timeout of two) is given up once ``read`` has passed since the request
+  was sent, checked between the body's reads (``httpx2``'s default transport,
+  as this one before, waited as long as each byte came in time). The status
+  line and headers are read by ``http.client`` at one go, each socket read
+  within ``read``.
 - Response headers are handed on as the bytes the server sent: a gateway's
   header in UTF-8 (``X-Gateway-Model: 通义千问``) failed every call with a
   ``UnicodeEncodeError`` the client neither maps nor retries.
@@ -59,6 +61,10 @@ def _read_by(reply: http.client.HTTPResponse, conn: http.client.HTTPConnection, 
             raise TimeoutError("the reply took longer than the call's timeout to arrive")
         if conn.sock is not None:
             conn.sock.settimeout(left)
+    if reply.length:
+        # The server closed before the length it announced (``read1`` returns what came, where ``read`` raised):
+        # a cut reply, as before, not a short 200 (found by a diff review).
+        raise http.client.IncompleteRead(b"".join(parts), reply.length)
     # Nothing is left to read, but ``read`` is what marks the reply done (``read1`` at its end does not), so
     # that the kept-alive connection takes the next request.
     parts.append(reply.read())

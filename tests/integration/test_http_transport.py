@@ -68,6 +68,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         if mode == "utf8-header":  # as a gateway names its model (sent as the UTF-8 bytes)
             self._headers_buffer.append("X-Gateway-Model: 通义千问\r\n".encode())  # type: ignore[attr-defined]
+        if mode == "cut":  # the body cut short of its announced length, the connection closed
+            self.send_header("Content-Length", str(len(payload) + 40))
+            self.end_headers()
+            self.wfile.write(payload)
+            self.close_connection = True
+            return
         if mode == "trickle":  # each byte in time for a socket read's timeout, the whole far past the call's
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
@@ -306,3 +312,11 @@ def test_a_reply_trickled_past_the_calls_timeout_is_given_up(server: Server) -> 
             post(c, mode="trickle")
         assert time.monotonic() - started < 1.9
         assert post(c)["choices"][0]["message"]["content"] == "ok"  # a new connection serves the next call
+
+
+def test_a_reply_cut_short_of_its_length_is_an_error(server: Server) -> None:
+    """Read piece by piece, a body cut before its Content-Length came back as a short 200 (found by a diff
+    review): it is a protocol error, as it was, which the model retries as a dropped connection."""
+    with StdlibTransport() as transport:
+        with pytest.raises(openai.APIConnectionError):
+            post(client(server.base_url, transport), mode="cut")

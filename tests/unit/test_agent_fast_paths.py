@@ -152,3 +152,10 @@ def test_an_answer_among_other_braces_is_read(content: str) -> None:
     parsed = parse_answer(content.replace("{ANSWER}", json.dumps(answer)))
     assert parsed is not None and parsed.phase is Phase.CONCLUDED and parsed.root_cause == "cell imbalance"
     assert parse_answer('{"signal": "x"} and {"codes": []}') is None  # braces, but no answer among them
+    # A draft answer in the thinking is not the answer; nor do 19 quoted braces before it hide it.
+    draft = json.dumps({**answer, "phase": "INVESTIGATING", "root_cause": "maybe a sensor"})
+    drafted = parse_answer(f"<think>first thought: {draft}; no.</think>{json.dumps(answer)}")
+    assert drafted is not None and drafted.root_cause == "cell imbalance"
+    many = "<think>" + "{readings} " * 19 + "</think> noted {x}. " + json.dumps(answer) + " {done}"
+    assert parse_answer(many) is not None
+    assert parse_answer("{x} " * 19 + json.dumps(answer) + " {done}") is not None

@@ -191,6 +191,9 @@ def test_the_first_visits_redirect_stays_on_the_site_and_a_plus_in_the_token_is_
                         ("/%5Cevil.example", "/evil.example"), ("/a%0d%0ab", "/a%0D%0Ab")]:  # fmt: skip
         first = c.get(f"{path}?token={TOKEN}", follow_redirects=False)
         assert first.status_code == 303 and first.headers["location"] == there, path
+    # The other parameters go on as they were written: a "+" in them is still a blank to the page.
+    there = c.get(f"/vehicles/{ASKER}/recall?symptom=pack+voltage+low&token={TOKEN}&codes=P0A7F")
+    assert there.headers["location"] == f"/vehicles/{ASKER}/recall?symptom=pack+voltage+low&codes=P0A7F"
     plus = "Ab+cd/ef=gh+ij/kl==" * 2
     d = client(token=plus)
     assert d.get(f"/?token={plus}", follow_redirects=False).status_code == 303
@@ -265,6 +268,8 @@ def test_what_a_request_sends_is_read_as_the_memory_commands_read_it_and_logged_
     for at in ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59-05:00", "0003-06-01T00:00:00Z"):
         answer = c.get(f"/api/vehicles/{ASKER}/recall", params={"symptom": SYMPTOM, "at": at})
         assert answer.status_code == 400 and "is not between 2000 and 2199" in answer.json()["error"], at
+    for codes in ("SPN 1569 FMI 31", "P0A7F, U0121", "DTC P0A7F-1B"):  # as a gateway writes an alert's entry
+        assert c.get(f"/api/vehicles/{ASKER}/recall", params={"symptom": SYMPTOM, "codes": codes}).status_code == 200
     bad_code = c.get(f"/api/vehicles/{ASKER}/recall", params={"symptom": SYMPTOM, "codes": "battery"})
     assert bad_code.status_code == 400 and "not a trouble code" in bad_code.json()["error"]
     assert c.get(f"/api/vehicles/{ASKER.lower()}").json() == c.get(f"/api/vehicles/{ASKER}").json()

@@ -109,8 +109,11 @@ def _answer_in(content: str) -> FinalAnswer | None:
     """The answer object in a reply: the span from its first "{" to its last "}", as most replies are (the
     object alone, or fenced in prose); else the first object that is an answer, read from each of the first
     ``_ANSWER_STARTS`` "{" on. A reasoning model served without its parser writes its thinking first (a
-    ``<think>`` block quoting a tool result's braces), and a note with braces may follow the answer: the
-    span then held more than the object, and a valid answer was ``unparseable_answer`` (found by an audit)."""
+    ``<think>`` block quoting a tool result's braces, or a draft answer: left out), and a note with braces may
+    follow the answer: the span then held more than the object, and a valid answer was
+    ``unparseable_answer`` (found by an audit)."""
+    if "<think>" in content:  # a reasoning model's thinking, which may quote braces and draft answers
+        content = _THINK_RE.sub("", content)
     match = _JSON_OBJECT_RE.search(content)
     if not match:
         return None
@@ -133,7 +136,8 @@ def _answer_in(content: str) -> FinalAnswer | None:
 
 
 # How many "{" of a reply are tried as an answer's start, after the whole span (``_answer_in``).
-_ANSWER_STARTS = 16
+_ANSWER_STARTS = 64
+_THINK_RE = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL)
 _DECODER = json.JSONDecoder()
 
 

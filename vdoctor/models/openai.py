@@ -39,6 +39,7 @@ BACKOFF_BASE_S = 0.5
 BACKOFF_CAP_S = 8.0
 # The longest wait a server's Retry-After is given before an attempt (a longer one is waited this long).
 RETRY_AFTER_CAP_S = 30.0
+RETRY_AFTER_JITTER_S = 1.0
 # Error text from the server is cut to this length in our messages.
 MAX_ERROR_DETAIL = 300
 _REDACTED = "[redacted]"
@@ -185,7 +186,9 @@ class OpenAIChatModel:
                 last = str(e)
                 if attempt == self.max_attempts:
                     break
-                wait = max(backoff_s(attempt, self._rng), min(e.retry_after, RETRY_AFTER_CAP_S))
+                wait = backoff_s(attempt, self._rng)
+                if e.retry_after > wait:  # the server's, bounded, with jitter: runs do not all come back at once
+                    wait = min(e.retry_after, RETRY_AFTER_CAP_S) + self._rng.uniform(0.0, RETRY_AFTER_JITTER_S)
                 log.warning(
                     "chat model %s: attempt %d/%d failed (%s); retrying in %.2f s",
                     self.name,
@@ -222,7 +225,9 @@ class OpenAIChatModel:
         except openai.APIStatusError as e:
             detail = self._scrub(str(e))[:MAX_ERROR_DETAIL]
             if e.status_code == 429 or e.status_code >= 500:
-                raise _Retryable(f"HTTP {e.status_code}: {detail}", retry_after_s(e.response)) from None
+                # Retry-After is the server's for a rate limit (429) or a planned outage (503), not any 5xx.
+                asked = retry_after_s(e.response) if e.status_code in (429, 503) else 0.0
+                raise _Retryable(f"HTTP {e.status_code}: {detail}", asked) from None
             raise ModelError(f"chat model {self.name}: HTTP {e.status_code}, not retried: {detail}") from None
         try:
             reply = json.loads(text)
