@@ -15,7 +15,7 @@ from typing import Any
 from inspector.outputs import JobOutputs
 from inspector.timeline import timeline
 from vdoctor.errors import NothingToCheck
-from vdoctor.events import VIN_RE, given_codes, given_time, vin_form
+from vdoctor.events import given_codes, given_time, given_vin
 from vdoctor.memory.check import check_stored, report_dict
 from vdoctor.memory.explain import explain_recall, vehicle_series
 from vdoctor.memory.recall import SessionRecall
@@ -62,11 +62,11 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def check_vin(vin: str) -> str:
-    """A VIN as the job reads an event's (``events.vin_form``: any case, full-width), or a ``NotFound``."""
-    read = vin_form(vin)
-    if not VIN_RE.match(read):
-        raise NotFound(f"not a VIN: {vin[:40]!r} (17 characters, digits and capitals but I, O, Q)")
-    return read
+    """A VIN as the job reads an event's (``events.given_vin``), or a ``NotFound``."""
+    try:
+        return given_vin(vin)
+    except ValueError:
+        raise NotFound(f"not a VIN: {vin[:40]!r} (17 characters, digits and capitals but I, O, Q)") from None
 
 
 def event_time(text: str | None) -> datetime:

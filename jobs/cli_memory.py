@@ -14,7 +14,7 @@ from typing import Any
 from jobs.job_settings import MEMORY_ENV_NOTE, MEMORY_FLAG_HELP, domain_settings
 from vdoctor import assembly
 from vdoctor.errors import ConfigError
-from vdoctor.events import VIN_RE, given_codes, given_time, vin_form
+from vdoctor.events import given_codes, given_time, given_vin
 from vdoctor.memory.explain import recall_json, vehicle_series
 from vdoctor.stores import open_store
 from vdoctor.url_credentials import url_scheme
@@ -37,12 +37,12 @@ def _event_time(text: str | None) -> datetime:
 
 
 def _vin(text: str) -> str:
-    """A ``--vin`` as the job reads an event's (``events.vin_form``: any case, full-width, blanks around);
-    anything but a VIN is a ``ConfigError``, where it found no record and said so with exit 0."""
-    vin = vin_form(text)
-    if not VIN_RE.match(vin):
-        raise ConfigError(f"--vin {text[:40]!r} is not a VIN (17 characters, digits and capitals but I, O, Q)")
-    return vin
+    """A ``--vin`` as the job reads an event's (``events.given_vin``); anything but a VIN is a ``ConfigError``,
+    where it found no record and said so with exit 0."""
+    try:
+        return given_vin(text)
+    except ValueError as e:
+        raise ConfigError(f"--vin {e}") from None
 
 
 def _codes(given: list[str] | None) -> list[str]:

@@ -817,6 +817,15 @@ def _code_number(number: int, numbers: str) -> str:
     return uds_code(number >> 8)
 
 
+def given_vin(text: str) -> str:
+    """A VIN a user gives a command or the inspector (``--vin``, a page's path), read as an event's
+    (``vin_form``: any case, full-width, blanks around); a ``ValueError`` when it is no VIN."""
+    vin = vin_form(text)
+    if not VIN_RE.match(vin):
+        raise ValueError(f"{text[:40]!r} is not a VIN (17 characters, digits and capitals but I, O, Q)")
+    return vin
+
+
 def given_codes(texts: list[str]) -> list[str]:
     """Trouble codes a user gives a command or the inspector (``--codes``, ``?codes=``), read as the job reads
     an alert's (``trouble_codes``: ``P0A7F-1B``, ``DTC P0A7F``, ``SPN 1569 FMI 31``), each once; a

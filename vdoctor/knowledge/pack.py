@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vdoctor.errors import KnowledgeError
-from vdoctor.events import MAX_FMI, MAX_SPN, trouble_code
+from vdoctor.events import trouble_code
 from vdoctor.lines import fmt_num
 from vdoctor.units import SIGNAL_NAME
 
@@ -110,8 +110,8 @@ class J1939Meanings:
     proprietary_from: int = 520192
 
     def entry(self, code: str) -> DtcEntry | None:
-        """A definition of ``code`` (``SPN<n>-FMI<m>`` in its one written form, ``j1939_code``) from its parts,
-        or None for any other code. It names no cause or fix, so it never concludes a session on its own (as
+        """A definition of ``code`` (``SPN<n>-FMI<m>``, as ``events.trouble_code`` writes it) from its parts, or
+        None for any other code. It names no cause or fix, so it never concludes a session on its own (as
         a code table's definition)."""
         match = _J1939_CODE_RE.match(code)
         if match is None:
@@ -139,17 +139,6 @@ FROM_PARTS = "pack:j1939"
 _J1939_CODE_RE = re.compile(r"^SPN(\d{1,6})-FMI(\d{1,2})$")
 
 
-def j1939_code(code: str) -> str | None:
-    """``code`` (upper case) in the one written form of a J1939 code, ``SPN<n>-FMI<m>`` without leading zeros
-    (as the job reads one: ``events.trouble_code``); None when it is not one, or its SPN or FMI is out of
-    range (0 to 524287, 0 to 31)."""
-    match = _J1939_CODE_RE.match(code)
-    if match is None:
-        return None
-    number, mode = int(match.group(1)), int(match.group(2))
-    return f"SPN{number}-FMI{mode}" if number <= MAX_SPN and mode <= MAX_FMI else None
-
-
 @dataclass
 class KnowledgePack:
     version: str
@@ -167,7 +156,7 @@ class KnowledgePack:
         entry = self.entries.get(code)
         if entry is not None or not code.startswith("SPN"):
             return entry
-        canonical = j1939_code(code) or trouble_code(code)  # the one form, or a gateway's (``SPN 100 FMI 1``)
+        canonical = trouble_code(code)  # as the job reads an alert's: ``SPN0100-FMI01``, ``SPN 100 FMI 1``
         if canonical is None or not canonical.startswith("SPN"):
             return None
         if canonical != code and (entry := self.entries.get(canonical)) is not None:
