@@ -13,10 +13,10 @@ from typing import Any
 
 from jobs.job_settings import MEMORY_ENV_NOTE, MEMORY_FLAG_HELP, domain_settings
 from vdoctor import assembly
-from vdoctor.errors import ConfigError
+from vdoctor.errors import ConfigError, StaleSchema
 from vdoctor.events import given_codes, given_time, given_vin
 from vdoctor.memory.explain import recall_json, vehicle_series
-from vdoctor.stores import open_store
+from vdoctor.stores import MemoryStore, open_store
 from vdoctor.url_credentials import url_scheme
 
 # What ``memory health`` writes its plot to, by default and inside a folder given as --plot (a folder that
@@ -54,13 +54,27 @@ def _codes(given: list[str] | None) -> list[str]:
         raise ConfigError(f"--codes {e}") from None
 
 
+def _reading(url: str) -> MemoryStore:
+    """The store for a command that only reads it, opened read-only (``open_store``): SQLite opens the file
+    for reads only and leaves its index folders as they are, a MySQL/MariaDB session is READ ONLY. These
+    commands opened it read-write, so they wrote to it (the indexes caught up and saved) and a reader
+    without write access could not run them. A sqlite file an older release wrote is migrated first, by a
+    read-write open, as the job or any command would on its first open; the command says so."""
+    try:
+        return open_store(url, read_only=True, existing=True)
+    except StaleSchema as e:
+        print(f"vdoctor: {e}; migrating it first", file=sys.stderr)
+    open_store(url, existing=True).close()
+    return open_store(url, read_only=True, existing=True)
+
+
 def _when(value: datetime | None) -> str:
     return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"
 
 
 def _cmd_history(args: argparse.Namespace) -> int:
     vin = _vin(args.vin)
-    store = open_store(domain_settings(args).memory.url, existing=True)
+    store = _reading(domain_settings(args).memory.url)
     try:
         records = store.history(vin)
     finally:
@@ -87,9 +101,9 @@ def _cmd_history(args: argparse.Namespace) -> int:
 
 
 def _cmd_recall(args: argparse.Namespace) -> int:
-    settings = domain_settings(args)
+    settings = assembly.reading_only(domain_settings(args))
     at, vin, codes = _event_time(args.as_of), _vin(args.vin), _codes(args.codes)
-    store = open_store(settings.memory.url, existing=True)
+    store = _reading(settings.memory.url)
     try:
         series = vehicle_series(store, vin, args.series)
         # The job's own recall: the alert text with its codes' definitions, the configured budget,
@@ -111,7 +125,7 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
 
     vin = _vin(args.vin)
     summary = sys.stdin.read() if args.summary == "-" else args.summary
-    store = open_store(domain_settings(args).memory.url, existing=True)
+    store = _reading(domain_settings(args).memory.url)
     try:
         record, report = check_stored(store, vin, args.session_id.strip(), summary)
     finally:
@@ -244,7 +258,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
 
     _at_least(1, "--sample", args.sample)
     out = _plot_file(args.plot)
-    store = open_store(domain_settings(args).memory.url, existing=True)
+    store = _reading(domain_settings(args).memory.url)
     try:
         report = assess(Path(args.diagnoses), store, sample=args.sample)
     finally:

@@ -29,12 +29,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from inspector.views import Inspector
 
     config = serve_settings(args)
-    settings = domain_settings(args)
-    # Read-only, the query vector file too: a recall's query was embedded and added to it (beside the store,
-    # by anyone who can reach the inspector; past its bound, the job's oldest rows gave way: an audit).
-    settings = settings.model_copy(
-        update={"embedding": settings.embedding.model_copy(update={"query_vector_file": "off"})}
-    )
+    # Read-only, the query vector file too (by anyone who can reach the inspector).
+    settings = assembly.reading_only(domain_settings(args))
     url = settings.memory.url
     # The model API key and the endpoint URL's password too (an openai embedder's recall has them, and the
     # HTTP client logs each request's URL at INFO), though nothing here is meant to print them.

@@ -65,6 +65,13 @@ def query_vector_file(settings: Settings) -> str | None:
     return None  # a store in memory, or Mem0: nothing of the job's kept on disk
 
 
+def reading_only(settings: Settings) -> Settings:
+    """``settings`` for a reader of long-term memory (``vdoctor serve``, ``vdoctor memory recall``): no query
+    vector file, which a recall's query would be added to, beside the store (past its bound, the job's
+    oldest rows gave way: an audit)."""
+    return settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"query_vector_file": "off"})})
+
+
 def embedder(settings: Settings) -> Embedder:
     """The configured embedder; a model with weights is loaded once per process and shared."""
     return open_embedder(settings.embedding.kind, _embedder_config(settings, settings.api_key()))

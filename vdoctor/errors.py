@@ -32,6 +32,10 @@ class StoreError(VDoctorError):
     """Long-term memory could not be read or written. Check the store URL and that the server is up."""
 
 
+class StaleSchema(StoreError):
+    """A store file an older release wrote, opened read-only: only a read-write open migrates it."""
+
+
 class UnknownStoreScheme(ConfigError):
     """The memory URL names a backend that does not exist; the message lists the valid schemes."""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -252,3 +254,36 @@ def test_the_compose_schema_script_creates_the_database_and_applies_the_schema(m
         with admin.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
+
+
+def test_the_reading_commands_run_as_a_user_that_may_only_select(
+    mariadb: MariaDB, mariadb_url: str, mariadb_database: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`memory history`, `recall`, `check-summary` and `health` open the store read-only: a database user with
+    SELECT alone runs them, as it runs the inspector."""
+    from tests.unit.test_cli_user_errors import _written_case
+
+    _written_case(mariadb_url, vin=VIN)
+    conn = mariadb.admin()
+    with conn.cursor() as cur:
+        cur.execute("CREATE USER IF NOT EXISTS 'vd_reader'@'%' IDENTIFIED BY 'reader-pw'")
+        cur.execute(f"GRANT SELECT ON {mariadb_database}.* TO 'vd_reader'@'%'")
+    conn.close()
+    url = f"mysql://vd_reader:reader-pw@{mariadb.host}:{mariadb.port}/{mariadb_database}"
+    diagnoses = tmp_path / "diagnoses.jsonl"
+    diagnoses.write_text("")
+    assert main(["memory", "history", "--vin", VIN, "--json", "--memory", url]) == 0
+    [record] = json.loads(capsys.readouterr().out)
+    session = record["session_id"]
+    assert main(["memory", "recall", "--vin", VIN, "--symptom", "电池包单体压差过大", "--as-of",
+                 "2026-11-05T00:00:00Z", "--json", "--memory", url]) == 0  # fmt: skip
+    assert [r["session_id"] for r in json.loads(capsys.readouterr().out)["own"]] == [session]
+    assert main(["memory", "check-summary", "--vin", VIN, "--session-id", session, "--summary",
+                 record["summary"], "--memory", url]) == 0  # fmt: skip
+    assert "faithful" in capsys.readouterr().out
+    plot = tmp_path / "health.png"
+    assert main(["memory", "health", "--diagnoses", str(diagnoses), "--plot", str(plot), "--memory", url]) == 0
+    assert plot.is_file()
+    # The user can write nothing: the writers are refused by the server, not by this build.
+    assert main(["memory", "forget", "--vin", VIN, "--change", "scrapped", "--memory", url]) == 2
+    assert "reader-pw" not in capsys.readouterr().err

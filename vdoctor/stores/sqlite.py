@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from vdoctor.combining import Combiner
-from vdoctor.errors import StoreError
+from vdoctor.errors import StaleSchema, StoreError
 from vdoctor.records import MemoryRecord, utc_now
 from vdoctor.retrieval.text import dense_text
 from vdoctor.retrieval.tokens import query_terms
@@ -254,7 +254,8 @@ class SqliteStore:
         """A read-only file must have the current schema (it cannot be migrated); returns its epoch."""
         meta = dict(self._conn.execute("SELECT key, value FROM vd_meta").fetchall())
         if meta.get("schema") != SCHEMA_VERSION or "epoch" not in meta:
-            raise StoreError(
+            self._conn.close()
+            raise StaleSchema(
                 f"the sqlite store at {self.path} has schema {meta.get('schema', 'unversioned')}, this build reads "
                 f"{SCHEMA_VERSION}: open it once read-write (e.g. vdoctor memory history) to migrate it"
             )

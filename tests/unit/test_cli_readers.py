@@ -1,0 +1,83 @@
+"""The memory commands that only read a store open it read-only, and a file an older release wrote still opens.
+
+They opened it read-write: a recall caught the store's indexes up and saved them, and added its query's
+vector to the query vector file beside the store, so a command that reads wrote to what the job writes;
+and a MySQL/MariaDB user with only SELECT could not run them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from jobs import cli
+from tests.unit.test_cli_user_errors import _written_case
+from vdoctor.errors import StaleSchema
+from vdoctor.stores import open_store
+
+pytestmark = pytest.mark.unit
+
+VIN = "LFVAU2180ND238173"
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """Every file under ``folder``, by its path, with a digest of its bytes; but SQLite's shared-memory index
+    of the write-ahead log, and the log while it is empty: any reader of a WAL file makes them."""
+    return {
+        str(f.relative_to(folder)): hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(folder.rglob("*"))
+        if f.is_file() and not f.name.endswith("-shm") and not (f.name.endswith("-wal") and f.stat().st_size == 0)
+    }
+
+
+def _readers(url: str, folder: Path) -> list[list[str]]:
+    diagnoses = folder.parent / "diagnoses.jsonl"
+    diagnoses.write_text("")
+    return [
+        ["memory", "history", "--vin", VIN, "--memory", url],
+        ["memory", "recall", "--vin", VIN, "--symptom", "电池包单体压差过大", "--codes", "P0A7F",
+         "--as-of", "2026-11-05T00:00:00Z", "--memory", url],
+        ["memory", "recall", "--vin", "LFVAU2180ND238174", "--symptom", "电池包单体压差过大",
+         "--as-of", "2026-11-05T00:00:00Z", "--memory", url],
+        ["memory", "check-summary", "--vin", VIN, "--session-id", "nope", "--summary", "x", "--memory", url],
+        ["memory", "health", "--diagnoses", str(diagnoses), "--plot", str(folder.parent / "h.png"),
+         "--memory", url],
+    ]  # fmt: skip
+
+
+def test_the_reading_commands_leave_the_store_and_its_files_as_they_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "store"
+    url = f"sqlite:///{folder / 'memory.db'}"
+    _written_case(url)
+    # Another vehicle's case, written after the indexes were last saved: a reader catches up on it.
+    store = open_store(url)
+    store.close()
+    _written_case(url, vin="LFVAU2180ND238175")
+    before = _files(folder)
+    for command in _readers(url, folder):
+        cli.main(command)
+        assert _files(folder) == before, command
+    out = capsys.readouterr().out
+    assert "SOC" in out or VIN in out  # the commands did read the store
+
+
+def test_a_file_an_older_release_wrote_is_migrated_once_and_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "memory.db"
+    url = f"sqlite:///{db}"
+    _written_case(url)
+    with sqlite3.connect(db) as conn:  # as a release with an older schema left it
+        conn.execute("UPDATE vd_meta SET value = '1' WHERE key = 'schema'")
+    with pytest.raises(StaleSchema):
+        open_store(url, read_only=True).close()
+    assert cli.main(["memory", "history", "--vin", VIN, "--memory", url]) == 0
+    captured = capsys.readouterr()
+    assert "has schema 1, this build reads" in captured.err and "migrating it first" in captured.err
+    assert VIN in captured.out or "cause:" in captured.out
+    open_store(url, read_only=True).close()  # current now
