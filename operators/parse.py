@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator
 from datetime import tzinfo
@@ -18,6 +19,7 @@ from vdoctor.signal_map import SignalRenames
 DIAGNOSIS = "D"
 DEAD_LETTER = "X"
 EVENT = "E"
+log = logging.getLogger(__name__)
 NO_VALUE = "a record with no value (a Kafka tombstone) is not an event"
 
 
@@ -60,17 +62,25 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         raw = value.rstrip("\r\n")
         if not raw.strip():
             return  # blank lines carry nothing to lose
+        aside = None
         try:
             event = parse_event(raw, self._zone, self._rename, self.number_comma, self.dtc_numbers)
+            if isinstance(event, AlertEvent) and event.signals_set_aside:
+                # Diagnosed without the readings it could not name; the line is kept whole with the reason.
+                aside = DeadLetter(raw=raw, error=set_aside_error(event), stage="validate").model_dump_json()
+            read = event.model_dump_json()
         except EventError as e:
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
             yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""
             return
-        if isinstance(event, AlertEvent) and event.signals_set_aside:
-            # Diagnosed without the readings it could not name; the line is kept whole with the reason.
-            letter = DeadLetter(raw=raw, error=set_aside_error(event), stage="validate")
-            yield DEAD_LETTER, "validate", letter.model_dump_json(), ""
-        yield EVENT, event.vin, event.model_dump_json(), raw
+        except Exception as e:  # noqa: BLE001 - a line this build misreads must not fail the job at every restart
+            log.exception("a line could not be read (kept as a dead letter)")
+            error = f"this build could not read the line ({type(e).__name__}: {e}); please report it"
+            yield DEAD_LETTER, "validate", DeadLetter(raw=raw, error=error, stage="validate").model_dump_json(), ""
+            return
+        if aside is not None:
+            yield DEAD_LETTER, "validate", aside, ""
+        yield EVENT, event.vin, read, raw
 
 
 class DeadLetters(MapFunction):  # type: ignore[misc]

@@ -1449,15 +1449,36 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
+# A surrogate written as its escape (``\ud83d``): JSON's decoder makes a lone one a string no UTF-8 holds.
+_SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _whole_strings(value: Any) -> Any:
+    """``value`` with every string in it, keys too, through ``whole_characters``."""
+    if isinstance(value, str):
+        return whole_characters(value)
+    if isinstance(value, dict):
+        return {whole_characters(k): _whole_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_strings(v) for v in value]
+    return value
+
+
 def _load_json(raw: str) -> Any:
-    """``json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)``, with its errors."""
+    """``json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)``, with its errors.
+
+    A lone surrogate escape anywhere (half of an emoji a JavaScript producer cut in two) is read as U+FFFD,
+    as bytes that are not UTF-8 are: in a signal's text it passed the contract and then failed the event's
+    JSON for the next operator, which failed the job on the same record at every restart (an audit)."""
     # A byte-order mark before the object is read past: Windows tools (Notepad, Excel's "CSV UTF-8", PowerShell)
     # start a UTF-8 file with one, and the file's first event was a dead letter ("Unexpected UTF-8 BOM").
     if isinstance(raw, str):
-        return _DECODER.decode(raw[1:] if raw.startswith("\ufeff") else raw)
+        found = _DECODER.decode(raw[1:] if raw.startswith("\ufeff") else raw)
+        return _whole_strings(found) if "\\u" in raw and _SURROGATE_ESCAPE_RE.search(raw) else found
     if raw.startswith(codecs.BOM_UTF8):
         raw = raw[len(codecs.BOM_UTF8) :]
-    return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    found = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    return _whole_strings(found) if b"\\u" in raw else found
 
 
 def describe_validation_error(

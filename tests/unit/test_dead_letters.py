@@ -78,3 +78,48 @@ def test_a_line_the_broker_took_gives_a_dead_letter_the_producer_takes() -> None
     assert "signals" in letter["error"]
     # The cut raw is no JSON to read a VIN from: the record goes out without a key.
     assert record_key(DEAD_LETTER, payload) is None
+
+
+@pytest.mark.parametrize(
+    "signals",
+    ['{"state": "ON\\ud83d"}', '{"pack_temp_c": "41 \\ud83d"}', '{"state": {"value": "ON\\ud83d", "unit": "V"}}',
+     '{"temp\\ud83d": 1}', '[{"name": "t\\udc00", "value": 1}]'],
+)  # fmt: skip
+def test_a_lone_surrogate_in_a_reading_is_read_as_a_broken_character_not_a_failed_job(signals: str) -> None:
+    """Half an emoji, as a JavaScript producer cuts one, in a signal's text passed the contract, and then the
+    event's JSON failed: the parse operator raised, and the job failed on the same record at every restart
+    (found by an audit). Now it is U+FFFD, as in an alert's text: the reading is set aside, the alert read."""
+    from vdoctor.events import EVENT_ADAPTER
+
+    line = f'{{"type": "alert", "event_id": "e-1", "vin": "{VIN}", "ts": "2026-11-01T08:15:30Z", "signals": {signals}}}'
+    stage = ParseEvents()
+    stage.open(None)
+    out = list(stage.process_element(line, None))
+    assert [kind for kind, *_ in out] == [DEAD_LETTER, "E"]
+    assert "\ufffd" in out[1][2] and EVENT_ADAPTER.validate_json(out[1][2]).vin == VIN
+    assert json.loads(out[0][2])["raw"] == line
+
+
+def test_a_line_this_build_cannot_read_is_a_dead_letter_and_the_job_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The last line of defence: whatever reading a line raises, it is a dead letter that says so, logged
+    with its traceback, and the operator reads the next line."""
+    import operators.parse as parse
+
+    def broken(*args: object) -> object:
+        raise KeyError("a bug")
+
+    line = f'{{"type": "alert", "event_id": "e-1", "vin": "{VIN}", "ts": "2026-11-01T08:15:30Z", "alert_text": "x"}}'
+    stage = ParseEvents()
+    stage.open(None)
+    monkeypatch.setattr(parse, "parse_event", broken)
+    [(kind, where, payload, _)] = list(stage.process_element(line, None))
+    assert (kind, where) == (DEAD_LETTER, "validate")
+    assert json.loads(payload) == {
+        "raw": line, "stage": "validate",
+        "error": "this build could not read the line (KeyError: 'a bug'); please report it",
+    }  # fmt: skip
+    assert "a line could not be read" in caplog.text and "KeyError" in caplog.text
+    monkeypatch.undo()
+    assert [kind for kind, *_ in stage.process_element(line, None)] == ["E"]
