@@ -10,5 +10,6 @@ under ``/api/`` at the same path.
 - ``timeline``: a vehicle's medical record, from every version of its records;
 - ``outputs``: the job's diagnoses and dead letters (``--diagnoses``);
 - ``security``: the token, the methods a reader may use, and secrets kept out of pages and logs;
+- ``bidi``: the bidirectional-text controls in stored text, shown on the pages as escapes;
 - ``server``: runs the app (uvicorn), its logs scrubbed of secrets.
 """

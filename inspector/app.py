@@ -7,6 +7,11 @@
 | ``/vehicles/{vin}/cases/{session_id}`` | one case: summary, omitted facts, stored source, fidelity findings |
 | ``/vehicles/{vin}/recall?symptom=&codes=&at=&series=`` | what a session opening at ``at`` would be given, and why |
 
+Links, forms and the stylesheet are relative (``root``: ``./``, ``../``, ...),
+so that the pages work at the root of a host and under a path prefix a
+reverse proxy takes off alike. Stored text reaches the pages through
+``bidi`` (its reordering controls shown as escapes).
+
 The routes only read. Around them (outermost first): security headers; GET
 and HEAD only; an access log of method, path and status (never a query
 string, which may carry the token); loopback hosts only when bound to
@@ -24,13 +29,14 @@ from urllib.parse import quote
 import jinja2
 from pydantic import SecretStr
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from inspector import views
+from inspector import bidi, views
 from inspector.security import (
     ASGIApp,
     LocalHostOnly,
@@ -49,6 +55,7 @@ log = logging.getLogger("inspector")
 access_log = logging.getLogger("inspector.access")
 # What a path's characters stay as in the access log; every other character is percent-encoded.
 _LOGGED_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+_NO_SUCH_PATH = "no such path: the API's paths are the pages' under /api/ (/api/, /api/vehicles/{vin}, ...)"
 
 
 def _when(value: str | None) -> str:
@@ -56,13 +63,34 @@ def _when(value: str | None) -> str:
     return "-" if not value else value[:16].replace("T", " ")
 
 
+def _segment(value: object) -> str:
+    """A value as one segment of a link's path, percent-encoded: a "/", "?", "#" or a control in a stored id
+    stays part of it."""
+    return quote(str(value), safe="")
+
+
+def _root(request: Request) -> str:
+    """The way from the page back to the app's root, relative ("./", "../", ...): the same link works when
+    a reverse proxy serves the app under a path prefix (and takes the prefix off before it asks)."""
+    path = request.scope["path"]
+    prefix = request.scope.get("root_path", "")
+    if prefix and path.startswith(prefix):
+        path = path[len(prefix) :]
+    depth = path.count("/") - 1
+    return "../" * depth if depth > 0 else "./"
+
+
 def _templates() -> Jinja2Templates:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("inspector", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
+        # Every {{ }} goes through it: a bidirectional-text control in stored text is shown, never obeyed.
+        finalize=bidi.marked,
     )
     env.filters["when"] = _when
+    env.filters["plain"] = bidi.plain
+    env.filters["segment"] = _segment
     env.filters["score"] = lambda v: "-" if v is None else f"{v:.3f}"
     env.filters["pct"] = lambda v: f"{100 * v:.1f}%"
     return Jinja2Templates(env=env)
@@ -81,7 +109,7 @@ class _Pages:
         message = self.scrub(message)
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": message}, status_code=status)
-        context = {"status": status, "message": message, "memory": self.ins.memory}
+        context = {"status": status, "message": message, "memory": self.ins.memory, "root": _root(request)}
         return self.templates.TemplateResponse(request, "error.html", context, status_code=status)
 
     def routes(self) -> list[BaseRoute]:
@@ -102,8 +130,8 @@ class _Pages:
         try:
             return build(self.ins, request)
         except views.Moved as moved:
-            target = request.url.path.rsplit("/", 1)[0] + "/" + moved.session_id
-            return RedirectResponse(target, status_code=307)
+            # Relative: the record's page beside this one, under whatever prefix this one was asked for.
+            return RedirectResponse("./" + _segment(moved.session_id), status_code=307)
         except views.NotFound as e:
             return self.error(request, 404, str(e))
         except views.BadInput as e:
@@ -119,7 +147,8 @@ class _Pages:
             data = self._guarded(request, build)
             if isinstance(data, Response):
                 return data
-            return self.templates.TemplateResponse(request, template, {"data": data, "memory": self.ins.memory})
+            context = {"data": data, "memory": self.ins.memory, "root": _root(request)}
+            return self.templates.TemplateResponse(request, template, context)
 
         return endpoint
 
@@ -136,7 +165,8 @@ class _Pages:
             vin = views.check_vin(request.query_params.get("vin", ""))
         except views.NotFound as e:
             return self.error(request, 404, str(e))
-        return RedirectResponse(f"/vehicles/{vin}", status_code=303)
+        # Relative to /vehicles: the vehicle's page under whatever prefix the form was sent from.
+        return RedirectResponse(f"vehicles/{vin}", status_code=303)
 
 
 def _vehicle(ins: views.Inspector, r: Request) -> dict[str, Any]:
@@ -194,7 +224,18 @@ def create_app(ins: views.Inspector, token: SecretStr | None, local: bool, scrub
         log.error("error answering %s %s: %s", request.method, request.url.path, scrub(repr(exc)))
         return pages.error(request, 500, "internal error (the inspector's log has it)")
 
-    app: ASGIApp = Starlette(routes=pages.routes(), exception_handlers={Exception: unexpected})
+    async def starlettes(request: Request, exc: Exception) -> Response:
+        """Starlette's own errors (a path no route has): in JSON under ``/api/``, as every other answer there
+        (an API client read a text 404); elsewhere as Starlette answers them."""
+        if not isinstance(exc, HTTPException):
+            return await unexpected(request, exc)
+        if not request.url.path.startswith("/api/"):
+            return PlainTextResponse(exc.detail, status_code=exc.status_code, headers=exc.headers)
+        message = _NO_SUCH_PATH if exc.status_code == 404 else exc.detail
+        return JSONResponse({"error": message}, status_code=exc.status_code, headers=exc.headers)
+
+    handlers = {Exception: unexpected, HTTPException: starlettes}
+    app: ASGIApp = Starlette(routes=pages.routes(), exception_handlers=handlers)
     if token is not None:
         app = TokenGuard(app, token)
     if local:

@@ -105,14 +105,20 @@ class LocalHostOnly:
 
 def is_loopback_host(host: str) -> bool:
     """Whether a Host header's name is a loopback one: ``localhost``, or an address of the loopback range
-    (``127.0.0.1``, ``127.1.2.3``, ``::1``). A name that only starts like one (``127.attacker.example``)
-    passed as "127.": a DNS-rebinding page under such a name read every page (found by an audit)."""
-    if host in LOOPBACK_NAMES:
+    (``127.0.0.1``, ``127.1.2.3``, ``::1``, and IPv6's form of an IPv4 one, ``::ffff:127.0.0.1``), each
+    also written fully qualified, with one trailing dot (``localhost.``). A name that only starts like one
+    (``127.attacker.example``) passed as "127.": a DNS-rebinding page under such a name read every page;
+    ``localhost.`` and ``[::ffff:127.0.0.1]``, loopback both, were refused (both found by an audit)."""
+    name = host.lower()
+    name = name[:-1] if name.endswith(".") else name  # the fully qualified form names the same host
+    if name in LOOPBACK_NAMES:
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(name)
     except ValueError:
         return False
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _query(scope: Scope) -> list[tuple[str, str]]:
@@ -127,11 +133,12 @@ def _query(scope: Scope) -> list[tuple[str, str]]:
     return pairs
 
 
-def _same_site_path(path: str) -> str:
-    """``path`` as a redirect's target on this site: one leading "/" (``//evil.example`` is another site to a
-    browser, as ``/\\evil.example`` is), and every character but the path's own percent-encoded (a CR or LF
-    broke the answer's headers)."""
-    return "/" + quote(path.lstrip("/\\"), safe="/:@!$&'()*+,;=-._~")
+def _same_page(path: str) -> str:
+    """The page at ``path`` as a redirect's target, relative: "./" and its last segment, every character but
+    a segment's own percent-encoded. It cannot leave the site (``//evil.example`` and ``/\\evil.example``
+    were another site to a browser, and a CR or LF broke the answer's headers), nor be read as a scheme
+    (``./javascript:``), and it keeps a path prefix a reverse proxy took off."""
+    return "./" + quote(path.rpartition("/")[2], safe=":@!$&'()*+,;=-._~")
 
 
 class TokenGuard:
@@ -166,7 +173,7 @@ class TokenGuard:
             # parameters go on as they were written ("+" in a symptom is a blank to the page that reads it).
             raw = scope.get("query_string", b"").decode("latin-1")
             rest = "&".join(p for p in raw.split("&") if p and unquote(p.partition("=")[0]) != TOKEN_PARAM)
-            location = urlunsplit(("", "", _same_site_path(scope.get("root_path", "") + scope["path"]), rest, ""))
+            location = urlunsplit(("", "", _same_page(scope["path"]), rest, ""))
             cookie_header = f"{TOKEN_COOKIE}={self._cookie.decode()}; HttpOnly; SameSite=Strict; Path=/"
             await send(
                 {
