@@ -283,6 +283,25 @@ MAX_ID_CHARS = 128
 MAX_SIGNAL_ABS = 1e15
 
 
+# What a quantity cannot be, by its unit: a temperature below absolute zero, a resistance below zero.
+_LEAST_BY_UNIT = {"°C": -273.15, "K": 0.0, "°F": -459.67, "Ω": 0.0, "mΩ": 0.0, "kΩ": 0.0, "MΩ": 0.0}
+# Names whose value is never below zero, whatever their unit: a state of charge or health, an odometer.
+_NEVER_NEGATIVE_RE = re.compile(r"(?:^|_)(?:soc|soh|odometer|odo|mileage)(?:_|$)")
+
+
+def implausible(name: str, value: float) -> str | None:
+    """Why no vehicle reads ``value`` for the signal ``name``, or None: below absolute zero for a temperature,
+    below zero for a resistance, a state of charge or health, or an odometer. Such a reading (``soh_pct`` = -5,
+    a sensor's fault value) met a pack rule (``soh_pct<=70``: replace the pack, P1)."""
+    unit = unit_of(name)
+    least = _LEAST_BY_UNIT.get(unit) if unit is not None else None
+    if least is not None and value < least:
+        return f"below {'absolute zero' if unit in ('°C', 'K', '°F') else 'zero'} ({least:g} {unit})"
+    if value < 0 and _NEVER_NEGATIVE_RE.search(name):
+        return "below zero"
+    return None
+
+
 def session_id_for(vin: str, opened_at: datetime) -> str:
     """The deterministic session id: ``<vin>-<UTC ts of the opening alert as YYYYMMDDTHHMMSS>``."""
     at = opened_at.astimezone(UTC)
@@ -453,6 +472,20 @@ class TwoWayPoint(Unreadable):
     decimal comma (``VDOCTOR_NUMBER_COMMA=decimal``): thousands, or a machine's decimal point?"""
 
     kind = "point"
+
+
+class SameName(Unreadable):
+    """Two readings under one name (``pack_temp_C`` and ``pack_temp_c``): which one is the reading is not known,
+    so both are set aside."""
+
+    kind = "twice"
+
+
+class Implausible(Unreadable):
+    """A number no vehicle reads: over ``MAX_SIGNAL_ABS`` (an unset 64-bit counter, 2**64 - 1), not finite
+    (``1e400``), or what the quantity cannot be (``implausible``: a temperature below absolute zero)."""
+
+    kind = "range"
 
 
 class NameTaken(Unreadable):
@@ -669,7 +702,9 @@ def _in_unit(name: str, value: object, symbol: str, declared: str, comma: str | 
             return value
     converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]
     if converted is None:
-        raise ValueError(f"signal {name[:40]} is sent in {symbol}, its name's unit is {declared}")
+        # As the same reading written with its unit in its text, ``"41.5 V"``: set aside where the alert is read
+        # (``UnitConflict``); it refused the alert, which the text's form never did.
+        return f"{value} {symbol}"
     return converted
 
 
@@ -1177,6 +1212,8 @@ class AlertEvent(_Event):
             return signals  # the field's own error
         read: dict[object, object] = {}
         named_by_text: set[object] = set()  # names a unit in a reading's text gave (``with_unit``)
+        given_as: dict[object, object] = {}  # each name read, as it was sent
+        twice: set[object] = set()  # names two readings were sent under (``SameName``): none of them read
         for name, value in pairs:
             renaming = rename
             if isinstance(value, dict):  # a reading as an object under its name (``flat_signals``)
@@ -1196,10 +1233,23 @@ class AlertEvent(_Event):
                 text_aside[str(given)] = str(value)
                 aside_why[str(given)] = NameTaken("", f"read as {name}, as an earlier reading of this alert is").why
                 continue
-            if name in read:  # pack_temp_C and pack_temp_c: which one is the reading is not known
-                raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
+            if name in read or name in twice:  # pack_temp_C and pack_temp_c: which one is the reading is not known
+                if text_aside is None or aside_why is None:
+                    raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
+                unread = [(given, value), *([(given_as[name], read.pop(name))] if name in read else [])]
+                for other, other_value in unread:
+                    text_aside[str(other)] = str(other_value)
+                    aside_why[str(other)] = SameName("", f"read as {name}, as another reading of this alert is").why
+                twice.add(name)
+                continue
             if isinstance(value, bool):
                 value = float(value)
+            elif isinstance(value, float) and not math.isfinite(value) and None not in (text_aside, aside_why):
+                # A number over a double's range in the JSON (1e400), read as infinite.
+                assert text_aside is not None and aside_why is not None  # (for the type checker: the line above)
+                text_aside[str(given)] = str(value)
+                aside_why[str(given)] = Implausible("", "out of range").why
+                continue
             elif isinstance(value, str):
                 text = value
                 try:
@@ -1225,11 +1275,16 @@ class AlertEvent(_Event):
                         raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
                     named_by_text.add(name)
             read[name] = value
+            given_as[name] = given
         return read
 
     @field_validator("signals")
     @classmethod
-    def _check_signals(cls, signals: dict[str, float]) -> dict[str, float]:
+    def _check_signals(cls, signals: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        context = info.context or {}
+        text_aside: dict[str, str] | None = context.get(TEXT_ASIDE)
+        aside_why: dict[str, tuple[str, str]] | None = context.get(ASIDE_WHY)
+        unread: list[str] = []
         for name, value in signals.items():
             # A name outside ASCII has no snake_case form: it is set aside (``_set_aside``), its reading checked.
             if has_snake_form(name) and not SIGNAL_NAME_RE.match(name):
@@ -1237,9 +1292,17 @@ class AlertEvent(_Event):
                     f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "
                     f"with at least one letter, at most {MAX_SIGNAL_NAME_CHARS} characters)"
                 )
-            if abs(value) > MAX_SIGNAL_ABS:
-                raise ValueError(f"signal {name} = {value!r} is out of range")
-        return signals
+            why = "out of range" if abs(value) > MAX_SIGNAL_ABS else implausible(name, value)
+            if why is None:
+                continue
+            if text_aside is None or aside_why is None:
+                raise ValueError(f"signal {name} = {value!r} is {why}")
+            # Set aside, as a reading in a unit its name does not allow is: the alert keeps its codes and text.
+            text_aside[name], aside_why[name] = str(value), Implausible("", why).why
+            unread.append(name)
+        if not unread:
+            return signals
+        return {name: value for name, value in signals.items() if name not in unread}
 
     def says_anything(self) -> bool:
         """Whether the alert carries anything to diagnose: text, a trouble code, or a reading (even one set aside)."""
@@ -1728,6 +1791,8 @@ _ASIDE_HEADINGS = {
     "decimal comma (thousands, or a machine's decimal point)",
     NameTaken.kind: "under the name of an earlier reading of the alert (one of the two named by the unit in its "
     "text; the earlier one kept)",
+    SameName.kind: "two readings under one name (which one is the reading is not known: both set aside)",
+    Implausible.kind: "a number no vehicle reads",
 }
 
 

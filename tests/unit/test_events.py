@@ -80,12 +80,15 @@ def rejected(raw: str, naive_zone: tzinfo | None = None) -> EventError:
     return info.value
 
 
-def set_aside(raw: str, name: str, number_comma: str | None = None) -> AlertEvent:
+def set_aside(raw: str, name: str, number_comma: str | None = None, kind: str | None = None) -> AlertEvent:
     """The alert of ``raw``, read without its reading ``name`` (text that is no number, or a number it cannot
-    read in its name's unit), which it sets aside with its text: the dead letter's reason names it."""
+    read in its name's unit), which it sets aside with its text: the dead letter's reason names it. ``kind``:
+    the kind of reason it is kept with (``signals_set_aside_why``)."""
     event = parse_event(raw, number_comma=number_comma)
     assert isinstance(event, AlertEvent) and name in event.signals_set_aside, (raw, event)
     assert name not in event.signals and f"'{name}'" in set_aside_error(event)
+    if kind is not None:
+        assert event.signals_set_aside_why[name][0] == kind, event.signals_set_aside_why
     return event
 
 
@@ -407,7 +410,8 @@ def test_any_snake_case_signal_is_accepted_whatever_its_unit(name: str) -> None:
 def test_an_epoch_millisecond_counter_is_a_reading_but_1e300_is_not() -> None:
     event = parse_event(json.dumps(alert(signals={"gps_fix_time_ms": 1_764_000_000_000})))
     assert isinstance(event, AlertEvent)
-    assert rejected(json.dumps(alert(signals={"pack_temp_c": 1e300}))).stage == "validate"
+    # Set aside, the alert read without it (it refused the alert until this release).
+    set_aside(json.dumps(alert(signals={"pack_temp_c": 1e300})), "pack_temp_c", kind="range")
 
 
 def test_a_whole_battery_snapshot_is_an_alert_not_a_dead_letter() -> None:
@@ -672,13 +676,13 @@ def test_signals_as_fleets_send_them() -> None:
     }  # fmt: skip
     # A number as text is held to the same rules as a number (in range), and is written in plain decimal digits:
     # other text is no number, and is set aside.
-    assert rejected(json.dumps(alert(signals={"pack_temp_c": "1e300"}))).stage == "validate"
+    set_aside(json.dumps(alert(signals={"pack_temp_c": "1e300"})), "pack_temp_c", kind="range")
     for text in ("1_000", "١٢٣", "0x1A", "inf", "nan%", "n/a V"):
         set_aside(json.dumps(alert(signals={"pack_temp_c": text})), "pack_temp_c")
     assert parse_event(json.dumps(alert(signals={"pack_temp_c": "-4.5e1"}))).signals == {"pack_temp_c": -45.0}
-    # Two names of one alert that read as the same signal: which one is the reading is not known.
-    error = rejected(json.dumps(alert(signals={"Pack_Temp_C": 41, "pack_temp_c": 42})))
-    assert error.stage == "validate" and "pack_temp_c" in str(error)
+    # Two names of one alert that read as the same signal: which one is the reading is not known, so both are set
+    # aside (they refused the alert until this release).
+    set_aside(json.dumps(alert(signals={"Pack_Temp_C": 41, "pack_temp_c": 42})), "Pack_Temp_C", kind="twice")
 
 
 def test_text_that_says_there_is_no_value_is_no_reading() -> None:
@@ -700,8 +704,8 @@ def test_numbers_written_with_commas_are_read_where_they_can_mean_one_number() -
         ("41,5", 41.5), ("-3,25", -3.25), ("0,187", 0.187), ("1234,567", 1234.567), ("12,345,678", 12345678.0),
         ("12,345.6", 12345.6), ("12.345,6", 12345.6), ("+1,000,000.5", 1000000.5),
     ):  # fmt: skip
-        event = parse_event(json.dumps(alert(signals={"odometer_km": text})))
-        assert isinstance(event, AlertEvent) and event.signals == {"odometer_km": number}, text
+        event = parse_event(json.dumps(alert(signals={"trip_energy_kwh": text})))
+        assert isinstance(event, AlertEvent) and event.signals == {"trip_energy_kwh": number}, text
     # With a unit after it, converted as any number is.
     event = parse_event(json.dumps(alert(signals={"cell_voltage_diff_mv": "0,187 V", "pack_voltage_v": "1.234,5 V"})))
     assert isinstance(event, AlertEvent) and event.signals == {"cell_voltage_diff_mv": 187.0, "pack_voltage_v": 1234.5}
@@ -763,8 +767,11 @@ def test_a_reading_as_an_object_under_its_name_is_read_with_its_unit() -> None:
     event = parse_event(json.dumps(alert(signals=signals)))
     assert isinstance(event, AlertEvent)
     assert event.signals == {"pack_temp_c": 41.5, "inlet_temp_f": 105.0, "bms_cell_v": 3.61, "odometer_km": 16.09344}
-    error = rejected(json.dumps(alert(signals={"cell_voltage_diff_mv": {"value": 12, "unit": "°C"}})))
-    assert error.stage == "validate" and "cell_voltage_diff_mv is sent in °C, its name's unit is mV" in str(error)
+    # In a unit its name does not allow, it is set aside as the same reading written "12 °C" is (it refused the
+    # alert until this release).
+    event = set_aside(json.dumps(alert(signals={"cell_voltage_diff_mv": {"value": 12, "unit": "°C"}})),
+                      "cell_voltage_diff_mv", kind="unit")  # fmt: skip
+    assert event.signals_set_aside == {"cell_voltage_diff_mv": "12 °C"}
     # An object with another number in it and no unit is a nested payload, read by its paths as before.
     event = parse_event(json.dumps(alert(signals={"sensor": {"value": 1, "ts": 1762000000}})))
     assert isinstance(event, AlertEvent) and event.signals == {"sensor_value": 1.0, "sensor_ts": 1762000000.0}
@@ -977,8 +984,11 @@ def test_signal_names_of_flattened_payloads_and_tables() -> None:
     # The units in brackets are read as any name's suffix.
     assert [unit_of(n) for n in ("pack_voltage_v", "cell_temp_7_c", "soc_pct")] == ["V", "°C", "%"]
     # Still no name: nothing but an index, brackets inside brackets, and an index that names a signal twice.
-    for bad in ({"[3]": 1}, {"a(b[1])": 1}, {"cell_v[12]": 3.6, "cell_v_12": 3.7}):
+    for bad in ({"[3]": 1}, {"a(b[1])": 1}):
         assert rejected(json.dumps(alert(signals=bad))).stage == "validate", bad
+    # Two readings under one name: both set aside, which one is the reading is not known.
+    event = set_aside(json.dumps(alert(signals={"cell_v[12]": 3.6, "cell_v_12": 3.7})), "cell_v[12]", kind="twice")
+    assert set(event.signals_set_aside) == {"cell_v[12]", "cell_v_12"} and event.signals == {}
 
 
 def test_readings_nested_in_objects_and_arrays_are_read_by_their_paths() -> None:
@@ -1000,12 +1010,9 @@ def test_readings_nested_in_objects_and_arrays_are_read_by_their_paths() -> None
     # A nested reading is read as any: its value checked (text that is no number set aside), its name unique,
     # their count bounded.
     set_aside(json.dumps(alert(signals={"bms": {"soc_pct": "80 warm"}})), "bms.soc_pct")
-    for bad, says in (
-        ({"bms": {"soc_pct": 80}, "bms_soc_pct": 81}, "as another name of this alert is"),
-        ({"cells": [3.6] * (MAX_SIGNALS + 1)}, "at most 256 items"),
-    ):
-        error = rejected(json.dumps(alert(signals=bad)))
-        assert error.stage == "validate" and says in str(error), bad
+    set_aside(json.dumps(alert(signals={"bms": {"soc_pct": 80}, "bms_soc_pct": 81})), "bms_soc_pct", kind="twice")
+    error = rejected(json.dumps(alert(signals={"cells": [3.6] * (MAX_SIGNALS + 1)})))
+    assert error.stage == "validate" and "at most 256 items" in str(error)
 
 
 def test_an_array_item_has_the_unit_of_its_arrays_name() -> None:
@@ -1065,9 +1072,9 @@ def test_camel_case_signal_names_are_read_as_snake_case_with_their_units() -> No
     event = parse_event(json.dumps(alert(signals={long_name: 187})))
     assert isinstance(event, AlertEvent) and event.signals == {read: 187.0}
     assert rejected(json.dumps(alert(signals={"a" * 97: 1}))).stage == "validate"
-    # The same signal in two spellings of one alert: which one is the reading is not known.
-    error = rejected(json.dumps(alert(signals={"packTempC": 41, "pack_temp_c": 42})))
-    assert error.stage == "validate" and "pack_temp_c" in str(error)
+    # The same signal in two spellings of one alert: which one is the reading is not known (both set aside).
+    event = set_aside(json.dumps(alert(signals={"packTempC": 41, "pack_temp_c": 42})), "packTempC", kind="twice")
+    assert event.signals_set_aside == {"packTempC": "41", "pack_temp_c": "42"}
 
 
 def test_a_units_prefix_glued_to_its_quantity_is_read_as_the_units() -> None:
@@ -1139,8 +1146,8 @@ def test_signal_names_outside_ascii_are_read_in_latin_letters() -> None:
         "MΩ", "mΩ", "µA",
     ]  # fmt: skip
     # Two spellings of one name are one name, as with case.
-    error = rejected(json.dumps(alert(signals={"Température_c": 40, "temperature_c": 41}), ensure_ascii=False))
-    assert "as another name of this alert is" in str(error)
+    raw = json.dumps(alert(signals={"Température_c": 40, "temperature_c": 41}), ensure_ascii=False)
+    set_aside(raw, "Température_c", kind="twice")
     # Another script has no Latin form: the reading is set aside, and the alert is read without it.
     for name in ("电池温度", "temp_батареи", "温度_c"):
         event = parse_event(json.dumps(alert(signals={name: 41.5, "pack_temp_c": 40}), ensure_ascii=False))
@@ -1148,8 +1155,8 @@ def test_signal_names_outside_ascii_are_read_in_latin_letters() -> None:
         assert (event.signals, event.signals_set_aside) == ({"pack_temp_c": 40.0}, {name: 41.5}), name
         reason = set_aside_error(event)
         assert "not written in Latin letters" in reason and "VDOCTOR_SIGNAL_NAMES" in reason and repr(name) in reason
-    # Its reading is still a reading: one out of range refuses the alert, as under any name.
-    assert "out of range" in str(rejected(json.dumps(alert(signals={"电池温度": 1e300}), ensure_ascii=False)))
+    # Its reading is still a reading: one out of range is set aside as such, as under any name.
+    set_aside(json.dumps(alert(signals={"电池温度": 1e300}), ensure_ascii=False), "电池温度", kind="range")
 
 
 def test_a_reading_sent_as_a_state_is_set_aside_and_the_alert_diagnosed_without_it() -> None:
@@ -1194,11 +1201,10 @@ def test_a_reading_sent_as_a_state_is_set_aside_and_the_alert_diagnosed_without_
     assert "4 readings set aside" in set_aside_error(event)
     for text in ("12.6 volts please", "inf", "-Infinity", "nan%", "n/a V"):
         set_aside(json.dumps(alert(signals={"cell_voltage_diff_mv": text})), "cell_voltage_diff_mv")
-    # So is a number in a unit its name does not allow (test_events_fleet_readings); a number out of range
-    # still refuses the alert, naming the reading.
+    # So is a number in a unit its name does not allow (test_events_fleet_readings), and a number out of range
+    # (it refused the alert until this release).
     set_aside(json.dumps(alert(signals={"cell_voltage_diff_mv": "12 °C"})), "cell_voltage_diff_mv")
-    error = rejected(json.dumps(alert(signals={"cell_voltage_diff_mv": "1e300"})))
-    assert error.stage == "validate" and "cell_voltage_diff_mv" in str(error)
+    set_aside(json.dumps(alert(signals={"cell_voltage_diff_mv": "1e300"})), "cell_voltage_diff_mv", kind="range")
 
 
 def test_readings_set_aside_survive_the_events_round_trip_through_state_and_name_each_reading() -> None:
@@ -1263,11 +1269,14 @@ def test_readings_and_codes_sent_as_lists_of_objects() -> None:
     assert event.dtc_codes == ["P0A7F", "U0100", "P0562", "SPN1569-FMI31"]
     one = parse_event(json.dumps(alert(dtc_codes="P0300, P0301", signals=[])))
     assert isinstance(one, AlertEvent) and one.dtc_codes == ["P0300", "P0301"] and one.signals == {}
-    # Still dead letters, each saying why: a unit other than the name's, an object without its name,
-    # value or code, a J1939 code out of range, and values that are no readings or codes at all.
+    # A unit other than the name's: set aside, as in the text's form (it refused the alert until this release).
+    for readings in ([{"name": "cell_voltage_diff_mv", "value": 12, "unit": "°C"}],
+                     [{"name": "insulation_res_mohm", "value": 5, "unit": "MΩ"}, {"name": "soc_pct", "value": 50}]):
+        event = set_aside(json.dumps(alert(signals=readings)), readings[0]["name"], kind="unit")  # type: ignore[arg-type]
+        assert event.signals == ({"soc_pct": 50.0} if len(readings) > 1 else {})
+    # Still dead letters, each saying why: an object without its name, value or code, a J1939 code out of
+    # range, and values that are no readings or codes at all.
     for signals, dtc_codes, says in (
-        ([{"name": "cell_voltage_diff_mv", "value": 12, "unit": "°C"}], [], "sent in °C, its name's unit is mV"),
-        ([{"name": "insulation_res_mohm", "value": 5, "unit": "MΩ"}], [], "sent in MΩ, its name's unit is mΩ"),
         ([{"value": 3, "unit": "V"}], [], 'needs a "name" and a "value"'),
         ([{"name": "soc"}], [], 'needs a "name" and a "value"'),
         ({}, [{"status": "active"}], 'needs a "code"'),

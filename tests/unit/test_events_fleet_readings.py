@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from vdoctor.errors import EventError
 from vdoctor.events import EVENT_ADAPTER, AlertEvent, parse_event, set_aside_error
 from vdoctor.feed_check import check_feed
 from vdoctor.lines import ReadingSpan
@@ -91,9 +90,29 @@ def test_check_events_counts_the_line_as_an_event_and_a_dead_letter_with_the_rea
     assert "in a unit its name does not allow" in json.dumps(report.as_json(), ensure_ascii=False)
 
 
-def test_a_reading_out_of_range_still_refuses_the_alert() -> None:
-    with pytest.raises(EventError, match="out of range"):
-        parse_event(line({"cell_voltage_diff_mv": "1e300"}))
+def test_a_reading_no_vehicle_reads_is_set_aside_and_the_alert_kept() -> None:
+    """Out of range (an unset 64-bit counter, a number past a double's range in the JSON), or what its quantity
+    cannot be: it refused the whole alert, its codes and text with it, or (below zero, below absolute zero)
+    was read, and a state of health of -5% met the pack's rule for replacing the pack, P1 (found by an audit)."""
+    for signals, name, why in (
+        ({"cell_voltage_diff_mv": "1e300"}, "cell_voltage_diff_mv", "out of range"),
+        ({"odometer_m": 18446744073709551615}, "odometer_m", "out of range"),
+        ({"soh_pct": -5}, "soh_pct", "below zero"),
+        ({"soc": "-3 %"}, "soc_pct", "below zero"),  # (named by the unit in its text)
+        ({"pack_temp_c": -300}, "pack_temp_c", "below absolute zero (-273.15 °C)"),
+        ({"coolant_temp_f": "-500"}, "coolant_temp_f", "below absolute zero (-459.67 °F)"),
+        ({"insulation_res_kohm": -1}, "insulation_res_kohm", "below zero (0 kΩ)"),
+        ({"odometer_km": -5}, "odometer_km", "below zero"),
+    ):
+        event = read({**signals, "cell_temp_c": 30})
+        assert event.signals == {"cell_temp_c": 30.0} and event.dtc_codes == ["P0A7F"], signals
+        assert list(event.signals_set_aside) == [name] and event.signals_set_aside_why[name] == ("range", why)
+        assert "a number no vehicle reads" in set_aside_error(event)
+    raw = line({"x": 1}).replace('{"x": 1}', '{"x": 1e400}')
+    assert parse_event(raw).signals_set_aside == {"x": "inf"}  # type: ignore[union-attr]
+    # Below zero where a quantity may be: a fuel trim, a temperature in °F, a current, a torque.
+    kept = {"fuel_trim_pct": -12.0, "ambient_temp_f": -40.0, "pack_current_a": -120.0, "motor_torque_nm": -80.0}
+    assert read(kept).signals == kept
 
 
 # -- 2. a unit written in the text of a reading whose name declares none ---------------------------------------
@@ -120,9 +139,12 @@ def test_a_unit_written_in_the_text_is_kept_as_the_object_form_keeps_it() -> Non
     later = read({"battery_voltage_v": 12.5, "battery_voltage": "12.6 V"})
     assert later.signals == {"battery_voltage_v": 12.5} and later.signals_set_aside == {"battery_voltage": "12.6 V"}
     assert "under the name of an earlier reading of the alert" in set_aside_error(later)
-    # Two names that read alike with no unit in their text are refused as before: which one holds is not known.
-    with pytest.raises(EventError, match="as another name of this alert is"):
-        parse_event(line({"pack_temp_C": 41.0, "pack_temp_c": 42.0}))
+    # Two names that read alike with no unit in their text: which one holds is not known, so both are set aside
+    # (they refused the alert until this release).
+    both = read({"pack_temp_C": 41.0, "pack_temp_c": 42.0, "soc_pct": 50})
+    assert both.signals == {"soc_pct": 50.0}
+    assert both.signals_set_aside == {"pack_temp_C": "41.0", "pack_temp_c": "42.0"}
+    assert "two readings under one name" in set_aside_error(both)
 
 
 # -- 3. a fleet that writes a decimal comma groups thousands with points ---------------------------------------
@@ -135,7 +157,7 @@ def test_under_a_decimal_comma_points_grouping_digits_twice_or_more_are_thousand
         # Any other point is a decimal one, as machines write numbers whatever the fleet's locale.
         ("3.7", 3.7), ("0.5", 0.5), ("0.500", 0.5), ("1.2345", 1.2345), ("12.5", 12.5), ("1.200e3", 1200.0),
     ):  # fmt: skip
-        assert read({"odometer": text}, number_comma="decimal").signals == {"odometer": number}, text
+        assert read({"trip_energy": text}, number_comma="decimal").signals == {"trip_energy": number}, text
     # With the unit given beside the value, converted after it is read.
     listed = [{"name": "odometer_km", "value": "1.234.567 m"}, {"name": "pack_voltage_v", "value": "3.7", "unit": "mV"}]
     assert read(listed, number_comma="decimal").signals == {"odometer_km": 1234.567, "pack_voltage_v": 0.0037}

@@ -22,7 +22,7 @@ from tests.conftest import REPO_ROOT
 from tests.unit.test_engine import T0, VIN, alert
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
-from vdoctor.errors import ConfigError, EventError
+from vdoctor.errors import ConfigError
 from vdoctor.events import AlertEvent, parse_event, set_aside_error
 from vdoctor.feed_check import check_feed
 from vdoctor.knowledge import load_pack
@@ -67,21 +67,24 @@ def test_mapped_names_are_read_as_the_names_they_map_to(rename: SignalRenames) -
     assert re.search("not written in Latin letters.*VDOCTOR_SIGNAL_NAMES", set_aside_error(unmapped))
 
 
-def test_a_name_the_map_lacks_is_set_aside_and_two_names_read_as_one_are_refused(
+def test_a_name_the_map_lacks_is_set_aside_and_so_are_two_names_read_as_one(
     rename: SignalRenames,
 ) -> None:
     partly = parse_event(line({"电池温度": 41.5, "电池电压": 398}), None, rename)
     assert isinstance(partly, AlertEvent)
     assert (partly.signals, partly.signals_set_aside) == ({"pack_temp_c": 41.5}, {"电池电压": 398.0})
     assert "1 reading set aside" in set_aside_error(partly) and "'电池电压'" in set_aside_error(partly)
-    # The mapped name and the name it maps to, in one alert: which one is the reading is not known.
-    with pytest.raises(EventError, match="as another name of this alert is"):
-        parse_event(line({"电池温度": 41.5, "pack_temp_c": 40}), None, rename)
-    # A unit sent beside a mapped name is read against that name's unit: converted, or refused.
+    # The mapped name and the name it maps to, in one alert: which one is the reading is not known, so both are
+    # set aside (they refused the alert until this release).
+    both = parse_event(line({"电池温度": 41.5, "pack_temp_c": 40}), None, rename)
+    assert isinstance(both, AlertEvent) and both.signals == {}
+    assert both.signals_set_aside == {"电池温度": "41.5", "pack_temp_c": "40"}
+    # A unit sent beside a mapped name is read against that name's unit: converted, or set aside.
     in_volts = parse_event(line([{"name": "BMS_CellVdiff", "value": 0.187, "unit": "V"}]), None, rename)
     assert in_volts.signals == {"cell_voltage_diff_mv": 187.0}
-    with pytest.raises(EventError, match="sent in °C, its name's unit is mV"):
-        parse_event(line([{"name": "BMS_CellVdiff", "value": 12, "unit": "°C"}]), None, rename)
+    in_celsius = parse_event(line([{"name": "BMS_CellVdiff", "value": 12, "unit": "°C"}]), None, rename)
+    assert isinstance(in_celsius, AlertEvent) and in_celsius.signals_set_aside == {"cell_voltage_diff_mv": "12 °C"}
+    assert "°C, the name's unit is mV" in set_aside_error(in_celsius)
 
 
 def test_a_map_is_read_from_json_or_csv_and_refused_with_the_entry_when_wrong(tmp_path: Path) -> None:
