@@ -849,7 +849,9 @@ def _code_number(number: int, numbers: str) -> str:
         return uds_code(number)
     if not 0 <= number <= MAX_UDS_DTC:
         raise ValueError(f"{_code_number_text(number)} is not a trouble code (a UDS DTC is a number of three bytes)")
-    return uds_code(number >> 8)
+    # 0 (and its failure type alone, below 256) is no code: a list padded with zeros, as an OBD reply pads its
+    # last pair; it was read as P0000 (an audit).
+    return uds_code(number >> 8) if number >> 8 else ""
 
 
 def given_vin(text: str) -> str:
@@ -1374,7 +1376,9 @@ class RecheckEvent(_Event):
     def _session_form(cls, value: str) -> str:
         if value and len(value) < SESSION_ID_MIN_CHARS:
             raise ValueError(f"a session id is <vin>-<UTC time it opened, YYYYMMDDTHHMMSS>, got {value[:40]!r}")
-        return value
+        # In capitals, as the job writes it: its VIN is read in any case (``vin_form``), and a workshop system
+        # that wrote the id in lower case had its recheck refused as naming another vehicle's session (an audit).
+        return value.upper() if value.isascii() else value
 
     @field_validator("recheck_ok", mode="before")
     @classmethod

@@ -227,12 +227,15 @@ def _count_forms(
 
 def _number_code_form(number: int, dtc_numbers: str) -> tuple[str, str]:
     """The form of a code sent as a number, as ``dtc_numbers`` reads it. Under ``uds`` a number of two bytes or
-    less is told apart: it is what an OBD dongle sends (768, P0300), read as another code (P0003); so is 0, a
-    Mode 03 reply's padding (P0000, and no code under ``obd``). The read form fits the report's column."""
+    less is told apart: it is what an OBD dongle sends (768, P0300), read as another code (P0003); so is a
+    number under 256, a failure type with no code (no code; under ``obd`` a code). 0, a Mode 03 reply's
+    padding, is no code under either. The read form fits the report's column."""
     if dtc_numbers == "obd":
         return ("<number of 2 bytes>", "<code>") if number else ("0", "no code")
     if number == 0:
-        return "0", "P0000 (--dtc-numbers obd: no code)"
+        return "0", "no code"
+    if number < 256:
+        return "<number under 256>", "no code (--dtc-numbers obd reads 2 bytes)"
     if number <= MAX_OBD_DTC:
         return "<number under 65536, read as 3 bytes>", "<code> (--dtc-numbers obd reads 2 bytes)"
     return "<number of 3 bytes>", "<code>"

@@ -1481,3 +1481,14 @@ def test_half_a_character_in_a_text_is_read_as_a_replacement_character() -> None
     event = parse_event(raw)
     assert isinstance(event, AlertEvent) and event.alert_text == "pack hot \ufffd" and event.dtc_codes == ["P0A7F"]
     assert "\ufffd" in event.model_dump_json()  # writable as state and outputs
+
+
+def test_a_zero_among_codes_sent_as_numbers_is_no_code_and_a_recheck_may_name_its_session_in_lower_case() -> None:
+    """`[0, 0, 687899]` (a list padded with zeros) was read as P0000 and P0A7F; a recheck naming
+    `lsvau...-20261101t081530` passed parsing and was refused as naming another vehicle's session (an audit)."""
+    padded = parse_event(json.dumps(alert(dtc_codes=[0, 0, 687899, 255])))
+    assert isinstance(padded, AlertEvent) and padded.dtc_codes == ["P0A7F"]
+    recheck = {"type": "recheck", "event_id": "r-1", "vin": "lsvau2180n2183294", "ts": "2026-11-05T10:00:00Z",
+               "session_id": "lsvau2180n2183294-20261101t081530", "recheck_ok": True}  # fmt: skip
+    read = parse_event(json.dumps(recheck))
+    assert isinstance(read, RecheckEvent) and read.session_id == "LSVAU2180N2183294-20261101T081530"

@@ -171,13 +171,13 @@ def test_a_dtc_as_its_bytes_is_reported_as_read() -> None:
 def test_codes_sent_as_numbers_are_reported_as_the_setting_reads_them(tmp_path: Path) -> None:
     # Under uds (the default) a number under 65536 is what an OBD dongle sends, read as another code, alone or
     # in an object: the report says so, and that --dtc-numbers obd reads two bytes; 0 (a Mode 03 reply's
-    # padding) is P0000 then.
+    # padding) is no code, as under obd (it was P0000).
     feed = [alert(dtc_codes=[768]), alert(event_id="e-2", dtc_codes=[{"code": 0x0420}, 0, 369.0])]
     report = check_feed(feed)
     assert report.dead_letters == 0
     assert {(w, r): n for (kind, w, r), n in report.forms.items() if kind == "code"} == {
         ("<number under 65536, read as 3 bytes>", "<code> (--dtc-numbers obd reads 2 bytes)"): 2,
-        ('{"code"}', "<code>"): 1, ("0", "P0000 (--dtc-numbers obd: no code)"): 1,
+        ('{"code"}', "<code>"): 1, ("0", "no code"): 1,
     }  # fmt: skip
     # The text report shows the whole hint.
     assert "<code> (--dtc-numbers obd reads 2 bytes)" in render(report, None)
