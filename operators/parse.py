@@ -65,8 +65,8 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         aside = None
         try:
             event = parse_event(raw, self._zone, self._rename, self.number_comma, self.dtc_numbers)
-            if isinstance(event, AlertEvent) and event.signals_set_aside:
-                # Diagnosed without the readings it could not name; the line is kept whole with the reason.
+            if isinstance(event, AlertEvent) and event.set_aside:
+                # Diagnosed without the readings or codes it could not read; the line is kept whole with the reason.
                 aside = DeadLetter(raw=raw, error=set_aside_error(event), stage="validate").model_dump_json()
             read = event.model_dump_json()
         except EventError as e:

@@ -82,6 +82,9 @@ L3_LATE_WRITE_FAILED = "l3_late_write_failed"
 # lacks, text that is no number or that the job cannot read in its name's unit: ``AlertEvent.signals_set_aside``;
 # its line is a dead letter as well).
 SIGNALS_SET_ASIDE = "signals_set_aside"
+# The alert was diagnosed without trouble codes the job cannot read (``AlertEvent.codes_set_aside``; its line is
+# a dead letter as well).
+CODES_SET_ASIDE = "codes_set_aside"
 SUMMARY_MODEL_FAILED = "summary_model_failed"
 # The working context a model call got was over its token budget with only key facts left to leave out
 # (they never are: ``WorkingMemory.fit``).
@@ -479,6 +482,8 @@ class DiagnosisEngine:
             flags.append(MODEL_STEP_CLIPPED)
         if alert.signals_set_aside:
             flags.append(SIGNALS_SET_ASIDE)
+        if alert.codes_set_aside:
+            flags.append(CODES_SET_ASIDE)
 
         diagnosis = Diagnosis(
             vin=alert.vin,

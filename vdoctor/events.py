@@ -218,6 +218,9 @@ TEXT_ASIDE = "text_aside"
 # Why each reading of ``TEXT_ASIDE`` that holds a number was set aside (``Unreadable.why``): name as sent ->
 # (kind, detail), by this key. A reading that is no number has none (its text says why).
 ASIDE_WHY = "aside_why"
+# Trouble codes the job cannot read (``"XYZ"``, a number of four bytes): the entry as sent -> why, by this key,
+# for ``_set_aside``; None: such a code refuses the alert.
+CODES_ASIDE = "codes_aside"
 # How a fleet's numbers use a comma, where one number could be read either way (``_ungrouped``): ``decimal``
 # (``12,345`` is 12.345) or ``thousands`` (12345); None: such a number is refused, naming both. It reaches
 # the signals' validator in the validation context, by this key.
@@ -1135,6 +1138,10 @@ class AlertEvent(_Event):
     # Why each reading of ``signals_set_aside`` that holds a number was set aside (``Unreadable.why``): name as
     # sent -> (kind, detail), for ``set_aside_error``. Empty for the others.
     signals_set_aside_why: dict[str, tuple[str, str]] = {}
+    # Trouble codes the job cannot read, as sent, each with why: the alert is diagnosed from its other codes,
+    # its text and its readings, and its line goes to the dead letters as well (``set_aside_error``). Until this
+    # release one such code refused the alert. Empty for every other alert.
+    codes_set_aside: dict[str, str] = {}
 
     @field_validator("series", mode="before")
     @classmethod
@@ -1161,6 +1168,8 @@ class AlertEvent(_Event):
         # "none", "无"). One number in place of the list is refused: it may be a count of codes as well as a code.
         if codes is None:
             return []
+        # Where codes the job cannot read go (``codes_set_aside``); None: such a code refuses the alert.
+        aside: dict[str, str] | None = (info.context or {}).get(CODES_ASIDE)
         if isinstance(codes, str):
             codes = [codes]
         if isinstance(codes, list) and None in codes:
@@ -1169,20 +1178,39 @@ class AlertEvent(_Event):
             # A code as its number (``_code_number``), read as the fleet says it sends them (three bytes unless
             # it says two); as a whole float too (768.0), as a platform that writes every number so sends it.
             numbers = (info.context or {}).get(DTC_NUMBERS) or DEFAULT_DTC_NUMBERS
-            codes = [_code_entry(entry, numbers) if isinstance(entry, dict) else _whole(entry) for entry in codes]
-            codes = [_code_number(entry, numbers) if type(entry) is int else entry for entry in codes]
+            read: list[object] = []
+            for entry in codes:
+                try:
+                    code = _code_entry(entry, numbers) if isinstance(entry, dict) else _whole(entry)
+                    read.append(_code_number(code, numbers) if type(code) is int else code)
+                except ValueError as e:
+                    if aside is None:
+                        raise
+                    aside[json.dumps(entry, ensure_ascii=False, default=str)[:80]] = str(e)
+            codes = read
         if isinstance(codes, list) and any(type(entry) is str and no_reading(entry) for entry in codes):
             codes = [entry for entry in codes if not (type(entry) is str and no_reading(entry))]
+        if isinstance(codes, list) and aside is not None and any(type(entry) is not str for entry in codes):
+            for entry in codes:  # (true, a list: no code in any form)
+                if type(entry) is not str:
+                    sent = json.dumps(entry, ensure_ascii=False, default=str)[:80]
+                    aside[sent] = f"{sent} is not a trouble code"
+            codes = [entry for entry in codes if type(entry) is str]
         return codes
 
     @field_validator("dtc_codes")
     @classmethod
-    def _check_codes(cls, codes: list[str]) -> list[str]:
+    def _check_codes(cls, codes: list[str], info: ValidationInfo) -> list[str]:
+        aside: dict[str, str] | None = (info.context or {}).get(CODES_ASIDE)
         out: list[str] = []
         for code in codes:
             found = trouble_codes(code)
             if found is None:
-                raise ValueError(f"{code[:24]!r} is not a trouble code like {CODE_EXAMPLES}")
+                why = f"{code[:24]!r} is not a trouble code like {CODE_EXAMPLES}"
+                if aside is None:
+                    raise ValueError(why)
+                aside[code[:80]] = why
+                continue
             out.extend(norm for norm in found if norm not in out)
         if len(out) > MAX_DTC_CODES:
             raise ValueError(f"{len(out)} trouble codes: at most {MAX_DTC_CODES} in one alert")
@@ -1308,12 +1336,21 @@ class AlertEvent(_Event):
 
     def says_anything(self) -> bool:
         """Whether the alert carries anything to diagnose: text, a trouble code, or a reading (even one set aside)."""
-        return bool(self.alert_text.strip() or self.dtc_codes or self.signals or self.signals_set_aside)
+        return bool(
+            self.alert_text.strip() or self.dtc_codes or self.signals or self.signals_set_aside or self.codes_set_aside
+        )
+
+    @property
+    def set_aside(self) -> bool:
+        """Whether the alert was read without readings or codes it set aside: its line is a dead letter as well."""
+        return bool(self.signals_set_aside or self.codes_set_aside)
 
     @model_validator(mode="after")
     def _set_aside(self, info: ValidationInfo) -> AlertEvent:
         signals = self.signals
         texts: dict[str, str] | None = info.context.get(TEXT_ASIDE) if info.context else None
+        if codes := info.context.get(CODES_ASIDE) if info.context else None:
+            self.__dict__["codes_set_aside"] = {**self.codes_set_aside, **codes}
         if "".join(signals).isascii() and not texts:  # (a fleet that sends snake_case names: one C call)
             return self
         # The model is frozen once built; this is its building.
@@ -1352,6 +1389,8 @@ _PYDANTIC_BOOL_WORDS = frozenset(("0", "off", "f", "false", "n", "no", "1", "on"
 
 # A session id's least length: a VIN, "-" and the time (``session_id_for``) is 33; shorter is no id of ours.
 SESSION_ID_MIN_CHARS = 18
+# A session id's VIN, "-" and opening time (``session_id_for``), before any suffix of its own.
+SESSION_HEAD_CHARS = 33
 
 
 class RecheckEvent(_Event):
@@ -1376,9 +1415,11 @@ class RecheckEvent(_Event):
     def _session_form(cls, value: str) -> str:
         if value and len(value) < SESSION_ID_MIN_CHARS:
             raise ValueError(f"a session id is <vin>-<UTC time it opened, YYYYMMDDTHHMMSS>, got {value[:40]!r}")
-        # In capitals, as the job writes it: its VIN is read in any case (``vin_form``), and a workshop system
-        # that wrote the id in lower case had its recheck refused as naming another vehicle's session (an audit).
-        return value.upper() if value.isascii() else value
+        # Its VIN and opening time in capitals, as the job writes them: a VIN is read in any case (``vin_form``),
+        # and a workshop system that wrote the id in lower case had its recheck refused as naming another
+        # vehicle's session (an audit). What follows them (a milestone's ``-m1``) is kept as written.
+        head = SESSION_HEAD_CHARS
+        return value[:head].upper() + value[head:] if value[:head].isascii() else value
 
     @field_validator("recheck_ok", mode="before")
     @classmethod
@@ -1711,7 +1752,8 @@ def event_of(
         data["series"] = vin_form(vin)[:SERIES_FROM_VIN_CHARS]  # (a full-width VIN's series is its ASCII one)
     try:
         context: dict[str, object] = {
-            RENAME: rename, NUMBER_COMMA: number_comma, DTC_NUMBERS: dtc_numbers, TEXT_ASIDE: {}, ASIDE_WHY: {}
+            RENAME: rename, NUMBER_COMMA: number_comma, DTC_NUMBERS: dtc_numbers, TEXT_ASIDE: {}, ASIDE_WHY: {},
+            CODES_ASIDE: {},
         }  # fmt: skip
         event = model.model_validate(data, context=context)
     except ValidationError as e:
@@ -1761,7 +1803,20 @@ def _empty_alert_error(data: dict[str, Any]) -> str:
 
 
 def set_aside_error(event: AlertEvent) -> str:
-    """The dead letter's reason for an alert diagnosed without the readings it set aside (``signals_set_aside``)."""
+    """The dead letter's reason for an alert diagnosed without the readings and codes it set aside
+    (``signals_set_aside``, ``codes_set_aside``)."""
+    parts = [_signals_aside_error(event)] if event.signals_set_aside else []
+    if codes := event.codes_set_aside:
+        n = len(codes)
+        listed = _listed(list(codes.values()), first=3)  # (each reason names its code as sent)
+        parts.append(
+            f"dtc_codes: {n} code{'s' if n > 1 else ''} set aside: {listed}. The alert was diagnosed without "
+            f"{'them' if n > 1 else 'it'} (flag codes_set_aside)"
+        )
+    return ". ".join(parts)
+
+
+def _signals_aside_error(event: AlertEvent) -> str:
     aside, why = event.signals_set_aside, event.signals_set_aside_why
     n = len(aside)
     script = [repr(name[:40]) for name, value in aside.items() if not isinstance(value, str)]

@@ -146,7 +146,7 @@ def check_feed(
         if event.ts > ahead_of:
             report.ahead += 1
             report.ahead_first = report.ahead_first or number
-        if isinstance(event, AlertEvent) and event.signals_set_aside:
+        if isinstance(event, AlertEvent) and event.set_aside:
             # An event, diagnosed without those readings, and a dead letter as well: the job sends both.
             report.dead_letter("validate", set_aside_error(event), number)
         _count_forms(report.forms, written, event, rename, number_comma, dtc_numbers)

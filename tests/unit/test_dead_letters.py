@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -123,3 +124,30 @@ def test_a_line_this_build_cannot_read_is_a_dead_letter_and_the_job_goes_on(
     assert "a line could not be read" in caplog.text and "KeyError" in caplog.text
     monkeypatch.undo()
     assert [kind for kind, *_ in stage.process_element(line, None)] == ["E"]
+
+
+def test_a_code_the_job_cannot_read_is_set_aside_its_alert_diagnosed_with_the_others_and_flagged() -> None:
+    """A GB/T 32960 fault code of four bytes, or a code in no form the job reads, beside codes it reads: the
+    whole alert was a dead letter, its readable codes and text lost (found by an audit). Now the alert is
+    diagnosed from the rest and flagged, and its line is a dead letter as well, naming the code."""
+    from tests.unit.test_engine import Harness, alert
+    from vdoctor.diagnosis import DiagnosisEngine
+    from vdoctor.embedders.hashing import HashingEmbedder
+    from vdoctor.knowledge import load_pack
+    from vdoctor.models.offline import OfflineModel
+    from vdoctor.stores.memory import InMemoryStore
+
+    payload = alert("e-1", datetime(2026, 11, 1, 8, tzinfo=UTC), ["P0A7F", "XYZ", 305419896],  # type: ignore[list-item]
+                    {"cell_voltage_diff_mv": 187}, vin=VIN)  # fmt: skip
+    line = json.dumps(payload, ensure_ascii=False)
+    stage = ParseEvents()
+    stage.open(None)
+    [(kind, where, letter, _), (event_kind, *_)] = list(stage.process_element(line, None))
+    assert (kind, where, event_kind) == (DEAD_LETTER, "validate", "E")
+    error = json.loads(letter)["error"]
+    assert error.startswith("dtc_codes: 2 codes set aside: ") and "'XYZ' is not a trouble code" in error
+    assert "305419896 is not a trouble code (a UDS DTC is a number of three bytes)" in error
+    engine = DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack())
+    h = Harness(engine)
+    diagnosis = h.diagnose(payload)
+    assert diagnosis.phase == "CONCLUDED" and "codes_set_aside" in diagnosis.flags
