@@ -565,8 +565,9 @@ def _malformed(rng: random.Random, alerts: Sequence[Alert]) -> list[str]:
     rows[2]["vin"] = rows[2]["vin"][:16]  # 16 characters
     rows[3]["vin"] = rows[3]["vin"][:11] + "O" + rows[3]["vin"][12:]  # O is not a VIN character
     del rows[4]["ts"]
-    name = next(iter(rows[5]["signals"]))
-    rows[5]["signals"][name] = 1e16  # a reading out of range (a string that is no number is set aside, not refused)
+    # Codes that are no list (a count of codes): a reading or a code the job cannot read is set aside, its alert
+    # diagnosed, and is no malformed line (here a reading over 1e15 was, until the job set such readings aside).
+    rows[5]["dtc_codes"] = len(rows[5]["dtc_codes"]) + 1
     rows[6] = {"type": "telemetry", "event_id": "t-000001", **{k: rows[6][k] for k in ("vin", "ts", "signals")}}
     not_an_object = ["alert", rows[7]["event_id"], rows[7]["vin"], rows[7]["ts"]]
     return [missing_comma, truncated, *(_dump(r) for r in rows[2:7]), _dump(not_an_object)]
