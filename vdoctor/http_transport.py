@@ -14,12 +14,11 @@ only the bytes on the wire go through ``http.client``.
   worker threads each make one call at a time, so a connection is never shared.
 - Timeouts come from the request (``openai`` sets them per call): ``connect``
   while connecting, ``read`` for every later socket operation, and for the
-  reply's body as well: a server that trickles its body (a byte a second under
-  a timeout of two) is given up once ``read`` has passed since the request
-  was sent, checked between the body's reads (``httpx2``'s default transport,
-  as this one before, waited as long as each byte came in time). The status
-  line and headers are read by ``http.client`` at one go, each socket read
-  within ``read``.
+  whole reply as well: a server that trickles its status line, headers or body
+  (a byte a second under a timeout of two) is given up once ``read`` has
+  passed since the request was sent, each socket read of the reply given what
+  is left of it (``httpx2``'s default transport, as this one before, waited as
+  long as each byte came in time).
 - Response headers are handed on as the bytes the server sent: a gateway's
   header in UTF-8 (``X-Gateway-Model: 通义千问``) failed every call with a
   ``UnicodeEncodeError`` the client neither maps nor retries.
@@ -38,6 +37,8 @@ only the bytes on the wire go through ``http.client``.
 from __future__ import annotations
 
 import http.client
+import io
+import socket
 import ssl
 import threading
 import time
@@ -50,29 +51,47 @@ import httpx2
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
-def _read_by(reply: http.client.HTTPResponse, conn: http.client.HTTPConnection, deadline: float) -> bytes:
-    """The reply's body, read as it comes, each read given what is left until ``deadline``; a ``TimeoutError``
-    once it has passed (the caller's ``ReadTimeout``)."""
-    parts: list[bytes] = []
-    while chunk := reply.read1(_CHUNK):
-        parts.append(chunk)
-        left = deadline - time.monotonic()
+class _ReadsWithin(io.RawIOBase):
+    """The socket's reads, each given what is left until ``deadline``; a ``TimeoutError`` once it has passed
+    (the caller's ``ReadTimeout``)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)  # the socket's own reader, counted among its open files
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the reply took longer than the call's timeout to arrive")
-        if conn.sock is not None:
-            conn.sock.settimeout(left)
-    if reply.length:
-        # The server closed before the length it announced (``read1`` returns what came, where ``read`` raised):
-        # a cut reply, as before, not a short 200 (found by a diff review).
-        raise http.client.IncompleteRead(b"".join(parts), reply.length)
-    # Nothing is left to read, but ``read`` is what marks the reply done (``read1`` at its end does not), so
-    # that the kept-alive connection takes the next request.
-    parts.append(reply.read())
-    return b"".join(parts)
+        self._sock.settimeout(left)
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
 
 
-# What one read of a reply's body asks for (a chat reply is a few KB; an embedding batch up to a few hundred).
-_CHUNK = 1 << 16
+class _ReplyWithin(http.client.HTTPResponse):
+    """A reply read within the socket's timeout as a whole, from when it is begun (the request sent): every
+    read of it, its status line and headers as its body, is given only what is left of that time.
+
+    ``http.client`` reads the status line and headers itself, each socket read within the timeout: a server
+    that sent them a byte at a time, each in time, held the call for as long as it liked."""
+
+    def __init__(
+        self, sock: socket.socket, debuglevel: int = 0, method: str | None = None, url: str | None = None
+    ) -> None:
+        super().__init__(sock, debuglevel, method, url)
+        timeout = sock.gettimeout()
+        if timeout is not None:
+            self.fp.close()  # the plain reader ``http.client`` made, in favour of one held to the time
+            self.fp = io.BufferedReader(_ReadsWithin(sock, time.monotonic() + timeout))
 
 
 class _Stale(Exception):
@@ -146,6 +165,7 @@ class StdlibTransport(httpx2.BaseTransport):
             conn = http.client.HTTPConnection(host, port, timeout=connect)
         else:
             raise httpx2.UnsupportedProtocol(f"unsupported URL scheme {scheme.decode(errors='replace')!r}")
+        conn.response_class = _ReplyWithin
         try:
             conn.connect()
         except TimeoutError as e:
@@ -189,7 +209,6 @@ class StdlibTransport(httpx2.BaseTransport):
             pool.pop(key, None)
             conn.close()
 
-        deadline = None if read is None else time.monotonic() + read
         try:
             if conn.sock is not None:
                 conn.sock.settimeout(read)
@@ -199,8 +218,8 @@ class StdlibTransport(httpx2.BaseTransport):
             for name, value in request.headers.raw:
                 conn.putheader(name, value)
             conn.endheaders(request.read())
-            reply = conn.getresponse()
-            content = reply.read() if deadline is None else _read_by(reply, conn, deadline)
+            reply = conn.getresponse()  # a ``_ReplyWithin``, held to ``read`` as a whole
+            content = reply.read()
         except _STALE as e:
             drop()
             raise _Stale(e) from e

@@ -1,11 +1,16 @@
 """A chat model behind any OpenAI-compatible endpoint, with native tool calling.
 
 Calls go through the ``openai`` package over HTTP. Each call has its own
-timeout; 429, 5xx, timeouts, dropped connections and unreadable replies are
-retried with exponential backoff and full jitter up to a bounded number of
+timeout; 408, 429, 5xx, timeouts, dropped connections and unreadable replies
+are retried with exponential backoff and full jitter up to a bounded number of
 attempts; any other 4xx is a ``ModelError`` at once (retrying a bad request
 or a wrong key only spends quota). Token usage and latency of every call are
 returned in ``ChatResponse``.
+
+Replies are read as OpenAI-compatible servers send them, not only as OpenAI
+does: a message's content given as a list of parts is its text parts joined,
+and a tool call with no id, or with an id used before in the conversation, is
+given one of ours, so that the results sent back next answer exactly one call.
 
 The API key is a ``SecretStr`` until the moment the client is built, and it is
 scrubbed from every error message this module raises.
@@ -40,6 +45,9 @@ BACKOFF_CAP_S = 8.0
 # The longest wait a server's Retry-After is given before an attempt (a longer one is waited this long).
 RETRY_AFTER_CAP_S = 30.0
 RETRY_AFTER_JITTER_S = 1.0
+# The 4xx statuses retried as a 5xx is: a gateway's request timeout (408) and a rate limit (429), as the
+# ``openai`` client's own retries have them. Any other 4xx is the request's fault, and fails at once.
+RETRIED_4XX = frozenset({408, 429})
 # Error text from the server is cut to this length in our messages.
 MAX_ERROR_DETAIL = 300
 _REDACTED = "[redacted]"
@@ -95,6 +103,54 @@ def _parse_arguments(raw: object, name: str, scrub: Callable[[str], str]) -> dic
     if not isinstance(value, dict):
         raise ModelError(f"tool call {name!r} has arguments that are not a JSON object")
     return value
+
+
+def _content_text(content: object) -> str | None:
+    """A reply message's content as text: a string as it is; a list of parts, as some OpenAI-compatible
+    servers send it (``[{"type": "text", "text": "..."}]``), as its text parts joined, any other part left
+    out; None when there is no text. A list was read as no content, and the answer in it was lost."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    texts = [
+        part["text"]
+        for part in content
+        if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+    ]
+    return "".join(texts) if texts else None
+
+
+# Our tool-call ids number a turn's calls from the turn times this: room for any reply's calls (react.py runs
+# 16 of a step), in the five digits of a nine-character id up to the 99th turn (a run has 6).
+_CALLS_PER_TURN = 1000
+
+
+def unique_call_ids(given: list[object], messages: list[Message]) -> list[str]:
+    """The ids of a reply's tool calls (``given``, in order), each unique within the conversation
+    (``messages``, the reply's request). An id that is missing, not a string, or taken by an earlier call
+    of the reply or of the conversation is replaced by ``call`` and five digits: the reply's turn times
+    1000 plus the call's index, or the next free number. Deterministic, and nine letters and digits, the
+    one form Mistral's servers take.
+
+    A missing id went back as an empty ``tool_call_id`` and a repeated one answered two calls: a server
+    rejected the next request, and the run was ``model_failed``. A repeat from an earlier turn is replaced
+    too: some servers number each reply's calls from 0, and some models behind a gateway want every id of
+    a conversation unique."""
+    taken = {call.id for m in messages for call in m.tool_calls}
+    taken.update(m.tool_call_id for m in messages if m.tool_call_id)
+    turn = 1 + sum(1 for m in messages if m.role == "assistant")
+    ids: list[str] = []
+    for index, call_id in enumerate(given):
+        if isinstance(call_id, str) and call_id and call_id not in taken:
+            own = call_id
+        else:
+            number = turn * _CALLS_PER_TURN + index
+            while (own := f"call{number:05d}") in taken:
+                number += 1
+        taken.add(own)
+        ids.append(own)
+    return ids
 
 
 def _count(value: Any) -> int:
@@ -200,7 +256,7 @@ class OpenAIChatModel:
                 self._sleep(wait)
                 continue
             latency_ms = (time.perf_counter() - started) * 1000.0
-            return self._to_response(response, latency_ms, attempt)
+            return self._to_response(response, latency_ms, attempt, messages)
         raise ModelError(f"chat model {self.name}: gave up after {self.max_attempts} attempts; last error: {last}")
 
     def _attempt(self, messages: list[Message], tools: list[ToolSpec]) -> dict[str, Any]:
@@ -224,7 +280,7 @@ class OpenAIChatModel:
             raise _Retryable(self._scrub(f"connection failed: {e}")) from None
         except openai.APIStatusError as e:
             detail = self._scrub(str(e))[:MAX_ERROR_DETAIL]
-            if e.status_code == 429 or e.status_code >= 500:
+            if e.status_code in RETRIED_4XX or e.status_code >= 500:
                 # Retry-After is the server's for a rate limit (429) or a planned outage (503), not any 5xx.
                 asked = retry_after_s(e.response) if e.status_code in (429, 503) else 0.0
                 raise _Retryable(f"HTTP {e.status_code}: {detail}", asked) from None
@@ -242,21 +298,28 @@ class OpenAIChatModel:
         checked: dict[str, Any] = reply
         return checked
 
-    def _to_response(self, reply: dict[str, Any], latency_ms: float, attempts: int) -> ChatResponse:
+    def _to_response(
+        self, reply: dict[str, Any], latency_ms: float, attempts: int, messages: list[Message]
+    ) -> ChatResponse:
         message = reply["choices"][0]["message"]
-        calls = []
+        given: list[object] = []
+        named: list[tuple[str, dict[str, Any]]] = []
         for c in message.get("tool_calls") or []:
             function = c.get("function") if isinstance(c, dict) else None
             if not isinstance(function, dict) or not function.get("name"):
                 continue
             name = str(function["name"])
-            arguments = _parse_arguments(function.get("arguments"), name, self._scrub)
-            calls.append(ToolCall(id=str(c.get("id") or ""), name=name, arguments=arguments))
+            named.append((name, _parse_arguments(function.get("arguments"), name, self._scrub)))
+            given.append(c.get("id"))
+        ids = unique_call_ids(given, messages) if given else []
+        if ids != given:  # counted, not shown: the ids are the server's text
+            renamed = sum(1 for a, b in zip(given, ids, strict=True) if a != b)
+            log.debug("chat model %s: %d tool call(s) without an id of their own given one of ours", self.name, renamed)
+        calls = tuple(ToolCall(id=i, name=n, arguments=a) for i, (n, a) in zip(ids, named, strict=True))
         usage: dict[str, Any] = reply["usage"] if isinstance(reply.get("usage"), dict) else {}
-        content = message.get("content")
         return ChatResponse(
-            content=content if isinstance(content, str) else None,
-            tool_calls=tuple(calls),
+            content=_content_text(message.get("content")),
+            tool_calls=calls,
             prompt_tokens=_count(usage.get("prompt_tokens")),
             completion_tokens=_count(usage.get("completion_tokens")),
             latency_ms=latency_ms,
