@@ -177,10 +177,11 @@ def clip_answer(answer: FinalAnswer) -> bool:
     return clipped
 
 
-def _not_run(call: ToolCall, index: int) -> ToolCall:
+def _not_run(call: ToolCall, step: int, index: int) -> ToolCall:
     """A call over ``MAX_TOOL_CALL_CHARS`` as the transcript echoes it: without its arguments, its name and id
-    cut (an id too long for that is named by its place in the step, so that its result still answers it)."""
-    call_id = call.id if len(call.id) <= 64 else f"call-{index}"
+    cut (an id too long for that is named by its step and its place in it, so that its result still answers
+    it, and no other call of the conversation has it: by its place alone, two steps' calls shared one)."""
+    call_id = call.id if len(call.id) <= 64 else f"call-{step}-{index}"
     return replace(call, id=call_id, name=call.name[:64], arguments={})
 
 
@@ -195,7 +196,7 @@ def run_react(
     the working budget: the steps so far counted, a long tool result clipped, the working context fitted again."""
     transcript = list(messages)
     run = AgentRun(answer=FinalAnswer(phase=Phase.INVESTIGATING), transcript=transcript)
-    for _ in range(max_iterations):
+    for step in range(max_iterations):
         if window is not None:
             window.before_call(transcript)
         try:
@@ -218,7 +219,7 @@ def run_react(
             sizes = [len(call.id) + len(call.name) + len(text) for call, text in zip(calls, texts, strict=True)]
             if max(sizes) > MAX_TOOL_CALL_CHARS:
                 calls = tuple(
-                    _not_run(call, i) if size > MAX_TOOL_CALL_CHARS else call
+                    _not_run(call, step, i) if size > MAX_TOOL_CALL_CHARS else call
                     for i, (call, size) in enumerate(zip(calls, sizes, strict=True))
                 )
             transcript.append(Message(role="assistant", content=response.content or "", tool_calls=calls))
