@@ -65,7 +65,7 @@ from operators.keys import KeySwitch
 from operators.metrics import DiagnosisMetrics
 from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
-from vdoctor.diagnosis import DiagnosisEngine, RunStats
+from vdoctor.diagnosis import DiagnosisEngine, RunStats, failure_text
 from vdoctor.events import EVENT_ADAPTER, describe_validation_error
 from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
@@ -113,6 +113,18 @@ class Applied:
     model_latency_ms: float | None = None
     dead_letters: int = 0
     stats: RunStats = field(default_factory=RunStats)
+
+
+def _refused(carry: Carry, raw: str, error: str) -> Applied:
+    """An event not processed: its dead letter, and the vehicle's state as it was before it."""
+    session, dedup = carry
+    letter = DeadLetter(raw=raw, error=error, stage="process")
+    return Applied(
+        session_json=session.model_dump_json() if session is not None else None,
+        dedup_json=dedup.model_dump_json(),
+        dead_letters=1,
+        outputs=[(DEAD_LETTER, letter.model_dump_json())],
+    )
 
 
 def _ttl(seconds: float) -> StateTtlConfig:
@@ -224,30 +236,32 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # An event the parse stage read, that this release's model refuses when it runs: one a checkpoint of
             # an earlier release held waiting, read by rules since made stricter. Raised, it failed the job at
             # every restart; it is a dead letter, and the vehicle's state stays as it was.
-            letter = DeadLetter(raw=raw, error=f"no longer read as an event: {describe_validation_error(e)}",
-                                stage="process")  # fmt: skip
-            return carry, Applied(
-                session_json=session.model_dump_json() if session is not None else None,
-                dedup_json=dedup.model_dump_json(),
-                dead_letters=1,
-                outputs=[(DEAD_LETTER, letter.model_dump_json())],
+            return carry, _refused(carry, raw, f"no longer read as an event: {describe_validation_error(e)}")
+        try:
+            result = self.engine.on_event(session, dedup, event, raw)
+            applied = Applied(
+                session_json=result.session.model_dump_json() if result.session is not None else None,
+                dedup_json=result.dedup.model_dump_json(),
+                dead_letters=len(result.dead_letters),
+                stats=result.stats,
             )
-        result = self.engine.on_event(session, dedup, event, raw)
-        applied = Applied(
-            session_json=result.session.model_dump_json() if result.session is not None else None,
-            dedup_json=result.dedup.model_dump_json(),
-            dead_letters=len(result.dead_letters),
-            stats=result.stats,
-        )
-        for d in result.diagnoses:
-            applied.outputs.append((DIAGNOSIS, d.model_dump_json()))
-            applied.llm_calls += d.llm_calls
-            applied.tool_calls += d.tool_calls
-            applied.prompt_tokens += d.prompt_tokens
-            applied.completion_tokens += d.completion_tokens
-            applied.model_failures += "model_failed" in d.flags
-            applied.run_latency_ms, applied.model_latency_ms = d.latency_ms, d.model_latency_ms
-        applied.outputs += [(DEAD_LETTER, x.model_dump_json()) for x in result.dead_letters]
+            for d in result.diagnoses:
+                applied.outputs.append((DIAGNOSIS, d.model_dump_json()))
+                applied.llm_calls += d.llm_calls
+                applied.tool_calls += d.tool_calls
+                applied.prompt_tokens += d.prompt_tokens
+                applied.completion_tokens += d.completion_tokens
+                applied.model_failures += "model_failed" in d.flags
+                applied.run_latency_ms, applied.model_latency_ms = d.latency_ms, d.model_latency_ms
+            applied.outputs += [(DEAD_LETTER, x.model_dump_json()) for x in result.dead_letters]
+        except Exception as e:  # noqa: BLE001 - the last line: one event's failure is its dead letter
+            # What the engine's own catch does not cover (writing the new state and outputs as JSON): raised, it
+            # failed the job on the same event at every restart (an audit: a model's half emoji in a session).
+            # The vehicle's state stays as it was before the event, which is not a duplicate if it comes again
+            # (a session the run changed in place keeps the change: one carried live within a chain of runs).
+            log.warning("event of %s failed after its run; it goes to the dead letters", vin, exc_info=True)
+            dedup.discard(event.event_id)
+            return carry, _refused(carry, raw, failure_text(e))
         return (result.session, result.dedup), applied
 
     # -- operator thread: the only one touching state ------------------------------

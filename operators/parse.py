@@ -25,7 +25,7 @@ NO_VALUE = "a record with no value (a Kafka tombstone) is not an event"
 
 class ParseEvents(ProcessFunction):  # type: ignore[misc]
     """raw line -> (EVENT, vin, event json, raw) or (DEAD_LETTER, stage, dead letter json, ""); both for an
-    alert that set readings aside (``AlertEvent.signals_set_aside``): it is diagnosed without them.
+    alert that set readings or codes aside (``AlertEvent.set_aside``): it is diagnosed without them.
 
     ``naive_ts_zone``: the zone of event times written without one (the setting's name, checked by the
     settings; ``events.parse_event``). ``signal_names``: the fleet's signal map (``vdoctor.signal_map``,
@@ -73,6 +73,8 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
             letter = DeadLetter(raw=raw, error=str(e), stage=e.stage)  # type: ignore[arg-type]
             yield DEAD_LETTER, e.stage, letter.model_dump_json(), ""
             return
+        except MemoryError:
+            raise  # (the worker's, not the line's)
         except Exception as e:  # noqa: BLE001 - a line this build misreads must not fail the job at every restart
             log.exception("a line could not be read (kept as a dead letter)")
             error = f"this build could not read the line ({type(e).__name__}: {e}); please report it"

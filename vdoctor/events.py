@@ -286,21 +286,40 @@ MAX_ID_CHARS = 128
 MAX_SIGNAL_ABS = 1e15
 
 
-# What a quantity cannot be, by its unit: a temperature below absolute zero, a resistance below zero.
-_LEAST_BY_UNIT = {"°C": -273.15, "K": 0.0, "°F": -459.67, "Ω": 0.0, "mΩ": 0.0, "kΩ": 0.0, "MΩ": 0.0}
-# Names whose value is never below zero, whatever their unit: a state of charge or health, an odometer.
-_NEVER_NEGATIVE_RE = re.compile(r"(?:^|_)(?:soc|soh|odometer|odo|mileage)(?:_|$)")
+# What a temperature cannot be, by its unit: below absolute zero.
+_ABSOLUTE_ZERO = {"°C": -273.15, "K": 0.0, "°F": -459.67}
+_RESISTANCES = frozenset({"Ω", "mΩ", "kΩ", "MΩ"})
+# The words of a name that say what it measures: a temperature, a resistance; and the quantities never below
+# zero, as the name's last word before its unit (``bms_soc_pct``; ``soc_temp_c`` is a chip's temperature).
+_TEMPERATURE_WORDS = frozenset({"temp", "temperature", "tmp"})
+_RESISTANCE_WORDS = frozenset({"res", "resistance", "insulation", "impedance"})
+_NEVER_NEGATIVE_WORDS = frozenset({"soc", "soh", "odometer", "odo", "mileage"})
+# Words of a name that make its value a difference, a change or an error, which may be below zero whatever it
+# measures (``cell_temp_diff_k``, ``soc_delta_pct``, ``odometer_offset_km``).
+_DIFFERENCE_WORDS = frozenset(
+    {"delta", "diff", "difference", "change", "rise", "drop", "offset", "error", "err", "rate", "spread", "gradient"}
+)
 
 
 def implausible(name: str, value: float) -> str | None:
-    """Why no vehicle reads ``value`` for the signal ``name``, or None: below absolute zero for a temperature,
-    below zero for a resistance, a state of charge or health, or an odometer. Such a reading (``soh_pct`` = -5,
-    a sensor's fault value) met a pack rule (``soh_pct<=70``: replace the pack, P1)."""
+    """Why no vehicle reads ``value`` for the signal ``name``, or None: a temperature below absolute zero, a
+    resistance below zero, or a state of charge or health or an odometer below zero. Such a reading
+    (``soh_pct`` = -5, a sensor's fault value) met a pack rule (``soh_pct<=70``: replace the pack, P1).
+
+    Only where the name says what it measures: a phase-C current (``motor_phase_c``) is no temperature for
+    its suffix, a difference (``cell_temp_diff_k``) may be below zero, a chip's ``soc_temp_c`` is no charge."""
+    if value >= 0:
+        return None
+    words = name.split("_")
+    if not _DIFFERENCE_WORDS.isdisjoint(words):
+        return None
     unit = unit_of(name)
-    least = _LEAST_BY_UNIT.get(unit) if unit is not None else None
-    if least is not None and value < least:
-        return f"below {'absolute zero' if unit in ('°C', 'K', '°F') else 'zero'} ({least:g} {unit})"
-    if value < 0 and _NEVER_NEGATIVE_RE.search(name):
+    if unit in _ABSOLUTE_ZERO and not _TEMPERATURE_WORDS.isdisjoint(words) and value < _ABSOLUTE_ZERO[unit]:
+        return f"below absolute zero ({_ABSOLUTE_ZERO[unit]:g} {unit})"
+    if unit in _RESISTANCES and not _RESISTANCE_WORDS.isdisjoint(words):
+        return f"below zero (0 {unit})"
+    quantity = words[-2] if unit is not None and len(words) > 1 else words[-1]
+    if quantity in _NEVER_NEGATIVE_WORDS:
         return "below zero"
     return None
 
@@ -1251,7 +1270,7 @@ class AlertEvent(_Event):
                 renaming = None  # (applied)
             if value is None or isinstance(value, str) and no_reading(value):
                 continue
-            given = name
+            given, sent = name, value
             if isinstance(name, str):
                 read_as = signal_name((renaming(name) or name) if renaming is not None else name)
                 # A name with no snake_case form (another script) is kept as sent, to be set aside
@@ -1274,12 +1293,6 @@ class AlertEvent(_Event):
                 continue
             if isinstance(value, bool):
                 value = float(value)
-            elif isinstance(value, float) and not math.isfinite(value) and None not in (text_aside, aside_why):
-                # A number over a double's range in the JSON (1e400), read as infinite.
-                assert text_aside is not None and aside_why is not None  # (for the type checker: the line above)
-                text_aside[str(given)] = str(value)
-                aside_why[str(given)] = Implausible("", "out of range").why
-                continue
             elif isinstance(value, str):
                 text = value
                 try:
@@ -1303,7 +1316,17 @@ class AlertEvent(_Event):
                         continue
                     if name in read:
                         raise ValueError(f"signal {str(given)[:40]!r} is {name!r} as another name of this alert is")
+                    if name in twice and text_aside is not None and aside_why is not None:
+                        text_aside[str(given)] = text  # (two readings under the name were set aside: so is this)
+                        aside_why[str(given)] = SameName("", f"read as {name}, as other readings of this alert are").why
+                        continue
                     named_by_text.add(name)
+            if not _finite(value) and text_aside is not None and aside_why is not None:
+                # Past a double's range, in the JSON (1e400, read as infinite) or in text ("1e400 V"), or a whole
+                # number of hundreds of digits: it refused the alert ("should be a finite number").
+                text_aside[str(given)] = str(sent)[:40]
+                aside_why[str(given)] = Implausible("", "out of range").why
+                continue
             read[name] = value
             given_as[name] = given
         return read
@@ -1559,17 +1582,37 @@ _DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_
 
 # A surrogate written as its escape (``\ud83d``): JSON's decoder makes a lone one a string no UTF-8 holds.
 _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES_RE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def _whole_strings(value: Any) -> Any:
-    """``value`` with every string in it, keys too, through ``whole_characters``."""
+def whole_strings(value: Any) -> Any:
+    """``value`` (JSON read into Python) with every string in it, keys too, through ``whole_characters``: a lone
+    surrogate escape read as U+FFFD, where it made text that no JSON or UTF-8 writer takes."""
     if isinstance(value, str):
         return whole_characters(value)
     if isinstance(value, dict):
-        return {whole_characters(k): _whole_strings(v) for k, v in value.items()}
+        return {whole_characters(k): whole_strings(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_whole_strings(v) for v in value]
+        return [whole_strings(v) for v in value]
     return value
+
+
+def _finite(value: object) -> bool:
+    """Whether a number is finite as a double holds it (an int past a double's range is not); any other value
+    is left to the field's own check."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return True
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def loads_whole(text: str) -> Any:
+    """``json.loads(text)``, each lone surrogate escape in it read as U+FFFD (``whole_strings``); walked only
+    when the text has a surrogate escape at all."""
+    found = json.loads(text)
+    return whole_strings(found) if "\\u" in text and _SURROGATE_ESCAPE_RE.search(text) else found
 
 
 def _load_json(raw: str) -> Any:
@@ -1582,11 +1625,11 @@ def _load_json(raw: str) -> Any:
     # start a UTF-8 file with one, and the file's first event was a dead letter ("Unexpected UTF-8 BOM").
     if isinstance(raw, str):
         found = _DECODER.decode(raw[1:] if raw.startswith("\ufeff") else raw)
-        return _whole_strings(found) if "\\u" in raw and _SURROGATE_ESCAPE_RE.search(raw) else found
+        return whole_strings(found) if "\\u" in raw and _SURROGATE_ESCAPE_RE.search(raw) else found
     if raw.startswith(codecs.BOM_UTF8):
         raw = raw[len(codecs.BOM_UTF8) :]
     found = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    return _whole_strings(found) if b"\\u" in raw else found
+    return whole_strings(found) if b"\\u" in raw and _SURROGATE_ESCAPE_BYTES_RE.search(raw) else found
 
 
 def describe_validation_error(
@@ -1712,6 +1755,10 @@ def load_object(raw: str) -> dict[str, Any]:
     return data
 
 
+# An alert's fields that the job fills as it reads the line (what it set aside, and why).
+_READ_FIELDS = ("signals_set_aside", "signals_set_aside_why", "codes_set_aside")
+
+
 def event_of(
     data: dict[str, Any],
     naive_zone: tzinfo | None = None,
@@ -1728,6 +1775,10 @@ def event_of(
         data = contract_keys(data)
     except ValueError as e:
         raise EventError("validate", str(e)) from None
+    for field in _READ_FIELDS:
+        # What the job found reading the line, never the line's to say: a line that held them made its own
+        # dead letter and flags (found by a review).
+        data.pop(field, None)
     if data.get("event_id") is None:
         data["event_id"] = content_id(data)
     if (written := data.get("ts")) is not (read := _read_time(written)):

@@ -883,10 +883,10 @@ def test_a_runaway_tool_call_is_not_run_and_the_next_model_call_stays_within_the
     # The runaway call is echoed without its arguments, and its result says why; the lookup beside it ran.
     echoed = second[2]
     calls = [(c.id, c.arguments) for c in echoed.tool_calls]
-    assert calls == [("c-1", {}), ("c-2", {"codes": ["P0A7F"]}), ("call-0-2", {})]  # (step 0, third call)
+    assert calls == [("c-1", {}), ("c-2", {"codes": ["P0A7F"]}), ("call01002", {})]  # (step 0, third call)
     assert "not run" in second[3].content and str(MAX_TOOL_CALL_CHARS) in second[3].content
     assert "P0A7F" in second[4].content and second[4].tool_call_id == "c-2"
-    assert "not run" in second[5].content and second[5].tool_call_id == "call-0-2"  # an id of 5,000 characters
+    assert "not run" in second[5].content and second[5].tool_call_id == "call01002"  # an id of 5,000 characters
     # Of 40 calls in one step, the first 16 are echoed and answered, each by its result.
     step = [m for m in third[7:] if m.role == "tool"]
     assert len(third[6].tool_calls) == len(step) == MAX_TOOL_CALLS_PER_STEP

@@ -1498,3 +1498,20 @@ def test_a_zero_among_codes_sent_as_numbers_is_no_code_and_a_recheck_may_name_it
                "session_id": "lsvau2180n2183294-20261101t081530", "recheck_ok": True}  # fmt: skip
     read = parse_event(json.dumps(recheck))
     assert isinstance(read, RecheckEvent) and read.session_id == "LSVAU2180N2183294-20261101T081530"
+
+
+def test_what_the_job_sets_aside_is_never_the_lines_to_say() -> None:
+    """A line that held `codes_set_aside` or `signals_set_aside` (any spelling) made its own dead letter and
+    flags (found by a review): they are the job's, filled as it reads the line."""
+    line = alert(dtc_codes=["P0A7F"])
+    line |= {"codesSetAside": {"<b>": "x"}, "signals_set_aside": {"a": "b"}, "signals_set_aside_why": {"a": ["x", "y"]}}
+    event = parse_event(json.dumps(line))
+    assert isinstance(event, AlertEvent) and not event.set_aside and event.codes_set_aside == {}
+    assert event.signals_set_aside == {} and event.signals_set_aside_why == {}
+
+
+def test_a_milestones_session_id_keeps_its_suffix_as_written() -> None:
+    recheck = {"type": "recheck", "event_id": "r-1", "vin": "LSVAU2180N2183294", "ts": "2026-11-05T10:00:00Z",
+               "session_id": "lsvau2180n2183294-20261101t081530-m1", "recheck_ok": True}  # fmt: skip
+    read = parse_event(json.dumps(recheck))
+    assert isinstance(read, RecheckEvent) and read.session_id == "LSVAU2180N2183294-20261101T081530-m1"

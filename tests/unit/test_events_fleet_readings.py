@@ -110,8 +110,21 @@ def test_a_reading_no_vehicle_reads_is_set_aside_and_the_alert_kept() -> None:
         assert "a number no vehicle reads" in set_aside_error(event)
     raw = line({"x": 1}).replace('{"x": 1}', '{"x": 1e400}')
     assert parse_event(raw).signals_set_aside == {"x": "inf"}  # type: ignore[union-attr]
-    # Below zero where a quantity may be: a fuel trim, a temperature in °F, a current, a torque.
-    kept = {"fuel_trim_pct": -12.0, "ambient_temp_f": -40.0, "pack_current_a": -120.0, "motor_torque_nm": -80.0}
+    # Past a double's range in text too, with a unit or not, and converted past it (a review found them
+    # refusing the alert), and a whole number of 400 digits.
+    for signals in ({"pack_temp_c": "1e400"}, {"pack_temp_c": "1e400 °F"}, {"odometer_m": "1e308 km"},
+                    [{"name": "pack_temp_c", "value": "1e400", "unit": "°C"}]):  # fmt: skip
+        event = read(signals)
+        assert event.signals == {} and list(event.signals_set_aside_why.values()) == [("range", "out of range")]
+    huge = parse_event(line({"x": 1}).replace('{"x": 1}', '{"x": 1' + "0" * 400 + "}"))
+    assert huge.signals_set_aside_why == {"x": ("range", "out of range")}  # type: ignore[union-attr]
+    # Below zero where a quantity may be: a fuel trim, a temperature in °F, a current, a torque; and where the
+    # name does not say it measures what its suffix or a word of it could (a review found each set aside): a
+    # phase-C current, differences and changes, a chip's (SoC's) temperature.
+    kept = {"fuel_trim_pct": -12.0, "ambient_temp_f": -40.0, "pack_current_a": -120.0, "motor_torque_nm": -80.0,
+            "i_phase_c": -400.0, "delta_t_k": -2.0, "cell_temp_diff_k": -2.0, "soc_delta_pct": -5.0,
+            "soh_change_pct": -1.0, "soc_temp_c": -5.0, "tbox_soc_temp_c": -5.0, "odometer_delta_km": -5.0,
+            "insulation_res_change_kohm": -5.0}  # fmt: skip
     assert read(kept).signals == kept
 
 
@@ -145,6 +158,9 @@ def test_a_unit_written_in_the_text_is_kept_as_the_object_form_keeps_it() -> Non
     assert both.signals == {"soc_pct": 50.0}
     assert both.signals_set_aside == {"pack_temp_C": "41.0", "pack_temp_c": "42.0"}
     assert "two readings under one name" in set_aside_error(both)
+    # A third reading that a unit in its text names so is set aside with them (it was read: a review).
+    three = read({"pack_temp_C": 1, "pack_temp_c": 2, "pack_temp": "3 °C"})
+    assert three.signals == {} and set(three.signals_set_aside) == {"pack_temp_C", "pack_temp_c", "pack_temp"}
 
 
 # -- 3. a fleet that writes a decimal comma groups thousands with points ---------------------------------------

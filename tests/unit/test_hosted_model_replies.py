@@ -173,3 +173,33 @@ def test_our_ids_are_the_turn_and_index_and_unique_in_the_conversation(
         if result_id:
             messages.append(Message(role="tool", content="{}", tool_call_id=result_id))
     assert unique_call_ids(given, messages) == expected
+
+
+def test_half_an_emoji_in_a_reply_is_a_broken_character_and_the_session_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lone surrogate escape (half an emoji, as a gateway that cuts text by UTF-16 units writes it) in the
+    reply's prose, its answer or a tool call's arguments reached the session as it came, and the session's
+    JSON failed in the operator: the job failed on the same alert at every restart (found by an audit). It is
+    U+FFFD now, as in an event."""
+    from datetime import UTC, datetime
+
+    from tests.unit.test_engine import Harness, alert
+    from vdoctor.diagnosis import DiagnosisEngine
+    from vdoctor.embedders.hashing import HashingEmbedder
+    from vdoctor.stores.memory import InMemoryStore
+
+    half = "\ud83d"
+    answer = {"phase": "CONCLUDED", "root_cause": f"weak cell group {half}", "fix_action": "balance the pack",
+              "priority": "P2", "confidence": 0.8, "codes": ["P0A7F"], "evidence": ["dtc://P0A7F"]}  # fmt: skip
+    arguments = json.dumps({"codes": ["P0A7F"], "why": half})
+    looked_up = {"type": "function", "id": "c1", "function": {"name": "lookup_dtc", "arguments": arguments}}
+    replies = [reply({"content": f"checking {half}", "tool_calls": [looked_up]}),
+               reply({"content": f"done {half}\n" + json.dumps(answer)})]  # fmt: skip
+    assert b"\\ud83d" in replies[0].content  # the escape as the server sends it
+    chat = model(monkeypatch, lambda request: replies.pop(0))
+    engine = DiagnosisEngine(store=InMemoryStore(), model=chat, embedder=HashingEmbedder(), pack=load_pack())
+    h = Harness(engine)  # (it stores each session as its JSON, as the operator does)
+    diagnosis = h.diagnose(alert("e-1", datetime(2026, 11, 1, 8, tzinfo=UTC), signals={"cell_voltage_diff_mv": 187}))
+    assert diagnosis.root_cause == "weak cell group \ufffd"
+    assert "\ufffd" in h.state[diagnosis.vin][0]  # type: ignore[operator]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 from vdoctor.agent.tools import Toolbox
 from vdoctor.agent.window import ContextWindow
 from vdoctor.errors import ModelError
-from vdoctor.events import MAX_DTC_CODES
+from vdoctor.events import MAX_DTC_CODES, loads_whole, whole_strings
 from vdoctor.memory.working import clip_text
 from vdoctor.models.base import ChatModel, Message, ToolCall
 from vdoctor.records import Phase, Priority
@@ -118,7 +118,8 @@ def _answer_in(content: str) -> FinalAnswer | None:
     if not match:
         return None
     try:
-        return FinalAnswer.model_validate(json.loads(match.group(0)))
+        # (an escape of half an emoji in the answer's text read as U+FFFD, as in a reply: ``loads_whole``)
+        return FinalAnswer.model_validate(loads_whole(match.group(0)))
     except (ValueError, ValidationError, RecursionError):  # RecursionError: JSON nested deeper than json reads
         pass
     start = -1
@@ -129,7 +130,7 @@ def _answer_in(content: str) -> FinalAnswer | None:
         try:
             value, _end = _DECODER.raw_decode(content, start)
             if isinstance(value, dict) and "phase" in value:
-                return FinalAnswer.model_validate(value)
+                return FinalAnswer.model_validate(whole_strings(value))
         except (ValueError, ValidationError, RecursionError):
             continue
     return None
@@ -179,9 +180,10 @@ def clip_answer(answer: FinalAnswer) -> bool:
 
 def _not_run(call: ToolCall, step: int, index: int) -> ToolCall:
     """A call over ``MAX_TOOL_CALL_CHARS`` as the transcript echoes it: without its arguments, its name and id
-    cut (an id too long for that is named by its step and its place in it, so that its result still answers
-    it, and no other call of the conversation has it: by its place alone, two steps' calls shared one)."""
-    call_id = call.id if len(call.id) <= 64 else f"call-{step}-{index}"
+    cut (an id too long for that is named by its step and its place in it, as ``unique_call_ids`` names a
+    call without one, so that its result still answers it and no other call of the run has it: by its place
+    alone, two steps' calls shared one)."""
+    call_id = call.id if len(call.id) <= 64 else f"call{(step + 1) * 1000 + index:05d}"
     return replace(call, id=call_id, name=call.name[:64], arguments={})
 
 

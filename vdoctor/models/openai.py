@@ -18,7 +18,6 @@ scrubbed from every error message this module raises.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import random
@@ -32,6 +31,7 @@ import openai
 from pydantic import SecretStr
 
 from vdoctor.errors import ConfigError, ModelError
+from vdoctor.events import loads_whole
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.openai_clients import ThreadClients, http_client
 from vdoctor.url_credentials import shown_url
@@ -96,7 +96,7 @@ def _parse_arguments(raw: object, name: str, scrub: Callable[[str], str]) -> dic
     if raw is not None and not isinstance(raw, str):
         raise ModelError(f"tool call {name!r} has arguments that are not a JSON object")
     try:
-        value = json.loads(raw or "{}")
+        value = loads_whole(raw or "{}")
     except ValueError:
         detail = scrub(str(raw))[:MAX_ERROR_DETAIL]
         raise ModelError(f"tool call {name!r} has arguments that are not JSON: {detail}") from None
@@ -286,7 +286,10 @@ class OpenAIChatModel:
                 raise _Retryable(f"HTTP {e.status_code}: {detail}", asked) from None
             raise ModelError(f"chat model {self.name}: HTTP {e.status_code}, not retried: {detail}") from None
         try:
-            reply = json.loads(text)
+            # Half an emoji (a lone surrogate escape, as a gateway that cuts text by UTF-16 units writes it) is
+            # U+FFFD, as in an event: kept as it came, it failed the session's JSON in the operator, which
+            # failed the job at every restart (found by an audit).
+            reply = loads_whole(text)
         except ValueError as e:
             # Scrubbed whole, then cut: cut first, a key across the cut left its head unmasked (an audit).
             raise _Retryable(f"unreadable reply: {e}: {self._scrub(text)[:MAX_ERROR_DETAIL]}") from None

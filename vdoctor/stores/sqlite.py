@@ -252,7 +252,10 @@ class SqliteStore:
 
     def _check_current(self) -> str:
         """A read-only file must have the current schema (it cannot be migrated); returns its epoch."""
-        meta = dict(self._conn.execute("SELECT key, value FROM vd_meta").fetchall())
+        try:
+            meta = dict(self._conn.execute("SELECT key, value FROM vd_meta").fetchall())
+        except sqlite3.OperationalError:  # (no vd_meta: a file of the releases before it, or none of ours)
+            meta = {}
         if meta.get("schema") != SCHEMA_VERSION or "epoch" not in meta:
             self._conn.close()
             raise StaleSchema(
