@@ -84,3 +84,18 @@ def test_a_file_an_older_release_wrote_is_migrated_once_and_read(
     assert "has schema 1, this build reads" in captured.err and "migrating it first" in captured.err
     assert VIN in captured.out or "cause:" in captured.out
     open_store(url, read_only=True).close()  # current now
+
+
+def test_a_file_from_before_the_schema_was_versioned_is_migrated_too(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file without vd_meta (the releases before it) was a StoreError, "no such table: vd_meta", which the
+    readers did not take for an old schema (found by a review)."""
+    db = tmp_path / "memory.db"
+    url = f"sqlite:///{db}"
+    _written_case(url)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE vd_meta")
+    assert cli.main(["memory", "history", "--vin", VIN, "--memory", url]) == 0
+    captured = capsys.readouterr()
+    assert "has schema unversioned" in captured.err and VIN in captured.out
