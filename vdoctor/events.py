@@ -1215,6 +1215,9 @@ class AlertEvent(_Event):
                     sent = json.dumps(entry, ensure_ascii=False, default=str)[:80]
                     aside[sent] = f"{sent} is not a trouble code"
             codes = [entry for entry in codes if type(entry) is str]
+        if isinstance(codes, list) and len(codes) > 1 and all(type(entry) is str for entry in codes):
+            # The same entry again is the same code: ["P0A7F"] * 500 was over the bound of 128, the alert refused.
+            codes = list(dict.fromkeys(codes))
         return codes
 
     @field_validator("dtc_codes")

@@ -1515,3 +1515,9 @@ def test_a_milestones_session_id_keeps_its_suffix_as_written() -> None:
                "session_id": "lsvau2180n2183294-20261101t081530-m1", "recheck_ok": True}  # fmt: skip
     read = parse_event(json.dumps(recheck))
     assert isinstance(read, RecheckEvent) and read.session_id == "LSVAU2180N2183294-20261101T081530-m1"
+
+
+def test_the_same_code_sent_many_times_is_one_code_not_past_the_bound() -> None:
+    """["P0A7F"] * 500 (a gateway that repeats its active list) refused the alert as 500 codes (an audit)."""
+    event = parse_event(json.dumps(alert(dtc_codes=["P0A7F"] * 500 + ["U0100"])))
+    assert isinstance(event, AlertEvent) and event.dtc_codes == ["P0A7F", "U0100"]
