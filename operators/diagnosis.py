@@ -66,7 +66,7 @@ from operators.metrics import DiagnosisMetrics
 from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats, failure_text
-from vdoctor.events import EVENT_ADAPTER, describe_validation_error
+from vdoctor.events import EVENT_ADAPTER, AlertEvent, describe_validation_error
 from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
 from vdoctor.records import DeadLetter
@@ -237,6 +237,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # an earlier release held waiting, read by rules since made stricter. Raised, it failed the job at
             # every restart; it is a dead letter, and the vehicle's state stays as it was.
             return carry, _refused(carry, raw, f"no longer read as an event: {describe_validation_error(e)}")
+        result = None
         try:
             result = self.engine.on_event(session, dedup, event, raw)
             applied = Applied(
@@ -254,14 +255,18 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
                 applied.model_failures += "model_failed" in d.flags
                 applied.run_latency_ms, applied.model_latency_ms = d.latency_ms, d.model_latency_ms
             applied.outputs += [(DEAD_LETTER, x.model_dump_json()) for x in result.dead_letters]
+        except MemoryError:
+            raise  # (the worker's, not the event's)
         except Exception as e:  # noqa: BLE001 - the last line: one event's failure is its dead letter
             # What the engine's own catch does not cover (writing the new state and outputs as JSON): raised, it
             # failed the job on the same event at every restart (an audit: a model's half emoji in a session).
-            # The vehicle's state stays as it was before the event, which is not a duplicate if it comes again
-            # (a session the run changed in place keeps the change: one carried live within a chain of runs).
+            # The vehicle's state stays as it was before the event (a live session, which an alert's run changes
+            # in place, as its text from before the run), and the event is no duplicate if it comes again.
             log.warning("event of %s failed after its run; it goes to the dead letters", vin, exc_info=True)
+            before = result.given if result is not None and isinstance(event, AlertEvent) else session
             dedup.discard(event.event_id)
-            return carry, _refused(carry, raw, failure_text(e))
+            kept: Carry = (before, dedup)
+            return kept, _refused(kept, raw, failure_text(e))
         return (result.session, result.dedup), applied
 
     # -- operator thread: the only one touching state ------------------------------

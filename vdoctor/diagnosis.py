@@ -118,6 +118,9 @@ class StepResult:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     duplicate: bool = False
     stats: RunStats = field(default_factory=RunStats)
+    # The session as the event found it: a live one as its text from before the run, which may have changed the
+    # live one in place. What the operator keeps when writing the run's state or outputs fails.
+    given: SessionState | StoredSession | None = None
 
 
 def failure_text(error: Exception) -> str:
@@ -256,7 +259,7 @@ class DiagnosisEngine:
                     session = session.load()
                 stats = RunStats()
                 session, diagnosis = self._on_alert(session, event, stats)
-                return StepResult(session=session, dedup=dedup, diagnoses=[diagnosis], stats=stats)
+                return StepResult(session=session, dedup=dedup, diagnoses=[diagnosis], stats=stats, given=given)
             if isinstance(event, RecheckEvent):
                 self._on_recheck(event)
                 return StepResult(session=session, dedup=dedup)

@@ -35,6 +35,7 @@ from vdoctor.errors import EventError
 from vdoctor.units import (
     MAX_SIGNAL_NAME_CHARS,
     SIGNAL_NAME_RE,
+    UNITS,
     convert,
     other_quantity,
     slash_unit,
@@ -278,6 +279,9 @@ MAX_TS = datetime(2200, 1, 1, tzinfo=UTC)
 # vehicle, and an unbounded one would blow the model's context and the state.
 MAX_TEXT_CHARS = 4000
 MAX_DTC_CODES = 128
+# Entries of an alert's code list as sent, before they are read as codes: the same code with its failure types
+# (``P0A7F-00`` ... ``P0A7F-81``) is one code, and a list of 130 such entries was refused (a review).
+MAX_DTC_ENTRIES = 4 * MAX_DTC_CODES
 MAX_SIGNALS = 256
 MAX_ID_CHARS = 128
 # Beyond this magnitude a float no longer holds every integer exactly (2**53 is
@@ -291,9 +295,13 @@ _ABSOLUTE_ZERO = {"°C": -273.15, "K": 0.0, "°F": -459.67}
 _RESISTANCES = frozenset({"Ω", "mΩ", "kΩ", "MΩ"})
 # The words of a name that say what it measures: a temperature, a resistance; and the quantities never below
 # zero, as the name's last word before its unit (``bms_soc_pct``; ``soc_temp_c`` is a chip's temperature).
-_TEMPERATURE_WORDS = frozenset({"temp", "temperature", "tmp"})
-_RESISTANCE_WORDS = frozenset({"res", "resistance", "insulation", "impedance"})
+_TEMPERATURE_WORDS = frozenset({"temp", "temps", "temperature", "temperatures", "tmp", "ntc", "therm"})
+_RESISTANCE_WORDS = frozenset({"res", "resistance", "insulation", "isolation", "iso", "impedance"})
 _NEVER_NEGATIVE_WORDS = frozenset({"soc", "soh", "odometer", "odo", "mileage"})
+# Words that qualify a quantity without changing it (``soc_min_pct``, ``odometer_reading_km``).
+_QUALIFIER_WORDS = frozenset(
+    {"min", "max", "avg", "mean", "display", "displayed", "reading", "value", "raw", "actual", "total", "est"}
+)
 # Words of a name that make its value a difference, a change or an error, which may be below zero whatever it
 # measures (``cell_temp_diff_k``, ``soc_delta_pct``, ``odometer_offset_km``).
 _DIFFERENCE_WORDS = frozenset(
@@ -318,8 +326,9 @@ def implausible(name: str, value: float) -> str | None:
         return f"below absolute zero ({_ABSOLUTE_ZERO[unit]:g} {unit})"
     if unit in _RESISTANCES and not _RESISTANCE_WORDS.isdisjoint(words):
         return f"below zero (0 {unit})"
-    quantity = words[-2] if unit is not None and len(words) > 1 else words[-1]
-    if quantity in _NEVER_NEGATIVE_WORDS:
+    # The quantity: the last word but an index, a unit's suffix and a qualifier (``soc_pct_3``, ``soc_min_pct``).
+    named = [word for word in words if not word.isdigit() and word not in UNITS and word not in _QUALIFIER_WORDS]
+    if named and named[-1] in _NEVER_NEGATIVE_WORDS:
         return "below zero"
     return None
 
@@ -1143,7 +1152,7 @@ class AlertEvent(_Event):
     type: Literal["alert"]
     series: Annotated[str, Field(min_length=1, max_length=64)]
     alert_text: Annotated[str, Field(max_length=MAX_TEXT_CHARS)] = ""
-    dtc_codes: Annotated[list[str], Field(max_length=MAX_DTC_CODES)] = []
+    dtc_codes: Annotated[list[str], Field(max_length=MAX_DTC_ENTRIES)] = []
     signals: Annotated[
         dict[str, Annotated[float, Field(strict=True, allow_inf_nan=False)]],
         Field(max_length=MAX_SIGNALS),
@@ -1609,6 +1618,22 @@ def _finite(value: object) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
+
+
+# A surrogate's escape that is half a character: a high one without a low one after it, or a low one without a
+# high one before it.
+_LONE_SURROGATE_ESCAPE_RE = re.compile(
+    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
+
+
+def whole_escapes(text: str) -> str:
+    """Text with each escape of half a character (``\\ud83d`` alone) written as U+FFFD's, ``\\ufffd``: JSON in
+    a model's prose (its answer) decoded anywhere later then makes no lone surrogate."""
+    if "\\u" not in text or not _SURROGATE_ESCAPE_RE.search(text):
+        return text
+    return _LONE_SURROGATE_ESCAPE_RE.sub(lambda _: "\\ufffd", text)
 
 
 def loads_whole(text: str) -> Any:

@@ -1518,6 +1518,11 @@ def test_a_milestones_session_id_keeps_its_suffix_as_written() -> None:
 
 
 def test_the_same_code_sent_many_times_is_one_code_not_past_the_bound() -> None:
-    """["P0A7F"] * 500 (a gateway that repeats its active list) refused the alert as 500 codes (an audit)."""
+    """["P0A7F"] * 500 (a gateway that repeats its active list) refused the alert as 500 codes (an audit), and
+    so did 130 failure types of one code (a review)."""
     event = parse_event(json.dumps(alert(dtc_codes=["P0A7F"] * 500 + ["U0100"])))
     assert isinstance(event, AlertEvent) and event.dtc_codes == ["P0A7F", "U0100"]
+    types = parse_event(json.dumps(alert(dtc_codes=[f"P0A7F-{n:02X}" for n in range(130)])))
+    assert isinstance(types, AlertEvent) and types.dtc_codes == ["P0A7F"]
+    too_many = alert(dtc_codes=[f"U{n:04X}" for n in range(MAX_DTC_CODES + 1)])
+    assert "129 trouble codes: at most 128" in str(rejected(json.dumps(too_many)))

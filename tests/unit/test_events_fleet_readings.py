@@ -103,6 +103,11 @@ def test_a_reading_no_vehicle_reads_is_set_aside_and_the_alert_kept() -> None:
         ({"coolant_temp_f": "-500"}, "coolant_temp_f", "below absolute zero (-459.67 °F)"),
         ({"insulation_res_kohm": -1}, "insulation_res_kohm", "below zero (0 kΩ)"),
         ({"odometer_km": -5}, "odometer_km", "below zero"),
+        # Under an index, a qualifier or a word of another name for the quantity (a review).
+        ({"soc_pct": [-5]}, "soc_pct_0", "below zero"),
+        ({"soc_min_pct": -5}, "soc_min_pct", "below zero"),
+        ({"odometer_reading_km": -5}, "odometer_reading_km", "below zero"),
+        ({"isolation_kohm": -1}, "isolation_kohm", "below zero (0 kΩ)"),
     ):
         event = read({**signals, "cell_temp_c": 30})
         assert event.signals == {"cell_temp_c": 30.0} and event.dtc_codes == ["P0A7F"], signals

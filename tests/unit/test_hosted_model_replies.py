@@ -161,6 +161,8 @@ def test_tool_calls_without_an_id_or_with_a_repeated_one_get_ids_the_next_reques
         (["call01000", None], [], ["call01000", "call01001"]),
         # Two assistant messages before the reply (turn 3); "c1" was an earlier call's, "r1" a result's.
         (["c1", "r1", "new"], [("c1", None), (None, "r1")], ["call03000", "call03001", "new"]),
+        # An id over 64 characters is taken as none: the transcript would cut it to another (a review).
+        (["call01001", None, "x" * 65], [], ["call01001", "call01002", "call01003"]),
     ],
 )
 def test_our_ids_are_the_turn_and_index_and_unique_in_the_conversation(
@@ -190,7 +192,9 @@ def test_half_an_emoji_in_a_reply_is_a_broken_character_and_the_session_is_kept(
     from vdoctor.stores.memory import InMemoryStore
 
     half = "\ud83d"
-    answer = {"phase": "CONCLUDED", "root_cause": f"weak cell group {half}", "fix_action": "balance the pack",
+    # (A cause that rules one out makes a key fact of it: read from the answer's prose, a review found.)
+    answer = {"phase": "CONCLUDED", "root_cause": f"weak cell group {half}; ruled out: pump {half}",
+              "fix_action": "balance the pack",
               "priority": "P2", "confidence": 0.8, "codes": ["P0A7F"], "evidence": ["dtc://P0A7F"]}  # fmt: skip
     arguments = json.dumps({"codes": ["P0A7F"], "why": half})
     looked_up = {"type": "function", "id": "c1", "function": {"name": "lookup_dtc", "arguments": arguments}}
@@ -201,5 +205,5 @@ def test_half_an_emoji_in_a_reply_is_a_broken_character_and_the_session_is_kept(
     engine = DiagnosisEngine(store=InMemoryStore(), model=chat, embedder=HashingEmbedder(), pack=load_pack())
     h = Harness(engine)  # (it stores each session as its JSON, as the operator does)
     diagnosis = h.diagnose(alert("e-1", datetime(2026, 11, 1, 8, tzinfo=UTC), signals={"cell_voltage_diff_mv": 187}))
-    assert diagnosis.root_cause == "weak cell group \ufffd"
+    assert diagnosis.root_cause == "weak cell group \ufffd; ruled out: pump \ufffd"
     assert "\ufffd" in h.state[diagnosis.vin][0]  # type: ignore[operator]

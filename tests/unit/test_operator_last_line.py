@@ -40,7 +40,7 @@ def test_a_run_whose_outputs_cannot_be_written_is_a_dead_letter_and_the_state_st
     [(vin, event_json, raw)] = alerts(1, 1)
     carry = (None, DedupState())
     after, applied = function._step(vin, carry, (event_json, raw))
-    assert after is carry and applied.session_json is None and applied.dead_letters == 1
+    assert after == carry and applied.session_json is None and applied.dead_letters == 1
     [(kind, letter)] = applied.outputs
     assert kind == op_module.DEAD_LETTER
     assert json.loads(letter) == {
@@ -51,4 +51,35 @@ def test_a_run_whose_outputs_cannot_be_written_is_a_dead_letter_and_the_state_st
     monkeypatch.setattr(engine, "on_event", on_event)
     _, next_applied = function._step(vin, after, (event_json, raw))
     assert [kind for kind, _ in next_applied.outputs] == [op_module.DIAGNOSIS]
+    function.close()
+
+
+def test_a_live_session_the_failed_run_changed_is_kept_as_it_was_before_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Within a chain of runs a vehicle's session is carried live, and an alert's run changes it in place: the
+    fallback wrote that changed session again (failing the same way, or keeping half a run) until it kept the
+    session's text from before the run (found by a review)."""
+    runtime = Runtime()
+    function = operator(runtime, 1, OfflineModel(), InMemoryStore(), monkeypatch)
+    engine = function.engine
+    on_event = engine.on_event
+    [(vin, first_json, first_raw), (_, second_json, second_raw)] = alerts(1, 2)
+    carry, first = function._step(vin, (None, DedupState()), (first_json, first_raw))
+    assert carry[0] is not None and not isinstance(carry[0], str) and first.session_json is not None
+
+    def unwritable(*args: Any) -> Any:
+        result = on_event(*args)
+        result.session.alerts += 1000  # (a change in place, as the failed run's own)
+        [diagnosis] = result.diagnoses
+        return replace(result, diagnoses=[diagnosis.model_copy(update={"root_cause": "pump \ud83d"})])
+
+    monkeypatch.setattr(engine, "on_event", unwritable)
+    kept, refused = function._step(vin, carry, (second_json, second_raw))
+    assert refused.dead_letters == 1 and refused.session_json == first.session_json
+    assert kept[0] is not None and kept[0].model_dump_json() == first.session_json
+    monkeypatch.setattr(engine, "on_event", on_event)
+    _, again = function._step(vin, kept, (second_json, second_raw))  # sent again: run, and counted once
+    assert [kind for kind, _ in again.outputs] == [op_module.DIAGNOSIS]
+    assert json.loads(again.session_json or "{}")["alerts"] == json.loads(first.session_json)["alerts"] + 1
     function.close()

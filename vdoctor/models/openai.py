@@ -31,7 +31,7 @@ import openai
 from pydantic import SecretStr
 
 from vdoctor.errors import ConfigError, ModelError
-from vdoctor.events import loads_whole
+from vdoctor.events import loads_whole, whole_escapes
 from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.openai_clients import ThreadClients, http_client
 from vdoctor.url_credentials import shown_url
@@ -110,7 +110,7 @@ def _content_text(content: object) -> str | None:
     servers send it (``[{"type": "text", "text": "..."}]``), as its text parts joined, any other part left
     out; None when there is no text. A list was read as no content, and the answer in it was lost."""
     if isinstance(content, str):
-        return content
+        return whole_escapes(content)
     if not isinstance(content, list):
         return None
     texts = [
@@ -118,12 +118,14 @@ def _content_text(content: object) -> str | None:
         for part in content
         if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
     ]
-    return "".join(texts) if texts else None
+    return whole_escapes("".join(texts)) if texts else None
 
 
 # Our tool-call ids number a turn's calls from the turn times this: room for any reply's calls (react.py runs
 # 16 of a step), in the five digits of a nine-character id up to the 99th turn (a run has 6).
 _CALLS_PER_TURN = 1000
+# An id longer than this is taken as none (OpenAI refuses ids over 40 characters; the transcript cuts at 64).
+MAX_CALL_ID_CHARS = 64
 
 
 def unique_call_ids(given: list[object], messages: list[Message]) -> list[str]:
@@ -142,7 +144,7 @@ def unique_call_ids(given: list[object], messages: list[Message]) -> list[str]:
     turn = 1 + sum(1 for m in messages if m.role == "assistant")
     ids: list[str] = []
     for index, call_id in enumerate(given):
-        if isinstance(call_id, str) and call_id and call_id not in taken:
+        if isinstance(call_id, str) and 0 < len(call_id) <= MAX_CALL_ID_CHARS and call_id not in taken:
             own = call_id
         else:
             number = turn * _CALLS_PER_TURN + index

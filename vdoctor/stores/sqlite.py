@@ -254,8 +254,10 @@ class SqliteStore:
         """A read-only file must have the current schema (it cannot be migrated); returns its epoch."""
         try:
             meta = dict(self._conn.execute("SELECT key, value FROM vd_meta").fetchall())
-        except sqlite3.OperationalError:  # (no vd_meta: a file of the releases before it, or none of ours)
-            meta = {}
+        except sqlite3.OperationalError as e:
+            if "no such table" not in str(e):
+                raise
+            meta = {}  # (no vd_meta: a file of the releases before it)
         if meta.get("schema") != SCHEMA_VERSION or "epoch" not in meta:
             self._conn.close()
             raise StaleSchema(
