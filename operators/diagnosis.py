@@ -66,7 +66,7 @@ from operators.metrics import DiagnosisMetrics
 from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats, failure_text
-from vdoctor.events import EVENT_ADAPTER, AlertEvent, describe_validation_error
+from vdoctor.events import EVENT_ADAPTER, describe_validation_error
 from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
 from vdoctor.records import DeadLetter
@@ -263,8 +263,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # The vehicle's state stays as it was before the event (a live session, which an alert's run changes
             # in place, as its text from before the run), and the event is no duplicate if it comes again.
             log.warning("event of %s failed after its run; it goes to the dead letters", vin, exc_info=True)
-            before = result.given if result is not None and isinstance(event, AlertEvent) else session
-            dedup.discard(event.event_id)
+            before = session if result is None else result.given
+            if result is None or not result.duplicate:  # (a duplicate's id is the processed event's)
+                dedup.discard(event.event_id)
             kept: Carry = (before, dedup)
             return kept, _refused(kept, raw, failure_text(e))
         return (result.session, result.dedup), applied

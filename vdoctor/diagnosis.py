@@ -118,8 +118,9 @@ class StepResult:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     duplicate: bool = False
     stats: RunStats = field(default_factory=RunStats)
-    # The session as the event found it: a live one as its text from before the run, which may have changed the
-    # live one in place. What the operator keeps when writing the run's state or outputs fails.
+    # The session as the event found it (every result has it): a live one, which an alert's run may have changed
+    # in place, as its text from before the run. What the operator keeps when writing the run's state or outputs
+    # fails.
     given: SessionState | StoredSession | None = None
 
 
@@ -241,7 +242,7 @@ class DiagnosisEngine:
         the same event sent again is processed, and counted once.
         """
         if not dedup.check_and_add(event.event_id, event.ts):
-            return StepResult(session=session, dedup=dedup, duplicate=True)
+            return StepResult(session=session, dedup=dedup, duplicate=True, given=session)
         # A stored session is never changed in place; a live one (a vehicle's chain of runs) is, by an alert.
         given: SessionState | StoredSession | None = session
         if isinstance(session, SessionState) and isinstance(event, AlertEvent):
@@ -262,7 +263,7 @@ class DiagnosisEngine:
                 return StepResult(session=session, dedup=dedup, diagnoses=[diagnosis], stats=stats, given=given)
             if isinstance(event, RecheckEvent):
                 self._on_recheck(event)
-                return StepResult(session=session, dedup=dedup)
+                return StepResult(session=session, dedup=dedup, given=given)
             if isinstance(event, LifecycleEvent):
                 if session is not None and session.l3_pending:
                     # A case waiting for its second write (``l3_pending``) is of the vehicle's care before this
@@ -273,12 +274,14 @@ class DiagnosisEngine:
                 # The vehicle left the fleet's care: its open session ends too. Its state keeps when (and the
                 # session's id, which the next session's id follows), so that an alert from before the event,
                 # delivered after it, is told apart (``SessionState.left_care_at``).
-                return StepResult(session=self._left_care(session, event), dedup=dedup)
+                return StepResult(session=self._left_care(session, event), dedup=dedup, given=given)
         except EventError as e:
             error = str(e)
         except StoreError as e:
             log.warning("long-term memory failed for %s: %s", event.vin, e)
             error = f"long-term memory unavailable: {e}"
+        except MemoryError:
+            raise  # (the worker's, not the event's)
         except Exception as e:  # noqa: BLE001 - one event's failure is its dead letter, not the job's
             log.warning("event %s of %s failed; it goes to the dead letters", event.event_id, event.vin, exc_info=True)
             error = failure_text(e)
@@ -286,7 +289,8 @@ class DiagnosisEngine:
             raise TypeError(f"unhandled event type {type(event).__name__}")
         # Not processed: the same event sent again (a recheck that came before its case) must not be a duplicate.
         dedup.discard(event.event_id)
-        return StepResult(session=given, dedup=dedup, dead_letters=[DeadLetter(raw=raw, error=error, stage="process")])
+        letters = [DeadLetter(raw=raw, error=error, stage="process")]
+        return StepResult(session=given, dedup=dedup, dead_letters=letters, given=given)
 
     @staticmethod
     def _left_care(session: SessionState | StoredSession | None, event: LifecycleEvent) -> SessionState:

@@ -297,11 +297,13 @@ _RESISTANCES = frozenset({"Ω", "mΩ", "kΩ", "MΩ"})
 # zero, as the name's last word before its unit (``bms_soc_pct``; ``soc_temp_c`` is a chip's temperature).
 _TEMPERATURE_WORDS = frozenset({"temp", "temps", "temperature", "temperatures", "tmp", "ntc", "therm"})
 _RESISTANCE_WORDS = frozenset({"res", "resistance", "insulation", "isolation", "iso", "impedance"})
-_NEVER_NEGATIVE_WORDS = frozenset({"soc", "soh", "odometer", "odo", "mileage"})
+# The quantities never below zero, each with the units it is read in (None: no unit).
+_NEVER_NEGATIVE_UNITS: dict[str, frozenset[str | None]] = {
+    **dict.fromkeys(("soc", "soh"), frozenset({None, "%"})),
+    **dict.fromkeys(("odometer", "odo", "mileage"), frozenset({None, "m", "km", "mi", "cm", "mm"})),
+}
 # Words that qualify a quantity without changing it (``soc_min_pct``, ``odometer_reading_km``).
-_QUALIFIER_WORDS = frozenset(
-    {"min", "max", "avg", "mean", "display", "displayed", "reading", "value", "raw", "actual", "total", "est"}
-)
+_QUALIFIER_WORDS = frozenset({"min", "max", "avg", "mean", "display", "displayed", "reading", "value", "actual"})
 # Words of a name that make its value a difference, a change or an error, which may be below zero whatever it
 # measures (``cell_temp_diff_k``, ``soc_delta_pct``, ``odometer_offset_km``).
 _DIFFERENCE_WORDS = frozenset(
@@ -326,9 +328,15 @@ def implausible(name: str, value: float) -> str | None:
         return f"below absolute zero ({_ABSOLUTE_ZERO[unit]:g} {unit})"
     if unit in _RESISTANCES and not _RESISTANCE_WORDS.isdisjoint(words):
         return f"below zero (0 {unit})"
-    # The quantity: the last word but an index, a unit's suffix and a qualifier (``soc_pct_3``, ``soc_min_pct``).
-    named = [word for word in words if not word.isdigit() and word not in UNITS and word not in _QUALIFIER_WORDS]
-    if named and named[-1] in _NEVER_NEGATIVE_WORDS:
+    # The quantity: the last word but an index, the unit's suffix and qualifiers (``soc_pct_3``, ``soc_min_pct``),
+    # in a unit it is read in (``soc_max_c`` is a chip's temperature, ``soc_total_ah`` a charge count).
+    while words and words[-1].isdigit():
+        words.pop()
+    if unit is not None and words and words[-1] in UNITS:
+        words.pop()
+    while words and words[-1] in _QUALIFIER_WORDS:
+        words.pop()
+    if words and unit in _NEVER_NEGATIVE_UNITS.get(words[-1], ()):
         return "below zero"
     return None
 
@@ -1233,7 +1241,7 @@ class AlertEvent(_Event):
     @classmethod
     def _check_codes(cls, codes: list[str], info: ValidationInfo) -> list[str]:
         aside: dict[str, str] | None = (info.context or {}).get(CODES_ASIDE)
-        out: list[str] = []
+        out: dict[str, None] = {}  # (in order, each once: a list's "not in" made an entry of 65,536 codes take 28 s)
         for code in codes:
             found = trouble_codes(code)
             if found is None:
@@ -1242,10 +1250,10 @@ class AlertEvent(_Event):
                     raise ValueError(why)
                 aside[code[:80]] = why
                 continue
-            out.extend(norm for norm in found if norm not in out)
+            out.update(dict.fromkeys(found))
         if len(out) > MAX_DTC_CODES:
             raise ValueError(f"{len(out)} trouble codes: at most {MAX_DTC_CODES} in one alert")
-        return out
+        return list(out)
 
     @field_validator("signals", mode="before")
     @classmethod
@@ -1620,20 +1628,25 @@ def _finite(value: object) -> bool:
         return False
 
 
-# A surrogate's escape that is half a character: a high one without a low one after it, or a low one without a
-# high one before it.
-_LONE_SURROGATE_ESCAPE_RE = re.compile(
-    r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-    r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+# Read left to right: an escaped backslash (kept: what follows it is text, not an escape), a surrogate pair's
+# escapes (kept: one whole character), or a surrogate's escape alone (half a character).
+_SURROGATE_ESCAPES_RE = re.compile(
+    r"\\\\|\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\u[dD][c-fC-F][0-9a-fA-F]{2})?|\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 )
+
+
+def _whole_escape(found: re.Match[str]) -> str:
+    escape = found.group(0)
+    return escape if escape == "\\\\" or len(escape) == 12 else "\\ufffd"
 
 
 def whole_escapes(text: str) -> str:
     """Text with each escape of half a character (``\\ud83d`` alone) written as U+FFFD's, ``\\ufffd``: JSON in
-    a model's prose (its answer) decoded anywhere later then makes no lone surrogate."""
+    a model's prose (its answer) decoded anywhere later then makes no lone surrogate. A pair's escapes, and
+    text after an escaped backslash (``\\\\ud83d``, a backslash and then letters), stay as they are."""
     if "\\u" not in text or not _SURROGATE_ESCAPE_RE.search(text):
         return text
-    return _LONE_SURROGATE_ESCAPE_RE.sub(lambda _: "\\ufffd", text)
+    return _SURROGATE_ESCAPES_RE.sub(_whole_escape, text)
 
 
 def loads_whole(text: str) -> Any:

@@ -129,7 +129,8 @@ def test_a_reading_no_vehicle_reads_is_set_aside_and_the_alert_kept() -> None:
     kept = {"fuel_trim_pct": -12.0, "ambient_temp_f": -40.0, "pack_current_a": -120.0, "motor_torque_nm": -80.0,
             "i_phase_c": -400.0, "delta_t_k": -2.0, "cell_temp_diff_k": -2.0, "soc_delta_pct": -5.0,
             "soh_change_pct": -1.0, "soc_temp_c": -5.0, "tbox_soc_temp_c": -5.0, "odometer_delta_km": -5.0,
-            "insulation_res_change_kohm": -5.0}  # fmt: skip
+            "insulation_res_change_kohm": -5.0, "soc_max_c": -5.0, "soc_total_ah": -5.0, "soc_raw": -5.0,
+            "soc_v": -0.5}  # fmt: skip
     assert read(kept).signals == kept
 
 

@@ -207,3 +207,22 @@ def test_half_an_emoji_in_a_reply_is_a_broken_character_and_the_session_is_kept(
     diagnosis = h.diagnose(alert("e-1", datetime(2026, 11, 1, 8, tzinfo=UTC), signals={"cell_voltage_diff_mv": 187}))
     assert diagnosis.root_cause == "weak cell group \ufffd; ruled out: pump \ufffd"
     assert "\ufffd" in h.state[diagnosis.vin][0]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("text", "whole"),
+    [
+        (r"a \ud83d b", r"a \ufffd b"),  # half an emoji
+        (r"\ud83d\ude00 ok", r"\ud83d\ude00 ok"),  # a whole one: kept
+        (r"\ude00 x", r"\ufffd x"),  # a low half alone
+        (r"\ud83d\ud83d\ude00", r"\ufffd\ud83d\ude00"),
+        (r"\\ud83d", r"\\ud83d"),  # a backslash, then letters: kept (a review)
+        (r"\\ud83d\ude00", r"\\ud83d\ufffd"),  # ... and the low half after them is alone
+        (r"\u7535 plain", r"\u7535 plain"),
+    ],
+)
+def test_escapes_of_half_a_character_are_written_as_u_fffd(text: str, whole: str) -> None:
+    from vdoctor.events import whole_escapes
+
+    assert whole_escapes(text) == whole
+    json.loads(f'"{whole}"').encode()  # (decoded, it is text any writer takes)

@@ -83,3 +83,48 @@ def test_a_live_session_the_failed_run_changed_is_kept_as_it_was_before_the_run(
     assert [kind for kind, _ in again.outputs] == [op_module.DIAGNOSIS]
     assert json.loads(again.session_json or "{}")["alerts"] == json.loads(first.session_json)["alerts"] + 1
     function.close()
+
+
+def test_an_engine_dead_letter_that_cannot_be_written_keeps_the_session_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's own dead letters and duplicates gave no session as found, and the fallback then cleared the
+    vehicle's open session (found by a review): a store error whose message holds half an emoji."""
+    from vdoctor.errors import StoreError
+
+    runtime = Runtime()
+    function = operator(runtime, 1, OfflineModel(), InMemoryStore(), monkeypatch)
+    engine = function.engine
+    [(vin, first_json, first_raw), (_, second_json, second_raw)] = alerts(1, 2)
+    carry, first = function._step(vin, (None, DedupState()), (first_json, first_raw))
+
+    def down(*args: Any) -> Any:
+        raise StoreError("store down \ud83d")
+
+    monkeypatch.setattr(engine, "_on_alert", down)
+    kept, refused = function._step(vin, carry, (second_json, second_raw))
+    assert refused.dead_letters == 1 and refused.session_json == first.session_json
+    assert kept[0] is not None and kept[0].model_dump_json() == first.session_json
+    # A duplicate keeps its id: the event it repeats was processed.
+    monkeypatch.undo()
+    monkeypatch.setattr(op_module, "build_engine", lambda settings: engine)
+    _, duplicate = function._step(vin, carry, (first_json, first_raw))
+    assert duplicate.outputs == [] and "e-0-0" in duplicate.dedup_json
+    function.close()
+
+
+def test_the_engine_lets_a_memory_error_through() -> None:
+    """A worker out of memory is the worker's failure, not the event's: it was one event's dead letter."""
+    from datetime import UTC, datetime
+
+    from tests.unit.test_engine import Harness, alert
+    from vdoctor.diagnosis import DiagnosisEngine
+    from vdoctor.embedders.hashing import HashingEmbedder
+    from vdoctor.knowledge import load_pack
+
+    engine = DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack())
+
+    def out_of_memory(*args: Any) -> Any:
+        raise MemoryError
+
+    engine._on_alert = out_of_memory  # type: ignore[method-assign]
+    with pytest.raises(MemoryError):
+        Harness(engine).send(alert("e-1", datetime(2026, 11, 1, 8, tzinfo=UTC)))

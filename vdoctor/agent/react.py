@@ -18,7 +18,7 @@ from vdoctor.agent.window import ContextWindow
 from vdoctor.errors import ModelError
 from vdoctor.events import MAX_DTC_CODES, loads_whole, whole_strings
 from vdoctor.memory.working import clip_text
-from vdoctor.models.base import ChatModel, Message, ToolCall
+from vdoctor.models.base import MAX_CALL_ID_CHARS, ChatModel, Message, ToolCall
 from vdoctor.records import Phase, Priority
 
 # Lookup, signal history, a knowledge search and a retry fit well within 6
@@ -183,7 +183,7 @@ def _not_run(call: ToolCall, step: int, index: int) -> ToolCall:
     cut (an id too long for that is named by its step and its place in it, as ``unique_call_ids`` names a
     call without one, so that its result still answers it and no other call of the run has it: by its place
     alone, two steps' calls shared one)."""
-    call_id = call.id if len(call.id) <= 64 else f"call{(step + 1) * 1000 + index:05d}"
+    call_id = call.id if len(call.id) <= MAX_CALL_ID_CHARS else f"call{(step + 1) * 1000 + index:05d}"
     return replace(call, id=call_id, name=call.name[:64], arguments={})
 
 

@@ -6,6 +6,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+# A tool call's id longer than this is taken as none: a hosted model's call gets one of ours
+# (``openai.unique_call_ids``), and a call not run for its size is renamed (``react._not_run``).
+MAX_CALL_ID_CHARS = 64
+
 # ``json.dumps(arguments, ensure_ascii=False)`` without building an encoder per call.
 _ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False).encode
 

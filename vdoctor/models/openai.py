@@ -32,7 +32,7 @@ from pydantic import SecretStr
 
 from vdoctor.errors import ConfigError, ModelError
 from vdoctor.events import loads_whole, whole_escapes
-from vdoctor.models.base import ChatResponse, Message, ToolCall, ToolSpec
+from vdoctor.models.base import MAX_CALL_ID_CHARS, ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.openai_clients import ThreadClients, http_client
 from vdoctor.url_credentials import shown_url
 
@@ -124,8 +124,6 @@ def _content_text(content: object) -> str | None:
 # Our tool-call ids number a turn's calls from the turn times this: room for any reply's calls (react.py runs
 # 16 of a step), in the five digits of a nine-character id up to the 99th turn (a run has 6).
 _CALLS_PER_TURN = 1000
-# An id longer than this is taken as none (OpenAI refuses ids over 40 characters; the transcript cuts at 64).
-MAX_CALL_ID_CHARS = 64
 
 
 def unique_call_ids(given: list[object], messages: list[Message]) -> list[str]:

@@ -256,6 +256,7 @@ class SqliteStore:
             meta = dict(self._conn.execute("SELECT key, value FROM vd_meta").fetchall())
         except sqlite3.OperationalError as e:
             if "no such table" not in str(e):
+                self._conn.close()
                 raise
             meta = {}  # (no vd_meta: a file of the releases before it)
         if meta.get("schema") != SCHEMA_VERSION or "epoch" not in meta:
