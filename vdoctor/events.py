@@ -1605,6 +1605,14 @@ _SURROGATE_ESCAPE_RE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE_BYTES_RE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
+def _has_surrogate_escape(text: str | bytes) -> bool:
+    """Whether JSON text holds a surrogate's escape at all: only then is what it reads walked for lone ones
+    (``whole_strings``), or its escapes rewritten (``whole_escapes``)."""
+    if isinstance(text, str):
+        return "\\u" in text and _SURROGATE_ESCAPE_RE.search(text) is not None
+    return b"\\u" in text and _SURROGATE_ESCAPE_BYTES_RE.search(text) is not None
+
+
 def whole_strings(value: Any) -> Any:
     """``value`` (JSON read into Python) with every string in it, keys too, through ``whole_characters``: a lone
     surrogate escape read as U+FFFD, where it made text that no JSON or UTF-8 writer takes."""
@@ -1644,16 +1652,14 @@ def whole_escapes(text: str) -> str:
     """Text with each escape of half a character (``\\ud83d`` alone) written as U+FFFD's, ``\\ufffd``: JSON in
     a model's prose (its answer) decoded anywhere later then makes no lone surrogate. A pair's escapes, and
     text after an escaped backslash (``\\\\ud83d``, a backslash and then letters), stay as they are."""
-    if "\\u" not in text or not _SURROGATE_ESCAPE_RE.search(text):
-        return text
-    return _SURROGATE_ESCAPES_RE.sub(_whole_escape, text)
+    return _SURROGATE_ESCAPES_RE.sub(_whole_escape, text) if _has_surrogate_escape(text) else text
 
 
 def loads_whole(text: str) -> Any:
     """``json.loads(text)``, each lone surrogate escape in it read as U+FFFD (``whole_strings``); walked only
     when the text has a surrogate escape at all."""
     found = json.loads(text)
-    return whole_strings(found) if "\\u" in text and _SURROGATE_ESCAPE_RE.search(text) else found
+    return whole_strings(found) if _has_surrogate_escape(text) else found
 
 
 def _load_json(raw: str) -> Any:
@@ -1666,11 +1672,11 @@ def _load_json(raw: str) -> Any:
     # start a UTF-8 file with one, and the file's first event was a dead letter ("Unexpected UTF-8 BOM").
     if isinstance(raw, str):
         found = _DECODER.decode(raw[1:] if raw.startswith("\ufeff") else raw)
-        return whole_strings(found) if "\\u" in raw and _SURROGATE_ESCAPE_RE.search(raw) else found
-    if raw.startswith(codecs.BOM_UTF8):
-        raw = raw[len(codecs.BOM_UTF8) :]
-    found = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
-    return whole_strings(found) if b"\\u" in raw and _SURROGATE_ESCAPE_BYTES_RE.search(raw) else found
+    else:
+        if raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8) :]
+        found = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    return whole_strings(found) if _has_surrogate_escape(raw) else found
 
 
 def describe_validation_error(

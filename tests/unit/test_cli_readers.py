@@ -69,14 +69,20 @@ def test_the_reading_commands_leave_the_store_and_its_files_as_they_are(
     assert VIN in captured.out and "nope" in captured.err
 
 
-def test_a_file_an_older_release_wrote_is_migrated_once_and_read(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _older_file(tmp_path: Path, change: str) -> str:
+    """The URL of a store holding one case, its file changed by the SQL ``change`` as an older release left it."""
     db = tmp_path / "memory.db"
     url = f"sqlite:///{db}"
     _written_case(url)
-    with sqlite3.connect(db) as conn:  # as a release with an older schema left it
-        conn.execute("UPDATE vd_meta SET value = '1' WHERE key = 'schema'")
+    with sqlite3.connect(db) as conn:
+        conn.execute(change)
+    return url
+
+
+def test_a_file_an_older_release_wrote_is_migrated_once_and_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = _older_file(tmp_path, "UPDATE vd_meta SET value = '1' WHERE key = 'schema'")
     with pytest.raises(StaleSchema):
         open_store(url, read_only=True).close()
     assert cli.main(["memory", "history", "--vin", VIN, "--memory", url]) == 0
@@ -91,11 +97,7 @@ def test_a_file_from_before_the_schema_was_versioned_is_migrated_too(
 ) -> None:
     """A file without vd_meta (the releases before it) was a StoreError, "no such table: vd_meta", which the
     readers did not take for an old schema (found by a review)."""
-    db = tmp_path / "memory.db"
-    url = f"sqlite:///{db}"
-    _written_case(url)
-    with sqlite3.connect(db) as conn:
-        conn.execute("DROP TABLE vd_meta")
+    url = _older_file(tmp_path, "DROP TABLE vd_meta")
     assert cli.main(["memory", "history", "--vin", VIN, "--memory", url]) == 0
     captured = capsys.readouterr()
     assert "has schema unversioned" in captured.err and VIN in captured.out

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 from vdoctor.agent.tools import Toolbox
 from vdoctor.agent.window import ContextWindow
 from vdoctor.errors import ModelError
-from vdoctor.events import MAX_DTC_CODES, loads_whole, whole_strings
+from vdoctor.events import MAX_DTC_CODES
 from vdoctor.memory.working import clip_text
 from vdoctor.models.base import MAX_CALL_ID_CHARS, ChatModel, Message, ToolCall
 from vdoctor.records import Phase, Priority
@@ -118,8 +118,7 @@ def _answer_in(content: str) -> FinalAnswer | None:
     if not match:
         return None
     try:
-        # (an escape of half an emoji in the answer's text read as U+FFFD, as in a reply: ``loads_whole``)
-        return FinalAnswer.model_validate(loads_whole(match.group(0)))
+        return FinalAnswer.model_validate(json.loads(match.group(0)))
     except (ValueError, ValidationError, RecursionError):  # RecursionError: JSON nested deeper than json reads
         pass
     start = -1
@@ -130,7 +129,7 @@ def _answer_in(content: str) -> FinalAnswer | None:
         try:
             value, _end = _DECODER.raw_decode(content, start)
             if isinstance(value, dict) and "phase" in value:
-                return FinalAnswer.model_validate(whole_strings(value))
+                return FinalAnswer.model_validate(value)
         except (ValueError, ValidationError, RecursionError):
             continue
     return None

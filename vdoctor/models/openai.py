@@ -108,7 +108,11 @@ def _parse_arguments(raw: object, name: str, scrub: Callable[[str], str]) -> dic
 def _content_text(content: object) -> str | None:
     """A reply message's content as text: a string as it is; a list of parts, as some OpenAI-compatible
     servers send it (``[{"type": "text", "text": "..."}]``), as its text parts joined, any other part left
-    out; None when there is no text. A list was read as no content, and the answer in it was lost."""
+    out; None when there is no text. A list was read as no content, and the answer in it was lost.
+
+    Escapes of half a character in it (JSON in the prose: the answer) are written as U+FFFD's here, where the
+    model's text enters the job, so that no later reading of that JSON (the answer, its prose's key facts)
+    makes a lone surrogate."""
     if isinstance(content, str):
         return whole_escapes(content)
     if not isinstance(content, list):
