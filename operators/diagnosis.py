@@ -112,6 +112,7 @@ class Applied:
     run_latency_ms: float | None = None
     model_latency_ms: float | None = None
     dead_letters: int = 0
+    duplicates: int = 0  # the same event sent again, dropped
     stats: RunStats = field(default_factory=RunStats)
 
 
@@ -244,6 +245,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
                 session_json=result.session.model_dump_json() if result.session is not None else None,
                 dedup_json=result.dedup.model_dump_json(),
                 dead_letters=len(result.dead_letters),
+                duplicates=int(result.duplicate and not result.dead_letters),
                 stats=result.stats,
             )
             for d in result.diagnoses:

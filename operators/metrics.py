@@ -99,6 +99,7 @@ class RunFigures(Protocol):
     run_latency_ms: float | None
     model_latency_ms: float | None
     dead_letters: int
+    duplicates: int
     stats: RunStats
 
 
@@ -129,6 +130,8 @@ class DiagnosisMetrics:
         self.l3_writes = counter("l3_writes")
         self.l3_write_failures = counter("l3_write_failures")
         self.process_dead_letters = dead_letter_counter(group, "process")
+        # Events dropped as the same event sent again (same vehicle, id and event time).
+        self.duplicates = counter("duplicates")
         self.run_latency = histogram(group, "run_latency_ms")
         self.model_latency = histogram(group, "model_latency_ms")
         # Recall and writes take about a millisecond on the embedded store: microseconds keep their spread.
@@ -168,6 +171,7 @@ class DiagnosisMetrics:
         self.completion_tokens.inc(run.completion_tokens)
         self.model_failures.inc(run.model_failures)
         self.process_dead_letters.inc(run.dead_letters)
+        self.duplicates.inc(run.duplicates)
         if run.run_latency_ms is not None:
             self.run_latency.update(round(run.run_latency_ms))
         if run.model_latency_ms is not None:

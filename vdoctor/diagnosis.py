@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from vdoctor.agent.evidence import EVIDENCE_DROPPED, check_evidence
 from vdoctor.agent.prompt import build_window
@@ -116,12 +117,24 @@ class StepResult:
     dedup: DedupState | StoredDedup  # the stored ids, as the state's text (``StoredDedup``) or parsed
     diagnoses: list[Diagnosis] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    # The event's id is one an event already processed has: the same event sent again (dropped), or, with a
+    # dead letter, another event under a taken id.
     duplicate: bool = False
     stats: RunStats = field(default_factory=RunStats)
     # The session as the event found it (every result has it): a live one, which an alert's run may have changed
     # in place, as its text from before the run. What the operator keeps when writing the run's state or outputs
     # fails.
     given: SessionState | StoredSession | None = None
+
+
+def reused_id_text(event: Event, first: int) -> str:
+    """A dead letter's reason for an event whose id an event of another time was processed under."""
+    taken = iso(datetime.fromtimestamp(first, UTC))
+    return (
+        f"event id {event.event_id!r} of {event.vin} was processed with an event of {taken}; this event is of "
+        f"{iso(event.ts)}, so it is not that event sent again: not diagnosed under an id already taken (event ids "
+        "are unique per vehicle: send it with an id of its own)"
+    )
 
 
 def failure_text(error: Exception) -> str:
@@ -242,7 +255,14 @@ class DiagnosisEngine:
         the same event sent again is processed, and counted once.
         """
         if not dedup.check_and_add(event.event_id, event.ts):
-            return StepResult(session=session, dedup=dedup, duplicate=True, given=session)
+            # The id is taken: by the same event sent again (dropped, counted), or by another event, which a
+            # producer that reuses its ids sends (a counter started again), whose time differs. That one was
+            # dropped without a word; it is a dead letter, and the id stays the processed event's.
+            first = dedup.seen_at(event.event_id)
+            if first is None or first == int(event.ts.timestamp()):
+                return StepResult(session=session, dedup=dedup, duplicate=True, given=session)
+            letter = DeadLetter(raw=raw, error=reused_id_text(event, first), stage="process")
+            return StepResult(session=session, dedup=dedup, dead_letters=[letter], duplicate=True, given=session)
         # A stored session is never changed in place; a live one (a vehicle's chain of runs) is, by an alert.
         given: SessionState | StoredSession | None = session
         if isinstance(session, SessionState) and isinstance(event, AlertEvent):

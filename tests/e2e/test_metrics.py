@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,7 @@ OP = "flink_taskmanager_job_task_operator_vdoctor_"
 # Issue 17's list, by exported name: runs, runs in flight and queued, model calls, failures and latency
 # (histogram), tokens, recall latency (histogram) and recalled counts, L3 write latency and failures,
 # summary-fidelity counters, dead letters by stage.
-COUNTERS = ["runs", "llm_calls", "tool_calls", "model_failures", "prompt_tokens", "completion_tokens",
+COUNTERS = ["runs", "duplicates", "llm_calls", "tool_calls", "model_failures", "prompt_tokens", "completion_tokens",
             "recalled_own", "recalled_similar", "l3_writes", "l3_write_failures"]  # fmt: skip
 GAUGES = ["runs_in_flight", "runs_queued", "model_calls_waiting", "runs_per_second", "summaries_checked",
           "summaries_passed_first_time", "summaries_repaired", "summaries_retried", "summary_fidelity_failed",
@@ -89,6 +90,12 @@ def valid_demo_lines(n: int) -> list[str]:
     return out[:n]
 
 
+def resent(lines: list[str]) -> int:
+    """How many of ``lines`` are an event sent again: the vehicle's, id's and time's of an earlier line."""
+    keys = [(e["vin"], e["event_id"], e["ts"]) for e in map(json.loads, lines)]
+    return len(keys) - len(set(keys))
+
+
 @pytest.fixture(scope="module")
 def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder of the replay below: its input, outputs, and its Flink JVM's log (``flink-log``)."""
@@ -113,6 +120,11 @@ def scraped(work: Path) -> dict[str, list[tuple[dict[str, str], float]]]:
         ),
         *valid_demo_lines(400),
     ]
+    # The first alert sent again (dropped, counted), and another alert under its id (a process dead letter), early:
+    # a run that ends just before the job does may never be scraped.
+    again = json.loads(lines[3])
+    later = datetime.fromisoformat(again["ts"]) + timedelta(hours=1)
+    lines[4:4] = [json.dumps(again), json.dumps({**again, "ts": later.strftime("%Y-%m-%dT%H:%M:%SZ")})]
     alerts = work / "alerts.jsonl"
     alerts.write_text("\n".join(lines) + "\n", encoding="utf-8")
     port = free_port()
@@ -192,9 +204,11 @@ def test_the_numbers_follow_the_input(scraped: dict[str, list[tuple[dict[str, st
     assert total(scraped, OP + "summaries_checked") > 0
     # The process's malloc trimmer ran (every second here).
     assert total(scraped, OP + "malloc_trims") > 0
-    # One bad line of each stage went in first.
-    for stage in ("parse", "validate", "process"):
-        assert total(scraped, OP + "stage_dead_letters", stage=stage) == 1, stage
+    # One bad line of each stage went in first, and an alert under another's id (a process dead letter).
+    for stage, letters in (("parse", 1), ("validate", 1), ("process", 2)):
+        assert total(scraped, OP + "stage_dead_letters", stage=stage) == letters, stage
+    # The demo fleet's own resent alerts among the lines replayed, and the first one resent.
+    assert total(scraped, OP + "duplicates") == resent(valid_demo_lines(400)) + 1
 
 
 def dashboard_metrics() -> dict[str, set[str]]:

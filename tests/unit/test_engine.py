@@ -212,6 +212,29 @@ def test_duplicate_event_id_produces_no_output(harness: Harness, store: InMemory
     assert session is not None and session.alerts == 2
 
 
+def test_an_id_taken_by_an_event_of_another_time_is_a_dead_letter_not_a_dropped_duplicate(
+    harness: Harness, store: InMemoryStore
+) -> None:
+    """A producer that reuses its ids (a counter started again) sends another event under a taken id: its time
+    differs from the processed event's. It was dropped as a duplicate without a word; it is a dead letter naming
+    both times, and the id stays the first event's (a resend of that one is still a duplicate)."""
+    first = alert("e-1", T0, signals={"cell_voltage_diff_mv": 87})
+    harness.diagnose(first)
+    reused = alert("e-1", T0 + timedelta(hours=3), signals={"cell_voltage_diff_mv": 187})
+    result = harness.send(reused)
+    assert result.diagnoses == [] and result.duplicate
+    assert [d.stage for d in result.dead_letters] == ["process"]
+    reason = result.dead_letters[0].error
+    assert "'e-1'" in reason and iso(T0) in reason and iso(T0 + timedelta(hours=3)) in reason, reason
+    assert "id of its own" in reason
+    assert result.dead_letters[0].raw == json.dumps(reused, ensure_ascii=False)
+    resend = harness.send(first)
+    assert resend.duplicate and resend.dead_letters == [] and resend.diagnoses == []
+    # Sent again with an id of its own, the event is diagnosed.
+    harness.diagnose(alert("e-1b", T0 + timedelta(hours=3), signals={"cell_voltage_diff_mv": 187}))
+    assert [d.event_id for d in harness.diagnoses] == ["e-1", "e-1b"]
+
+
 def test_alert_within_48h_joins_the_open_session(harness: Harness) -> None:
     harness.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
     later = harness.diagnose(alert("e-2", T0 + timedelta(hours=47), signals={"cell_voltage_diff_mv": 90}))

@@ -63,6 +63,10 @@ def test_stored_dedup_answers_and_writes_as_the_parsed_state(seed: int) -> None:
         eid = _random_id(rng, made)
         ts = T0 + timedelta(seconds=rng.randrange(-(10**6), 10**8))
         assert stored.check_and_add(eid, ts) == plain.check_and_add(eid, ts), (step, eid)
+        # When the id was first processed (a duplicate's time tells a resend from a reused id).
+        assert stored.seen_at(eid) == plain.seen_at(eid) is not None, (step, eid)
+        probe = _random_id(rng, made)
+        assert stored.seen_at(probe) == plain.seen_at(probe), (step, probe)
         made.append(eid)
         if rng.random() < 0.5:  # the state written and read back, as between two events
             text = stored.model_dump_json()
@@ -80,6 +84,7 @@ def test_plain_texts_are_edited_not_parsed() -> None:
     assert not stored.check_and_add(first, T0)
     assert stored.check_and_add("e-new", T0) and stored.check_and_add("é😀 :,{}", T0)
     assert not stored.check_and_add("e-new", T0)
+    assert stored.seen_at("e-new") == int(T0.timestamp()) and stored.seen_at("e-none") is None
     assert stored._parsed is None  # noqa: SLF001
     assert f'"{first}":' not in stored.model_dump_json()  # the oldest went
     assert stored.check_and_add('e"q', T0) and stored._parsed is not None  # noqa: SLF001
@@ -95,6 +100,7 @@ def test_every_part_of_a_small_text_as_an_id() -> None:
         for i in range(len(text)):
             for j in range(i, len(text) + 1):
                 plain, stored = DedupState.model_validate_json(text), StoredDedup(text)
+                assert stored.seen_at(text[i:j]) == plain.seen_at(text[i:j]), (text, text[i:j])
                 assert stored.check_and_add(text[i:j], T0) == plain.check_and_add(text[i:j], T0), (text, text[i:j])
                 assert stored.model_dump_json() == plain.model_dump_json()
 

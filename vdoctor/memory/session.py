@@ -341,6 +341,10 @@ class DedupState(BaseModel):
             del self.seen[next(iter(self.seen))]
         return True
 
+    def seen_at(self, event_id: str) -> int | None:
+        """The event time (epoch seconds) the id was first processed with, or None if it is not held."""
+        return self.seen.get(event_id)
+
     def discard(self, event_id: str) -> None:
         """Forget the id (if held), so that the event counts as new when it comes again.
 
@@ -419,6 +423,19 @@ class StoredDedup:
             self._ids = ids + 1
         self.json = f"{_DEDUP_HEAD}{kept}{',' if kept else ''}{key}{int(ts.timestamp())}}}}}"
         return True
+
+    def seen_at(self, event_id: str) -> int | None:
+        """``DedupState.seen_at`` on the stored ids: the entry's value read from the text."""
+        if self._parsed is not None or event_id.startswith(":") or _ESCAPED_RE.search(event_id) or self._count() < 0:
+            return self.load().seen_at(event_id)
+        text = self.json
+        key = f'"{event_id}":'
+        start = text.find(key, len(_DEDUP_HEAD))
+        if start == -1:
+            return None
+        start += len(key)
+        end = text.find(",", start)  # the entry's value is digits: the next comma, or the closing braces, ends it
+        return int(text[start : end if end != -1 else len(text) - 2])
 
     def discard(self, event_id: str) -> None:
         """``DedupState.discard`` on the stored ids: the id's entry is cut from the text."""
