@@ -89,6 +89,14 @@ TICK_MS = 20
 END_WAIT_S = 1.0
 # The final watermark of a bounded input; an event-time timer here fires only at end of input.
 END_OF_INPUT = 2**63 - 1
+# A vehicle's case whose write failed (``SessionState.l3_pending``) is tried again this long after (and again
+# after each failed try) while its session waits for the vehicle's next alert: ``runtime.case_retry_s``.
+# Its timer is off the tick's grid by this much, which tells the two apart.
+RETRY_MARK = 1
+# The item of such a try in a vehicle's chain and its pending list, in place of an event's JSON (which the
+# parse stage always writes as an object, ``{...}``).
+RETRY_CASE = "retry-case"
+RETRY_ITEM = (RETRY_CASE, "")
 
 Item = tuple[str, str]  # (event json, raw line)
 # A vehicle's session: as stored (parsed by the engine only if its event continues it), live, or none.
@@ -114,6 +122,10 @@ class Applied:
     dead_letters: int = 0
     duplicates: int = 0  # the same event sent again, dropped
     stats: RunStats = field(default_factory=RunStats)
+    # False for a try of a waiting case's write (``RETRY_ITEM``): no event, no run counted.
+    event: bool = True
+    # The vehicle's case waits for its write after this run (``SessionState.l3_pending``): its retry is due.
+    case_pending: bool = False
 
 
 def _refused(carry: Carry, raw: str, error: str) -> Applied:
@@ -166,6 +178,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         # backend's own key objects, so no key is built per apply).
         self._handles: dict[str, Any] = {}
         self._tick_at: int | None = None
+        self._retry_ms = 0  # runtime.case_retry_s
         self._resumed = False
         # Thread mode at concurrency 1, once the restored vehicles' pending events have run: no key has any.
         self._none_pending = False
@@ -183,6 +196,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.engine = build_engine(settings)
         self._leave_trimming = start_trimming(settings.runtime.malloc_trim_s)
         self.inline = settings.runtime.concurrency == 1
+        self._retry_ms = int(settings.runtime.case_retry_s * 1000)
         if not self.inline:
             tune_gc_for_runs()
             admission = None
@@ -231,6 +245,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             raise RuntimeError("DiagnosisFunction.open() was not called")
         session, dedup = carry
         event_json, raw = item
+        if event_json == RETRY_CASE:
+            return self._retry_case(carry)
         try:
             event = EVENT_ADAPTER.validate_json(event_json)
         except ValidationError as e:
@@ -247,6 +263,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
                 dead_letters=len(result.dead_letters),
                 duplicates=int(result.duplicate and not result.dead_letters),
                 stats=result.stats,
+                # A write that failed just now (another pending case has its retry due already).
+                case_pending=isinstance(result.session, SessionState)
+                and result.session.l3_pending
+                and result.stats.write_failed,
             )
             for d in result.diagnoses:
                 applied.outputs.append((DIAGNOSIS, d.model_dump_json()))
@@ -271,6 +291,36 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             kept: Carry = (before, dedup)
             return kept, _refused(kept, raw, failure_text(e))
         return (result.session, result.dedup), applied
+
+    def _retry_case(self, carry: Carry) -> tuple[Carry, Applied]:
+        """A try of the vehicle's waiting case (``DiagnosisEngine.retry_case``), on a worker thread."""
+        if self.engine is None:
+            raise RuntimeError("DiagnosisFunction.open() was not called")
+        session, dedup = carry
+        result = None
+        try:
+            result = self.engine.retry_case(session, dedup)
+            after = result.session
+            applied = Applied(
+                session_json=after.model_dump_json() if after is not None else None,
+                dedup_json=dedup.model_dump_json(),
+                stats=result.stats,
+                event=False,
+                case_pending=after is not None and after.l3_pending,
+            )
+        except MemoryError:
+            raise
+        except Exception:  # noqa: BLE001 - the session stays as it was before the try, its case waiting
+            log.warning("a try of a waiting case failed after its run", exc_info=True)
+            before = session if result is None else result.given
+            kept = Applied(
+                session_json=before.model_dump_json() if before is not None else None,
+                dedup_json=dedup.model_dump_json(),
+                event=False,
+                case_pending=True,
+            )
+            return (before, dedup), kept
+        return (after, dedup), applied
 
     # -- operator thread: the only one touching state ------------------------------
 
@@ -346,7 +396,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
                 self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
         self._ensure_tick(ctx)
 
-    def _run_inline(self, vin: str, items: list[Item]) -> list[tuple[str, str]]:
+    def _run_inline(self, vin: str, items: list[Item], ctx: KeyedProcessFunction.Context) -> list[tuple[str, str]]:
         """Run the current vehicle's events here, one after the other (concurrency 1), after any it has pending.
 
         Events pending in state come from a checkpoint of a run at a concurrency above 1 that had them
@@ -364,9 +414,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if pending:
             self.pending_state.clear()
             log.info("ran %d event(s) of %s restored waiting in the run pool", len(pending), vin)
-        return self._apply(done)
+        return self._apply(done, ctx)
 
-    def _resume_inline(self) -> list[tuple[str, str]]:
+    def _resume_inline(self, ctx: KeyedProcessFunction.Context) -> list[tuple[str, str]]:
         """Once per start at concurrency 1: run the events every vehicle was restored with pending (thread mode;
         in process mode, which cannot list keys, a vehicle's run when its next event or the end of input comes).
 
@@ -378,7 +428,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             return []
         out: list[tuple[str, str]] = []
         for vin, _ in self._restored_keys():
-            out += self._run_inline(vin, [])
+            out += self._run_inline(vin, [], ctx)
         return out
 
     def _ensure_tick(self, ctx: KeyedProcessFunction.Context) -> None:
@@ -394,24 +444,42 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     ) -> Iterator[tuple[str, str]]:
         _, vin, event_json, raw = value
         if self.inline:
-            yield from self._resume_inline()
-            yield from self._run_inline(vin, [(event_json, raw)])
+            yield from self._resume_inline(ctx)
+            yield from self._run_inline(vin, [(event_json, raw)], ctx)
             self.metrics.refresh()
             return
         self._resume(ctx)
+        self._submit(vin, (event_json, raw), ctx)
+        self._ensure_tick(ctx)
+        self.metrics.refresh()
+
+    def _submit(self, vin: str, item: Item, ctx: KeyedProcessFunction.Context) -> None:
+        """Add an item to the current vehicle's chain in the pool, and to its pending list."""
         pool = self._pool()
-        entry = json.dumps([event_json, raw], ensure_ascii=False)
+        entry = json.dumps(list(item), ensure_ascii=False)
         if pool.knows(vin):
             self._store_pending(vin, [*self._pending_entries(vin), entry])
-            pool.add(vin, (event_json, raw))
+            pool.add(vin, item)
         else:
             # New work, or a vehicle restored with runs still to do: all of pending, in order.
             pending = self._pending()
             self._store_pending(vin, [*(json.dumps(p, ensure_ascii=False) for p in pending), entry])
             self._handles[vin] = self._switch().current()
-            self._start_from_state(vin, [(e, r) for e, r in pending] + [(event_json, raw)], ctx)
-        self._ensure_tick(ctx)
-        self.metrics.refresh()
+            self._start_from_state(vin, [(e, r) for e, r in pending] + [item], ctx)
+
+    def _retry_due(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> bool:
+        """Whether this timer is the current vehicle's retry of its waiting case, and the case still waits."""
+        if ctx.time_domain() != TimeDomain.PROCESSING_TIME or timestamp % TICK_MS != RETRY_MARK:
+            return False
+        stored = self.session_state.value()
+        return bool(stored) and StoredSession(stored).l3_pending
+
+    def _schedule_retry(self, ctx: KeyedProcessFunction.Context) -> None:
+        """The current vehicle's retry of its waiting case, ``runtime.case_retry_s`` from now (off the tick's grid)."""
+        timers = ctx.timer_service()
+        timers.register_processing_time_timer(
+            next_tick_ms(timers.current_processing_time() + self._retry_ms) + RETRY_MARK
+        )
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
         if self._closed:
@@ -420,14 +488,17 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # stopped malloc trimmer's figures as 0.)
             return
         if self.inline:
-            # Timers of a run at a concurrency above 1, restored (this one registers none): its tick has no pool
-            # to drain, and a vehicle's end-of-input timer runs what it has pending.
-            yield from self._resume_inline()
-            yield from self._run_inline(ctx.get_current_key(), [])
+            # Timers of a run at a concurrency above 1, restored (this one registers none but retries): its tick
+            # has no pool to drain, and a vehicle's end-of-input timer runs what it has pending.
+            yield from self._resume_inline(ctx)
+            retry = [RETRY_ITEM] if self._retry_due(timestamp, ctx) else []
+            yield from self._run_inline(ctx.get_current_key(), retry, ctx)
             self.metrics.refresh()
             return
         pool = self._pool()
         self._resume(ctx)
+        if self._retry_due(timestamp, ctx):
+            self._submit(ctx.get_current_key(), RETRY_ITEM, ctx)
         if ctx.time_domain() == TimeDomain.EVENT_TIME:
             # The final watermark: nothing more will arrive. A vehicle restored
             # in process mode (which cannot list keys) starts here.
@@ -460,7 +531,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             for vin, done in finished:
                 handle = self._handles.get(vin)
                 keys.switch(handle if handle is not None else keys.handle(vin))
-                out += self._apply(done, vin)
+                out += self._apply(done, ctx, vin)
                 if not self._pool().knows(vin):
                     self._handles.pop(vin, None)
                     ctx.timer_service().delete_event_time_timer(END_OF_INPUT)
@@ -468,8 +539,11 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             keys.switch(home)
         return out
 
-    def _apply(self, done: list[Applied], vin: str | None = None) -> list[tuple[str, str]]:
-        """Store the newest snapshots of the current key, drop its finished events from pending; the outputs."""
+    def _apply(
+        self, done: list[Applied], ctx: KeyedProcessFunction.Context, vin: str | None = None
+    ) -> list[tuple[str, str]]:
+        """Store the newest snapshots of the current key, drop its finished events from pending; the outputs.
+        A case left waiting for its write has its retry scheduled."""
         if not done:
             return []
         last = done[-1]
@@ -480,6 +554,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.dedup_state.update(last.dedup_json)
         if vin is not None:  # from the pool: the finished events leave pending
             self._store_pending(vin, self._pending_entries(vin)[len(done) :])
+        if any(applied.case_pending for applied in done):
+            self._schedule_retry(ctx)
         out: list[tuple[str, str]] = []
         for applied in done:
             self.metrics.record(applied)

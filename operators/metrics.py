@@ -101,6 +101,7 @@ class RunFigures(Protocol):
     dead_letters: int
     duplicates: int
     stats: RunStats
+    event: bool  # False: a try of a waiting case's write, no event's run
 
 
 class DiagnosisMetrics:
@@ -163,8 +164,9 @@ class DiagnosisMetrics:
             self.trims[name].set(value)
 
     def record(self, run: RunFigures) -> None:
-        self.runs.inc()
-        self.runs_per_second.mark_event()
+        if run.event:
+            self.runs.inc()
+            self.runs_per_second.mark_event()
         self.llm_calls.inc(run.llm_calls)
         self.tool_calls.inc(run.tool_calls)
         self.prompt_tokens.inc(run.prompt_tokens)

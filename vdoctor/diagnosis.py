@@ -66,6 +66,7 @@ from vdoctor.records import (
 from vdoctor.retrieval.text import dense_text
 from vdoctor.stores import MemoryStore
 from vdoctor.stores.base import read_at_once
+from vdoctor.stores.retry import RetryingStore
 from vdoctor.tokens import DEFAULT_COUNTER, TokenCounter
 
 log = logging.getLogger(__name__)
@@ -617,8 +618,50 @@ class DiagnosisEngine:
         log.warning("%s did not reach long-term memory at a second try either: the case is lost", session.session_id)
         return [L3_LATE_WRITE_FAILED]
 
-    def _write_case(self, session: SessionState, working: WorkingMemory, stats: RunStats) -> list[str]:
-        """Summarise, check, embed and upsert a concluded case. Returns output flags."""
+    def retry_case(self, session: SessionState | StoredSession | None, dedup: DedupState | StoredDedup) -> StepResult:
+        """The vehicle's concluded case whose write failed (``l3_pending``), tried again while the session waits
+        for the vehicle's next alert (the operator's retry timer): a store or model down for longer than its own
+        retries, and a vehicle silent for longer than its session state's TTL, lost the case.
+
+        One try, straight to the store (not through its retries: the job's workers must not wait out an outage
+        for cases that can wait). The session comes back with the case written, still pending (the store or a
+        model still down: the operator tries again later), or no longer pending when its summary failed the
+        fidelity check, which no retry changes (such a summary never reaches long-term memory). Never raises
+        but ``MemoryError``: a failure leaves the session as it was.
+        """
+        if session is None or not session.l3_pending:
+            return StepResult(session=session, dedup=dedup, given=session)
+        given: SessionState | StoredSession = (
+            StoredSession(session.model_dump_json()) if isinstance(session, SessionState) else session
+        )
+        stats = RunStats()
+        try:
+            live = session.load() if isinstance(session, StoredSession) else session
+            working = WorkingMemory(
+                live.working, self.working_budget_tokens, self.counter, self.summarizer, self.summary_metrics
+            )
+            once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
+            flags = self._write_case(live, working, stats, store=once)
+        except MemoryError:
+            raise
+        except Exception:  # noqa: BLE001 - a retry's failure keeps the case waiting, as a failed write does
+            log.warning("retrying the write of the case of %s failed", session.session_id, exc_info=True)
+            return StepResult(session=given, dedup=dedup, given=given)
+        if live.l3_written:
+            log.info("wrote %s to long-term memory on a retry", live.session_id)
+        elif L3_WRITE_FAILED in flags:
+            log.info("%s is still not in long-term memory; it is tried again later", live.session_id)
+        else:
+            live.l3_pending = False
+            log.warning("%s will not reach long-term memory: %s", live.session_id, ", ".join(flags))
+        stats.write_failed = False  # (counted when a write fails for good, not at each retry)
+        return StepResult(session=live, dedup=dedup, stats=stats, given=given)
+
+    def _write_case(
+        self, session: SessionState, working: WorkingMemory, stats: RunStats, store: MemoryStore | None = None
+    ) -> list[str]:
+        """Summarise, check, embed and upsert a concluded case through ``store`` (the engine's by default).
+        Returns output flags."""
         if session.l3_written or session.conclusion is None:
             return []
         try:
@@ -668,7 +711,7 @@ class DiagnosisEngine:
         )
         started = time.perf_counter()
         try:
-            status = write_final(self.store, record, had_milestones=session.milestones_written > 0)
+            status = write_final(store or self.store, record, had_milestones=session.milestones_written > 0)
         except StoreError as e:
             # The diagnosis still goes out; the case is flagged, never silently dropped.
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)

@@ -64,6 +64,7 @@ DEFAULT_STORE_RETRY_S = 300.0
 MAX_STORE_RETRY_S = 24 * 3600.0
 MAX_MODEL_TIMEOUT_S = 3600.0
 MAX_STATE_TTL_S = 365 * 24 * 3600.0
+DEFAULT_CASE_RETRY_S = 600.0
 MAX_MALLOC_TRIM_S = 24 * 3600.0
 
 # The words of the query-vector file setting that name no file, in any case.
@@ -215,6 +216,10 @@ class RuntimeSettings(_Frozen):
     # of event time whatever this says; a job down for longer than this comes
     # back without the sessions that were open (their next alert opens a new one).
     state_ttl_s: float = Field(default=SESSION_TTL.total_seconds(), ge=1, le=MAX_STATE_TTL_S, allow_inf_nan=False)
+    # A concluded case whose write failed (the store, the embedder or the summary model down for longer than
+    # their own retries) waits in its session for the vehicle's next alert, and is tried again this often
+    # meanwhile (``DiagnosisEngine.retry_case``): each try keeps the session's state alive.
+    case_retry_s: float = Field(default=DEFAULT_CASE_RETRY_S, ge=1, le=MAX_STATE_TTL_S, allow_inf_nan=False)
     # Runs in flight follow the order that makes results independent of the
     # concurrency (vdoctor.replay_order; at parallelism 1, README "Deterministic replays").
     deterministic: bool = False
@@ -339,6 +344,7 @@ FIELDS: dict[str, tuple[str, str, str]] = {
     "extra_runs": ("runtime", "extra_runs", "VDOCTOR_EXTRA_RUNS"),
     "log_level": ("runtime", "log_level", "VDOCTOR_LOG_LEVEL"),
     "state_ttl_s": ("runtime", "state_ttl_s", "VDOCTOR_STATE_TTL_S"),
+    "case_retry_s": ("runtime", "case_retry_s", "VDOCTOR_CASE_RETRY_S"),
     "deterministic": ("runtime", "deterministic", "VDOCTOR_DETERMINISTIC"),
     "malloc_trim_s": ("runtime", "malloc_trim_s", "VDOCTOR_MALLOC_TRIM_S"),
     "naive_ts_zone": ("runtime", "naive_ts_zone", NAIVE_TS_ZONE_ENV),

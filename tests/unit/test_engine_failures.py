@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pytest
 
+from vdoctor import diagnosis as diagnosis_module
 from vdoctor.diagnosis import MAX_FAILURE_CHARS, DiagnosisEngine, StepResult, failure_text
 from vdoctor.embedders.base import Vectors
 from vdoctor.embedders.hashing import HashingEmbedder
@@ -27,6 +28,7 @@ from vdoctor.events import parse_event
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.knowledge.stores import open_knowledge_store
+from vdoctor.memory import summary as summary_module
 from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
 from vdoctor.memory.summarizer import ModelSummarizer, Summarizer
 from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolCall, ToolSpec
@@ -820,6 +822,93 @@ def test_a_case_waiting_for_its_second_write_is_written_before_a_lifecycle_event
     assert result.dead_letters == [] and result.session is not None and not result.session.l3_pending
     [case] = store.history(VIN)
     assert case.session_id == SID_1 and case.valid is False and case.invalid_ts == T0 + timedelta(days=1)
+
+
+# -- ... and on the operator's retry timer meanwhile (``DiagnosisEngine.retry_case``) ------------------------
+
+
+class UpsertDownStore(InMemoryStore):
+    """Long-term memory whose upserts fail while it is down; counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.upserts = 0
+
+    def upsert(self, record: MemoryRecord) -> None:
+        self.upserts += 1
+        if self.down:
+            raise StoreError("long-term memory at mysql://fleet: connection refused")
+        super().upsert(record)
+
+
+def _retry(h: Harness) -> StepResult:
+    """The operator's retry of the vehicle's waiting case, its state read and written as the job's."""
+    session_json, dedup_json = h.state[VIN]
+    result = h.engine.retry_case(StoredSession(session_json) if session_json else None, StoredDedup(dedup_json))
+    h.state[VIN] = (result.session.model_dump_json() if result.session is not None else None, dedup_json)
+    return result
+
+
+def test_a_case_the_store_refused_is_written_by_a_retry_without_waiting_out_the_outage(pack: KnowledgePack) -> None:
+    """A case whose write failed waited in its session for the vehicle's next alert: a vehicle silent for longer
+    than its session state's TTL lost it without a word. The operator's timer tries it meanwhile, once a try,
+    not through the store's own retries (a worker must not wait out an outage for a case that can wait)."""
+    from vdoctor.stores.retry import RetryingStore
+
+    inner, slept, clock = UpsertDownStore(), [], [0.0]
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    inner.down = True
+    store = RetryingStore(inner, 30.0, sleep=sleep, clock=lambda: clock[0])
+    h = Harness(engine(pack, store=store))  # type: ignore[arg-type]
+    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"] and inner.count() == 0
+    slept.clear()
+    before = inner.upserts
+    still = _retry(h)
+    assert inner.upserts == before + 1 and slept == [] and still.session is not None and still.session.l3_pending
+    assert not still.stats.write_failed  # (a failure for good is counted once, at the run that concluded)
+    inner.down = False
+    written = _retry(h)
+    assert written.session is not None and not written.session.l3_pending and written.session.l3_written
+    assert [r.session_id for r in inner.history(VIN)] == [SID_1] and written.stats.write_ms is not None
+    # Nothing waits any more: a later try and the next alert write nothing.
+    upserts = inner.upserts
+    assert _retry(h).session is not None and inner.upserts == upserts
+    assert h.diagnose(alert("e-2", T0 + timedelta(hours=2), 87)).flags == []
+
+
+def test_a_retry_of_a_vehicle_with_nothing_waiting_changes_nothing(pack: KnowledgePack) -> None:
+    h = Harness(engine(pack))
+    h.diagnose(alert("e-1", T0, 187))
+    before = h.state[VIN]
+    result = h.engine.retry_case(StoredSession(before[0] or ""), StoredDedup(before[1]))
+    assert isinstance(result.session, StoredSession) and result.session.json == before[0]
+    assert h.engine.retry_case(None, DedupState()).session is None
+
+
+def test_a_waiting_case_whose_summary_fails_its_check_on_a_retry_waits_no_more(
+    pack: KnowledgePack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No retry changes a summary that fails the fidelity check (such a summary never reaches long-term memory):
+    the case is let go, the log says why, and no timer tries it again."""
+    embedder = FlakyEmbedder()
+    h = Harness(engine(pack, embedder=embedder))
+    embedder.passages_down = True
+    h.diagnose(alert("e-1", T0, 187))
+    embedder.passages_down = False
+    real = summary_module.summarize_case
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        case = real(*args, **kwargs)
+        return replace(case, report=replace(case.report, missing=["cell_voltage_diff_mv=187"]))
+
+    monkeypatch.setattr(diagnosis_module, "summarize_case", failing)
+    result = _retry(h)
+    assert result.session is not None and not result.session.l3_pending and not result.session.l3_written
 
 
 def test_a_reading_delivered_late_is_not_the_latest_one(pack: KnowledgePack) -> None:

@@ -96,3 +96,13 @@ def test_recall_reads_fail_fast_during_an_outage() -> None:
     with pytest.raises(StoreError):
         store.own_history(VIN, datetime(2020, 1, 1, tzinfo=UTC), 10, as_of=datetime(2026, 12, 1, tzinfo=UTC))
     assert slept == [] and inner.calls == 1
+
+
+def test_an_outage_longer_than_a_thousand_retries_ends_in_a_store_error_at_the_deadline() -> None:
+    """The delay's exponent grew with every attempt: past ~1,024 attempts (over two hours of an outage, under a
+    deadline of up to a day, ``VDOCTOR_STORE_RETRY_S``) it overflowed a float, and the write failed with an
+    ``OverflowError`` instead of the store's error."""
+    inner, store, clock, _ = make(up_at=float("inf"), deadline=24 * 3600.0)
+    with pytest.raises(StoreError, match="still failing after 86400 s"):
+        store.upsert(record())
+    assert inner.calls > 1100 and clock[0] == 24 * 3600.0

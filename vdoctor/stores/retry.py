@@ -76,7 +76,8 @@ class RetryingStore:
                 with self._lock:
                     self.write_retries += 1
                 # Full jitter: retries of many vehicles do not hit the store in step.
-                delay = self._rng.uniform(0, min(MAX_DELAY_S, BASE_DELAY_S * 2 ** (attempt - 1)))
+                # (The exponent stops growing once the delay is at its cap: 2 ** 1024 is past a float.)
+                delay = self._rng.uniform(0, min(MAX_DELAY_S, BASE_DELAY_S * 2 ** min(attempt - 1, 32)))
                 delay = min(delay, max(0.0, self.deadline_s - waited))
                 log.warning("%s failed (attempt %d), retrying in %.1f s: %s", what, attempt, delay, e)
                 self._sleep(delay)
