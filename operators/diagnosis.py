@@ -89,14 +89,20 @@ TICK_MS = 20
 END_WAIT_S = 1.0
 # The final watermark of a bounded input; an event-time timer here fires only at end of input.
 END_OF_INPUT = 2**63 - 1
-# A vehicle's case whose write failed (``SessionState.l3_pending``) is tried again this long after (and again
-# after each failed try) while its session waits for the vehicle's next alert: ``runtime.case_retry_s``.
-# Its timer is off the tick's grid by this much, which tells the two apart.
+# A vehicle's case whose write failed (``SessionState.l3_pending``) is tried again ``runtime.case_retry_s``
+# after, and again after each failed try, while its session waits for the vehicle's next alert, for at most
+# ``CASE_RETRY_HORIZON_MS`` from its first try's schedule. One retry timer per vehicle: its time (and the
+# schedule's start) is in the ``case_retry`` state, and a timer of another time is an old one, ignored. The
+# next try's timer is registered as a try starts (a checkpoint taken while it runs holds it), and a retry
+# timer is off the tick's grid by ``RETRY_MARK``, which tells the two apart.
 RETRY_MARK = 1
+CASE_RETRY_HORIZON_MS = 7 * 24 * 3600 * 1000
 # The item of such a try in a vehicle's chain and its pending list, in place of an event's JSON (which the
 # parse stage always writes as an object, ``{...}``).
 RETRY_CASE = "retry-case"
 RETRY_ITEM = (RETRY_CASE, "")
+# Its entry in the pending list's JSON: outside any string (where a quote is escaped), so no event's text holds it.
+RETRY_ENTRY = json.dumps(list(RETRY_ITEM))
 
 Item = tuple[str, str]  # (event json, raw line)
 # A vehicle's session: as stored (parsed by the engine only if its event continues it), live, or none.
@@ -196,7 +202,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.engine = build_engine(settings)
         self._leave_trimming = start_trimming(settings.runtime.malloc_trim_s)
         self.inline = settings.runtime.concurrency == 1
-        self._retry_ms = int(settings.runtime.case_retry_s * 1000)
+        # At most half the state's TTL apart: each try writes the session's state, which keeps it.
+        self._retry_ms = int(min(settings.runtime.case_retry_s, settings.runtime.state_ttl_s / 2) * 1000)
         if not self.inline:
             tune_gc_for_runs()
             admission = None
@@ -214,6 +221,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.session_state = runtime_context.get_state(session)
         self.dedup_state = runtime_context.get_state(dedup)
         self.pending_state = runtime_context.get_state(pending)
+        # "<next try's timer (ms)> <when the tries began (ms)>" while a waiting case has its retry scheduled. No TTL:
+        # a retry timer is pending while it is set, and the timer clears it.
+        self.retry_state = runtime_context.get_state(ValueStateDescriptor("case_retry", Types.STRING()))
         # Inline too: a checkpoint of a run at a concurrency above 1 may hold events waiting in the pool.
         self.keys = KeySwitch(runtime_context)
         self._metrics(runtime_context)
@@ -453,9 +463,15 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._ensure_tick(ctx)
         self.metrics.refresh()
 
-    def _submit(self, vin: str, item: Item, ctx: KeyedProcessFunction.Context) -> None:
-        """Add an item to the current vehicle's chain in the pool, and to its pending list."""
+    def _submit(self, vin: str, item: Item | None, ctx: KeyedProcessFunction.Context) -> None:
+        """Add an item to the current vehicle's chain in the pool, and to its pending list (None: no item, the
+        chain of a vehicle restored with items pending started if it is not running)."""
         pool = self._pool()
+        if item is None:
+            if not pool.knows(vin) and (pending := self._pending()):
+                self._handles[vin] = self._switch().current()
+                self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
+            return
         entry = json.dumps(list(item), ensure_ascii=False)
         if pool.knows(vin):
             self._store_pending(vin, [*self._pending_entries(vin), entry])
@@ -467,19 +483,53 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             self._handles[vin] = self._switch().current()
             self._start_from_state(vin, [(e, r) for e, r in pending] + [item], ctx)
 
+    def _retry_item(self) -> Item | None:
+        """The try to add for the current vehicle: none when its pending list holds one (restored from a checkpoint
+        taken while it ran, or still queued behind the vehicle's runs)."""
+        return None if RETRY_ENTRY in (self.pending_state.value() or "") else RETRY_ITEM
+
     def _retry_due(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> bool:
-        """Whether this timer is the current vehicle's retry of its waiting case, and the case still waits."""
+        """Whether this timer is the current vehicle's retry timer and its case still waits (and its tries have
+        not gone on for ``CASE_RETRY_HORIZON_MS``): then the next try's timer is registered now, before this try."""
         if ctx.time_domain() != TimeDomain.PROCESSING_TIME or timestamp % TICK_MS != RETRY_MARK:
             return False
+        scheduled = self.retry_state.value()
+        if scheduled is None or int(scheduled.split()[0]) != timestamp:
+            return False  # an old timer: the vehicle's retry is another, or none
         stored = self.session_state.value()
-        return bool(stored) and StoredSession(stored).l3_pending
-
-    def _schedule_retry(self, ctx: KeyedProcessFunction.Context) -> None:
-        """The current vehicle's retry of its waiting case, ``runtime.case_retry_s`` from now (off the tick's grid)."""
+        if not stored or not StoredSession(stored).l3_pending:
+            self.retry_state.clear()  # written meanwhile, or the session is gone
+            return False
+        began = int(scheduled.split()[1])
         timers = ctx.timer_service()
-        timers.register_processing_time_timer(
-            next_tick_ms(timers.current_processing_time() + self._retry_ms) + RETRY_MARK
-        )
+        now = timers.current_processing_time()
+        if now - began >= CASE_RETRY_HORIZON_MS:
+            self.retry_state.clear()
+            log.warning(
+                "the waiting case of %s was tried for %d days and is still not in long-term memory; no more tries: "
+                "it waits for the vehicle's next alert, within its state's TTL",
+                ctx.get_current_key(), CASE_RETRY_HORIZON_MS // 86_400_000,
+            )  # fmt: skip
+            return False
+        at = next_tick_ms(now + self._retry_ms) + RETRY_MARK
+        timers.register_processing_time_timer(at)
+        self.retry_state.update(f"{at} {began}")
+        return True
+
+    def _schedule_retry(self, ctx: KeyedProcessFunction.Context, failed_now: bool) -> None:
+        """The current vehicle's retry of its waiting case, ``runtime.case_retry_s`` from now (off the tick's grid),
+        unless one is scheduled. ``failed_now``: an event's run left a case waiting (not a try): the tries' horizon
+        starts again, as that may be another case than the one tried so far."""
+        scheduled = self.retry_state.value()
+        timers = ctx.timer_service()
+        now = timers.current_processing_time()
+        if scheduled is not None:
+            if failed_now:
+                self.retry_state.update(f"{scheduled.split()[0]} {now}")
+            return
+        at = next_tick_ms(now + self._retry_ms) + RETRY_MARK
+        timers.register_processing_time_timer(at)
+        self.retry_state.update(f"{at} {now}")
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
         if self._closed:
@@ -490,15 +540,16 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if self.inline:
             # Timers of a run at a concurrency above 1, restored (this one registers none but retries): its tick
             # has no pool to drain, and a vehicle's end-of-input timer runs what it has pending.
+            # (Whether a try is due, and whether pending holds one, asked before the restored items run.)
+            item = self._retry_item() if self._retry_due(timestamp, ctx) else None
             yield from self._resume_inline(ctx)
-            retry = [RETRY_ITEM] if self._retry_due(timestamp, ctx) else []
-            yield from self._run_inline(ctx.get_current_key(), retry, ctx)
+            yield from self._run_inline(ctx.get_current_key(), [] if item is None else [item], ctx)
             self.metrics.refresh()
             return
         pool = self._pool()
         self._resume(ctx)
         if self._retry_due(timestamp, ctx):
-            self._submit(ctx.get_current_key(), RETRY_ITEM, ctx)
+            self._submit(ctx.get_current_key(), self._retry_item(), ctx)
         if ctx.time_domain() == TimeDomain.EVENT_TIME:
             # The final watermark: nothing more will arrive. A vehicle restored
             # in process mode (which cannot list keys) starts here.
@@ -555,7 +606,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if vin is not None:  # from the pool: the finished events leave pending
             self._store_pending(vin, self._pending_entries(vin)[len(done) :])
         if any(applied.case_pending for applied in done):
-            self._schedule_retry(ctx)
+            self._schedule_retry(ctx, failed_now=any(a.case_pending and a.event for a in done))
         out: list[tuple[str, str]] = []
         for applied in done:
             self.metrics.record(applied)

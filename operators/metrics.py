@@ -130,6 +130,10 @@ class DiagnosisMetrics:
         self.recalled_similar = counter("recalled_similar")
         self.l3_writes = counter("l3_writes")
         self.l3_write_failures = counter("l3_write_failures")
+        # Cases whose first write failed, written later (by a retry, at the vehicle's next alert or lifecycle event),
+        # and lost (their last try, as their session ended, failed too).
+        self.l3_late_writes = counter("l3_late_writes")
+        self.l3_cases_lost = counter("l3_cases_lost")
         self.process_dead_letters = dead_letter_counter(group, "process")
         # Events dropped as the same event sent again (same vehicle, id and event time).
         self.duplicates = counter("duplicates")
@@ -190,3 +194,7 @@ class DiagnosisMetrics:
             self.l3_embed_latency.update(round(stats.embed_ms * 1000))
         if stats.write_failed:
             self.l3_write_failures.inc()
+        if stats.late_write:
+            self.l3_late_writes.inc()
+        if stats.case_lost:
+            self.l3_cases_lost.inc()

@@ -109,6 +109,12 @@ class RunStats:
     # Embedding what it wrote (a concluded case or a milestone), the wait for a shared model call included.
     embed_ms: float | None = None
     write_failed: bool = False
+    # A case whose first write failed was written: by a retry, or before the vehicle's next alert opened its session
+    # (or a lifecycle event ended it).
+    late_write: bool = False
+    # A case whose first write failed, tried once more as its session ended (the vehicle's next alert or a lifecycle
+    # event replaced it), failed again: lost. (Its first failure was counted by ``write_failed``, at its conclusion.)
+    case_lost: bool = False
 
 
 @dataclass
@@ -286,16 +292,17 @@ class DiagnosisEngine:
                 self._on_recheck(event)
                 return StepResult(session=session, dedup=dedup, given=given)
             if isinstance(event, LifecycleEvent):
+                stats = RunStats()
                 if session is not None and session.l3_pending:
                     # A case waiting for its second write (``l3_pending``) is of the vehicle's care before this
                     # event: written now, it is set invalid with the vehicle's other cases below, kept for audit
                     # like them, where it was dropped with the session without a word (found by an audit).
-                    self._write_pending_case(session, RunStats())
+                    self._write_pending_case(session, stats)
                 self.store.soft_delete(event.vin, event.ts)
                 # The vehicle left the fleet's care: its open session ends too. Its state keeps when (and the
                 # session's id, which the next session's id follows), so that an alert from before the event,
                 # delivered after it, is told apart (``SessionState.left_care_at``).
-                return StepResult(session=self._left_care(session, event), dedup=dedup, given=given)
+                return StepResult(session=self._left_care(session, event), dedup=dedup, given=given, stats=stats)
         except EventError as e:
             error = str(e)
         except StoreError as e:
@@ -614,8 +621,10 @@ class DiagnosisEngine:
         self._write_case(session, working, stats)
         if session.l3_written:
             log.info("wrote %s to long-term memory at the vehicle's next alert", session.session_id)
+            stats.late_write = True
             return [L3_WRITTEN_LATE]
         log.warning("%s did not reach long-term memory at a second try either: the case is lost", session.session_id)
+        stats.write_failed, stats.write_ms, stats.case_lost = False, None, True
         return [L3_LATE_WRITE_FAILED]
 
     def retry_case(self, session: SessionState | StoredSession | None, dedup: DedupState | StoredDedup) -> StepResult:
@@ -624,10 +633,12 @@ class DiagnosisEngine:
         retries, and a vehicle silent for longer than its session state's TTL, lost the case.
 
         One try, straight to the store (not through its retries: the job's workers must not wait out an outage
-        for cases that can wait). The session comes back with the case written, still pending (the store or a
+        for cases that can wait), and only when the store answers a read: a store still down costs the try no
+        summary and no embedding. The session comes back with the case written, still pending (the store or a
         model still down: the operator tries again later), or no longer pending when its summary failed the
-        fidelity check, which no retry changes (such a summary never reaches long-term memory). Never raises
-        but ``MemoryError``: a failure leaves the session as it was.
+        fidelity check, which no retry changes (such a summary never reaches long-term memory). A try works on a
+        copy of the session's working memory: the case summary's fold is the conclusion's, not one per try.
+        Never raises but ``MemoryError``: a failure leaves the session as it was.
         """
         if session is None or not session.l3_pending:
             return StepResult(session=session, dedup=dedup, given=session)
@@ -635,12 +646,21 @@ class DiagnosisEngine:
             StoredSession(session.model_dump_json()) if isinstance(session, SessionState) else session
         )
         stats = RunStats()
+        once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
         try:
             live = session.load() if isinstance(session, StoredSession) else session
+            try:
+                read_at_once(once, live.vin, live.session_id)
+            except StoreError as e:
+                log.info("%s still waits for long-term memory, which is down: %s", live.session_id, e)
+                return StepResult(session=session, dedup=dedup, given=given)
             working = WorkingMemory(
-                live.working, self.working_budget_tokens, self.counter, self.summarizer, self.summary_metrics
+                live.working.model_copy(deep=True),
+                self.working_budget_tokens,
+                self.counter,
+                self.summarizer,
+                self.summary_metrics,
             )
-            once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
             flags = self._write_case(live, working, stats, store=once)
         except MemoryError:
             raise
@@ -649,12 +669,17 @@ class DiagnosisEngine:
             return StepResult(session=given, dedup=dedup, given=given)
         if live.l3_written:
             log.info("wrote %s to long-term memory on a retry", live.session_id)
-        elif L3_WRITE_FAILED in flags:
-            log.info("%s is still not in long-term memory; it is tried again later", live.session_id)
+            stats.late_write = True
         else:
-            live.l3_pending = False
-            log.warning("%s will not reach long-term memory: %s", live.session_id, ", ".join(flags))
-        stats.write_failed = False  # (counted when a write fails for good, not at each retry)
+            # Neither a write (``l3_writes``) nor one failed for good (``l3_write_failures``, counted once, at the run
+            # that concluded): a try.
+            stats.write_ms = None
+            stats.write_failed = False
+            if L3_WRITE_FAILED in flags:
+                log.info("%s is still not in long-term memory; it is tried again later", live.session_id)
+            else:
+                live.l3_pending = False
+                log.warning("%s will not reach long-term memory: %s", live.session_id, ", ".join(flags))
         return StepResult(session=live, dedup=dedup, stats=stats, given=given)
 
     def _write_case(

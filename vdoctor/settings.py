@@ -218,7 +218,8 @@ class RuntimeSettings(_Frozen):
     state_ttl_s: float = Field(default=SESSION_TTL.total_seconds(), ge=1, le=MAX_STATE_TTL_S, allow_inf_nan=False)
     # A concluded case whose write failed (the store, the embedder or the summary model down for longer than
     # their own retries) waits in its session for the vehicle's next alert, and is tried again this often
-    # meanwhile (``DiagnosisEngine.retry_case``): each try keeps the session's state alive.
+    # meanwhile (``DiagnosisEngine.retry_case``): each try keeps the session's state alive, so the operator tries at
+    # most half ``state_ttl_s`` apart.
     case_retry_s: float = Field(default=DEFAULT_CASE_RETRY_S, ge=1, le=MAX_STATE_TTL_S, allow_inf_nan=False)
     # Runs in flight follow the order that makes results independent of the
     # concurrency (vdoctor.replay_order; at parallelism 1, README "Deterministic replays").

@@ -36,7 +36,8 @@ OP = "flink_taskmanager_job_task_operator_vdoctor_"
 # (histogram), tokens, recall latency (histogram) and recalled counts, L3 write latency and failures,
 # summary-fidelity counters, dead letters by stage.
 COUNTERS = ["runs", "duplicates", "llm_calls", "tool_calls", "model_failures", "prompt_tokens", "completion_tokens",
-            "recalled_own", "recalled_similar", "l3_writes", "l3_write_failures"]  # fmt: skip
+            "recalled_own", "recalled_similar", "l3_writes", "l3_write_failures", "l3_late_writes",
+            "l3_cases_lost"]  # fmt: skip
 GAUGES = ["runs_in_flight", "runs_queued", "model_calls_waiting", "runs_per_second", "summaries_checked",
           "summaries_passed_first_time", "summaries_repaired", "summaries_retried", "summary_fidelity_failed",
           "malloc_trims", "malloc_trim_ms", "malloc_trim_released_mb"]  # fmt: skip
@@ -201,6 +202,7 @@ def test_the_numbers_follow_the_input(scraped: dict[str, list[tuple[dict[str, st
     # Sessions open with a recall, conclusions are written, every summary is checked.
     assert total(scraped, OP + "recall_latency_us_count") > 0
     assert total(scraped, OP + "l3_writes") > 0 and total(scraped, OP + "l3_write_failures") == 0
+    assert total(scraped, OP + "l3_late_writes") == 0 and total(scraped, OP + "l3_cases_lost") == 0
     assert total(scraped, OP + "summaries_checked") > 0
     # The process's malloc trimmer ran (every second here).
     assert total(scraped, OP + "malloc_trims") > 0

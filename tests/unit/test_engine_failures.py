@@ -870,15 +870,50 @@ def test_a_case_the_store_refused_is_written_by_a_retry_without_waiting_out_the_
     before = inner.upserts
     still = _retry(h)
     assert inner.upserts == before + 1 and slept == [] and still.session is not None and still.session.l3_pending
-    assert not still.stats.write_failed  # (a failure for good is counted once, at the run that concluded)
+    # A failed try is neither a write nor one failed for good (counted once, at the run that concluded).
+    assert not still.stats.write_failed and still.stats.write_ms is None and not still.stats.late_write
     inner.down = False
     written = _retry(h)
     assert written.session is not None and not written.session.l3_pending and written.session.l3_written
     assert [r.session_id for r in inner.history(VIN)] == [SID_1] and written.stats.write_ms is not None
+    assert written.stats.late_write
     # Nothing waits any more: a later try and the next alert write nothing.
     upserts = inner.upserts
     assert _retry(h).session is not None and inner.upserts == upserts
     assert h.diagnose(alert("e-2", T0 + timedelta(hours=2), 87)).flags == []
+
+
+class ReadDownStore(UpsertDownStore):
+    """Long-term memory down for reads as well as writes while it is down."""
+
+    def get(self, vin: str, session_id: str) -> MemoryRecord | None:
+        if self.down:
+            raise StoreError("long-term memory at mysql://fleet: connection refused")
+        return super().get(vin, session_id)
+
+
+def test_a_try_while_the_store_is_down_costs_no_summary_and_no_try_changes_working_memory(
+    pack: KnowledgePack,
+) -> None:
+    """Each try summarised the case again (a summary model's call, and its check) and folded the session's working
+    memory once more, store down or not (found by a review). A try asks the store first, and works on a copy."""
+    store = ReadDownStore()
+    store.down = True
+    h = Harness(engine(pack, store=store))
+    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
+    checked = h.engine.summary_metrics.checked
+    working = StoredSession(h.state[VIN][0] or "").load().working.model_dump_json()
+    for _ in range(3):
+        assert _retry(h).session is not None
+    assert h.engine.summary_metrics.checked == checked and store.upserts == 1
+    # Up for reads, down for writes: the try summarises and fails at the write; working memory is as it was.
+    store.down = False
+    store.get = lambda vin, session_id: None  # type: ignore[method-assign]
+    store.upsert = lambda record: (_ for _ in ()).throw(StoreError("refused"))  # type: ignore[method-assign]
+    still = _retry(h)
+    assert still.session is not None and still.session.l3_pending
+    assert h.engine.summary_metrics.checked == checked + 1
+    assert StoredSession(h.state[VIN][0] or "").load().working.model_dump_json() == working
 
 
 def test_a_retry_of_a_vehicle_with_nothing_waiting_changes_nothing(pack: KnowledgePack) -> None:
