@@ -124,6 +124,18 @@ def fire(function: op_module.DiagnosisFunction, runtime: Runtime, timer: tuple) 
     return list(function.on_timer(timer[2], Callback(runtime, TimeDomain.PROCESSING_TIME)))
 
 
+def refused_case(
+    store: DownStore, concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Runtime, op_module.DiagnosisFunction, list[tuple[str, str]]]:
+    """An operator over ``store``, and the vehicle's concluding alert while the store is down: its case waits."""
+    runtime = Runtime()
+    function = operator(runtime, concurrency, OfflineModel(), store, monkeypatch)
+    store.down = True
+    runtime.key = VIN
+    out = list(function.process_element(concluding_alert("e-1", "2026-11-01T08:00:00Z"), Callback(runtime)))
+    return runtime, function, out + settle(function, runtime)
+
+
 def session(runtime: Runtime) -> SessionState:
     return SessionState.model_validate_json(runtime.data["session"][VIN])
 
@@ -201,12 +213,8 @@ def test_one_retry_timer_per_vehicle_however_many_writes_failed(
 
 
 def test_the_tries_stop_after_the_horizon(monkeypatch: pytest.MonkeyPatch) -> None:
-    runtime, store = Runtime(), DownStore()
-    function = operator(runtime, 4, OfflineModel(), store, monkeypatch)
-    store.down = True
-    runtime.key = VIN
-    list(function.process_element(concluding_alert("e-1", "2026-11-01T08:00:00Z"), Callback(runtime)))
-    settle(function, runtime)
+    store = DownStore()
+    runtime, function, _ = refused_case(store, 4, monkeypatch)
     [timer] = retry_timers(runtime)
     runtime.now += op_module.CASE_RETRY_HORIZON_MS
     scheduled = runtime.data["case_retry"][VIN]
@@ -230,12 +238,8 @@ def test_a_try_in_flight_at_a_checkpoint_is_tried_again_after_the_restore(
     try ran held its item in pending but no timer, and in process mode (which cannot list the keys to resume)
     the case then waited for the vehicle's next event (found by a review)."""
     monkeypatch.setattr(Keys, "can_list_keys", can_list_keys)
-    runtime, store = Runtime(), ReadDownStore()
-    function = operator(runtime, 4, OfflineModel(), store, monkeypatch)
-    store.down = True
-    runtime.key = VIN
-    list(function.process_element(concluding_alert("e-1", "2026-11-01T08:00:00Z"), Callback(runtime)))
-    settle(function, runtime)
+    store = ReadDownStore()
+    runtime, function, _ = refused_case(store, 4, monkeypatch)
     [timer] = retry_timers(runtime)
     store.hold.clear()
     fire(function, runtime, timer)  # the try starts, and waits in the store
@@ -266,12 +270,8 @@ def test_a_try_in_flight_at_a_checkpoint_is_tried_again_after_the_restore(
 def test_a_try_asks_the_store_first_and_goes_no_further_while_it_is_down(
     concurrency: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runtime, store = Runtime(), ReadDownStore()
-    function = operator(runtime, concurrency, OfflineModel(), store, monkeypatch)
-    store.down = True
-    runtime.key = VIN
-    list(function.process_element(concluding_alert("e-1", "2026-11-01T08:00:00Z"), Callback(runtime)))
-    settle(function, runtime)
+    store = ReadDownStore()
+    runtime, function, _ = refused_case(store, concurrency, monkeypatch)
     assert function.engine is not None
     upserts, reads, checked = store.upserts_tried, store.reads_tried, function.engine.summary_metrics.checked
     for _ in range(3):
@@ -294,12 +294,8 @@ def test_a_case_that_fails_later_gets_the_whole_horizon_of_tries(
 ) -> None:
     """The vehicle's one timer kept the start of the tries of the case before, which the next alert replaced: the
     new case had what was left of the old one's seven days (found by a review)."""
-    runtime, store = Runtime(), DownStore()
-    function = operator(runtime, concurrency, OfflineModel(), store, monkeypatch)
-    store.down = True
-    runtime.key = VIN
-    list(function.process_element(concluding_alert("e-1", "2026-11-01T08:00:00Z"), Callback(runtime)))
-    settle(function, runtime)
+    store = DownStore()
+    runtime, function, _ = refused_case(store, concurrency, monkeypatch)
     first_began = int(runtime.data["case_retry"][VIN].split()[1])
     runtime.now += op_module.CASE_RETRY_HORIZON_MS - 60_000
     out = list(function.process_element(concluding_alert("e-2", "2026-11-08T08:00:00Z"), Callback(runtime)))
