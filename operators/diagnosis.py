@@ -518,14 +518,18 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
 
     def _schedule_retry(self, ctx: KeyedProcessFunction.Context, failed_now: bool) -> None:
         """The current vehicle's retry of its waiting case, ``runtime.case_retry_s`` from now (off the tick's grid),
-        unless one is scheduled. ``failed_now``: an event's run left a case waiting (not a try): the tries' horizon
-        starts again, as that may be another case than the one tried so far."""
+        unless one is scheduled. ``failed_now``: an event's run left a case waiting: the tries' horizon starts
+        again, as that may be another case than the one tried so far. A try that failed schedules nothing: its
+        timer registered the next as it began, unless the horizon had passed (a try queued, or restored from a
+        checkpoint taken while it ran, finishing after that must not start the horizon again)."""
         scheduled = self.retry_state.value()
         timers = ctx.timer_service()
         now = timers.current_processing_time()
         if scheduled is not None:
             if failed_now:
                 self.retry_state.update(f"{scheduled.split()[0]} {now}")
+            return
+        if not failed_now:
             return
         at = next_tick_ms(now + self._retry_ms) + RETRY_MARK
         timers.register_processing_time_timer(at)

@@ -270,9 +270,10 @@ class DiagnosisEngine:
                 return StepResult(session=session, dedup=dedup, duplicate=True, given=session)
             letter = DeadLetter(raw=raw, error=reused_id_text(event, first), stage="process")
             return StepResult(session=session, dedup=dedup, dead_letters=[letter], duplicate=True, given=session)
-        # A stored session is never changed in place; a live one (a vehicle's chain of runs) is, by an alert.
+        # A stored session is never changed in place; a live one (a vehicle's chain of runs) is, by an alert or by a
+        # lifecycle event's write of its waiting case.
         given: SessionState | StoredSession | None = session
-        if isinstance(session, SessionState) and isinstance(event, AlertEvent):
+        if isinstance(session, SessionState) and isinstance(event, AlertEvent | LifecycleEvent):
             given = StoredSession(session.model_dump_json())
         try:
             if isinstance(event, AlertEvent):
@@ -634,11 +635,13 @@ class DiagnosisEngine:
 
         One try, straight to the store (not through its retries: the job's workers must not wait out an outage
         for cases that can wait), and only when the store answers a read: a store still down costs the try no
-        summary and no embedding. The session comes back with the case written, still pending (the store or a
-        model still down: the operator tries again later), or no longer pending when its summary failed the
-        fidelity check, which no retry changes (such a summary never reaches long-term memory). A try works on a
-        copy of the session's working memory: the case summary's fold is the conclusion's, not one per try.
-        Never raises but ``MemoryError``: a failure leaves the session as it was.
+        summary and no embedding (when it answers, the case is summarised, checked and embedded again, as the
+        summary model or the embedder may be what failed). The session comes back with the case written, still
+        pending (the store or a model still down: the operator tries again later), or no longer pending when its
+        summary failed the fidelity check, which no retry changes (such a summary never reaches long-term memory:
+        counted as lost). A try works on a copy of the session's working memory, which a failed try would fold
+        again; the session, concluded, takes no more rounds. Never raises but ``MemoryError``: a failure leaves
+        the session as it was.
         """
         if session is None or not session.l3_pending:
             return StepResult(session=session, dedup=dedup, given=session)
@@ -679,6 +682,7 @@ class DiagnosisEngine:
                 log.info("%s is still not in long-term memory; it is tried again later", live.session_id)
             else:
                 live.l3_pending = False
+                stats.case_lost = True
                 log.warning("%s will not reach long-term memory: %s", live.session_id, ", ".join(flags))
         return StepResult(session=live, dedup=dedup, stats=stats, given=given)
 

@@ -944,6 +944,24 @@ def test_a_waiting_case_whose_summary_fails_its_check_on_a_retry_waits_no_more(
     monkeypatch.setattr(diagnosis_module, "summarize_case", failing)
     result = _retry(h)
     assert result.session is not None and not result.session.l3_pending and not result.session.l3_written
+    assert result.stats.case_lost  # (counted: ``l3_cases_lost``)
+
+
+def test_a_lifecycle_event_the_store_refused_gives_back_a_live_session_as_it_was(pack: KnowledgePack) -> None:
+    """A live session (a vehicle's chain of runs) was given back changed in place by the lifecycle event's write of
+    its waiting case when the event then failed (found by a review)."""
+    embedder, store = FlakyEmbedder(), FlakyStore()
+    h = Harness(engine(pack, store=store, embedder=embedder))
+    embedder.passages_down = True
+    h.diagnose(alert("e-1", T0, 187))
+    embedder.passages_down = False
+    store.down = True
+    live = StoredSession(h.state[VIN][0] or "").load()
+    before = live.model_dump_json()
+    event = parse_event(json.dumps(lifecycle("l-1", T0 + timedelta(days=1))))
+    result = h.engine.on_event(live, StoredDedup(h.state[VIN][1]), event, "raw")
+    assert [x.stage for x in result.dead_letters] == ["process"]
+    assert result.session is not None and result.session.model_dump_json() == before
 
 
 def test_a_reading_delivered_late_is_not_the_latest_one(pack: KnowledgePack) -> None:

@@ -226,6 +226,13 @@ def test_the_tries_stop_after_the_horizon(monkeypatch: pytest.MonkeyPatch) -> No
     assert fire(function, runtime, late) + settle(function, runtime) == []
     assert store.upserts_tried == tried and retry_timers(runtime) == []
     assert session(runtime).l3_pending  # it waits for the vehicle's next alert
+    # A try queued before (or restored from a checkpoint taken during it) that fails after that starts no new
+    # seven days of tries (found by a review).
+    late_try = op_module.Applied(
+        runtime.data["session"][VIN], runtime.data["dedup"][VIN], event=False, case_pending=True
+    )
+    function._apply([late_try], Callback(runtime))
+    assert retry_timers(runtime) == [] and runtime.data["case_retry"].get(VIN) is None
     function.close()
 
 
