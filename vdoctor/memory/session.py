@@ -395,6 +395,16 @@ class StoredDedup:
             self._ids = text.count('"') // 2 - 1 if plain else -1
         return self._ids
 
+    def _edits_text(self, event_id: str) -> bool:
+        """Whether ``event_id`` is answered by editing the stored text: not parsed yet, a plain text, an id with
+        nothing JSON escapes and no leading ``:``."""
+        return (
+            self._parsed is None
+            and not event_id.startswith(":")
+            and not _ESCAPED_RE.search(event_id)
+            and self._count() >= 0
+        )
+
     def load(self) -> DedupState:
         if self._parsed is None:
             self._parsed = DedupState.model_validate_json(self.json)
@@ -406,11 +416,9 @@ class StoredDedup:
 
     def check_and_add(self, event_id: str, ts: datetime) -> bool:
         """``DedupState.check_and_add`` on the stored ids."""
-        if self._parsed is not None or event_id.startswith(":") or _ESCAPED_RE.search(event_id):
+        if not self._edits_text(event_id):
             return self.load().check_and_add(event_id, ts)
         ids = self._count()
-        if ids < 0:
-            return self.load().check_and_add(event_id, ts)
         text = self.json
         key = f'"{event_id}":'
         if text.find(key, len(_DEDUP_HEAD)) != -1:
@@ -426,7 +434,7 @@ class StoredDedup:
 
     def seen_at(self, event_id: str) -> int | None:
         """``DedupState.seen_at`` on the stored ids: the entry's value read from the text."""
-        if self._parsed is not None or event_id.startswith(":") or _ESCAPED_RE.search(event_id) or self._count() < 0:
+        if not self._edits_text(event_id):
             return self.load().seen_at(event_id)
         text = self.json
         key = f'"{event_id}":'
@@ -439,7 +447,7 @@ class StoredDedup:
 
     def discard(self, event_id: str) -> None:
         """``DedupState.discard`` on the stored ids: the id's entry is cut from the text."""
-        if self._parsed is not None or event_id.startswith(":") or _ESCAPED_RE.search(event_id) or self._count() < 0:
+        if not self._edits_text(event_id):
             self.load().discard(event_id)
             return
         text = self.json
