@@ -45,6 +45,7 @@ in arrival order. The operator thread owns all Flink state:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -68,7 +69,7 @@ from vdoctor.assembly import build_engine
 from vdoctor.diagnosis import DiagnosisEngine, RunStats, failure_text
 from vdoctor.events import EVENT_ADAPTER, describe_validation_error
 from vdoctor.malloc_trim import start_trimming
-from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
+from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession, UnreadableState
 from vdoctor.records import DeadLetter
 from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
@@ -256,7 +257,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         session, dedup = carry
         event_json, raw = item
         if event_json == RETRY_CASE:
-            return self._retry_case(carry)
+            return self._retry_case(vin, carry)
         try:
             event = EVENT_ADAPTER.validate_json(event_json)
         except ValidationError as e:
@@ -296,24 +297,28 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # in place, as its text from before the run), and the event is no duplicate if it comes again.
             log.warning("event of %s failed after its run; it goes to the dead letters", vin, exc_info=True)
             before = session if result is None else result.given
+            ids = dedup if result is None else result.dedup  # (the run's: it sets unreadable ids aside)
             if result is None or not result.duplicate:  # (a duplicate's id is the processed event's)
-                dedup.discard(event.event_id)
-            kept: Carry = (before, dedup)
+                with contextlib.suppress(UnreadableState):  # (ids the run did not get to set aside: the next will)
+                    ids.discard(event.event_id)
+            kept: Carry = (before, ids)
             return kept, _refused(kept, raw, failure_text(e))
         return (result.session, result.dedup), applied
 
-    def _retry_case(self, carry: Carry) -> tuple[Carry, Applied]:
+    def _retry_case(self, vin: str, carry: Carry) -> tuple[Carry, Applied]:
         """A try of the vehicle's waiting case (``DiagnosisEngine.retry_case``), on a worker thread."""
         if self.engine is None:
             raise RuntimeError("DiagnosisFunction.open() was not called")
         session, dedup = carry
         result = None
         try:
-            result = self.engine.retry_case(session, dedup)
+            result = self.engine.retry_case(session, dedup, vin)
             after = result.session
             applied = Applied(
                 session_json=after.model_dump_json() if after is not None else None,
                 dedup_json=dedup.model_dump_json(),
+                outputs=[(DEAD_LETTER, x.model_dump_json()) for x in result.dead_letters],
+                dead_letters=len(result.dead_letters),
                 stats=result.stats,
                 event=False,
                 case_pending=after is not None and after.l3_pending,

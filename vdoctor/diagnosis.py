@@ -21,7 +21,15 @@ from vdoctor.agent.window import MODEL_STEP_CLIPPED, TOOL_RESULT_CLIPPED
 from vdoctor.embedders import Embedder, embedder_id
 from vdoctor.embedders.base import Vectors
 from vdoctor.errors import EventError, ModelError, StoreError, VDoctorError
-from vdoctor.events import AlertEvent, Event, LifecycleEvent, RecheckEvent, following_session_id, session_id_for
+from vdoctor.events import (
+    AlertEvent,
+    Event,
+    LifecycleEvent,
+    RecheckEvent,
+    describe_validation_error,
+    following_session_id,
+    session_id_for,
+)
 from vdoctor.knowledge import KnowledgePack
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, WORKING_BUDGET_TOKENS
@@ -36,6 +44,7 @@ from vdoctor.memory.session import (
     StoredDedup,
     StoredSession,
     TimelineEntry,
+    UnreadableState,
     opening_text,
 )
 from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer, request_to_json
@@ -115,6 +124,8 @@ class RunStats:
     # A case whose first write failed, tried once more as its session ended (the vehicle's next alert or a lifecycle
     # event replaced it), failed again: lost. (Its first failure was counted by ``write_failed``, at its conclusion.)
     case_lost: bool = False
+    # The vehicle's stored states this event found unreadable and set aside (``set_aside_letter``): 0, 1 or 2.
+    set_aside: int = 0
 
 
 @dataclass
@@ -132,6 +143,17 @@ class StepResult:
     # in place, as its text from before the run. What the operator keeps when writing the run's state or outputs
     # fails.
     given: SessionState | StoredSession | None = None
+
+
+def set_aside_letter(vin: str, unreadable: UnreadableState, instead: str) -> DeadLetter:
+    """The dead letter of a vehicle's stored state that cannot be read: its text as ``raw`` (to mend and restore by
+    hand), and what was wrong with it and what the vehicle has ``instead``."""
+    why = describe_validation_error(unreadable.error)
+    reason = f"the stored {unreadable.what} of {vin} cannot be read by this release ({why})"
+    log.error("%s: set aside to the dead letters; %s", reason, instead)
+    return DeadLetter(
+        raw=unreadable.text, error=f"{reason}: set aside here, its text as raw; {instead}", stage="process"
+    )
 
 
 def reused_id_text(event: Event, first: int) -> str:
@@ -260,16 +282,49 @@ class DiagnosisEngine:
         letter's session is the one given, as it was (a live one, which the failed run may have changed
         half-way, is given back as its text from before the run), and its dedup ids do not hold the event's:
         the same event sent again is processed, and counted once.
+
+        A stored state this release cannot read (``UnreadableState``: a state written by a release whose
+        format this one does not read, or damaged) is set aside: its text goes to a ``process`` dead letter
+        (``set_aside_letter``) and the event runs without it, as the vehicle's first event (the session) or
+        its first id (the dedup ids). Kept, it failed every later event of the vehicle or, for the dedup
+        ids, the job.
         """
-        if not dedup.check_and_add(event.event_id, event.ts):
+        aside: list[DeadLetter] = []
+        try:
+            fresh = dedup.check_and_add(event.event_id, event.ts)
+            first = None if fresh else dedup.seen_at(event.event_id)
+        except UnreadableState as e:
+            # Kept, it failed the job at this event at every restart. Set aside, the vehicle's events go on; an
+            # event processed before is processed again if it is sent again.
+            aside.append(set_aside_letter(event.vin, e, "the vehicle's event ids start again from this event"))
+            dedup = DedupState()
+            fresh = dedup.check_and_add(event.event_id, event.ts)
+        if not fresh:
             # The id is taken: by the same event sent again (dropped, counted), or by another event, which a
             # producer that reuses its ids sends (a counter started again), whose time differs. That one was
             # dropped without a word; it is a dead letter, and the id stays the processed event's.
-            first = dedup.seen_at(event.event_id)
             if first is None or first == int(event.ts.timestamp()):
                 return StepResult(session=session, dedup=dedup, duplicate=True, given=session)
             letter = DeadLetter(raw=raw, error=reused_id_text(event, first), stage="process")
             return StepResult(session=session, dedup=dedup, dead_letters=[letter], duplicate=True, given=session)
+        try:
+            result = self._run_event(session, dedup, event, raw)
+        except UnreadableState as e:
+            # The stored session (every read of it comes before the run changes anything but an idempotent
+            # soft delete): kept, it failed every later event of the vehicle. Set aside, the event runs as the
+            # vehicle's first; a case it held waiting for its write is in the letter's text.
+            aside.append(set_aside_letter(event.vin, e, f"event {event.event_id} ran without it"))
+            result = self._run_event(None, dedup, event, raw)
+        if aside:
+            result.dead_letters[:0] = aside
+            result.stats.set_aside = len(aside)
+        return result
+
+    def _run_event(
+        self, session: SessionState | StoredSession | None, dedup: DedupState | StoredDedup, event: Event, raw: str
+    ) -> StepResult:
+        """``on_event``'s run of an event whose id is new; raises ``UnreadableState`` for a stored session
+        that cannot be read."""
         # A stored session is never changed in place; a live one (a vehicle's chain of runs) is, by an alert or by a
         # lifecycle event's write of its waiting case.
         given: SessionState | StoredSession | None = session
@@ -309,8 +364,8 @@ class DiagnosisEngine:
         except StoreError as e:
             log.warning("long-term memory failed for %s: %s", event.vin, e)
             error = f"long-term memory unavailable: {e}"
-        except MemoryError:
-            raise  # (the worker's, not the event's)
+        except (MemoryError, UnreadableState):
+            raise  # (the worker's, not the event's; ``on_event`` sets the state aside)
         except Exception as e:  # noqa: BLE001 - one event's failure is its dead letter, not the job's
             log.warning("event %s of %s failed; it goes to the dead letters", event.event_id, event.vin, exc_info=True)
             error = failure_text(e)
@@ -628,7 +683,9 @@ class DiagnosisEngine:
         stats.write_failed, stats.write_ms, stats.case_lost = False, None, True
         return [L3_LATE_WRITE_FAILED]
 
-    def retry_case(self, session: SessionState | StoredSession | None, dedup: DedupState | StoredDedup) -> StepResult:
+    def retry_case(
+        self, session: SessionState | StoredSession | None, dedup: DedupState | StoredDedup, vin: str = "a vehicle"
+    ) -> StepResult:
         """The vehicle's concluded case whose write failed (``l3_pending``), tried again while the session waits
         for the vehicle's next alert (the operator's retry timer): a store or model down for longer than its own
         retries, and a vehicle silent for longer than its session state's TTL, lost the case.
@@ -652,6 +709,13 @@ class DiagnosisEngine:
         once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
         try:
             live = session.load() if isinstance(session, StoredSession) else session
+        except UnreadableState as e:
+            # (``l3_pending`` is read from the text.) Kept, it was tried for the retries' whole horizon in vain.
+            letter = set_aside_letter(vin, e, "its case, if it holds one, is not written")
+            return StepResult(
+                session=None, dedup=dedup, dead_letters=[letter], stats=RunStats(set_aside=1), given=given
+            )
+        try:
             try:
                 read_at_once(once, live.vin, live.session_id)
             except StoreError as e:

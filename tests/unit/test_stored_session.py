@@ -21,7 +21,7 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.events import parse_event
 from vdoctor.knowledge import load_pack
-from vdoctor.memory.session import _HEAD_RE, DedupState, SessionState, StoredSession
+from vdoctor.memory.session import _HEAD_RE, DedupState, SessionState, StoredSession, UnreadableState
 from vdoctor.models.offline import OfflineModel
 from vdoctor.records import Phase
 from vdoctor.stores.memory import InMemoryStore
@@ -204,5 +204,6 @@ def test_a_stored_session_with_no_such_date_fails_as_its_parse_does() -> None:
     assert _HEAD_RE.match(bad) is not None
     with pytest.raises(ValidationError):
         SessionState.model_validate_json(bad)
-    with pytest.raises(ValidationError):
+    with pytest.raises(UnreadableState) as raised:  # (the engine sets such a session aside)
         StoredSession(bad).accepts_alert_at(T0)
+    assert isinstance(raised.value.error, ValidationError) and raised.value.text == bad

@@ -16,7 +16,7 @@ import json
 import re
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from vdoctor.limits import SESSION_TTL
 from vdoctor.lines import ReadingSpan, SummaryLine, summary_time
@@ -34,6 +34,17 @@ MAX_TIMELINE = 64
 # 2048 events is caught whatever their timestamps. The dedup state's TTL in
 # Flink (operators/diagnosis.py) forgets vehicles that went quiet.
 MAX_DEDUP_IDS = 2048
+
+
+class UnreadableState(ValueError):
+    """A vehicle's stored state (``what``: "session" or "dedup ids") that this release cannot read: its text
+    (``text``) is not the JSON of its model (``error`` says where). Kept whole, it failed every later event of the
+    vehicle (the session) or the job (the dedup ids); the engine sets it aside instead (``DiagnosisEngine.on_event``).
+    """
+
+    def __init__(self, what: str, text: str, error: ValidationError) -> None:
+        super().__init__(f"the stored {what} cannot be read: {error}")
+        self.what, self.text, self.error = what, text, error
 
 
 class Reading(BaseModel):
@@ -279,14 +290,20 @@ class StoredSession:
         """``SessionState.accepts_alert_at`` of the stored session, read from its phase and times (and, for an
         alert from long before the session opened, which is rare, from the whole session)."""
         if self._head is None:
-            self._head = _stored_head(self.json)
+            try:
+                self._head = _stored_head(self.json)
+            except ValidationError as e:
+                raise UnreadableState("session", self.json, e) from e
         phase, opened_at, last_event_at = self._head
         if _far_before(opened_at, now):
             return self.load().accepts_alert_at(now)
         return _accepts_alert_at(phase, last_event_at, now)
 
     def load(self) -> SessionState:
-        return SessionState.model_validate_json(self.json)
+        try:
+            return SessionState.model_validate_json(self.json)
+        except ValidationError as e:
+            raise UnreadableState("session", self.json, e) from e
 
     @property
     def l3_pending(self) -> bool:
@@ -407,7 +424,10 @@ class StoredDedup:
 
     def load(self) -> DedupState:
         if self._parsed is None:
-            self._parsed = DedupState.model_validate_json(self.json)
+            try:
+                self._parsed = DedupState.model_validate_json(self.json)
+            except ValidationError as e:
+                raise UnreadableState("dedup ids", self.json, e) from e
         return self._parsed
 
     @property
@@ -443,7 +463,10 @@ class StoredDedup:
             return None
         start += len(key)
         end = text.find(",", start)  # the entry's value is digits: the next comma, or the closing braces, ends it
-        return int(text[start : end if end != -1 else len(text) - 2])
+        value = text[start : end if end != -1 else len(text) - 2]
+        if not value.isdigit():  # not what ``model_dump_json`` writes: the parse says what it is
+            return self.load().seen_at(event_id)
+        return int(value)
 
     def discard(self, event_id: str) -> None:
         """``DedupState.discard`` on the stored ids: the id's entry is cut from the text."""

@@ -1,0 +1,157 @@
+"""A vehicle's stored state that this release cannot read is set aside to the dead letters; the vehicle goes on.
+
+The session and the dedup ids live in keyed state as JSON text. A text that is not the JSON of its model (written
+by a release whose format this one does not read, or damaged) failed every later event of the vehicle (the
+session: each alert a dead letter, the state written back unchanged, so its TTL never ran out while the vehicle
+sent) or the job (the dedup ids: raised outside the engine's catch, at every restart). Now the text goes to a
+``process`` dead letter, whole, with what was wrong, and the event runs without it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from operators import diagnosis as op_module
+from operators.diagnosis import Applied
+from operators.metrics import DiagnosisMetrics
+from tests.unit.test_engine_failures import (
+    SID_1,
+    T0,
+    VIN,
+    Harness,
+    UpsertDownStore,
+    alert,
+    engine,
+    lifecycle,
+)
+from tests.unit.test_operator_duplicates import GroupWithMeter
+from tests.unit.test_operator_inline_restore import Runtime, alerts, operator
+from vdoctor.diagnosis import RunStats
+from vdoctor.knowledge import KnowledgePack, load_pack
+from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
+from vdoctor.models.offline import OfflineModel
+from vdoctor.stores.memory import InMemoryStore
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def pack() -> KnowledgePack:
+    return load_pack()
+
+
+def damaged_sessions(text: str, phase: str = '"phase":"INVESTIGATING"') -> dict[str, str]:
+    """A stored session's text damaged where each read meets it: its head (phase and times, read for every alert),
+    its body (read when an alert continues it), and not JSON at all."""
+    assert phase in text and '"alerts":1,' in text
+    return {
+        "head": text.replace(phase, '"phase":"TRIAGE"', 1),
+        "body": text.replace('"alerts":1,', '"alerts":"one",', 1),
+        "cut": text[: len(text) // 2],
+    }
+
+
+@pytest.mark.parametrize("damage", ["head", "body", "cut"])
+def test_an_unreadable_stored_session_is_set_aside_and_the_alert_is_diagnosed(pack: KnowledgePack, damage: str) -> None:
+    h = Harness(engine(pack))
+    h.diagnose(alert("e-1", T0, 87))  # (87 mV: not confirmed, the session stays open)
+    stored, ids = h.state[VIN]
+    assert stored is not None
+    bad = damaged_sessions(stored)[damage]
+    h.state[VIN] = (bad, ids)
+
+    result = h.send(alert("e-2", T0 + timedelta(hours=1), 88))
+    [diagnosis] = result.diagnoses
+    [letter] = result.dead_letters
+    assert letter.stage == "process" and letter.raw == bad
+    assert letter.error.startswith(f"the stored session of {VIN} cannot be read by this release (")
+    assert letter.error.endswith("set aside here, its text as raw; event e-2 ran without it")
+    assert result.stats.set_aside == 1
+    # The alert ran as the vehicle's first: a new session (its id its own second's, not the one set aside).
+    assert diagnosis.session_id == f"{VIN}-20261101T091530" != SID_1
+    # The next alert finds the new session and reads it: no more letters.
+    later = h.send(alert("e-3", T0 + timedelta(hours=2), 89))
+    assert later.dead_letters == [] and [d.session_id for d in later.diagnoses] == [diagnosis.session_id]
+
+
+def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_a_lifecycle_event(pack: KnowledgePack) -> None:
+    store = UpsertDownStore()
+    store.down = True
+    h = Harness(engine(pack, store=store))
+    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
+    stored, ids = h.state[VIN]
+    assert stored is not None and StoredSession(stored).l3_pending
+    bad = damaged_sessions(stored, '"phase":"CONCLUDED"')["body"]
+    h.state[VIN] = (bad, ids)
+    store.down = False
+    result = h.send(lifecycle("e-2", T0 + timedelta(hours=1)))
+    [letter] = result.dead_letters
+    assert letter.raw == bad and result.session is not None and result.session.left_care_at is not None
+    assert store.upserts == 1  # (the case is in the letter's text, not written)
+
+
+@pytest.mark.parametrize("text", ['{"seen":5}', '{"seen":{"e-1":"at eight"}}', '{"seen":{"e-1":1', "null"])
+def test_unreadable_stored_dedup_ids_are_set_aside_and_the_event_is_diagnosed(pack: KnowledgePack, text: str) -> None:
+    h = Harness(engine(pack))
+    h.state[VIN] = (None, text)
+    result = h.send(alert("e-1", T0, 87))
+    assert len(result.diagnoses) == 1
+    [letter] = result.dead_letters
+    assert letter.raw == text and letter.stage == "process"
+    assert letter.error.startswith(f"the stored dedup ids of {VIN} cannot be read by this release (")
+    assert letter.error.endswith("the vehicle's event ids start again from this event")
+    # The ids start again from this event: it is held, and sent again it is a duplicate.
+    assert result.dedup.seen == {"e-1": int(T0.timestamp())}
+    again = h.send(alert("e-1", T0, 87))
+    assert again.duplicate and again.dead_letters == [] and again.diagnoses == []
+
+
+def test_both_unreadable_are_two_letters(pack: KnowledgePack) -> None:
+    h = Harness(engine(pack))
+    h.diagnose(alert("e-1", T0, 87))
+    stored = h.state[VIN][0]
+    assert stored is not None
+    h.state[VIN] = (damaged_sessions(stored)["body"], "[]")
+    result = h.send(alert("e-2", T0 + timedelta(hours=1), 88))
+    assert [x.raw for x in result.dead_letters] == ["[]", damaged_sessions(stored)["body"]]
+    assert result.stats.set_aside == 2 and len(result.diagnoses) == 1
+
+
+def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_its_retry(pack: KnowledgePack) -> None:
+    """A try read the session, failed, and kept it: it was tried again for the retries' whole horizon in vain."""
+    store = UpsertDownStore()
+    store.down = True
+    h = Harness(engine(pack, store=store))
+    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
+    stored, ids = h.state[VIN]
+    assert stored is not None and StoredSession(stored).l3_pending
+    bad = stored.replace('"alerts":1,', '"alerts":"one",', 1)
+    assert bad != stored
+    result = h.engine.retry_case(StoredSession(bad), StoredDedup(ids), VIN)
+    assert result.session is None and result.stats.set_aside == 1
+    [letter] = result.dead_letters
+    assert letter.raw == bad and letter.error.endswith("its case, if it holds one, is not written")
+    assert VIN in letter.error
+
+
+def test_the_operator_emits_the_letter_and_counts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the operator's step, as the job runs it: unreadable ids raised out of the step and failed the job."""
+    function = operator(Runtime(), 1, OfflineModel(), InMemoryStore(), monkeypatch)
+    [(vin, event_json, raw)] = alerts(1, 1)
+    carry, applied = function._step(vin, (None, StoredDedup('{"seen":5}')), (event_json, raw))
+    kinds = [kind for kind, _ in applied.outputs]
+    assert kinds == [op_module.DIAGNOSIS, op_module.DEAD_LETTER] and applied.dead_letters == 1
+    assert json.loads(applied.outputs[1][1])["raw"] == '{"seen":5}'
+    assert DedupState.model_validate_json(applied.dedup_json).seen  # the ids start again, readable
+    group = GroupWithMeter()
+    metrics = DiagnosisMetrics(group, in_flight=lambda: 0, queued=lambda: 0, summary_counts=dict)
+    # (The run's counts alone: the stand-in group has no histograms.)
+    metrics.record(
+        Applied(None, "{}", dead_letters=applied.dead_letters, stats=RunStats(set_aside=applied.stats.set_aside))
+    )
+    metrics.record(Applied(None, "{}"))
+    assert group.counters["states_set_aside"].count == 1 and group.counters["dead_letters"].count == 1
+    function.close()
