@@ -493,33 +493,53 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         taken while it ran, or still queued behind the vehicle's runs)."""
         return None if RETRY_ENTRY in (self.pending_state.value() or "") else RETRY_ITEM
 
-    def _retry_due(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> bool:
+    def _retry_due(
+        self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext
+    ) -> tuple[bool, list[tuple[str, str]]]:
         """Whether this timer is the current vehicle's retry timer and its case still waits (and its tries have
-        not gone on for ``CASE_RETRY_HORIZON_MS``): then the next try's timer is registered now, before this try."""
+        not gone on for ``CASE_RETRY_HORIZON_MS``): then the next try's timer is registered now, before this try.
+        With the outputs to emit: at the horizon, the waiting session's dead letter (``_horizon_letter``)."""
         if ctx.time_domain() != TimeDomain.PROCESSING_TIME or timestamp % TICK_MS != RETRY_MARK:
-            return False
+            return False, []
         scheduled = self.retry_state.value()
         if scheduled is None or int(scheduled.split()[0]) != timestamp:
-            return False  # an old timer: the vehicle's retry is another, or none
+            return False, []  # an old timer: the vehicle's retry is another, or none
         stored = self.session_state.value()
         if not stored or not StoredSession(stored).l3_pending:
             self.retry_state.clear()  # written meanwhile, or the session is gone
-            return False
+            return False, []
         began = int(scheduled.split()[1])
         timers = ctx.timer_service()
         now = timers.current_processing_time()
         if now - began >= CASE_RETRY_HORIZON_MS:
             self.retry_state.clear()
-            log.warning(
-                "the waiting case of %s was tried for %d days and is still not in long-term memory; no more tries: "
-                "it waits for the vehicle's next alert, within its state's TTL",
-                ctx.get_current_key(), CASE_RETRY_HORIZON_MS // 86_400_000,
-            )  # fmt: skip
-            return False
+            return False, [self._horizon_letter(ctx.get_current_key(), stored)]
         at = next_tick_ms(now + self._retry_ms) + RETRY_MARK
         timers.register_processing_time_timer(at)
         self.retry_state.update(f"{at} {began}")
-        return True
+        return True, []
+
+    def _horizon_letter(self, vin: str, stored: str) -> tuple[str, str]:
+        """A case tried for ``CASE_RETRY_HORIZON_MS`` in vain: no more tries, and its session's text (conclusion,
+        key facts, working memory) to the dead letters, so that a vehicle silent past its state's TTL loses it to
+        no one. The case still waits for the vehicle's next alert, which tries it once more."""
+        days = CASE_RETRY_HORIZON_MS // 86_400_000
+        log.warning(
+            "the waiting case of %s was tried for %d days and is still not in long-term memory; no more tries: its "
+            "session goes to the dead letters, and the case waits for the vehicle's next alert within its state's TTL",
+            vin, days,
+        )  # fmt: skip
+        letter = DeadLetter(
+            raw=stored,
+            stage="process",
+            error=(
+                f"the concluded case of {vin} was tried for {days} days and is still not in long-term memory: no "
+                "more tries; its session's text is here as raw, and the vehicle's next alert, within its state's "
+                "TTL, tries the case once more"
+            ),
+        )
+        self.metrics.process_dead_letters.inc()
+        return DEAD_LETTER, letter.model_dump_json()
 
     def _schedule_retry(self, ctx: KeyedProcessFunction.Context, failed_now: bool) -> None:
         """The current vehicle's retry of its waiting case, ``runtime.case_retry_s`` from now (off the tick's grid),
@@ -550,14 +570,18 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # Timers of a run at a concurrency above 1, restored (this one registers none but retries): its tick
             # has no pool to drain, and a vehicle's end-of-input timer runs what it has pending.
             # (Whether a try is due, and whether pending holds one, asked before the restored items run.)
-            item = self._retry_item() if self._retry_due(timestamp, ctx) else None
+            due, out = self._retry_due(timestamp, ctx)
+            yield from out
+            item = self._retry_item() if due else None
             yield from self._resume_inline(ctx)
             yield from self._run_inline(ctx.get_current_key(), [] if item is None else [item], ctx)
             self.metrics.refresh()
             return
         pool = self._pool()
         self._resume(ctx)
-        if self._retry_due(timestamp, ctx):
+        due, out = self._retry_due(timestamp, ctx)
+        yield from out
+        if due:
             self._submit(ctx.get_current_key(), self._retry_item(), ctx)
         if ctx.time_domain() == TimeDomain.EVENT_TIME:
             # The final watermark: nothing more will arrive. A vehicle restored

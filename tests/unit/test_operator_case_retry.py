@@ -223,7 +223,15 @@ def test_the_tries_stop_after_the_horizon(monkeypatch: pytest.MonkeyPatch) -> No
     runtime.data["case_retry"][VIN] = f"{late[2]} {scheduled.split()[1]}"
     tried = store.upserts_tried
     runtime.timers.discard(timer)
-    assert fire(function, runtime, late) + settle(function, runtime) == []
+    stored = runtime.data["session"][VIN]
+    metrics = GroupWithDistributions()
+    function.metrics = DiagnosisMetrics(metrics, in_flight=lambda: 0, queued=lambda: 0, summary_counts=dict)
+    # No try; the session goes to the dead letters, so that a vehicle silent past its state's TTL loses the case
+    # to no one (it was dropped with the state without a word).
+    [(kind, letter)] = fire(function, runtime, late) + settle(function, runtime)
+    assert kind == op_module.DEAD_LETTER and json.loads(letter)["raw"] == stored
+    assert json.loads(letter)["error"].startswith(f"the concluded case of {VIN} was tried for 7 days")
+    assert metrics.counters["dead_letters"].count == 1
     assert store.upserts_tried == tried and retry_timers(runtime) == []
     assert session(runtime).l3_pending  # it waits for the vehicle's next alert
     # A try queued before (or restored from a checkpoint taken during it) that fails after that starts no new
