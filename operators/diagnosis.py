@@ -205,6 +205,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.inline = settings.runtime.concurrency == 1
         # At most half the state's TTL apart: each try writes the session's state, which keeps it.
         self._retry_ms = int(min(settings.runtime.case_retry_s, settings.runtime.state_ttl_s / 2) * 1000)
+        self.engine.store_down_pause_s = min(self.engine.store_down_pause_s, self._retry_ms / 2000)
         if not self.inline:
             tune_gc_for_runs()
             admission = None
@@ -296,8 +297,11 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # The vehicle's state stays as it was before the event (a live session, which an alert's run changes
             # in place, as its text from before the run), and the event is no duplicate if it comes again.
             log.warning("event of %s failed after its run; it goes to the dead letters", vin, exc_info=True)
-            before = session if result is None else result.given
-            ids = dedup if result is None else result.dedup  # (the run's: it sets unreadable ids aside)
+            # A run that set a state aside had its letter among the outputs that failed: the state is kept as it
+            # was (the next event sets it aside again), not lost with them.
+            as_given = result is None or result.stats.set_aside > 0
+            before = session if as_given else result.given
+            ids = dedup if as_given else result.dedup
             if result is None or not result.duplicate:  # (a duplicate's id is the processed event's)
                 with contextlib.suppress(UnreadableState):  # (ids the run did not get to set aside: the next will)
                     ids.discard(event.event_id)

@@ -52,9 +52,7 @@ class ParseEvents(ProcessFunction):  # type: ignore[misc]
         self._zone = time_zone(self.naive_ts_zone) if self.naive_ts_zone is not None else None
         self._rename = SignalRenames(self.signal_names) if self.signal_names else None
 
-    def process_element(
-        self, value: str | None, ctx: ProcessFunction.Context
-    ) -> Iterator[tuple[str, str, str, str]]:
+    def process_element(self, value: str | None, ctx: ProcessFunction.Context) -> Iterator[tuple[str, str, str, str]]:
         if value is None:  # a Kafka record without a value (a tombstone: what a producer sends to delete a key)
             letter = DeadLetter(raw="", error=NO_VALUE, stage="parse")
             yield DEAD_LETTER, "parse", letter.model_dump_json(), ""

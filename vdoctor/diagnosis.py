@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -105,6 +106,10 @@ KEY_FACTS_DROPPED = "key_facts_dropped"
 # A dead letter's reason quotes at most this much of an unexpected error's message: enough to name the
 # fault, never a whole input echoed back (a validation error repeats the value it refused).
 MAX_FAILURE_CHARS = 500
+# After a retry of a waiting case found long-term memory down, the other vehicles' retries wait for their next
+# turn without asking it for this long (``DiagnosisEngine.store_down_pause_s``; the operator makes it at most
+# half of its retry interval).
+STORE_DOWN_PAUSE_S = 60.0
 
 
 @dataclass
@@ -149,6 +154,8 @@ def set_aside_letter(vin: str, unreadable: UnreadableState, instead: str) -> Dea
     """The dead letter of a vehicle's stored state that cannot be read: its text as ``raw`` (to mend and restore by
     hand), and what was wrong with it and what the vehicle has ``instead``."""
     why = describe_validation_error(unreadable.error)
+    if len(why) > MAX_FAILURE_CHARS:  # (one line per problem: thousands for a state of thousands of entries)
+        why = why[:MAX_FAILURE_CHARS] + "…"
     reason = f"the stored {unreadable.what} of {vin} cannot be read by this release ({why})"
     log.error("%s: set aside to the dead letters; %s", reason, instead)
     return DeadLetter(
@@ -247,6 +254,12 @@ class DiagnosisEngine:
         # Every summary's fidelity outcome, for the operator to expose.
         self.summary_metrics = FidelityMetrics()
         self._told_skipped = False
+        # Until when (by ``clock``) the retries of waiting cases take long-term memory for down without asking it
+        # (``retry_case``), after a try found it down: a store that does not answer held every vehicle's try for
+        # its connect timeout, a worker each (or the operator's thread at concurrency 1), 10 s a try for MySQL.
+        self.store_down_pause_s = STORE_DOWN_PAUSE_S
+        self.clock: Callable[[], float] = time.monotonic
+        self._store_down_until = 0.0
         self.working_keep_rounds = working_keep_rounds
         self.knowledge = knowledge
         self.memory_enabled = memory_enabled
@@ -349,6 +362,9 @@ class DiagnosisEngine:
                 return StepResult(session=session, dedup=dedup, given=given)
             if isinstance(event, LifecycleEvent):
                 stats = RunStats()
+                # (Reads the stored session's id: before any write, so that a session set aside, which raises
+                # here, is set aside before the soft delete, run once.)
+                ended = self._left_care(session, event)
                 if session is not None and session.l3_pending:
                     # A case waiting for its second write (``l3_pending``) is of the vehicle's care before this
                     # event: written now, it is set invalid with the vehicle's other cases below, kept for audit
@@ -358,7 +374,7 @@ class DiagnosisEngine:
                 # The vehicle left the fleet's care: its open session ends too. Its state keeps when (and the
                 # session's id, which the next session's id follows), so that an alert from before the event,
                 # delivered after it, is told apart (``SessionState.left_care_at``).
-                return StepResult(session=self._left_care(session, event), dedup=dedup, given=given, stats=stats)
+                return StepResult(session=ended, dedup=dedup, given=given, stats=stats)
         except EventError as e:
             error = str(e)
         except StoreError as e:
@@ -705,6 +721,9 @@ class DiagnosisEngine:
         given: SessionState | StoredSession = (
             StoredSession(session.model_dump_json()) if isinstance(session, SessionState) else session
         )
+        if self.clock() < self._store_down_until:
+            log.debug("a waiting case waits for its next try: long-term memory was down a moment ago")
+            return StepResult(session=session, dedup=dedup, given=given)
         stats = RunStats()
         once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
         try:
@@ -719,6 +738,7 @@ class DiagnosisEngine:
             try:
                 read_at_once(once, live.vin, live.session_id)
             except StoreError as e:
+                self._store_down_until = self.clock() + self.store_down_pause_s
                 log.info("%s still waits for long-term memory, which is down: %s", live.session_id, e)
                 return StepResult(session=session, dedup=dedup, given=given)
             working = WorkingMemory(

@@ -42,6 +42,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from vdoctor.admission import EarlierFirst
+from vdoctor.memory.session import UnreadableState
 
 # (event json, raw line): what the diagnosis operator hands the run pool.
 Item = tuple[str, str]
@@ -91,7 +92,10 @@ class ReplayOrder:
         if f.kind != "alert" or f.at is None:
             return False
         session = carry[0]
-        return session is None or not session.accepts_alert_at(f.at)
+        try:
+            return session is None or not session.accepts_alert_at(f.at)
+        except UnreadableState:  # (asked by a worker outside its run) the run sets it aside and opens a session
+            return True
 
     def blocks(self, carry: Any, item: Item) -> bool:
         """Asked once per item, in arrival order (``Admission.submitted``)."""

@@ -42,6 +42,7 @@ from vdoctor.records import (
     MemoryRef,
     Phase,
 )
+from vdoctor.settings import DEFAULT_CASE_RETRY_S
 from vdoctor.stores.memory import InMemoryStore
 
 pytestmark = pytest.mark.unit
@@ -92,6 +93,7 @@ class Harness:
     engine: DiagnosisEngine
     dedup_kind: Literal["stored", "parsed"] = "stored"
     state: dict[str, tuple[str | None, str]] = field(default_factory=dict)
+    now: float = 0.0  # the engine's clock at the retries of waiting cases (``_retry``)
 
     def send(self, payload: dict[str, Any]) -> StepResult:
         raw = json.dumps(payload, ensure_ascii=False)
@@ -843,7 +845,10 @@ class UpsertDownStore(InMemoryStore):
 
 
 def _retry(h: Harness) -> StepResult:
-    """The operator's retry of the vehicle's waiting case, its state read and written as the job's."""
+    """The operator's retry of the vehicle's waiting case, its state read and written as the job's: a retry
+    interval after the one before, as the operator's timer runs them."""
+    h.now += DEFAULT_CASE_RETRY_S
+    h.engine.clock = lambda: h.now
     session_json, dedup_json = h.state[VIN]
     result = h.engine.retry_case(StoredSession(session_json) if session_json else None, StoredDedup(dedup_json))
     h.state[VIN] = (result.session.model_dump_json() if result.session is not None else None, dedup_json)
@@ -914,6 +919,38 @@ def test_a_try_while_the_store_is_down_costs_no_summary_and_no_try_changes_worki
     assert still.session is not None and still.session.l3_pending
     assert h.engine.summary_metrics.checked == checked + 1
     assert StoredSession(h.state[VIN][0] or "").load().working.model_dump_json() == working
+
+
+def test_after_a_try_found_the_store_down_the_other_tries_wait_a_while_without_asking_it(pack: KnowledgePack) -> None:
+    """A store that does not answer (a host gone, not a refused connection) held each vehicle's try for its connect
+    timeout, a worker each, or the operator's thread at concurrency 1: a thousand vehicles with a case waiting, ten
+    seconds each, every ten minutes. After one try finds it down, the others wait for their next turn for a while
+    (``store_down_pause_s``) without asking it."""
+    store = ReadDownStore()
+    reads: list[str] = []
+    down_get = store.get
+    store.get = lambda vin, session_id: reads.append(vin) or down_get(vin, session_id)  # type: ignore[method-assign]
+    store.down = True
+    h = Harness(engine(pack, store=store))
+    other = VIN[:-1] + "5"
+    h.diagnose(alert("e-1", T0, 187))
+    h.diagnose({**alert("e-2", T0, 187), "vin": other})
+    clock = [1000.0]
+    h.engine.clock = lambda: clock[0]
+
+    def retry(vin: str) -> StepResult:
+        session_json, dedup_json = h.state[vin]
+        return h.engine.retry_case(StoredSession(session_json or ""), StoredDedup(dedup_json), vin)
+
+    reads.clear()
+    assert retry(VIN).session is not None and reads == [VIN]
+    clock[0] += h.engine.store_down_pause_s - 1
+    waited = retry(other)
+    assert reads == [VIN] and isinstance(waited.session, StoredSession) and waited.session.l3_pending
+    clock[0] += 1
+    store.down = False
+    written = retry(other)
+    assert reads == [VIN, other] and written.session is not None and written.session.l3_written
 
 
 def test_a_retry_of_a_vehicle_with_nothing_waiting_changes_nothing(pack: KnowledgePack) -> None:

@@ -357,3 +357,18 @@ def test_a_lifecycle_event_counts_its_late_write_and_a_case_lost() -> None:
     h.diagnose(alert("e-1", datetime(2026, 11, 1, 8, tzinfo=UTC), 187))
     result = h.send(alert("e-2", datetime(2026, 11, 4, 8, tzinfo=UTC), 90))  # opens a session, concludes nothing
     assert result.stats.case_lost and not result.stats.write_failed
+
+
+def test_the_pause_after_a_store_found_down_is_at_most_half_the_retry_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job retrying every 2 s (the integration test's) must not wait a minute after a try found the store down."""
+    runtime = Runtime()
+    engine = DiagnosisEngine(store=InMemoryStore(), model=OfflineModel(), embedder=HashingEmbedder(), pack=load_pack())
+    monkeypatch.setattr(op_module, "build_engine", lambda settings: engine)
+    monkeypatch.setattr(op_module, "KeySwitch", lambda context: Keys(runtime))
+    for retry_s, pause_s in ((2, 1.0), (DEFAULT_CASE_RETRY_S, 60.0)):
+        engine.store_down_pause_s = 60.0
+        settings = with_overrides(Settings(), concurrency=4, case_retry_s=retry_s).for_workers()
+        function = op_module.DiagnosisFunction(settings, None)
+        function.open(Context(runtime))
+        assert engine.store_down_pause_s == pause_s
+        function.close()

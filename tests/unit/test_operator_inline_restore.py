@@ -148,6 +148,7 @@ class HeldModel(OfflineModel):
 
 def operator(runtime: Runtime, concurrency: int, model: OfflineModel, store: InMemoryStore, monkeypatch: Any) -> Any:
     engine = DiagnosisEngine(store=store, model=model, embedder=HashingEmbedder(), pack=load_pack())
+    engine.clock = lambda: runtime.now / 1000  # (the pause of the retries after a store found down)
     monkeypatch.setattr(op_module, "build_engine", lambda settings: engine)
     monkeypatch.setattr(op_module, "KeySwitch", lambda context: Keys(runtime))
     function = op_module.DiagnosisFunction(with_overrides(Settings(), concurrency=concurrency).for_workers(), None)

@@ -30,6 +30,7 @@ from tests.unit.test_engine_failures import (
 from tests.unit.test_operator_duplicates import GroupWithMeter
 from tests.unit.test_operator_inline_restore import Runtime, alerts, operator
 from vdoctor.diagnosis import RunStats
+from vdoctor.events import parse_event
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
 from vdoctor.models.offline import OfflineModel
@@ -77,6 +78,61 @@ def test_an_unreadable_stored_session_is_set_aside_and_the_alert_is_diagnosed(pa
     assert later.dead_letters == [] and [d.session_id for d in later.diagnoses] == [diagnosis.session_id]
 
 
+def concluded_and_damaged(pack: KnowledgePack) -> dict[str, tuple[Harness, str]]:
+    """A concluded session (an alert much later opens a new one, reading only its id and care) damaged where those
+    reads meet it: a date that does not exist where it left the fleet's care, an escape JSON has not in its id."""
+    found = {}
+    for damage in ("left care", "id escape"):
+        h = Harness(engine(pack))
+        h.diagnose(alert("e-1", T0, 187))
+        stored, ids = h.state[VIN]
+        assert stored is not None and stored.endswith(',"left_care_at":null}')
+        if damage == "left care":
+            bad = stored.removesuffix(',"left_care_at":null}') + ',"left_care_at":"2026-02-30T00:00:00Z"}'
+        else:
+            bad = stored.replace('"session_id":"', '"session_id":"\\q', 1)
+        h.state[VIN] = (bad, ids)
+        found[damage] = (h, bad)
+    return found
+
+
+@pytest.mark.parametrize("damage", ["left care", "id escape"])
+def test_a_stored_session_damaged_where_its_quick_reads_meet_it_is_set_aside(pack: KnowledgePack, damage: str) -> None:
+    """The quick reads (a regex, then the value) raised a plain ValueError: every alert a dead letter (a review)."""
+    h, bad = concluded_and_damaged(pack)[damage]
+    result = h.send(alert("e-2", T0 + timedelta(days=3), 88))
+    assert len(result.diagnoses) == 1 and [x.raw for x in result.dead_letters] == [bad]
+    assert h.send(alert("e-3", T0 + timedelta(days=3, hours=1), 88)).dead_letters == []
+
+
+def test_a_lifecycle_event_sets_a_session_aside_before_it_writes(pack: KnowledgePack) -> None:
+    """Its first try soft-deleted the vehicle's cases and then met the session: the second did it again (a review)."""
+    h, bad = concluded_and_damaged(pack)["id escape"]
+    deletes: list[str] = []
+    store = h.engine.store
+    real = store.soft_delete
+    store.soft_delete = lambda vin, at: deletes.append(vin) or real(vin, at)  # type: ignore[method-assign]
+    result = h.send(lifecycle("e-2", T0 + timedelta(days=3)))
+    assert [x.raw for x in result.dead_letters] == [bad] and deletes == [VIN]
+
+
+def test_a_deterministic_replay_asks_an_unreadable_session_whether_it_waits_without_failing() -> None:
+    """The replay's admission asks on a worker, outside its run: the error ended the worker thread (a review)."""
+    from vdoctor.replay_order import ReplayOrder
+
+    raw = json.dumps(alert("e-2", T0, 88), ensure_ascii=False)
+    item = (parse_event(raw).model_dump_json(), raw)
+    assert ReplayOrder(store_was_empty=True).waits((StoredSession("{not json"), DedupState()), item)
+
+
+def test_the_letter_of_a_state_of_thousands_of_problems_is_bounded(pack: KnowledgePack) -> None:
+    text = '{"seen":{' + ",".join(f'"e-{k}":"2026-11-01T08:00:00Z"' for k in range(2048)) + "}}"
+    h = Harness(engine(pack))
+    h.state[VIN] = (None, text)
+    [letter] = h.send(alert("e-1", T0, 87)).dead_letters
+    assert letter.raw == text and len(letter.error) < 1000
+
+
 def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_a_lifecycle_event(pack: KnowledgePack) -> None:
     store = UpsertDownStore()
     store.down = True
@@ -93,7 +149,9 @@ def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_a_lifecycle_eve
     assert store.upserts == 1  # (the case is in the letter's text, not written)
 
 
-@pytest.mark.parametrize("text", ['{"seen":5}', '{"seen":{"e-1":"at eight"}}', '{"seen":{"e-1":1', "null"])
+@pytest.mark.parametrize(
+    "text", ['{"seen":5}', '{"seen":{"e-1":"at eight"}}', '{"seen":{"e-1":\u00b2}}', '{"seen":{"e-1":1', "null"]
+)
 def test_unreadable_stored_dedup_ids_are_set_aside_and_the_event_is_diagnosed(pack: KnowledgePack, text: str) -> None:
     h = Harness(engine(pack))
     h.state[VIN] = (None, text)
@@ -154,4 +212,27 @@ def test_the_operator_emits_the_letter_and_counts_it(monkeypatch: pytest.MonkeyP
     )
     metrics.record(Applied(None, "{}"))
     assert group.counters["states_set_aside"].count == 1 and group.counters["dead_letters"].count == 1
+    function.close()
+
+
+def test_a_step_whose_outputs_fail_after_a_state_was_set_aside_keeps_that_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The outputs that failed held the set-aside letter: the state left with them, unseen (a review). It is kept as it
+    was; the next event sets it aside again."""
+    function = operator(Runtime(), 1, OfflineModel(), InMemoryStore(), monkeypatch)
+    [(vin, first_json, first_raw), (_, later_json, later_raw)] = alerts(1, 2)
+    _, applied = function._step(vin, (None, StoredDedup(DedupState().model_dump_json())), (first_json, first_raw))
+    assert applied.session_json is not None
+    bad = applied.session_json.replace('"alerts":1,', '"alerts":"one",', 1)
+    run = function.engine.on_event
+
+    def half_emoji(*args: object) -> object:
+        result = run(*args)
+        result.diagnoses[0].root_cause = "battery \ud83d"  # a model's half emoji: the diagnosis cannot be written
+        return result
+
+    function.engine.on_event = half_emoji
+    _, refused = function._step(vin, (StoredSession(bad), StoredDedup(applied.dedup_json)), (later_json, later_raw))
+    assert refused.session_json == bad and refused.dead_letters == 1
     function.close()

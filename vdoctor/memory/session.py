@@ -319,7 +319,10 @@ class StoredSession:
             return None
         found = _LEFT_CARE_RE.search(text, len(text) - 64)
         if found is not None:
-            return datetime.fromisoformat(found[1])
+            try:
+                return datetime.fromisoformat(found[1])
+            except ValueError:  # no such date: the parse says what is wrong (``UnreadableState``)
+                return self.load().left_care_at
         if '"left_care_at":' not in text:  # a session stored by a release before the field (unescaped: a key)
             return None
         return self.load().left_care_at
@@ -329,8 +332,11 @@ class StoredSession:
         """The stored session's id, read from the start of its JSON (``SessionState`` writes it third)."""
         found = _SESSION_ID_RE.match(self.json)
         if found is not None:
-            session_id: str = json.loads(found[1])
-            return session_id
+            try:
+                session_id: str = json.loads(found[1])
+                return session_id
+            except ValueError:  # an escape JSON has not: the parse says what is wrong (``UnreadableState``)
+                pass
         return self.load().session_id
 
     def model_dump_json(self) -> str:
@@ -464,7 +470,7 @@ class StoredDedup:
         start += len(key)
         end = text.find(",", start)  # the entry's value is digits: the next comma, or the closing braces, ends it
         value = text[start : end if end != -1 else len(text) - 2]
-        if not value.isdigit():  # not what ``model_dump_json`` writes: the parse says what it is
+        if not (value.isascii() and value.isdigit()):  # not what ``model_dump_json`` writes: the parse says
             return self.load().seen_at(event_id)
         return int(value)
 
