@@ -517,6 +517,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         now = timers.current_processing_time()
         if now - began >= CASE_RETRY_HORIZON_MS:
             self.retry_state.clear()
+            if self._retry_item() is None:
+                return False, []  # a try still queued, or restored: its failure gives the letter (``_apply``)
             return False, [self._horizon_letter(ctx.get_current_key(), stored)]
         at = next_tick_ms(now + self._retry_ms) + RETRY_MARK
         timers.register_processing_time_timer(at)
@@ -642,9 +644,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.dedup_state.update(last.dedup_json)
         if vin is not None:  # from the pool: the finished events leave pending
             self._store_pending(vin, self._pending_entries(vin)[len(done) :])
-        if any(applied.case_pending for applied in done):
-            self._schedule_retry(ctx, failed_now=any(a.case_pending and a.event for a in done))
         out: list[tuple[str, str]] = []
+        if any(applied.case_pending for applied in done):
+            failed_now = any(a.case_pending and a.event for a in done)
+            if not failed_now and last.case_pending and not last.event and self.retry_state.value() is None:
+                # A try that failed after the horizon passed (queued, or restored, when it did): the last one.
+                out.append(self._horizon_letter(ctx.get_current_key(), last.session_json or ""))
+            self._schedule_retry(ctx, failed_now=failed_now)
         for applied in done:
             self.metrics.record(applied)
             out += applied.outputs

@@ -106,10 +106,12 @@ KEY_FACTS_DROPPED = "key_facts_dropped"
 # A dead letter's reason quotes at most this much of an unexpected error's message: enough to name the
 # fault, never a whole input echoed back (a validation error repeats the value it refused).
 MAX_FAILURE_CHARS = 500
-# After a retry of a waiting case found long-term memory down, the other vehicles' retries wait for their next
+# After a retry of a waiting case found long-term memory not answering, the other vehicles' retries wait for their next
 # turn without asking it for this long (``DiagnosisEngine.store_down_pause_s``; the operator makes it at most
 # half of its retry interval).
 STORE_DOWN_PAUSE_S = 60.0
+# A try's read of the store that failed after this long: the store does not answer (a connect timeout).
+SLOW_STORE_S = 1.0
 
 
 @dataclass
@@ -735,10 +737,14 @@ class DiagnosisEngine:
                 session=None, dedup=dedup, dead_letters=[letter], stats=RunStats(set_aside=1), given=given
             )
         try:
+            asked = self.clock()
             try:
                 read_at_once(once, live.vin, live.session_id)
             except StoreError as e:
-                self._store_down_until = self.clock() + self.store_down_pause_s
+                if self.clock() - asked >= SLOW_STORE_S:
+                    # A store that does not answer (a refusal is quick, and so is an error of this case's own
+                    # record, which must not hold back the other vehicles' tries).
+                    self._store_down_until = self.clock() + self.store_down_pause_s
                 log.info("%s still waits for long-term memory, which is down: %s", live.session_id, e)
                 return StepResult(session=session, dedup=dedup, given=given)
             working = WorkingMemory(

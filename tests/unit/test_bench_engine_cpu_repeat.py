@@ -108,8 +108,13 @@ def test_a_failed_run_without_clocks_stops_the_bench_with_its_reason(monkeypatch
         engine_cpu.without_stages(["--vins", "10"], None, 0)
 
 
-@pytest.mark.parametrize(("pin", "placed"), [("same", "this process on core 0, the embedding child on core 0"),
-                                             ("apart", "this process on core 0, the embedding child on core 1")])
+@pytest.mark.parametrize(
+    ("pin", "placed"),
+    [
+        ("same", "this process on core 0, the embedding child on core 0"),
+        ("apart", "this process on core 0, the embedding child on core 1"),
+    ],
+)
 def test_pinned_runs_place_the_embedding_child_as_asked(pin: str, placed: str, tmp_path: Path) -> None:
     # The runs without clocks start pinned to core 0 by the run that starts them: each still places its own child.
     # The heading gives the cores each process may run on, as read back.

@@ -104,7 +104,7 @@ def test_flink_services_start_through_the_image_entry_point() -> None:
     entry = (REPO_ROOT / "docker" / "flink" / "docker-entrypoint.sh").read_text()
     for service, word in (("jobmanager", "jobmanager"), ("taskmanager", "taskmanager")):
         assert SERVICES[service]["command"] == [word]
-        assert f"{word}) shift; exec \"$FLINK_HOME/bin/{word}.sh\" start-foreground" in entry
+        assert f'{word}) shift; exec "$FLINK_HOME/bin/{word}.sh" start-foreground' in entry
 
 
 def test_the_images_java_options_are_flink_2_3s_defaults_for_java_17() -> None:

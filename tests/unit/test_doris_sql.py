@@ -154,9 +154,7 @@ def test_upsert_reads_the_current_version_then_inserts_with_the_vector_as_a_lite
     marks = ", ".join(["%s"] * 5 + [literal] + ["%s"] * 19)
     # The indexed text (alert text, codes, cause, fix, summary) as tokens: Chinese characters and their
     # pairs, English words and numbers lower-cased.
-    tokens = (
-        "电 池 压 差 大 电池 池压 压差 差大 p0a7f weak cell balanc 2026 11 01 08 15 p0a7f cell voltag diff mv 187"
-    )
+    tokens = "电 池 压 差 大 电池 池压 压差 差大 p0a7f weak cell balanc 2026 11 01 08 15 p0a7f cell voltag diff mv 187"
     assert conn.calls == [
         (CURRENT + "(vin = %s AND session_id = %s)", [VIN, SID]),
         (
@@ -182,9 +180,7 @@ def test_upsert_many_is_one_read_and_one_multi_row_insert(store: SqlStore, conn:
     assert params is not None and len(params) == 2 * 24  # 25 columns, the vector inline
 
 
-def test_a_large_upsert_is_split_into_inserts_within_the_default_packet_limit(
-    store: SqlStore, conn: Recorder
-) -> None:
+def test_a_large_upsert_is_split_into_inserts_within_the_default_packet_limit(store: SqlStore, conn: Recorder) -> None:
     # Doris's default max_allowed_packet is 16 MB, as MySQL's: 100 records with 60,000-character Chinese
     # sources are ~18 MB of values. Each INSERT stays under 8 MB; every record goes once, in order.
     source = "电池包单体压差" * 8_000 + "电池包单体"
@@ -809,7 +805,7 @@ def test_driver_errors_are_wrapped_without_the_password() -> None:
     assert "s3cret" not in repr(store.info)
 
 
-@pytest.mark.parametrize("raw", [struct.pack("<4f", 0.5, -1.0, 2.0, 3.25), b"\xff\xfe", b"[1, 2", "[\"a\"]", b"{}"])
+@pytest.mark.parametrize("raw", [struct.pack("<4f", 0.5, -1.0, 2.0, 3.25), b"\xff\xfe", b"[1, 2", '["a"]', b"{}"])
 def test_a_vector_that_is_not_dorises_array_is_a_store_error(raw: object) -> None:
     """A MySQL/MariaDB store's packed floats read through a doris:// URL raised UnicodeDecodeError out of
     `vdoctor memory history` (found by an audit)."""

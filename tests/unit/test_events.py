@@ -1275,8 +1275,10 @@ def test_readings_and_codes_sent_as_lists_of_objects() -> None:
     one = parse_event(json.dumps(alert(dtc_codes="P0300, P0301", signals=[])))
     assert isinstance(one, AlertEvent) and one.dtc_codes == ["P0300", "P0301"] and one.signals == {}
     # A unit other than the name's: set aside, as in the text's form (it refused the alert until this release).
-    for readings in ([{"name": "cell_voltage_diff_mv", "value": 12, "unit": "°C"}],
-                     [{"name": "insulation_res_mohm", "value": 5, "unit": "MΩ"}, {"name": "soc_pct", "value": 50}]):
+    for readings in (
+        [{"name": "cell_voltage_diff_mv", "value": 12, "unit": "°C"}],
+        [{"name": "insulation_res_mohm", "value": 5, "unit": "MΩ"}, {"name": "soc_pct", "value": 50}],
+    ):
         event = set_aside(json.dumps(alert(signals=readings)), readings[0]["name"], kind="unit")  # type: ignore[arg-type]
         assert event.signals == ({"soc_pct": 50.0} if len(readings) > 1 else {})
     # A code object without its code, a J1939 code out of range: set aside, the alert read with its other codes.

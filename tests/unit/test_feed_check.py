@@ -31,8 +31,16 @@ FEED = [
     alert(event_id="e-2", signals={"cells[3].temp_c": 41, "Pack Voltage (V)": 398}),
     alert(event_id="e-3", signals={"cells[7].temp_c": 40}, dtc_codes=["DTC P0A7F-1B (active)"]),
     alert(event_id="e-4", ts="2026/11/01 16:15:30", dtc_codes=[{"code": "P0A7F", "status": "active"}]),
-    json.dumps({"type": "recheck", "eventId": "r-1", "vin": VIN, "ts": "2026-11-02T08:00:00Z",
-                "session_id": f"{VIN}-20261101T081530", "recheck_ok": "PASS"}),  # fmt: skip
+    json.dumps(
+        {
+            "type": "recheck",
+            "eventId": "r-1",
+            "vin": VIN,
+            "ts": "2026-11-02T08:00:00Z",
+            "session_id": f"{VIN}-20261101T081530",
+            "recheck_ok": "PASS",
+        }
+    ),  # fmt: skip
     "",  # blank: skipped, as the job skips it
     "{not json",
     alert(event_id="e-5", vin="LSVAU2180N218329"),
@@ -206,8 +214,16 @@ def test_fields_the_contract_does_not_name_are_reported_as_left_out(tmp_path: Pa
     feed = [
         alert(event_id="e-1", dtcs=["P0A80"], message="HV battery fault"),
         alert(event_id="e-2", dtcs=["P0A80"], receivedAt="2026-11-01T08:15:31Z"),
-        json.dumps({"Type": "alert", "eventId": "e-3", "VIN": VIN, "ts": "2026-11-01T08:15:30Z",
-                    "alertText": "spelled another way: read", "DTCCodes": ["P0A80"]}),  # fmt: skip
+        json.dumps(
+            {
+                "Type": "alert",
+                "eventId": "e-3",
+                "VIN": VIN,
+                "ts": "2026-11-01T08:15:30Z",
+                "alertText": "spelled another way: read",
+                "DTCCodes": ["P0A80"],
+            }
+        ),  # fmt: skip
     ]
     report = check_feed(feed)
     assert report.left_out == {"dtcs": 2, "message": 1, "receivedAt": 1}

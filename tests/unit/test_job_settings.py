@@ -339,8 +339,20 @@ def test_kafka_job_entry_point_takes_the_same_flags(tmp_path: Path) -> None:
     jar = tmp_path / js.CONNECTOR_JAR_NAME
     jar.write_bytes(b"PK")
     args = kafka_job._parse_args(
-        ["--kafka", "k:9092", "--connector-jar", str(jar), "--model", "openai", "--checkpoint-interval-ms", "700",
-         "--flink-conf", "rest.port=0", "--concurrency", "8"]  # fmt: skip
+        [
+            "--kafka",
+            "k:9092",
+            "--connector-jar",
+            str(jar),
+            "--model",
+            "openai",
+            "--checkpoint-interval-ms",
+            "700",
+            "--flink-conf",
+            "rest.port=0",
+            "--concurrency",
+            "8",
+        ]  # fmt: skip
     )
     job = js.kafka_settings(args, env={})
     assert job.flink.checkpoint_interval_ms == 700 and job.flink.extra_conf == {"rest.port": "0"}

@@ -173,7 +173,7 @@ def test_the_job_is_the_python_entry_point_in_the_image() -> None:
     assert jar.startswith(IMAGE_FLINK_HOME + "/opt/")
     # The image's /opt/flink/opt is the wheel's opt/ (docker/flink/Dockerfile moves it there).
     assert (_wheel_flink_home() / "opt" / Path(jar).name).is_file()
-    assert f"FLINK_HOME={IMAGE_FLINK_HOME}" in DOCKERFILE and "mv \"$FLINK_WHEEL/$d\" \"/opt/flink/$d\"" in DOCKERFILE
+    assert f"FLINK_HOME={IMAGE_FLINK_HOME}" in DOCKERFILE and 'mv "$FLINK_WHEEL/$d" "/opt/flink/$d"' in DOCKERFILE
     args = job["args"]
     entry = args[args.index("-py") + 1]
     assert entry.startswith(IMAGE_PROJECT + "/")
@@ -206,7 +206,7 @@ def test_thread_mode_python_is_configured_for_the_image() -> None:
     assert "cp /opt/flink/opt/flink-python-*.jar /opt/flink/lib/" in DOCKERFILE
     # The operator's native mode starts pods through kubernetes.entry.path, /docker-entrypoint.sh by default.
     assert 'ENTRYPOINT ["/docker-entrypoint.sh"]' in DOCKERFILE
-    assert "exec \"$@\"" in (REPO_ROOT / "docker" / "flink" / "docker-entrypoint.sh").read_text()
+    assert 'exec "$@"' in (REPO_ROOT / "docker" / "flink" / "docker-entrypoint.sh").read_text()
 
 
 def test_prometheus_reporter_is_on_and_its_port_exposed() -> None:

@@ -239,7 +239,8 @@ def test_the_tries_stop_after_the_horizon(monkeypatch: pytest.MonkeyPatch) -> No
     late_try = op_module.Applied(
         runtime.data["session"][VIN], runtime.data["dedup"][VIN], event=False, case_pending=True
     )
-    function._apply([late_try], Callback(runtime))
+    [(kind, _)] = function._apply([late_try], Callback(runtime))  # (its letter: see the test below)
+    assert kind == op_module.DEAD_LETTER
     assert retry_timers(runtime) == [] and runtime.data["case_retry"].get(VIN) is None
     function.close()
 
@@ -372,3 +373,33 @@ def test_the_pause_after_a_store_found_down_is_at_most_half_the_retry_interval(m
         function.open(Context(runtime))
         assert engine.store_down_pause_s == pause_s
         function.close()
+
+
+@pytest.mark.parametrize("written", [True, False])
+def test_a_try_still_in_flight_at_the_horizon_gives_the_letter_only_if_it_fails(
+    written: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The horizon's timer sent the letter ("still not in long-term memory") while a try it had queued still ran,
+    and that try then wrote the case (a review). The try's own failure gives the letter now."""
+    store = DownStore()
+    runtime, function, _ = refused_case(store, 4, monkeypatch)
+    metrics = GroupWithDistributions()
+    function.metrics = DiagnosisMetrics(metrics, in_flight=lambda: 0, queued=lambda: 0, summary_counts=dict)
+    [timer] = retry_timers(runtime)
+    store.hold.clear()
+    assert fire(function, runtime, timer) == []  # the try starts, and waits in the store
+    [horizon] = retry_timers(runtime)
+    runtime.data["case_retry"][VIN] = f"{horizon[2]} {horizon[2] - op_module.CASE_RETRY_HORIZON_MS}"
+    store.down = not written
+    assert fire(function, runtime, horizon) == []  # the horizon, with the try in flight: no letter yet
+    store.hold.set()
+    out = settle(function, runtime)
+    if written:
+        assert out == [] and store.count() == 1 and not session(runtime).l3_pending
+        assert metrics.counters["l3_late_writes"].count == 1 and metrics.counters["dead_letters"].count == 0
+    else:
+        [(kind, letter)] = out
+        assert kind == op_module.DEAD_LETTER and "was tried for 7 days" in json.loads(letter)["error"]
+        assert store.count() == 0 and session(runtime).l3_pending and metrics.counters["dead_letters"].count == 1
+    assert retry_timers(runtime) == []
+    function.close()

@@ -58,8 +58,14 @@ def fleet() -> tuple[InMemoryStore, dict[str, MemoryRecord]]:
         "own_recent": rec(ASKER, -3),
         "own_future": rec(ASKER, 4),
         "own_old": rec(ASKER, -800),
-        "own_scrapped": rec(ASKER, -20, dtc_codes=["P0AA6"], root_cause="insulation fault", valid=False,
-                            invalid_ts=T - timedelta(days=10)),  # fmt: skip
+        "own_scrapped": rec(
+            ASKER,
+            -20,
+            dtc_codes=["P0AA6"],
+            root_cause="insulation fault",
+            valid=False,
+            invalid_ts=T - timedelta(days=10),
+        ),  # fmt: skip
         # Other vehicles of the series.
         "verified_late": rec(vin(1), -5, verified_ts=T + timedelta(days=2)),
         "failed": rec(vin(2), -5, recheck_ok=False),
