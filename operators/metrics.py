@@ -189,8 +189,8 @@ class DiagnosisMetrics:
             self.recall_latency.update(round(stats.recall_ms * 1000))
             self.recalled_own.inc(stats.recalled_own)
             self.recalled_similar.inc(stats.recalled_similar)
+        self.l3_writes.inc(stats.writes)
         if stats.write_ms is not None:
-            self.l3_writes.inc()
             self.l3_write_latency.update(round(stats.write_ms * 1000))
         if stats.embed_ms is not None:
             self.l3_embed_latency.update(round(stats.embed_ms * 1000))

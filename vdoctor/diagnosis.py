@@ -121,7 +121,10 @@ class RunStats:
     recall_ms: float | None = None  # None: this run opened no session with recall
     recalled_own: int = 0
     recalled_similar: int = 0
-    write_ms: float | None = None  # None: this run wrote nothing to long-term memory
+    write_ms: float | None = None  # None: this run wrote nothing to long-term memory (else its last write's time)
+    # Its writes to long-term memory (``l3_writes``): two when an alert writes the case its vehicle's last session
+    # left waiting and then its own case or milestone.
+    writes: int = 0
     # Embedding what it wrote (a concluded case or a milestone), the wait for a shared model call included.
     embed_ms: float | None = None
     write_failed: bool = False
@@ -692,13 +695,14 @@ class DiagnosisEngine:
         working = WorkingMemory(
             session.working, self.working_budget_tokens, self.counter, self.summarizer, self.summary_metrics
         )
+        writes = stats.writes
         self._write_case(session, working, stats)
         if session.l3_written:
             log.info("wrote %s to long-term memory at the vehicle's next alert", session.session_id)
             stats.late_write = True
             return [L3_WRITTEN_LATE]
         log.warning("%s did not reach long-term memory at a second try either: the case is lost", session.session_id)
-        stats.write_failed, stats.write_ms, stats.case_lost = False, None, True
+        stats.write_failed, stats.write_ms, stats.case_lost, stats.writes = False, None, True, writes
         return [L3_LATE_WRITE_FAILED]
 
     def retry_case(
@@ -767,6 +771,7 @@ class DiagnosisEngine:
             # Neither a write (``l3_writes``) nor one failed for good (``l3_write_failures``, counted once, at the run
             # that concluded): a try.
             stats.write_ms = None
+            stats.writes = 0
             stats.write_failed = False
             if L3_WRITE_FAILED in flags:
                 log.info("%s is still not in long-term memory; it is tried again later", live.session_id)
@@ -838,6 +843,7 @@ class DiagnosisEngine:
             return [*flags, L3_WRITE_FAILED]
         finally:
             stats.write_ms = (time.perf_counter() - started) * 1000.0
+            stats.writes += 1
         if status is WriteStatus.MERGED:
             flags.append("l3_merged")
         session.l3_written, session.l3_pending = True, False
@@ -908,5 +914,6 @@ class DiagnosisEngine:
             return [L3_WRITE_FAILED]
         finally:
             stats.write_ms = (time.perf_counter() - started) * 1000.0
+            stats.writes += 1
         session.milestones_written = due
         return ["l3_milestone"]

@@ -798,6 +798,28 @@ def test_a_case_the_embedder_could_not_embed_is_written_at_the_next_alert(pack: 
     assert h.diagnose(alert("e-3", T0 + timedelta(hours=3), 87)).flags == []
 
 
+def test_an_alert_that_writes_the_waiting_case_and_its_own_counts_two_writes(pack: KnowledgePack) -> None:
+    """``l3_writes`` counted one write per run: the waiting case written late and the alert's own case were one."""
+    store = UpsertDownStore()
+    store.down = True
+    h = Harness(engine(pack, store=store))
+    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
+    assert h.send(alert("e-1", T0, 187)).duplicate  # (the failed write counted one, at its run: not here)
+    store.down = False
+    upserts = store.upserts
+    result = h.send(alert("e-2", T0 + timedelta(hours=2), 188))  # concludes a session of its own (merged)
+    [diagnosis] = result.diagnoses
+    assert diagnosis.flags[0] == "l3_written_late" and diagnosis.phase == "CONCLUDED"
+    assert result.stats.writes == 2 == store.upserts - upserts and result.stats.late_write
+    # A late write that fails is no write (``l3_late_write_failed``: the case is lost), the alert's own is one.
+    store.down = True
+    h.diagnose(alert("e-3", T0 + timedelta(hours=4), 187))
+    store.down = False
+    h.engine.store.upsert = lambda record: (_ for _ in ()).throw(StoreError("refused"))  # type: ignore[method-assign]
+    lost = h.send(alert("e-4", T0 + timedelta(hours=6), 87))
+    assert lost.diagnoses[0].flags == ["l3_late_write_failed"] and lost.stats.writes == 0 and lost.stats.case_lost
+
+
 def test_a_case_whose_second_write_fails_too_is_flagged_at_that_alert(pack: KnowledgePack) -> None:
     embedder, store = FlakyEmbedder(), InMemoryStore()
     h = Harness(engine(pack, store=store, embedder=embedder))

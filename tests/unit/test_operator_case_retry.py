@@ -403,3 +403,14 @@ def test_a_try_still_in_flight_at_the_horizon_gives_the_letter_only_if_it_fails(
         assert store.count() == 0 and session(runtime).l3_pending and metrics.counters["dead_letters"].count == 1
     assert retry_timers(runtime) == []
     function.close()
+
+
+def test_l3_writes_counts_every_write_of_a_run() -> None:
+    from vdoctor.diagnosis import RunStats
+
+    metrics = GroupWithDistributions()
+    recorder = DiagnosisMetrics(metrics, in_flight=lambda: 0, queued=lambda: 0, summary_counts=dict)
+    for writes in (2, 1, 0):
+        stats = RunStats(writes=writes, write_ms=1.0 if writes else None, late_write=writes == 2)
+        recorder.record(op_module.Applied(None, "{}", stats=stats))
+    assert metrics.counters["l3_writes"].count == 3 and metrics.counters["l3_late_writes"].count == 1
