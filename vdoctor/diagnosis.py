@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from vdoctor.memory.session import (
     TimelineEntry,
     UnreadableState,
     opening_text,
+    split_seen,
 )
 from vdoctor.memory.summarizer import FidelityMetrics, OfflineSummarizer, Summarizer, request_to_json
 from vdoctor.memory.summary import SUMMARY_PROMPT_VERSION, CaseSummary, milestone_summary, summarize_case
@@ -168,13 +170,24 @@ def set_aside_letter(vin: str, unreadable: UnreadableState, instead: str) -> Dea
     )
 
 
+def event_mark(event: Event) -> int:
+    """The event's content mark (16 bits of the crc32 of its JSON, as the job parsed it), kept with its id in the
+    dedup ids: an event under a taken id, of the same second, is the same event sent again only if its mark is
+    the same (ids made of the event's time, or a counter started again, give two events one id in one second)."""
+    return zlib.crc32(event.model_dump_json().encode("utf-8", "surrogatepass")) & 0xFFFF
+
+
 def reused_id_text(event: Event, first: int) -> str:
-    """A dead letter's reason for an event whose id an event of another time was processed under."""
+    """A dead letter's reason for an event whose id another event was processed under (of time ``first``)."""
     taken = iso(datetime.fromtimestamp(first, UTC))
+    if first == int(event.ts.timestamp()):
+        other = f"an event of {taken} too, but this one says something else"
+    else:
+        other = f"an event of {taken}; this event is of {iso(event.ts)}"
     return (
-        f"event id {event.event_id!r} of {event.vin} was processed with an event of {taken}; this event is of "
-        f"{iso(event.ts)}, so it is not that event sent again: not diagnosed under an id already taken (event ids "
-        "are unique per vehicle: send it with an id of its own)"
+        f"event id {event.event_id!r} of {event.vin} was processed with {other}, so it is not that event sent "
+        "again: not diagnosed under an id already taken (event ids are unique per vehicle: send it with an id of "
+        "its own)"
     )
 
 
@@ -308,22 +321,25 @@ class DiagnosisEngine:
         ids, the job.
         """
         aside: list[DeadLetter] = []
+        mark = event_mark(event)
         try:
-            fresh = dedup.check_and_add(event.event_id, event.ts)
+            fresh = dedup.check_and_add(event.event_id, event.ts, mark)
             first = None if fresh else dedup.seen_at(event.event_id)
         except UnreadableState as e:
             # Kept, it failed the job at this event at every restart. Set aside, the vehicle's events go on; an
             # event processed before is processed again if it is sent again.
             aside.append(set_aside_letter(event.vin, e, "the vehicle's event ids start again from this event"))
             dedup = DedupState()
-            fresh = dedup.check_and_add(event.event_id, event.ts)
+            fresh = dedup.check_and_add(event.event_id, event.ts, mark)
         if not fresh:
             # The id is taken: by the same event sent again (dropped, counted), or by another event, which a
-            # producer that reuses its ids sends (a counter started again), whose time differs. That one was
-            # dropped without a word; it is a dead letter, and the id stays the processed event's.
-            if first is None or first == int(event.ts.timestamp()):
+            # producer that reuses its ids sends (a counter started again, ids made of the time), whose time or
+            # content differs. That one was dropped without a word; it is a dead letter, and the id stays the
+            # processed event's. (An id taken before the content marks: by its time alone.)
+            second, first_mark = split_seen(first) if first is not None else (int(event.ts.timestamp()), None)
+            if second == int(event.ts.timestamp()) and first_mark in (None, mark):
                 return StepResult(session=session, dedup=dedup, duplicate=True, given=session)
-            letter = DeadLetter(raw=raw, error=reused_id_text(event, first), stage="process")
+            letter = DeadLetter(raw=raw, error=reused_id_text(event, second), stage="process")
             return StepResult(session=session, dedup=dedup, dead_letters=[letter], duplicate=True, given=session)
         try:
             result = self._run_event(session, dedup, event, raw)

@@ -235,6 +235,36 @@ def test_an_id_taken_by_an_event_of_another_time_is_a_dead_letter_not_a_dropped_
     assert [d.event_id for d in harness.diagnoses] == ["e-1", "e-1b"]
 
 
+def test_an_id_taken_by_another_event_of_the_same_second_is_a_dead_letter(harness: Harness) -> None:
+    """Ids made of the event's time (or a counter started again) give two events of one second one id: the second
+    event was dropped as the first sent again, without a word. The dedup ids keep a mark of each event's content:
+    another content under a taken id and second is a dead letter; the same event sent again is still dropped."""
+    first = alert("e-1", T0, signals={"cell_voltage_diff_mv": 87})
+    harness.diagnose(first)
+    other = alert("e-1", T0, signals={"cell_voltage_diff_mv": 187})
+    result = harness.send(other)
+    assert result.diagnoses == [] and result.duplicate
+    [letter] = result.dead_letters
+    assert letter.raw == json.dumps(other, ensure_ascii=False)
+    assert f"an event of {iso(T0)} too, but this one says something else" in letter.error, letter.error
+    resend = harness.send(first)
+    assert resend.duplicate and resend.dead_letters == [] and resend.diagnoses == []
+    assert [d.event_id for d in harness.diagnoses] == ["e-1"]
+
+
+def test_an_id_taken_before_the_content_marks_is_judged_by_its_time_alone(harness: Harness) -> None:
+    """Dedup ids a release before the marks wrote hold the event's second alone: any event of that second under
+    the id is taken as the one sent again, as then."""
+    from vdoctor.memory.session import DedupState
+
+    vin, (session, _) = VIN, harness.state.get(VIN, (None, ""))
+    harness.state[vin] = (session, DedupState(seen={"e-1": int(T0.timestamp())}).model_dump_json())
+    again = harness.send(alert("e-1", T0, signals={"cell_voltage_diff_mv": 187}))
+    assert again.duplicate and again.dead_letters == [] and again.diagnoses == []
+    later = harness.send(alert("e-1", T0 + timedelta(seconds=1), signals={"cell_voltage_diff_mv": 187}))
+    assert later.duplicate and [d.stage for d in later.dead_letters] == ["process"]
+
+
 def test_alert_within_48h_joins_the_open_session(harness: Harness) -> None:
     harness.diagnose(alert("e-1", T0, signals={"cell_voltage_diff_mv": 87}))
     later = harness.diagnose(alert("e-2", T0 + timedelta(hours=47), signals={"cell_voltage_diff_mv": 90}))

@@ -62,8 +62,9 @@ def test_stored_dedup_answers_and_writes_as_the_parsed_state(seed: int) -> None:
     for step in range(rng.choice([5, 20, 60])):
         eid = _random_id(rng, made)
         ts = T0 + timedelta(seconds=rng.randrange(-(10**6), 10**8))
-        assert stored.check_and_add(eid, ts) == plain.check_and_add(eid, ts), (step, eid)
-        # When the id was first processed (a duplicate's time tells a resend from a reused id).
+        mark = rng.choice([None, 0, 0xFFFF, rng.randrange(1 << 16)])  # (an engine's, or a caller's without one)
+        assert stored.check_and_add(eid, ts, mark) == plain.check_and_add(eid, ts, mark), (step, eid)
+        # When the id was first processed, with what (a duplicate's time and mark tell a resend from a reused id).
         assert stored.seen_at(eid) == plain.seen_at(eid) is not None, (step, eid)
         probe = _random_id(rng, made)
         assert stored.seen_at(probe) == plain.seen_at(probe), (step, probe)
@@ -151,3 +152,15 @@ def test_a_discarded_id_is_new_again_and_the_text_edited_not_parsed() -> None:
     stored.discard("never-seen")
     assert stored.check_and_add("b", T0)  # new again
     assert stored._parsed is None  # noqa: SLF001
+
+
+def test_an_entry_keeps_its_events_time_and_mark_and_one_from_before_the_marks_its_time() -> None:
+    from vdoctor.memory.session import seen_value, split_seen
+
+    second = int(T0.timestamp())
+    for mark in (0, 1, 0xFFFF):
+        assert split_seen(seen_value(T0, mark)) == (second, mark)
+    assert split_seen(seen_value(T0, None)) == (second, None) == split_seen(second)
+    stored = StoredDedup(DedupState().model_dump_json())
+    assert stored.check_and_add("e-1", T0, 0xBEEF) and stored._parsed is None  # noqa: SLF001
+    assert split_seen(stored.seen_at("e-1") or 0) == (second, 0xBEEF)

@@ -349,23 +349,43 @@ def opening_text(alert_text: str) -> str:
     return alert_text[:MAX_ALERT_TEXT_CHARS]
 
 
+# A dedup entry's value: the event's time in epoch seconds, shifted left by ``MARK_BITS``, with the event's
+# content mark (``event_mark``) in the bits it leaves; an entry written before the marks is the plain seconds,
+# below ``MARKED_FROM`` (any marked value of a time after 1970-01-04 is above it).
+MARK_BITS = 16
+MARKED_FROM = 1 << 34
+
+
+def seen_value(ts: datetime, mark: int | None) -> int:
+    """A dedup entry's value for an event of time ``ts`` and content mark ``mark`` (None: no mark)."""
+    second = int(ts.timestamp())
+    return second if mark is None else (second << MARK_BITS) | (mark & ((1 << MARK_BITS) - 1))
+
+
+def split_seen(value: int) -> tuple[int, int | None]:
+    """A dedup entry's value as (event time in epoch seconds, content mark or None for an entry without one)."""
+    if value < MARKED_FROM:
+        return value, None
+    return value >> MARK_BITS, value & ((1 << MARK_BITS) - 1)
+
+
 class DedupState(BaseModel):
-    """Event ids already processed for one vehicle, with their event time (epoch seconds)."""
+    """Event ids already processed for one vehicle, with their event time and content mark (``seen_value``)."""
 
     seen: dict[str, int] = Field(default_factory=dict)
 
-    def check_and_add(self, event_id: str, ts: datetime) -> bool:
+    def check_and_add(self, event_id: str, ts: datetime, mark: int | None = None) -> bool:
         """True if the id is new (and records it); False for a replayed duplicate."""
         if event_id in self.seen:
             return False
-        self.seen[event_id] = int(ts.timestamp())
+        self.seen[event_id] = seen_value(ts, mark)
         if len(self.seen) > MAX_DEDUP_IDS:
             # dicts keep insertion order: drop the oldest-seen id.
             del self.seen[next(iter(self.seen))]
         return True
 
     def seen_at(self, event_id: str) -> int | None:
-        """The event time (epoch seconds) the id was first processed with, or None if it is not held."""
+        """The value (``split_seen``) the id was first processed with, or None if it is not held."""
         return self.seen.get(event_id)
 
     def discard(self, event_id: str) -> None:
@@ -440,10 +460,10 @@ class StoredDedup:
     def seen(self) -> dict[str, int]:
         return self.load().seen
 
-    def check_and_add(self, event_id: str, ts: datetime) -> bool:
+    def check_and_add(self, event_id: str, ts: datetime, mark: int | None = None) -> bool:
         """``DedupState.check_and_add`` on the stored ids."""
         if not self._edits_text(event_id):
-            return self.load().check_and_add(event_id, ts)
+            return self.load().check_and_add(event_id, ts, mark)
         ids = self._count()
         text = self.json
         key = f'"{event_id}":'
@@ -455,7 +475,7 @@ class StoredDedup:
         else:
             kept = text[len(_DEDUP_HEAD) : -2]
             self._ids = ids + 1
-        self.json = f"{_DEDUP_HEAD}{kept}{',' if kept else ''}{key}{int(ts.timestamp())}}}}}"
+        self.json = f"{_DEDUP_HEAD}{kept}{',' if kept else ''}{key}{seen_value(ts, mark)}}}}}"
         return True
 
     def seen_at(self, event_id: str) -> int | None:
