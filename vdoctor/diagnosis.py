@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from vdoctor.events import (
     Event,
     LifecycleEvent,
     RecheckEvent,
+    content_mark,
     describe_validation_error,
     following_session_id,
     session_id_for,
@@ -168,13 +168,6 @@ def set_aside_letter(vin: str, unreadable: UnreadableState, instead: str) -> Dea
     return DeadLetter(
         raw=unreadable.text, error=f"{reason}: set aside here, its text as raw; {instead}", stage="process"
     )
-
-
-def event_mark(event: Event) -> int:
-    """The event's content mark (16 bits of the crc32 of its JSON, as the job parsed it), kept with its id in the
-    dedup ids: an event under a taken id, of the same second, is the same event sent again only if its mark is
-    the same (ids made of the event's time, or a counter started again, give two events one id in one second)."""
-    return zlib.crc32(event.model_dump_json().encode("utf-8", "surrogatepass")) & 0xFFFF
 
 
 def reused_id_text(event: Event, first: int) -> str:
@@ -321,7 +314,7 @@ class DiagnosisEngine:
         ids, the job.
         """
         aside: list[DeadLetter] = []
-        mark = event_mark(event)
+        mark = content_mark(raw)
         try:
             fresh = dedup.check_and_add(event.event_id, event.ts, mark)
             first = None if fresh else dedup.seen_at(event.event_id)

@@ -13,6 +13,7 @@ import json
 import math
 import re
 import unicodedata
+import zlib
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from functools import lru_cache
@@ -1536,6 +1537,43 @@ def content_id(data: dict[str, Any]) -> str:
     fields = {k: v for k, v in data.items() if k in CONTRACT_FIELDS}
     text = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return "h-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
+
+
+# What a dedup mark leaves out of an event's fields: the id (the same by construction) and the time, which the
+# dedup ids compare on their own (in seconds: ``2026-11-01T08:00:00Z`` and ``...:00.000Z`` alike).
+_UNMARKED_FIELDS = frozenset({"event_id", "ts"})
+
+
+def content_mark(raw: str) -> int:
+    """16 bits of a hash of an event's content as its line sends it, for the dedup ids (``DedupState``): the
+    contract's fields but its id and time (as the contract names them, in any order, and so are the items of
+    its lists; a platform's own fields, which may change from one sending to the next, left out), every number
+    as a float (187 and 187.0 alike).
+    The same event sent again, however its producer writes it, has the same mark; read from the line, not from
+    the job's parse, so that a change of the fleet's settings (its signal map) or of the job's release leaves it
+    as it was. A line that is no JSON object has the hash of its text."""
+    try:
+        data = contract_keys(load_object(raw))
+    except (EventError, ValueError):
+        text = raw
+    else:
+        fields = {k: _as_floats(v) for k, v in data.items() if k in CONTRACT_FIELDS and k not in _UNMARKED_FIELDS}
+        text = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return zlib.crc32(text.encode("utf-8", "surrogatepass")) & 0xFFFF
+
+
+def _as_floats(value: Any) -> Any:
+    """``value`` with every number in it a float (not a bool), its objects and lists walked, each list sorted."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _as_floats(v) for k, v in value.items()}
+    if isinstance(value, list):  # (in any order: a code list, readings as a list of objects)
+        items = [_as_floats(v) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False, default=str))
+    return value
 
 
 # The contract's field names. A platform's own spelling of one is read as it: in any case, camelCase or

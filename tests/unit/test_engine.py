@@ -252,6 +252,36 @@ def test_an_id_taken_by_another_event_of_the_same_second_is_a_dead_letter(harnes
     assert [d.event_id for d in harness.diagnoses] == ["e-1"]
 
 
+def test_the_same_event_written_another_way_is_still_the_same_event_sent_again(harness: Harness) -> None:
+    """The mark is of the content as the line sends it, not as the job parses it: a producer that writes the same
+    event again with its keys, codes or readings in another order, its numbers as floats, its time to the
+    millisecond, or fields of its own added, sends the same event (a review found the first marks told them apart)."""
+    first = {**alert("e-1", T0, signals={"cell_voltage_diff_mv": 87, "soc_pct": 55}), "dtc_codes": ["P0A7F", "P0300"]}
+    harness.diagnose(first)
+    again = {
+        "receivedAt": "2026-11-01T08:15:31Z",
+        "signals": {"soc_pct": 55.0, "cell_voltage_diff_mv": 87.0},
+        "dtc_codes": ["P0300", "P0A7F"],
+        **{k: v for k, v in first.items() if k not in ("signals", "dtc_codes", "ts")},
+        "ts": iso(T0).replace("Z", ".000Z"),
+    }
+    result = harness.send(again)
+    assert result.duplicate and result.dead_letters == [] and result.diagnoses == []
+
+
+def test_a_content_mark_is_of_the_line_as_sent() -> None:
+    from vdoctor.events import content_mark
+
+    line = {"type": "alert", "event_id": "e-1", "vin": VIN, "ts": "2026-11-01T08:00:00Z", "alert_text": "x",
+            "dtc_codes": ["P0A7F"], "signals": [{"name": "bms_dv", "value": 187}]}  # fmt: skip
+    mark = content_mark(json.dumps(line))
+    assert content_mark(json.dumps(dict(reversed(line.items())), indent=2)) == mark
+    assert content_mark(json.dumps({**line, "eventId": "e-1", "gateway": "gw-7"}).replace('"event_id"', '"x"')) == mark
+    assert content_mark(json.dumps({**line, "signals": [{"name": "bms_dv", "value": 188}]})) != mark
+    assert content_mark(json.dumps({**line, "alert_text": "y"})) != mark
+    assert 0 <= mark < 1 << 16 and content_mark("not json") == content_mark("not json")
+
+
 def test_an_id_taken_before_the_content_marks_is_judged_by_its_time_alone(harness: Harness) -> None:
     """Dedup ids a release before the marks wrote hold the event's second alone: any event of that second under
     the id is taken as the one sent again, as then."""

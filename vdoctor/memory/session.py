@@ -350,8 +350,8 @@ def opening_text(alert_text: str) -> str:
 
 
 # A dedup entry's value: the event's time in epoch seconds, shifted left by ``MARK_BITS``, with the event's
-# content mark (``event_mark``) in the bits it leaves; an entry written before the marks is the plain seconds,
-# below ``MARKED_FROM`` (any marked value of a time after 1970-01-04 is above it).
+# content mark (``vdoctor.events.content_mark``) in the bits it leaves; an entry written before the marks is the
+# plain seconds, below ``MARKED_FROM`` (any marked value of a time the contract accepts, 2000 to 2200, is above it).
 MARK_BITS = 16
 MARKED_FROM = 1 << 34
 
