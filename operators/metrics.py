@@ -137,7 +137,7 @@ class DiagnosisMetrics:
         # Vehicles' stored states (a session, dedup ids) this release could not read, set aside to the dead letters.
         self.states_set_aside = counter("states_set_aside")
         self.process_dead_letters = dead_letter_counter(group, "process")
-        # Events dropped as the same event sent again (same vehicle, id and event time).
+        # Events dropped as the same event sent again (same vehicle, id, event time and content mark).
         self.duplicates = counter("duplicates")
         self.run_latency = histogram(group, "run_latency_ms")
         self.model_latency = histogram(group, "model_latency_ms")
