@@ -329,8 +329,9 @@ class DiagnosisEngine:
             # producer that reuses its ids sends (a counter started again, ids made of the time), whose time or
             # content differs. That one was dropped without a word; it is a dead letter, and the id stays the
             # processed event's. (An id taken before the content marks: by its time alone.)
-            second, first_mark = split_seen(first) if first is not None else (int(event.ts.timestamp()), None)
-            if second == int(event.ts.timestamp()) and first_mark in (None, mark):
+            at = int(event.ts.timestamp())
+            second, first_mark = split_seen(first) if first is not None else (at, None)
+            if second == at and first_mark in (None, mark):
                 return StepResult(session=session, dedup=dedup, duplicate=True, given=session)
             letter = DeadLetter(raw=raw, error=reused_id_text(event, second), stage="process")
             return StepResult(session=session, dedup=dedup, dead_letters=[letter], duplicate=True, given=session)

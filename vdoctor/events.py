@@ -1534,9 +1534,13 @@ def content_id(data: dict[str, Any]) -> str:
     """An id for an event sent without one: a hash of the contract's fields it holds (as the contract names
     them, in any order), so that the same event sent again has the same id and is processed once, also when
     a platform adds fields of its own that change from one sending to the next (a time it was received)."""
-    fields = {k: v for k, v in data.items() if k in CONTRACT_FIELDS}
-    text = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = _canonical_json({k: v for k, v in data.items() if k in CONTRACT_FIELDS})
     return "h-" + hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=10).hexdigest()
+
+
+def _canonical_json(value: Any) -> str:
+    """``value``'s JSON with its keys sorted and no blanks, anything else as its text: one text however it came."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 # What a dedup mark leaves out of an event's fields: the id (the same by construction) and the time, which the
@@ -1557,8 +1561,9 @@ def content_mark(raw: str) -> int:
     except (EventError, ValueError):
         text = raw
     else:
-        fields = {k: _as_floats(v) for k, v in data.items() if k in CONTRACT_FIELDS and k not in _UNMARKED_FIELDS}
-        text = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        text = _canonical_json(
+            {k: _as_floats(v) for k, v in data.items() if k in CONTRACT_FIELDS and k not in _UNMARKED_FIELDS}
+        )
     return zlib.crc32(text.encode("utf-8", "surrogatepass")) & 0xFFFF
 
 
@@ -1572,7 +1577,7 @@ def _as_floats(value: Any) -> Any:
         return {k: _as_floats(v) for k, v in value.items()}
     if isinstance(value, list):  # (in any order: a code list, readings as a list of objects)
         items = [_as_floats(v) for v in value]
-        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True, ensure_ascii=False, default=str))
+        return sorted(items, key=_canonical_json)
     return value
 
 

@@ -133,7 +133,9 @@ def test_the_letter_of_a_state_of_thousands_of_problems_is_bounded(pack: Knowled
     assert letter.raw == text and len(letter.error) < 1000
 
 
-def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_a_lifecycle_event(pack: KnowledgePack) -> None:
+def waiting_case_damaged(pack: KnowledgePack) -> tuple[Harness, UpsertDownStore, str, str]:
+    """A vehicle whose concluded case waits for its write (the store was down), its stored session then damaged
+    in its body: the harness, the store (up again), the damaged text and the dedup ids."""
     store = UpsertDownStore()
     store.down = True
     h = Harness(engine(pack, store=store))
@@ -143,6 +145,11 @@ def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_a_lifecycle_eve
     bad = damaged_sessions(stored, '"phase":"CONCLUDED"')["body"]
     h.state[VIN] = (bad, ids)
     store.down = False
+    return h, store, bad, ids
+
+
+def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_a_lifecycle_event(pack: KnowledgePack) -> None:
+    h, store, bad, _ = waiting_case_damaged(pack)
     result = h.send(lifecycle("e-2", T0 + timedelta(hours=1)))
     [letter] = result.dead_letters
     assert letter.raw == bad and result.session is not None and result.session.left_care_at is not None
@@ -181,14 +188,7 @@ def test_both_unreadable_are_two_letters(pack: KnowledgePack) -> None:
 
 def test_a_waiting_case_in_an_unreadable_session_is_set_aside_by_its_retry(pack: KnowledgePack) -> None:
     """A try read the session, failed, and kept it: it was tried again for the retries' whole horizon in vain."""
-    store = UpsertDownStore()
-    store.down = True
-    h = Harness(engine(pack, store=store))
-    assert h.diagnose(alert("e-1", T0, 187)).flags == ["l3_write_failed"]
-    stored, ids = h.state[VIN]
-    assert stored is not None and StoredSession(stored).l3_pending
-    bad = stored.replace('"alerts":1,', '"alerts":"one",', 1)
-    assert bad != stored
+    h, _, bad, ids = waiting_case_damaged(pack)
     result = h.engine.retry_case(StoredSession(bad), StoredDedup(ids), VIN)
     assert result.session is None and result.stats.set_aside == 1
     [letter] = result.dead_letters
