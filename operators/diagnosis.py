@@ -50,6 +50,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +67,7 @@ from operators.keys import KeySwitch
 from operators.metrics import DiagnosisMetrics
 from operators.parse import DEAD_LETTER, DIAGNOSIS
 from vdoctor.assembly import build_engine
-from vdoctor.diagnosis import DiagnosisEngine, RunStats, failure_text
+from vdoctor.diagnosis import MAX_FAILURE_CHARS, DiagnosisEngine, RunStats, failure_text
 from vdoctor.events import EVENT_ADAPTER, describe_validation_error
 from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession, UnreadableState
@@ -147,6 +148,40 @@ def _refused(carry: Carry, raw: str, error: str) -> Applied:
     )
 
 
+_JSON_KINDS = {dict: "an object", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def read_pending(text: str) -> tuple[list[Item], list[tuple[str, str]]]:
+    """A vehicle's pending list as its state holds it (a JSON list of [event JSON, line] pairs): the items it can
+    read, and the parts it cannot, each as (its text, what is wrong): the whole text when it is no JSON list, else
+    each entry that is no pair of texts."""
+    try:
+        entries = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return [], [(text, f"not JSON: {e}")]
+    if not isinstance(entries, list):
+        return [], [(text, f"JSON {_JSON_KINDS.get(type(entries), 'null')}, not a list")]
+    items: list[Item] = []
+    unreadable: list[tuple[str, str]] = []
+    for entry in entries:
+        if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], str):
+            items.append((entry[0], entry[1]))
+        else:
+            text = json.dumps(entry, ensure_ascii=False)
+            unreadable.append((text, "an entry that is not a pair of texts, an event's JSON and its line"))
+    return items, unreadable
+
+
+_RETRY_SCHEDULE = re.compile(r"(-?[0-9]+) (-?[0-9]+)")
+
+
+def read_retry_schedule(text: str) -> tuple[int, int] | None:
+    """A vehicle's retry schedule as its state holds it, "<next try's timer (ms)> <when the tries began (ms)>";
+    None when it is not that."""
+    found = _RETRY_SCHEDULE.fullmatch(text)
+    return None if found is None else (int(found[1]), int(found[2]))
+
+
 def _ttl(seconds: float) -> StateTtlConfig:
     return (
         StateTtlConfig.new_builder(Time.milliseconds(int(seconds * 1000)))
@@ -194,6 +229,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self._pending_json: dict[str, list[str]] = {}
         self._leave_trimming: Callable[[], None] | None = None
         self._closed = False
+        # The dead letters of the operator's own states found unreadable (``_set_aside``), emitted at the end of the
+        # callback that found them.
+        self._aside: list[tuple[str, str]] = []
 
     def open(self, runtime_context: RuntimeContext) -> None:
         if self._code is not None:
@@ -348,15 +386,52 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             raise RuntimeError("DiagnosisFunction.open() was not called before use")
         return self.pool
 
-    def _pending(self) -> list[list[str]]:
+    def _pending(self, vin: str) -> list[Item]:
+        """The current key's pending items. What of them this release cannot read (a release that wrote them
+        otherwise, or damage) is set aside to the dead letters, and the rest is stored back: raised, it failed
+        the job at the vehicle's next event or timer, again at every restart."""
         stored = self.pending_state.value()
-        return json.loads(stored) if stored else []
+        if not stored:
+            return []
+        items, unreadable = read_pending(stored)
+        if unreadable:
+            whole = not items and len(unreadable) == 1 and unreadable[0][0] == stored
+            instead = (
+                "the events it held, if any, do not run (send them again)"
+                if whole
+                else "the vehicle's other pending events run"
+            )
+            for text, why in unreadable:
+                self._set_aside(f"the pending events of {vin}" if whole else f"an entry of the pending events of {vin}",
+                                text, why, instead)  # fmt: skip
+            self._pending_json.pop(vin, None)
+            if items:
+                self.pending_state.update(json.dumps(items, ensure_ascii=False))
+            else:
+                self.pending_state.clear()
+        return items
+
+    def _set_aside(self, what: str, text: str, why: str, instead: str) -> None:
+        """A state of this operator's that it cannot read: its text to a dead letter, emitted at the end of the
+        callback (``_aside``), counted as a state set aside (``set_aside_letter`` for the engine's)."""
+        if len(why) > MAX_FAILURE_CHARS:
+            why = why[:MAX_FAILURE_CHARS] + "…"
+        reason = f"{what} in the diagnosis operator's state cannot be read by this release ({why})"
+        log.error("%s: set aside to the dead letters; %s", reason, instead)
+        letter = DeadLetter(raw=text, error=f"{reason}: set aside here, its text as raw; {instead}", stage="process")
+        self._aside.append((DEAD_LETTER, letter.model_dump_json()))
+        self.metrics.process_dead_letters.inc()
+        self.metrics.states_set_aside.inc()
+
+    def _take_aside(self) -> list[tuple[str, str]]:
+        out, self._aside = self._aside, []
+        return out
 
     def _pending_entries(self, vin: str) -> list[str]:
         """The current key's pending entries as JSON texts (kept while the vehicle is in the pool)."""
         entries = self._pending_json.get(vin)
         if entries is None:
-            entries = [json.dumps(p, ensure_ascii=False) for p in self._pending()]
+            entries = [json.dumps(p, ensure_ascii=False) for p in self._pending(vin)]
             self._pending_json[vin] = entries
         return entries
 
@@ -409,10 +484,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if self._resumed:
             return
         for vin, handle in self._restored_keys():
-            pending = self._pending()
+            pending = self._pending(vin)
             if pending and not self._pool().knows(vin):
                 self._handles[vin] = handle
-                self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
+                self._start_from_state(vin, pending, ctx)
         self._ensure_tick(ctx)
 
     def _run_inline(self, vin: str, items: list[Item], ctx: KeyedProcessFunction.Context) -> list[tuple[str, str]]:
@@ -422,8 +497,8 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         waiting in its pool: they run first, in their order, and leave pending once they are stored. Once every
         restored vehicle's have run (thread mode), none is left to look for: this mode writes none.
         """
-        pending = [] if self._none_pending else self._pending()
-        todo = [*((e, r) for e, r in pending), *items]
+        pending = [] if self._none_pending else self._pending(vin)
+        todo = [*pending, *items]
         if not todo:
             return []
         carry, done = self._carry_from_state(), []
@@ -461,6 +536,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     def process_element(
         self, value: tuple[str, str, str, str], ctx: KeyedProcessFunction.Context
     ) -> Iterator[tuple[str, str]]:
+        yield from self._element(value, ctx)
+        if self._aside:
+            yield from self._take_aside()
+
+    def _element(
+        self, value: tuple[str, str, str, str], ctx: KeyedProcessFunction.Context
+    ) -> Iterator[tuple[str, str]]:
         _, vin, event_json, raw = value
         if self.inline:
             yield from self._resume_inline(ctx)
@@ -477,9 +559,9 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         chain of a vehicle restored with items pending started if it is not running)."""
         pool = self._pool()
         if item is None:
-            if not pool.knows(vin) and (pending := self._pending()):
+            if not pool.knows(vin) and (pending := self._pending(vin)):
                 self._handles[vin] = self._switch().current()
-                self._start_from_state(vin, [(e, r) for e, r in pending], ctx)
+                self._start_from_state(vin, pending, ctx)
             return
         entry = json.dumps(list(item), ensure_ascii=False)
         if pool.knows(vin):
@@ -487,10 +569,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             pool.add(vin, item)
         else:
             # New work, or a vehicle restored with runs still to do: all of pending, in order.
-            pending = self._pending()
+            pending = self._pending(vin)
             self._store_pending(vin, [*(json.dumps(p, ensure_ascii=False) for p in pending), entry])
             self._handles[vin] = self._switch().current()
-            self._start_from_state(vin, [(e, r) for e, r in pending] + [item], ctx)
+            self._start_from_state(vin, [*pending, item], ctx)
 
     def _retry_item(self) -> Item | None:
         """The try to add for the current vehicle: none when its pending list holds one (restored from a checkpoint
@@ -505,14 +587,14 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         With the outputs to emit: at the horizon, the waiting session's dead letter (``_horizon_letter``)."""
         if ctx.time_domain() != TimeDomain.PROCESSING_TIME or timestamp % TICK_MS != RETRY_MARK:
             return False, []
-        scheduled = self.retry_state.value()
-        if scheduled is None or int(scheduled.split()[0]) != timestamp:
+        scheduled = self._retry_schedule(ctx)
+        if scheduled is None or scheduled[0] != timestamp:
             return False, []  # an old timer: the vehicle's retry is another, or none
         stored = self.session_state.value()
         if not stored or not StoredSession(stored).l3_pending:
             self.retry_state.clear()  # written meanwhile, or the session is gone
             return False, []
-        began = int(scheduled.split()[1])
+        began = scheduled[1]
         timers = ctx.timer_service()
         now = timers.current_processing_time()
         if now - began >= CASE_RETRY_HORIZON_MS:
@@ -547,18 +629,48 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.metrics.process_dead_letters.inc()
         return DEAD_LETTER, letter.model_dump_json()
 
+    def _retry_schedule(self, ctx: KeyedProcessFunction.Context) -> tuple[int, int] | None:
+        """The current vehicle's retry schedule (its next try's timer, when its tries began), None when it has none.
+
+        One this release cannot read is set aside (``_set_aside``; raised, it failed the job at the vehicle's next
+        retry timer or failed write, again at every restart): while the vehicle's case waits, a schedule begins
+        now, as for a case whose write has just failed, and the timers of the one set aside are old ones."""
+        text = self.retry_state.value()
+        if text is None:
+            return None
+        if (scheduled := read_retry_schedule(text)) is not None:
+            return scheduled
+        what, why = f"the case retry schedule of {ctx.get_current_key()}", "not two whole numbers of milliseconds"
+        stored = self.session_state.value()
+        if not stored or not StoredSession(stored).l3_pending:
+            self.retry_state.clear()
+            self._set_aside(what, text, why, "the vehicle has no case waiting for its write, so no retry")
+            return None
+        timers = ctx.timer_service()
+        now = timers.current_processing_time()
+        at = next_tick_ms(now + self._retry_ms) + RETRY_MARK
+        timers.register_processing_time_timer(at)
+        self.retry_state.update(f"{at} {now}")
+        self._set_aside(
+            what,
+            text,
+            why,
+            f"the vehicle's waiting case is tried again from now, for up to {CASE_RETRY_HORIZON_MS // 86_400_000} days",
+        )
+        return at, now
+
     def _schedule_retry(self, ctx: KeyedProcessFunction.Context, failed_now: bool) -> None:
         """The current vehicle's retry of its waiting case, ``runtime.case_retry_s`` from now (off the tick's grid),
         unless one is scheduled. ``failed_now``: an event's run left a case waiting: the tries' horizon starts
         again, as that may be another case than the one tried so far. A try that failed schedules nothing: its
         timer registered the next as it began, unless the horizon had passed (a try queued, or restored from a
         checkpoint taken while it ran, finishing after that must not start the horizon again)."""
-        scheduled = self.retry_state.value()
+        scheduled = self._retry_schedule(ctx)
         timers = ctx.timer_service()
         now = timers.current_processing_time()
         if scheduled is not None:
             if failed_now:
-                self.retry_state.update(f"{scheduled.split()[0]} {now}")
+                self.retry_state.update(f"{scheduled[0]} {now}")
             return
         if not failed_now:
             return
@@ -567,6 +679,11 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.retry_state.update(f"{at} {now}")
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
+        yield from self._timer(timestamp, ctx)
+        if self._aside:
+            yield from self._take_aside()
+
+    def _timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[tuple[str, str]]:
         if self._closed:
             # PyFlink fires a tick registered before the end of input after close(): the pool and the engine
             # are gone, and every run was drained at the final watermark. (Its metrics refresh read the
@@ -594,10 +711,10 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             # in process mode (which cannot list keys) starts here.
             vin = ctx.get_current_key()
             if not pool.knows(vin):
-                pending = self._pending()
+                pending = self._pending(vin)
                 if pending:
                     self._handles[vin] = self._switch().current()
-                    pool.start(vin, self._carry_from_state(), [(e, r) for e, r in pending])
+                    pool.start(vin, self._carry_from_state(), pending)
             while not pool.idle:
                 pool.wait_finished(END_WAIT_S)
                 yield from self._drain(ctx)
@@ -647,7 +764,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         out: list[tuple[str, str]] = []
         if any(applied.case_pending for applied in done):
             failed_now = any(a.case_pending and a.event for a in done)
-            if not failed_now and last.case_pending and not last.event and self.retry_state.value() is None:
+            if not failed_now and last.case_pending and not last.event and self._retry_schedule(ctx) is None:
                 # A try that failed after the horizon passed (queued, or restored, when it did): the last one.
                 out.append(self._horizon_letter(ctx.get_current_key(), last.session_json or ""))
             self._schedule_retry(ctx, failed_now=failed_now)

@@ -134,7 +134,8 @@ class DiagnosisMetrics:
         # and lost (their last try, as their session ended, failed too).
         self.l3_late_writes = counter("l3_late_writes")
         self.l3_cases_lost = counter("l3_cases_lost")
-        # Vehicles' stored states (a session, dedup ids) this release could not read, set aside to the dead letters.
+        # Vehicles' stored states (a session, dedup ids, pending events, a retry schedule) this release could not
+        # read, set aside to the dead letters.
         self.states_set_aside = counter("states_set_aside")
         self.process_dead_letters = dead_letter_counter(group, "process")
         # Events dropped as the same event sent again (same vehicle, id, event time and content mark).

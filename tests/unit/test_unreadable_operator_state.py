@@ -1,0 +1,205 @@
+"""The diagnosis operator's own states that this release cannot read: a vehicle's pending events, its retry schedule.
+
+Both are text in keyed state, written by this operator: a release that writes them otherwise, or damage, can leave
+text this one cannot read. Raised, it failed the job at the vehicle's next event or timer, again at every restart.
+Now what cannot be read is set aside to a process dead letter (its text as raw), counted in ``states_set_aside``,
+and the vehicle goes on. Over the stand-in keyed runtime of ``test_operator_inline_restore``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import operators.diagnosis as op_module
+from operators.diagnosis import read_pending, read_retry_schedule
+from operators.metrics import DiagnosisMetrics
+from tests.unit.test_operator_case_retry import (
+    VIN,
+    DownStore,
+    GroupWithDistributions,
+    concluding_alert,
+    fire,
+    refused_case,
+    retry_timers,
+    session,
+    settle,
+)
+from tests.unit.test_operator_inline_restore import Callback, Runtime, alerts, diagnosed, operator
+from tests.unit.test_operator_inline_restore import fire as fire_all
+from vdoctor.models.offline import OfflineModel
+from vdoctor.records import DeadLetter
+from vdoctor.settings import DEFAULT_CASE_RETRY_S
+from vdoctor.stores.memory import InMemoryStore
+
+pytestmark = pytest.mark.unit
+
+
+def letters(out: list[tuple[str, str]]) -> list[DeadLetter]:
+    return [DeadLetter.model_validate_json(text) for kind, text in out if kind == op_module.DEAD_LETTER]
+
+
+def counted(function: op_module.DiagnosisFunction) -> GroupWithDistributions:
+    group = GroupWithDistributions()
+    function.metrics = DiagnosisMetrics(group, in_flight=lambda: 0, queued=lambda: 0, summary_counts=dict)
+    return group
+
+
+# -- the readers -------------------------------------------------------------------------
+
+
+def test_a_pending_list_is_read_entry_by_entry() -> None:
+    good = [['{"type":"alert"}', "line 1"], list(op_module.RETRY_ITEM)]
+    assert read_pending(json.dumps(good)) == ([('{"type":"alert"}', "line 1"), op_module.RETRY_ITEM], [])
+    # Entries that are no pair of texts are set aside one by one; the others are kept, in their order.
+    items, unreadable = read_pending(json.dumps([good[0], ["only one"], 5, ["a", "b", "c"], ["x", None], good[1]]))
+    assert items == [('{"type":"alert"}', "line 1"), op_module.RETRY_ITEM]
+    assert [text for text, _ in unreadable] == ['["only one"]', "5", '["a", "b", "c"]', '["x", null]']
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('[["a", "b"]', "not JSON: "),
+        ('{"events": []}', "JSON an object, not a list"),
+        ('"[]"', "JSON a string, not a list"),
+        ("null", "JSON null, not a list"),
+        ("[" * 100_000 + "]" * 100_000, "not JSON: "),  # nested past the parser's recursion limit
+    ],
+    ids=["cut", "object", "string", "null", "deep"],
+)
+def test_a_pending_list_that_is_no_json_list_is_unreadable_whole(text: str, why: str) -> None:
+    items, [(whole, reason)] = read_pending(text)
+    assert items == [] and whole == text and reason.startswith(why)
+
+
+@pytest.mark.parametrize("text", ["1700000000000", "a b", "1 2 3", "1  2", "1 2\n", "1.5 2", "١٢ 3", ""])
+def test_a_retry_schedule_is_two_whole_numbers(text: str) -> None:
+    assert read_retry_schedule("1700000000001 1699999000000") == (1700000000001, 1699999000000)
+    assert read_retry_schedule("20 -100") == (20, -100)  # (a processing clock before 1970: a test's)
+    assert read_retry_schedule(text) is None
+
+
+# -- the pending list, through the operator ------------------------------------------------
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_unreadable_pending_list_is_set_aside_and_the_event_runs(
+    concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vehicle's next event found the text and raised (json.loads) before it ran: the job failed at that event,
+    again at every restart."""
+    [(vin, event_json, raw)] = alerts(1, 1)
+    runtime = Runtime({"pending": {vin: '[["{\\"type\\": \\"alert\\"'}})
+    function = operator(runtime, concurrency, OfflineModel(), InMemoryStore(), monkeypatch)
+    group = counted(function)
+    runtime.key = vin
+    out = list(function.process_element(("alert", vin, event_json, raw), Callback(runtime)))
+    out += settle(function, runtime) + fire_all(function, runtime, "event")
+    [letter] = letters(out)
+    assert letter.stage == "process" and letter.raw == '[["{\\"type\\": \\"alert\\"'
+    assert letter.error.startswith(f"the pending events of {vin} in the diagnosis operator's state cannot be read")
+    assert "(not JSON: " in letter.error and letter.error.endswith("do not run (send them again)")
+    assert diagnosed(out) == [(vin, "e-0-0")]
+    assert runtime.data["pending"].get(vin) is None
+    assert group.counters["states_set_aside"].count == 1 and group.counters["dead_letters"].count == 1
+    function.close()
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_unreadable_entry_is_set_aside_and_the_others_run_after_a_restore(
+    concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint's pending list with one entry this release cannot read: the others run when the job resumes,
+    before the vehicle's next event, and the one is a letter."""
+    [(vin, first_json, first_raw), (_, later_json, later_raw)] = alerts(1, 2)
+    stored = json.dumps([[first_json, first_raw], {"event": "from another release"}], ensure_ascii=False)
+    runtime = Runtime({"pending": {vin: stored}})
+    function = operator(runtime, concurrency, OfflineModel(), InMemoryStore(), monkeypatch)
+    group = counted(function)
+    runtime.key = vin
+    out = list(function.process_element(("alert", vin, later_json, later_raw), Callback(runtime)))
+    out += settle(function, runtime) + fire_all(function, runtime, "event")
+    [letter] = letters(out)
+    assert letter.raw == '{"event": "from another release"}'
+    assert letter.error.startswith(f"an entry of the pending events of {vin} in the diagnosis operator's state")
+    assert letter.error.endswith("the vehicle's other pending events run")
+    assert diagnosed(out) == [(vin, "e-0-0"), (vin, "e-0-1")]
+    assert runtime.data["pending"].get(vin) is None
+    assert group.counters["states_set_aside"].count == 1
+    function.close()
+
+
+def test_an_unreadable_pending_list_met_at_the_end_of_input_is_set_aside(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Process mode cannot list keys: a restored vehicle's pending list is read at its end-of-input timer."""
+    [(vin, _, _)] = alerts(1, 1)
+    runtime = Runtime({"pending": {vin: "5"}}, {("event", vin, op_module.END_OF_INPUT)})
+    function = operator(runtime, 4, OfflineModel(), InMemoryStore(), monkeypatch)
+    function._resumed = True  # (process mode: nothing listed at the first callback)
+    out = fire_all(function, runtime, "event")
+    [letter] = letters(out)
+    assert letter.raw == "5" and "(JSON a number, not a list)" in letter.error
+    assert runtime.data["pending"].get(vin) is None
+    function.close()
+
+
+# -- the retry schedule --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_an_unreadable_retry_schedule_starts_again_while_the_case_waits(
+    concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its timer raised (int of the text) at every restart; now the case is tried on a new schedule."""
+    store = DownStore()
+    runtime, function, out = refused_case(store, concurrency, monkeypatch)
+    group = counted(function)
+    [old] = retry_timers(runtime)
+    runtime.data["case_retry"][VIN] = "next try in ten minutes"
+    store.down = False
+    out = fire(function, runtime, old) + settle(function, runtime)
+    [letter] = letters(out)
+    assert letter.raw == "next try in ten minutes"
+    assert letter.error.startswith(f"the case retry schedule of {VIN} in the diagnosis operator's state")
+    assert letter.error.endswith("the vehicle's waiting case is tried again from now, for up to 7 days")
+    assert group.counters["states_set_aside"].count == 1
+    # The old timer is an old one; the new schedule's tries the case.
+    [new] = retry_timers(runtime)
+    assert new[2] >= runtime.now + DEFAULT_CASE_RETRY_S * 1000
+    assert runtime.data["case_retry"][VIN] == f"{new[2]} {runtime.now}"
+    assert store.count() == 0 and session(runtime).l3_pending
+    assert fire(function, runtime, new) + settle(function, runtime) == []
+    assert store.count() == 1 and not session(runtime).l3_pending
+    function.close()
+
+
+def test_an_unreadable_retry_schedule_met_by_a_failed_write_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The vehicle's next failed write read the schedule (to start its horizon again) and raised."""
+    store = DownStore()
+    runtime, function, _ = refused_case(store, 4, monkeypatch)
+    runtime.data["case_retry"][VIN] = "1 2 3"
+    runtime.now += 60_000
+    out = list(function.process_element(concluding_alert("e-2", "2026-11-01T09:00:00Z"), Callback(runtime)))
+    out += settle(function, runtime)
+    [letter] = letters(out)
+    assert letter.raw == "1 2 3" and len(diagnosed(out)) == 1
+    at, began = read_retry_schedule(runtime.data["case_retry"][VIN]) or (0, 0)
+    assert began == runtime.now and ("processing", VIN, at) in runtime.timers
+    function.close()
+
+
+def test_an_unreadable_retry_schedule_of_a_vehicle_with_no_case_waiting_is_cleared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = DownStore()
+    runtime, function, _ = refused_case(store, 4, monkeypatch)
+    [old] = retry_timers(runtime)
+    state = session(runtime)
+    runtime.data["session"][VIN] = state.model_copy(update={"l3_pending": False}).model_dump_json()
+    runtime.data["case_retry"][VIN] = ""
+    out = fire(function, runtime, old) + settle(function, runtime)
+    [letter] = letters(out)
+    assert letter.error.endswith("the vehicle has no case waiting for its write, so no retry")
+    assert runtime.data["case_retry"].get(VIN) is None and retry_timers(runtime) == []
+    function.close()
