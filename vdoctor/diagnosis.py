@@ -305,7 +305,8 @@ class DiagnosisEngine:
         the job goes on (``KeyboardInterrupt``, ``SystemExit`` and the like still propagate). A dead
         letter's session is the one given, as it was (a live one, which the failed run may have changed
         half-way, is given back as its text from before the run), and its dedup ids do not hold the event's:
-        the same event sent again is processed, and counted once.
+        the same event sent again is processed, and counted once. (But for a lifecycle event that wrote its
+        vehicle's waiting case before its soft delete failed: its session comes back with the case written.)
 
         A stored state this release cannot read (``UnreadableState``: a state written by a release whose
         format this one does not read, or damaged) is set aside: its text goes to a ``process`` dead letter
@@ -380,12 +381,24 @@ class DiagnosisEngine:
                 # (Reads the stored session's id: before any write, so that a session set aside, which raises
                 # here, is set aside before the soft delete, run once.)
                 ended = self._left_care(session, event)
+                waiting = None
                 if session is not None and session.l3_pending:
                     # A case waiting for its second write (``l3_pending``) is of the vehicle's care before this
                     # event: written now, it is set invalid with the vehicle's other cases below, kept for audit
                     # like them, where it was dropped with the session without a word (found by an audit).
-                    self._write_pending_case(session, stats)
-                self.store.soft_delete(event.vin, event.ts)
+                    waiting = session.load() if isinstance(session, StoredSession) else session
+                    self._write_pending_case(waiting, stats)
+                try:
+                    self.store.soft_delete(event.vin, event.ts)
+                except StoreError as e:
+                    if waiting is None or not waiting.l3_written:
+                        raise
+                    # The case is written: its session stays so (the event sent again does not write it again),
+                    # and the write is counted; the event is a dead letter, as any whose soft delete failed.
+                    log.warning("long-term memory failed for %s: %s", event.vin, e)
+                    dedup.discard(event.event_id)
+                    letter = DeadLetter(raw=raw, error=f"long-term memory unavailable: {e}", stage="process")
+                    return StepResult(session=waiting, dedup=dedup, dead_letters=[letter], stats=stats, given=given)
                 # The vehicle left the fleet's care: its open session ends too. Its state keeps when (and the
                 # session's id, which the next session's id follows), so that an alert from before the event,
                 # delivered after it, is told apart (``SessionState.left_care_at``).

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import pytest
 
 from vdoctor import diagnosis as diagnosis_module
-from vdoctor.diagnosis import MAX_FAILURE_CHARS, DiagnosisEngine, StepResult, failure_text
+from vdoctor.diagnosis import MAX_FAILURE_CHARS, DiagnosisEngine, RunStats, StepResult, failure_text
 from vdoctor.embedders.base import Vectors
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.errors import ConfigError, ModelError, StoreError
@@ -29,7 +29,7 @@ from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.knowledge.search import KnowledgeBase
 from vdoctor.knowledge.stores import open_knowledge_store
 from vdoctor.memory import summary as summary_module
-from vdoctor.memory.session import DedupState, StoredDedup, StoredSession
+from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession
 from vdoctor.memory.summarizer import ModelSummarizer, Summarizer
 from vdoctor.models.base import ChatModel, ChatResponse, Message, ToolCall, ToolSpec
 from vdoctor.models.offline import OfflineModel
@@ -1023,21 +1023,55 @@ def test_a_waiting_case_whose_summary_fails_its_check_on_a_retry_waits_no_more(
     assert result.stats.case_lost  # (counted: ``l3_cases_lost``)
 
 
-def test_a_lifecycle_event_the_store_refused_gives_back_a_live_session_as_it_was(pack: KnowledgePack) -> None:
-    """A live session (a vehicle's chain of runs) was given back changed in place by the lifecycle event's write of
-    its waiting case when the event then failed (found by a review)."""
+@pytest.mark.parametrize("given", ["live", "stored"])
+def test_a_lifecycle_event_the_store_refused_gives_back_the_session_as_it_was(pack: KnowledgePack, given: str) -> None:
+    """The waiting case's write failed again: the session comes back as it was given, its case waiting. A live
+    session (a vehicle's chain of runs) came back changed in place by the write (found by a review)."""
+    embedder, store = FlakyEmbedder(), FlakyStore()
+    h = Harness(engine(pack, store=store, embedder=embedder))
+    embedder.passages_down = True
+    h.diagnose(alert("e-1", T0, 187))
+    store.down = True
+    before = h.state[VIN][0] or ""
+    session = StoredSession(before).load() if given == "live" else StoredSession(before)
+    event = parse_event(json.dumps(lifecycle("l-1", T0 + timedelta(days=1))))
+    result = h.engine.on_event(session, StoredDedup(h.state[VIN][1]), event, "raw")
+    assert [x.stage for x in result.dead_letters] == ["process"]
+    assert result.session is not None and result.session.model_dump_json() == before
+    assert result.stats == RunStats() and "l-1" not in result.dedup.seen
+
+
+@pytest.mark.parametrize("given", ["live", "stored"])
+def test_a_lifecycle_event_whose_soft_delete_failed_after_it_wrote_the_waiting_case_keeps_it_written(
+    pack: KnowledgePack, given: str
+) -> None:
+    """The case was written, then the soft delete failed: the event's dead letter dropped the write's figures and
+    gave the session back with its case still waiting, so the next try or the event sent again wrote it a second
+    time (a review). The session now comes back as written, and the write is counted."""
     embedder, store = FlakyEmbedder(), FlakyStore()
     h = Harness(engine(pack, store=store, embedder=embedder))
     embedder.passages_down = True
     h.diagnose(alert("e-1", T0, 187))
     embedder.passages_down = False
     store.down = True
-    live = StoredSession(h.state[VIN][0] or "").load()
-    before = live.model_dump_json()
+    stored = h.state[VIN][0] or ""
+    session = StoredSession(stored).load() if given == "live" else StoredSession(stored)
     event = parse_event(json.dumps(lifecycle("l-1", T0 + timedelta(days=1))))
-    result = h.engine.on_event(live, StoredDedup(h.state[VIN][1]), event, "raw")
-    assert [x.stage for x in result.dead_letters] == ["process"]
-    assert result.session is not None and result.session.model_dump_json() == before
+    result = h.engine.on_event(session, StoredDedup(h.state[VIN][1]), event, "raw")
+    [letter] = result.dead_letters
+    assert letter.error.startswith("long-term memory unavailable: ") and "l-1" not in result.dedup.seen
+    assert isinstance(result.session, SessionState) and not result.session.l3_pending and result.session.l3_written
+    assert result.session.phase == Phase.CONCLUDED and result.session.left_care_at is None  # (not ended)
+    assert (result.stats.late_write, result.stats.writes) == (True, 1)
+    [written] = store.history(VIN)
+    assert written.valid
+    # Sent again with the store back: the vehicle leaves the fleet's care, and its case is not written again.
+    store.down = False
+    h.state[VIN] = (result.session.model_dump_json(), result.dedup.model_dump_json())
+    again = h.send(lifecycle("l-1", T0 + timedelta(days=1)))
+    assert again.dead_letters == [] and again.stats.writes == 0 and not again.stats.late_write
+    [ended] = store.history(VIN)
+    assert not ended.valid
 
 
 def test_a_reading_delivered_late_is_not_the_latest_one(pack: KnowledgePack) -> None:
