@@ -152,6 +152,35 @@ def _cmd_forget(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_write_waiting(args: argparse.Namespace) -> int:
+    """``vdoctor memory write-waiting``: the cases waiting in the dead letters' sessions, written; exit 1 when one
+    that could still be written is not (long-term memory or a model down, a session to mend)."""
+    from vdoctor.memory.waiting import WaitingReport, write_waiting
+
+    path = Path(args.letters)
+    if args.letters != "-" and not path.is_file():
+        raise ConfigError(f"--letters {path}: no such file")
+    settings = domain_settings(args, concurrency=1)
+    assembly.long_term_store(settings, existing=True).close()  # (a mistyped path: no new, empty store)
+    engine = assembly.build_engine(settings)
+
+    def progress(report: WaitingReport) -> None:
+        print(f"\r  {len(report.sessions)} sessions, {report.letters} letters", end="", file=sys.stderr, flush=True)
+
+    try:
+        if args.letters == "-":
+            report = write_waiting(sys.stdin, engine, progress)
+        else:
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                report = write_waiting(lines, engine, progress)
+    finally:
+        engine.close()
+    if report.sessions:
+        print(file=sys.stderr)
+    print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else report.render())
+    return 1 if report.unfinished else 0
+
+
 def _cmd_knowledge_load(args: argparse.Namespace) -> int:
     from vdoctor.knowledge.chunks import rows_from_csv
 
@@ -413,6 +442,18 @@ def add_commands(sub: Any) -> None:
     forget.add_argument("--at", help="event time of the change, ISO-8601 with a timezone (default now)")
     forget.add_argument("--memory", help=MEMORY_FLAG_HELP)
     forget.set_defaults(func=_cmd_forget)
+
+    waiting = memory.add_parser(
+        "write-waiting",
+        help="write the concluded cases waiting in the sessions of dead letters (tries stopped at 7 days, sessions "
+        "set aside) to long-term memory, as the job's retry does; what is there already is left alone",
+    )
+    waiting.add_argument(
+        "--letters", required=True, help="the job's dead_letters.jsonl (or a topic's dump); - for stdin"
+    )
+    waiting.add_argument("--json", action="store_true")
+    waiting.add_argument("--memory", help=MEMORY_FLAG_HELP)
+    waiting.set_defaults(func=_cmd_write_waiting)
 
     knowledge = sub.add_parser("knowledge", help="the knowledge base the agent's search_knowledge tool reads")
     ksub = knowledge.add_subparsers(dest="knowledge_command", required=True)

@@ -411,9 +411,7 @@ def _absolute_local_url(url: str) -> str:
     return url
 
 
-def domain_settings(
-    args: argparse.Namespace, env: Mapping[str, str] | None = None, **overrides: Any
-) -> Settings:
+def domain_settings(args: argparse.Namespace, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """The diagnosis settings: flags (and ``overrides``), then the environment. The only place jobs/ builds them."""
     env = os.environ if env is None else env
     flags = {field: getattr(args, flag, None) for flag, field in _DOMAIN_FLAGS.items()}

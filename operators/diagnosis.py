@@ -623,7 +623,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             error=(
                 f"the concluded case of {vin} was tried for {days} days and is still not in long-term memory: no "
                 "more tries; its session's text is here as raw, and the vehicle's next alert, within its state's "
-                "TTL, tries the case once more"
+                "TTL, tries the case once more (vdoctor memory write-waiting writes it from this letter)"
             ),
         )
         self.metrics.process_dead_letters.inc()
