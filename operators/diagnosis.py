@@ -151,25 +151,40 @@ def _refused(carry: Carry, raw: str, error: str) -> Applied:
 _JSON_KINDS = {dict: "an object", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
-def read_pending(text: str) -> tuple[list[Item], list[tuple[str, str]]]:
-    """A vehicle's pending list as its state holds it (a JSON list of [event JSON, line] pairs): the items it can
-    read, and the parts it cannot, each as (its text, what is wrong): the whole text when it is no JSON list, else
-    each entry that is no pair of texts."""
+@dataclass
+class PendingRead:
+    """A vehicle's pending list as this release reads it: the items it can read, and what it cannot as one text
+    (None: every entry read) with what is wrong with it. ``whole``: the text is no JSON list, and all of it is
+    that; else the entries that are no pair of texts (an event's JSON and its line), as a JSON list."""
+
+    items: list[Item]
+    unreadable: str | None = None
+    why: str = ""
+    whole: bool = False
+
+
+def read_pending(text: str) -> PendingRead:
+    """A vehicle's pending list as its state holds it (a JSON list of [event JSON, line] pairs)."""
     try:
         entries = json.loads(text)
     except (ValueError, RecursionError) as e:
-        return [], [(text, f"not JSON: {e}")]
+        return PendingRead([], text, f"not JSON: {e}", whole=True)
     if not isinstance(entries, list):
-        return [], [(text, f"JSON {_JSON_KINDS.get(type(entries), 'null')}, not a list")]
+        return PendingRead([], text, f"JSON {_JSON_KINDS.get(type(entries), 'null')}, not a list", whole=True)
     items: list[Item] = []
-    unreadable: list[tuple[str, str]] = []
+    unreadable: list[object] = []
     for entry in entries:
         if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], str):
             items.append((entry[0], entry[1]))
         else:
-            text = json.dumps(entry, ensure_ascii=False)
-            unreadable.append((text, "an entry that is not a pair of texts, an event's JSON and its line"))
-    return items, unreadable
+            unreadable.append(entry)
+    if not unreadable:
+        return PendingRead(items)
+    n = len(unreadable)
+    why = (
+        f"{n} of its {len(entries)} entries {'is' if n == 1 else 'are'} no pair of texts, an event's JSON and its line"
+    )
+    return PendingRead(items, json.dumps(unreadable, ensure_ascii=False), why)
 
 
 _RETRY_SCHEDULE = re.compile(r"(-?[0-9]+) (-?[0-9]+)")
@@ -389,27 +404,28 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
     def _pending(self, vin: str) -> list[Item]:
         """The current key's pending items. What of them this release cannot read (a release that wrote them
         otherwise, or damage) is set aside to the dead letters, and the rest is stored back: raised, it failed
-        the job at the vehicle's next event or timer, again at every restart."""
+        the job at the first callback that read it (after a restore in thread mode, the subtask's first, whichever
+        vehicle's it was), again at every restart."""
         stored = self.pending_state.value()
         if not stored:
             return []
-        items, unreadable = read_pending(stored)
-        if unreadable:
-            whole = not items and len(unreadable) == 1 and unreadable[0][0] == stored
-            instead = (
-                "the events it held, if any, do not run (send them again)"
-                if whole
-                else "the vehicle's other pending events run"
-            )
-            for text, why in unreadable:
-                self._set_aside(f"the pending events of {vin}" if whole else f"an entry of the pending events of {vin}",
-                                text, why, instead)  # fmt: skip
+        read = read_pending(stored)
+        if read.unreadable is not None:
+            if read.whole:
+                what, instead = (
+                    f"the pending events of {vin}",
+                    "the events it held, if any, do not run (send them again)",
+                )
+            else:
+                what = f"entries of the pending events of {vin}"
+                instead = "the vehicle's other pending events run" if read.items else "no other events were pending"
+            self._set_aside(what, read.unreadable, read.why, instead)
             self._pending_json.pop(vin, None)
-            if items:
-                self.pending_state.update(json.dumps(items, ensure_ascii=False))
+            if read.items:
+                self.pending_state.update(json.dumps(read.items, ensure_ascii=False))
             else:
                 self.pending_state.clear()
-        return items
+        return read.items
 
     def _set_aside(self, what: str, text: str, why: str, instead: str) -> None:
         """A state of this operator's that it cannot read: its text to a dead letter, emitted at the end of the
@@ -508,7 +524,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         if pending:
             self.pending_state.clear()
             log.info("ran %d event(s) of %s restored waiting in the run pool", len(pending), vin)
-        return self._apply(done, ctx)
+        return self._apply(done, ctx, vin)
 
     def _resume_inline(self, ctx: KeyedProcessFunction.Context) -> list[tuple[str, str]]:
         """Once per start at concurrency 1: run the events every vehicle was restored with pending (thread mode;
@@ -587,7 +603,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         With the outputs to emit: at the horizon, the waiting session's dead letter (``_horizon_letter``)."""
         if ctx.time_domain() != TimeDomain.PROCESSING_TIME or timestamp % TICK_MS != RETRY_MARK:
             return False, []
-        scheduled = self._retry_schedule(ctx)
+        scheduled = self._retry_schedule(ctx, ctx.get_current_key())
         if scheduled is None or scheduled[0] != timestamp:
             return False, []  # an old timer: the vehicle's retry is another, or none
         stored = self.session_state.value()
@@ -629,7 +645,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         self.metrics.process_dead_letters.inc()
         return DEAD_LETTER, letter.model_dump_json()
 
-    def _retry_schedule(self, ctx: KeyedProcessFunction.Context) -> tuple[int, int] | None:
+    def _retry_schedule(self, ctx: KeyedProcessFunction.Context, vin: str) -> tuple[int, int] | None:
         """The current vehicle's retry schedule (its next try's timer, when its tries began), None when it has none.
 
         One this release cannot read is set aside (``_set_aside``; raised, it failed the job at the vehicle's next
@@ -640,7 +656,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             return None
         if (scheduled := read_retry_schedule(text)) is not None:
             return scheduled
-        what, why = f"the case retry schedule of {ctx.get_current_key()}", "not two whole numbers of milliseconds"
+        what, why = f"the case retry schedule of {vin}", "not two whole numbers of milliseconds"
         stored = self.session_state.value()
         if not stored or not StoredSession(stored).l3_pending:
             self.retry_state.clear()
@@ -659,13 +675,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         )
         return at, now
 
-    def _schedule_retry(self, ctx: KeyedProcessFunction.Context, failed_now: bool) -> None:
+    def _schedule_retry(self, ctx: KeyedProcessFunction.Context, vin: str, failed_now: bool) -> None:
         """The current vehicle's retry of its waiting case, ``runtime.case_retry_s`` from now (off the tick's grid),
         unless one is scheduled. ``failed_now``: an event's run left a case waiting: the tries' horizon starts
         again, as that may be another case than the one tried so far. A try that failed schedules nothing: its
         timer registered the next as it began, unless the horizon had passed (a try queued, or restored from a
         checkpoint taken while it ran, finishing after that must not start the horizon again)."""
-        scheduled = self._retry_schedule(ctx)
+        scheduled = self._retry_schedule(ctx, vin)
         timers = ctx.timer_service()
         now = timers.current_processing_time()
         if scheduled is not None:
@@ -738,7 +754,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             for vin, done in finished:
                 handle = self._handles.get(vin)
                 keys.switch(handle if handle is not None else keys.handle(vin))
-                out += self._apply(done, ctx, vin)
+                out += self._apply(done, ctx, vin, pooled=True)
                 if not self._pool().knows(vin):
                     self._handles.pop(vin, None)
                     ctx.timer_service().delete_event_time_timer(END_OF_INPUT)
@@ -747,10 +763,11 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         return out
 
     def _apply(
-        self, done: list[Applied], ctx: KeyedProcessFunction.Context, vin: str | None = None
+        self, done: list[Applied], ctx: KeyedProcessFunction.Context, vin: str, pooled: bool = False
     ) -> list[tuple[str, str]]:
-        """Store the newest snapshots of the current key, drop its finished events from pending; the outputs.
-        A case left waiting for its write has its retry scheduled."""
+        """Store the newest snapshots of the current key (``vin``: not always the context's, which is the key of the
+        callback's element or timer), drop its finished events from pending (``pooled``: runs of the pool); the
+        outputs. A case left waiting for its write has its retry scheduled."""
         if not done:
             return []
         last = done[-1]
@@ -759,15 +776,15 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         else:
             self.session_state.update(last.session_json)
         self.dedup_state.update(last.dedup_json)
-        if vin is not None:  # from the pool: the finished events leave pending
+        if pooled:  # the finished events leave pending
             self._store_pending(vin, self._pending_entries(vin)[len(done) :])
         out: list[tuple[str, str]] = []
         if any(applied.case_pending for applied in done):
             failed_now = any(a.case_pending and a.event for a in done)
-            if not failed_now and last.case_pending and not last.event and self._retry_schedule(ctx) is None:
+            if not failed_now and last.case_pending and not last.event and self._retry_schedule(ctx, vin) is None:
                 # A try that failed after the horizon passed (queued, or restored, when it did): the last one.
-                out.append(self._horizon_letter(ctx.get_current_key(), last.session_json or ""))
-            self._schedule_retry(ctx, failed_now=failed_now)
+                out.append(self._horizon_letter(vin, last.session_json or ""))
+            self._schedule_retry(ctx, vin, failed_now=failed_now)
         for applied in done:
             self.metrics.record(applied)
             out += applied.outputs

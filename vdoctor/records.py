@@ -118,6 +118,20 @@ def _absent(value: object) -> bool:
     return value is None
 
 
+def _escaped(text: str) -> str:
+    """``text`` with each lone surrogate as its escape (``\\ud83d``)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _writable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class DeadLetter(BaseModel):
     """An input that could not be used, kept with the reason so nothing is lost.
 
@@ -125,7 +139,7 @@ class DeadLetter(BaseModel):
     is cut to it, and the record says so (``raw_truncated``) with the whole raw's length in characters and
     in UTF-8 bytes and its sha256 (of the UTF-8 bytes), to match it with the line in the source; those
     fields are left out of the JSON of a raw kept whole (``{"raw", "error", "stage"}``). A reason over
-    ``MAX_DEAD_LETTER_ERROR_CHARS`` is cut and ends in "…".
+    ``MAX_DEAD_LETTER_ERROR_CHARS`` is cut and ends in "…". A lone surrogate in either is kept as its escape.
     """
 
     raw: str
@@ -142,17 +156,27 @@ class DeadLetter(BaseModel):
         if not isinstance(data, dict):
             return data
         raw, error = data.get("raw"), data.get("error")
+        # Writable, however it is built: a lone surrogate (half an emoji, decoded from a JSON escape in a stored
+        # state or an error's text) cannot be written as UTF-8, and the letter's own write then failed. It is kept
+        # as its escape, ``\ud83d``, before the bounds are applied (an escape is longer than its character).
+        if isinstance(error, str) and not _writable(error):
+            error = _escaped(error)
+            data = data | {"error": error}
         if isinstance(error, str) and len(error) > MAX_DEAD_LETTER_ERROR_CHARS:
             data = data | {"error": error[: MAX_DEAD_LETTER_ERROR_CHARS - 1] + "…"}
-        if isinstance(raw, str) and len(raw) > MAX_DEAD_LETTER_RAW_CHARS:
-            encoded = raw.encode("utf-8", "surrogatepass")  # (a lone surrogate is hashed, not refused)
-            data = data | {
-                "raw": raw[:MAX_DEAD_LETTER_RAW_CHARS],
-                "raw_truncated": True,
-                "raw_chars": len(raw),
-                "raw_bytes": len(encoded),
-                "raw_sha256": hashlib.sha256(encoded).hexdigest(),
-            }
+        if isinstance(raw, str):
+            kept = raw if _writable(raw) else _escaped(raw)
+            if len(kept) > MAX_DEAD_LETTER_RAW_CHARS:
+                encoded = raw.encode("utf-8", "surrogatepass")  # (the whole raw as given: a lone surrogate hashed)
+                data = data | {
+                    "raw": kept[:MAX_DEAD_LETTER_RAW_CHARS],
+                    "raw_truncated": True,
+                    "raw_chars": len(raw),
+                    "raw_bytes": len(encoded),
+                    "raw_sha256": hashlib.sha256(encoded).hexdigest(),
+                }
+            elif kept is not raw:
+                data = data | {"raw": kept}
         return data
 
 

@@ -60,6 +60,23 @@ def test_a_raw_over_the_bound_is_cut_and_the_letter_says_what_the_whole_was() ->
     assert DeadLetter.model_validate_json(encoded).model_dump_json().encode() == encoded
 
 
+def test_a_lone_surrogate_is_kept_as_its_escape_and_the_letter_is_written_within_its_bound() -> None:
+    """Half an emoji decoded from a JSON escape (a stored state's text, an error's): the letter could not be written
+    (a review: an unreadable pending entry failed the job again on its own letter)."""
+    letter = DeadLetter(raw='["\ud83d"]', error="store down \udc00", stage="process")
+    assert json.loads(letter.model_dump_json()) == {
+        "raw": '["\\ud83d"]', "error": "store down \\udc00", "stage": "process"
+    }  # fmt: skip
+    # An escape is six characters: the bounds hold for what is written.
+    raw = "\ud83d" * MAX_DEAD_LETTER_RAW_CHARS
+    encoded = DeadLetter(raw=raw, error="\udc00" * MAX_DEAD_LETTER_ERROR_CHARS, stage="process").model_dump_json()
+    assert len(encoded.encode()) <= MAX_DEAD_LETTER_BYTES
+    written = json.loads(encoded)
+    assert written["raw_truncated"] and written["raw_chars"] == len(raw)
+    assert written["raw_sha256"] == hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+    assert DeadLetter.model_validate_json(encoded).model_dump_json() == encoded
+
+
 def test_a_line_the_broker_took_gives_a_dead_letter_the_producer_takes() -> None:
     """The audit's line: 22,000 readings as a list of objects, 968,118 bytes; its dead letter was 1,100,256."""
     signals = [{"name": f"cell_{i:05d}_voltage_v", "value": 3.3} for i in range(22_000)]

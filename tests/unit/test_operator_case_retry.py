@@ -239,7 +239,7 @@ def test_the_tries_stop_after_the_horizon(monkeypatch: pytest.MonkeyPatch) -> No
     late_try = op_module.Applied(
         runtime.data["session"][VIN], runtime.data["dedup"][VIN], event=False, case_pending=True
     )
-    [(kind, _)] = function._apply([late_try], Callback(runtime))  # (its letter: see the test below)
+    [(kind, _)] = function._apply([late_try], Callback(runtime), VIN)  # (its letter: see the test below)
     assert kind == op_module.DEAD_LETTER
     assert retry_timers(runtime) == [] and runtime.data["case_retry"].get(VIN) is None
     function.close()

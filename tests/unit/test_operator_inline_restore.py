@@ -121,14 +121,18 @@ class Timers:
 
 
 class Callback:
+    """A callback's context. Its key is the element's or the timer's, whatever key the operator switches the state
+    backend to meanwhile, as PyFlink's is (thread mode: ``OnTimerContextImpl.getCurrentKey`` is the timer's)."""
+
     def __init__(self, runtime: Runtime, domain: TimeDomain | None = None) -> None:
         self.runtime, self.domain = runtime, domain
+        self.key = runtime.key
 
     def timer_service(self) -> Timers:
         return Timers(self.runtime)
 
     def get_current_key(self) -> str | None:
-        return self.runtime.key
+        return self.key
 
     def time_domain(self) -> TimeDomain | None:
         return self.domain

@@ -51,11 +51,13 @@ def counted(function: op_module.DiagnosisFunction) -> GroupWithDistributions:
 
 def test_a_pending_list_is_read_entry_by_entry() -> None:
     good = [['{"type":"alert"}', "line 1"], list(op_module.RETRY_ITEM)]
-    assert read_pending(json.dumps(good)) == ([('{"type":"alert"}', "line 1"), op_module.RETRY_ITEM], [])
-    # Entries that are no pair of texts are set aside one by one; the others are kept, in their order.
-    items, unreadable = read_pending(json.dumps([good[0], ["only one"], 5, ["a", "b", "c"], ["x", None], good[1]]))
-    assert items == [('{"type":"alert"}', "line 1"), op_module.RETRY_ITEM]
-    assert [text for text, _ in unreadable] == ['["only one"]', "5", '["a", "b", "c"]', '["x", null]']
+    read = read_pending(json.dumps(good))
+    assert (read.items, read.unreadable) == ([('{"type":"alert"}', "line 1"), op_module.RETRY_ITEM], None)
+    # Entries that are no pair of texts are set aside together, as one JSON list; the others are kept, in order.
+    read = read_pending(json.dumps([good[0], ["only one"], 5, ["a", "b", "c"], ["x", None], good[1]]))
+    assert read.items == [('{"type":"alert"}', "line 1"), op_module.RETRY_ITEM] and not read.whole
+    assert read.unreadable == '[["only one"], 5, ["a", "b", "c"], ["x", null]]'
+    assert read.why == "4 of its 6 entries are no pair of texts, an event's JSON and its line"
 
 
 @pytest.mark.parametrize(
@@ -70,8 +72,8 @@ def test_a_pending_list_is_read_entry_by_entry() -> None:
     ids=["cut", "object", "string", "null", "deep"],
 )
 def test_a_pending_list_that_is_no_json_list_is_unreadable_whole(text: str, why: str) -> None:
-    items, [(whole, reason)] = read_pending(text)
-    assert items == [] and whole == text and reason.startswith(why)
+    read = read_pending(text)
+    assert read.items == [] and read.whole and read.unreadable == text and read.why.startswith(why)
 
 
 @pytest.mark.parametrize("text", ["1700000000000", "a b", "1 2 3", "1  2", "1 2\n", "1.5 2", "١٢ 3", ""])
@@ -122,8 +124,9 @@ def test_an_unreadable_entry_is_set_aside_and_the_others_run_after_a_restore(
     out = list(function.process_element(("alert", vin, later_json, later_raw), Callback(runtime)))
     out += settle(function, runtime) + fire_all(function, runtime, "event")
     [letter] = letters(out)
-    assert letter.raw == '{"event": "from another release"}'
-    assert letter.error.startswith(f"an entry of the pending events of {vin} in the diagnosis operator's state")
+    assert letter.raw == '[{"event": "from another release"}]'
+    assert letter.error.startswith(f"entries of the pending events of {vin} in the diagnosis operator's state")
+    assert "(1 of its 2 entries is no pair of texts" in letter.error
     assert letter.error.endswith("the vehicle's other pending events run")
     assert diagnosed(out) == [(vin, "e-0-0"), (vin, "e-0-1")]
     assert runtime.data["pending"].get(vin) is None
@@ -140,6 +143,33 @@ def test_an_unreadable_pending_list_met_at_the_end_of_input_is_set_aside(monkeyp
     out = fire_all(function, runtime, "event")
     [letter] = letters(out)
     assert letter.raw == "5" and "(JSON a number, not a list)" in letter.error
+    assert runtime.data["pending"].get(vin) is None
+    function.close()
+
+
+@pytest.mark.parametrize(
+    ("stored", "raw", "instead"),
+    [
+        ('[5, ["x"]]', '[5, ["x"]]', "no other events were pending"),
+        # Half an emoji in an entry, as its JSON escape: the letter's raw held the surrogate itself, and its write
+        # failed the job again (a review).
+        ('[["{}", "line"], ["\\ud83d"], {"e": "\\udc00"}]', '[["\\ud83d"], {"e": "\\udc00"}]', "other pending"),
+    ],
+    ids=["none-readable", "half-emoji"],
+)
+def test_the_unreadable_entries_of_a_list_are_one_letter(
+    stored: str, raw: str, instead: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [(vin, _, _)] = alerts(1, 1)
+    runtime = Runtime({"pending": {vin: stored}}, {("event", vin, op_module.END_OF_INPUT)})
+    function = operator(runtime, 4, OfflineModel(), InMemoryStore(), monkeypatch)
+    group = counted(function)
+    out = fire_all(function, runtime, "event")
+    # (The readable entry "{}" runs, and is a letter of its own: no longer read as an event.)
+    [letter] = [x for x in letters(out) if "pending events" in x.error]
+    assert letter.raw == raw and instead in letter.error
+    assert group.counters["states_set_aside"].count == 1
+    assert group.counters["dead_letters"].count == len(letters(out))
     assert runtime.data["pending"].get(vin) is None
     function.close()
 
@@ -174,16 +204,20 @@ def test_an_unreadable_retry_schedule_starts_again_while_the_case_waits(
     function.close()
 
 
-def test_an_unreadable_retry_schedule_met_by_a_failed_write_starts_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The vehicle's next failed write read the schedule (to start its horizon again) and raised."""
+@pytest.mark.parametrize("text", ["at ten", "1 2 3"])
+def test_an_unreadable_retry_schedule_met_by_a_failed_write_starts_again(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vehicle's next failed write read the schedule to start its horizon again: it raised (the job failed at
+    every restart), or kept a first number as the next try's timer, long past, and the tries stopped unseen."""
     store = DownStore()
     runtime, function, _ = refused_case(store, 4, monkeypatch)
-    runtime.data["case_retry"][VIN] = "1 2 3"
+    runtime.data["case_retry"][VIN] = text
     runtime.now += 60_000
     out = list(function.process_element(concluding_alert("e-2", "2026-11-01T09:00:00Z"), Callback(runtime)))
     out += settle(function, runtime)
     [letter] = letters(out)
-    assert letter.raw == "1 2 3" and len(diagnosed(out)) == 1
+    assert letter.raw == text and len(diagnosed(out)) == 1
     at, began = read_retry_schedule(runtime.data["case_retry"][VIN]) or (0, 0)
     assert began == runtime.now and ("processing", VIN, at) in runtime.timers
     function.close()
@@ -202,4 +236,26 @@ def test_an_unreadable_retry_schedule_of_a_vehicle_with_no_case_waiting_is_clear
     [letter] = letters(out)
     assert letter.error.endswith("the vehicle has no case waiting for its write, so no retry")
     assert runtime.data["case_retry"].get(VIN) is None and retry_timers(runtime) == []
+    function.close()
+
+
+def test_the_letter_names_the_vehicle_whose_schedule_it_is_under_another_vehicles_tick(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool applies every finished vehicle under the tick's timer, whose context's key is the vehicle that
+    registered the tick: the letter named that vehicle (a review)."""
+    store = DownStore()
+    runtime, function, _ = refused_case(store, 4, monkeypatch)
+    runtime.data["case_retry"][VIN] = "garbage"
+    [_, (other, other_json, other_raw)] = alerts(2, 1)
+    runtime.key = other  # another vehicle's event: the tick is registered under its key
+    out = list(function.process_element(("alert", other, other_json, other_raw), Callback(runtime)))
+    runtime.key = VIN  # the vehicle's next concluding alert, its write failing again
+    out += list(function.process_element(concluding_alert("e-2", "2026-11-01T09:00:00Z"), Callback(runtime)))
+    ticks = {t[1] for t in runtime.timers if t[0] == "processing" and t[2] % op_module.TICK_MS == 0}
+    assert ticks == {other}
+    out += settle(function, runtime)
+    [letter] = letters(out)
+    assert letter.raw == "garbage" and letter.error.startswith(f"the case retry schedule of {VIN} ")
+    assert read_retry_schedule(runtime.data["case_retry"][VIN]) is not None
     function.close()
