@@ -37,6 +37,8 @@ from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.records import DeadLetter, RecordKind
+from vdoctor.stores.base import MemoryStore
+from vdoctor.stores.retry import RetryingStore
 
 
 class Outcome(StrEnum):
@@ -182,7 +184,7 @@ def _write_one(number: int, letter: DeadLetter, engine: DiagnosisEngine) -> Foun
     if not session.l3_pending:
         return found
     try:
-        if engine.store.get(session.vin, session.session_id) is not None:
+        if _once(engine).get(session.vin, session.session_id) is not None:
             found.outcome = Outcome.ALREADY
             return found
     except StoreError as e:
@@ -200,12 +202,19 @@ def _write_one(number: int, letter: DeadLetter, engine: DiagnosisEngine) -> Foun
     return found
 
 
+def _once(engine: DiagnosisEngine) -> MemoryStore:
+    """The engine's store, asked once (not through its retries, which wait out an outage for minutes), as a try
+    of ``retry_case`` asks it."""
+    store = engine.store
+    return store.inner if isinstance(store, RetryingStore) else store
+
+
 def _left_care_after(engine: DiagnosisEngine, session: SessionState) -> str:
     """The latest time from which the vehicle's other records were set invalid after this case concluded (a
     lifecycle event since, which the case, written now, missed), or ""."""
     concluded = session.last_event_at
     try:
-        records = engine.store.history(session.vin)
+        records = _once(engine).history(session.vin)
     except StoreError:
         return ""
     times = [
