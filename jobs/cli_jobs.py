@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from pathlib import Path
@@ -154,6 +155,12 @@ def _cmd_eval_ab(args: argparse.Namespace) -> int:
     return 0
 
 
+def stdin_lines() -> io.TextIOWrapper:
+    """Standard input as a file of lines is read: UTF-8, a byte that is not read as U+FFFD (under a strict locale
+    one such byte raised and lost the whole report), the line ends kept as they are."""
+    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="")
+
+
 def _cmd_check_events(args: argparse.Namespace) -> int:
     """``vdoctor check-events``: how the job reads a feed; exit 1 when any line would be a dead letter."""
     import json
@@ -199,7 +206,7 @@ def _cmd_check_events(args: argparse.Namespace) -> int:
         print(f"  ... {lines:,} lines", file=sys.stderr, flush=True)
 
     if args.alerts == "-":
-        report = check_feed(sys.stdin, zone, progress, rename, comma, dtc_numbers=numbers)
+        report = check_feed(stdin_lines(), zone, progress, rename, comma, dtc_numbers=numbers)
     else:
         path = Path(args.alerts)
         if not path.is_file():

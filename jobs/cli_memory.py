@@ -155,6 +155,7 @@ def _cmd_forget(args: argparse.Namespace) -> int:
 def _cmd_write_waiting(args: argparse.Namespace) -> int:
     """``vdoctor memory write-waiting``: the cases waiting in the dead letters' sessions, written; exit 1 when one
     that could still be written is not (long-term memory or a model down, a session to mend)."""
+    from jobs.cli_jobs import stdin_lines
     from vdoctor.memory.waiting import WaitingReport, write_waiting
 
     path = Path(args.letters)
@@ -164,18 +165,22 @@ def _cmd_write_waiting(args: argparse.Namespace) -> int:
     assembly.long_term_store(settings, existing=True).close()  # (a mistyped path: no new, empty store)
     engine = assembly.build_engine(settings)
 
+    shown = False
+
     def progress(report: WaitingReport) -> None:
+        nonlocal shown
+        shown = True
         print(f"\r  {len(report.sessions)} sessions, {report.letters} letters", end="", file=sys.stderr, flush=True)
 
     try:
         if args.letters == "-":
-            report = write_waiting(sys.stdin, engine, progress)
+            report = write_waiting(stdin_lines(), engine, progress)
         else:
             with path.open(encoding="utf-8", errors="replace") as lines:
                 report = write_waiting(lines, engine, progress)
     finally:
         engine.close()
-    if report.sessions:
+    if shown:
         print(file=sys.stderr)
     print(json.dumps(report.as_json(), ensure_ascii=False) if args.json else report.render())
     return 1 if report.unfinished else 0

@@ -8,6 +8,7 @@ job's dead-letter file.
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -16,10 +17,11 @@ import pytest
 
 from jobs import cli
 from tests.unit.test_engine_failures import T0, VIN, Harness, UpsertDownStore, alert, engine
+from vdoctor.errors import StoreError
 from vdoctor.knowledge import KnowledgePack, load_pack
-from vdoctor.memory.session import StoredSession
+from vdoctor.memory.session import SessionState, StoredSession
 from vdoctor.memory.waiting import Outcome, write_waiting
-from vdoctor.records import DeadLetter
+from vdoctor.records import DeadLetter, MemoryRecord
 from vdoctor.stores import open_store
 
 pytestmark = pytest.mark.unit
@@ -97,20 +99,135 @@ def test_sessions_that_cannot_be_written_are_told_apart(pack: KnowledgePack) -> 
     assert report.unfinished == 2
 
 
-def test_a_case_written_after_its_vehicle_left_care_is_named(pack: KnowledgePack) -> None:
-    """The vehicle's other cases were set invalid by a lifecycle event after this one concluded: the case written
-    now is valid, and the report says how to set it invalid with them."""
+def test_a_case_merged_into_an_earlier_record_is_written_once(pack: KnowledgePack) -> None:
+    """The vehicle's earlier case of the same cause takes the waiting one in (the write gates' merge): its record
+    keeps the earlier session's id, and every run, and each copy of the letter, wrote the case again (a review)."""
+    store = UpsertDownStore()
+    Harness(engine(pack, store=store)).diagnose(alert("e-0", T0 - timedelta(days=20), 187))
+    letter = horizon(waiting_session(pack)).model_dump_json()
+    e = engine(pack, store=store)
+    first = write_waiting([letter, letter], e)
+    assert [f.outcome for f in first.sessions] == [Outcome.WRITTEN, Outcome.ALREADY]
+    [record] = store.history(VIN)
+    assert record.merged_sessions == [first.sessions[0].session_id]
+    upserts = store.upserts
+    assert [f.outcome for f in write_waiting([letter], e).sessions] == [Outcome.ALREADY] and store.upserts == upserts
+
+
+def test_a_case_older_than_the_vehicles_newer_one_of_its_cause_leaves_that_one_as_it_is(pack: KnowledgePack) -> None:
+    """Merged into the newer case, the older one replaced its summary and verdict (a review): it is its own record."""
+    store = UpsertDownStore()
+    newer = Harness(engine(pack, store=store)).diagnose(alert("e-2", T0 + timedelta(days=10), 187))
+    before = store.get(VIN, newer.session_id)
+    [found] = write_waiting([horizon(waiting_session(pack)).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.WRITTEN and store.get(VIN, newer.session_id) == before
+    assert store.get(VIN, found.session_id) is not None
+
+
+def test_a_case_whose_vehicle_left_care_after_it_is_set_invalid_from_then(pack: KnowledgePack) -> None:
+    """The vehicle was transferred after the case concluded: its cases of then were set invalid, and the new
+    owner's are valid. The case written now is set invalid from the transfer, as the lifecycle event would have;
+    the command printed a ``memory forget`` to run, which set the new owner's cases invalid too (a review)."""
     store = UpsertDownStore()
     h = Harness(engine(pack, store=store))
-    h.diagnose(alert("e-0", T0 - timedelta(days=20), 187))
+    h.diagnose(alert("e-0", T0 - timedelta(days=40), 187))
     left = T0 + timedelta(days=3)
     store.soft_delete(VIN, left)
+    owner = Harness(engine(pack, store=store)).diagnose(alert("e-9", T0 + timedelta(days=10), 187))
     report = write_waiting([horizon(waiting_session(pack)).model_dump_json()], engine(pack, store=store))
     [found] = report.sessions
-    assert found.outcome == Outcome.WRITTEN and found.left_care_after == f"{left:%Y-%m-%dT%H:%M:%SZ}"
-    assert f"vdoctor memory forget --vin {VIN} --change scrapped|transferred --at {found.left_care_after}" in (
-        report.render()
+    assert found.outcome == Outcome.WRITTEN and found.invalid_from == f"{left:%Y-%m-%dT%H:%M:%SZ}"
+    case = store.get(VIN, found.session_id)
+    assert case is not None and not case.valid and case.invalid_ts == left
+    new_owners = store.get(VIN, owner.session_id)
+    assert new_owners is not None and new_owners.valid
+    assert "memory forget" not in report.render() and f"set invalid from {found.invalid_from}" in report.render()
+
+
+def test_a_case_the_job_wrote_before_its_vehicle_left_care_is_not_written_again(pack: KnowledgePack) -> None:
+    """The vehicle's next event wrote the case (merged into its earlier one), then a lifecycle event set them
+    invalid: the command found nothing under the case's own id and wrote it again, valid (a review)."""
+    store = UpsertDownStore()
+    Harness(engine(pack, store=store)).diagnose(alert("e-0", T0 - timedelta(days=20), 187))
+    session = waiting_session(pack)
+    h = Harness(engine(pack, store=store))
+    h.state[VIN] = (session, h.state.get(VIN, (None, '{"seen":{}}'))[1])
+    h.send({"type": "lifecycle", "event_id": "l-1", "vin": VIN, "ts": "2026-11-09T08:00:00Z", "change": "scrapped"})
+    [merged] = store.history(VIN)
+    assert not merged.valid and len(merged.merged_sessions) == 1
+    [found] = write_waiting([horizon(session).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.ALREADY and found.invalid_from == ""
+    assert [r.valid for r in store.history(VIN)] == [False]
+
+
+class ReadsDownStore(UpsertDownStore):
+    """Long-term memory whose reads fail (a host that does not answer), counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def get(self, vin: str, session_id: str) -> MemoryRecord | None:
+        self.reads += 1
+        raise StoreError("long-term memory at mysql://fleet: timed out")
+
+
+def test_a_store_that_does_not_answer_stops_the_run(pack: KnowledgePack) -> None:
+    """Each case waited out the store's connect timeout (hours for a large file), or the engine's pause after one
+    turned the later cases away untried while the report blamed a failure (a review)."""
+    store = ReadsDownStore()
+    letter = horizon(waiting_session(pack)).model_dump_json()
+    report = write_waiting([letter] * 3, engine(pack, store=store))
+    assert [f.outcome for f in report.sessions] == [Outcome.NOT_WRITTEN, Outcome.NOT_TRIED, Outcome.NOT_TRIED]
+    assert "timed out" in report.sessions[0].why and report.sessions[1].why.startswith("at line 1: ")
+    assert store.reads == 1 and report.unfinished == 3
+
+
+class OneSlowReadStore(UpsertDownStore):
+    """Long-term memory whose second read fails (slowly: the engine's clock says so)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def get(self, vin: str, session_id: str) -> MemoryRecord | None:
+        self.reads += 1
+        if self.reads == 2:
+            raise StoreError("long-term memory at mysql://fleet: timed out")
+        return super().get(vin, session_id)
+
+
+def test_one_slow_failure_of_a_cases_write_does_not_turn_the_next_cases_away(pack: KnowledgePack) -> None:
+    """The engine pauses its tries for a minute after a store read that failed slowly (for the job's many tries):
+    every later case came back untried, reported as a failure, with nothing logged (a review)."""
+    store = OneSlowReadStore()
+    e = engine(pack, store=store)
+    ticks = iter(range(0, 10_000, 2))
+    e.clock = lambda: float(next(ticks))  # (every read takes two seconds)
+    letters = [horizon(waiting_session(pack, vin)).model_dump_json() for vin in (VIN, "LSVAU2180N2183295")]
+    report = write_waiting(letters, e)
+    assert [f.outcome for f in report.sessions] == [Outcome.NOT_WRITTEN, Outcome.WRITTEN]
+    assert store.count() == 1
+
+
+def test_what_a_session_says_of_its_case_is_read_as_the_job_reads_it(pack: KnowledgePack) -> None:
+    session = waiting_session(pack)
+    both = session.replace('"l3_written":false', '"l3_written":true', 1)
+    assert both != session  # waiting and written: not in long-term memory, so it waits
+    open_only = SessionState.model_validate_json(session).model_copy(update={"conclusion": None}).model_dump_json()
+    unreadable_no_case = session.replace('"alerts":1,', '"alerts":"one",', 1).replace(
+        '"l3_pending":true', '"l3_pending":false', 1
     )
+    store = UpsertDownStore()
+    report = write_waiting(
+        [
+            DeadLetter(raw=x, stage="process", error="...").model_dump_json()
+            for x in (both, open_only, unreadable_no_case)
+        ],
+        engine(pack, store=store),
+    )
+    assert [f.outcome for f in report.sessions] == [Outcome.WRITTEN, Outcome.NO_CASE, Outcome.NO_CASE]
+    assert report.unfinished == 0 and store.count() == 1
 
 
 def test_the_command_writes_the_cases_of_the_jobs_dead_letters(
@@ -148,3 +265,16 @@ def test_the_command_refuses_a_missing_store_or_file(tmp_path: Path, capsys: pyt
     missing = tmp_path / "none.jsonl"
     assert cli.main(["memory", "write-waiting", "--letters", str(missing), "--memory", f"sqlite:///{db}"]) == 2
     assert f"--letters {missing}: no such file" in capsys.readouterr().err
+
+
+def test_the_command_reads_stdin_as_it_reads_a_file(
+    pack: KnowledgePack, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte that is not UTF-8 in the input raised under a strict locale, and the report was lost (a review)."""
+    db = tmp_path / "memory.db"
+    open_store(f"sqlite:///{db}").close()
+    data = b"\xff not a letter\n" + horizon(waiting_session(pack)).model_dump_json().encode() + b"\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict"))
+    assert cli.main(["memory", "write-waiting", "--letters", "-", "--memory", f"sqlite:///{db}", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["not_letters"] == 1 and [s["outcome"] for s in report["sessions"]] == ["written"]

@@ -17,9 +17,20 @@ or a dump of its dead-letter topic), finds the letters whose raw is a session
 with a case waiting (``SessionState.l3_pending``), and writes each case as a
 try of the job's retry timer does (``DiagnosisEngine.retry_case``: the case
 summarised, checked and embedded again, behind the same quality gates), unless
-long-term memory holds its record already (a later try or alert wrote it).
-Other letters (events') are counted and left alone. Running it again writes
-nothing twice.
+long-term memory holds it already (under its own id, or merged into an earlier
+record of the same cause: a later try or alert wrote it). Other letters
+(events') are counted and left alone. Running it again writes nothing twice.
+
+A vehicle that left the fleet's care after the case concluded (a lifecycle
+event set its cases of then invalid, which the waiting case missed) has the
+case set invalid from the same time once it is written. The store tells it
+from the vehicle's other cases: with none, it cannot. A store that does not
+answer stops the run: the letters after it are reported, not tried (each try
+would wait out the store's connect timeout).
+
+The job's state does not learn of a case written here: should the vehicle's
+session still hold it when its next alert comes, that alert writes it again,
+under the same key (``l3_written_late``).
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
+from vdoctor.memory.write_policy import record_key_for_session
 from vdoctor.records import DeadLetter, RecordKind
 from vdoctor.stores.base import MemoryStore
 from vdoctor.stores.retry import RetryingStore
@@ -45,28 +57,29 @@ class Outcome(StrEnum):
     WRITTEN = "written"
     ALREADY = "already in long-term memory"
     CHECK_FAILED = "not written: its summary failed the fidelity check (never written)"
-    NOT_WRITTEN = "not written: long-term memory or a model failed (the log says which); run again"
-    UNREADABLE = "unreadable session: mend its text in the letter and run again"
+    NOT_WRITTEN = "not written: long-term memory or a model failed; run again"
+    NOT_TRIED = "not tried: long-term memory did not answer for an earlier case; run again"
+    UNREADABLE = "unreadable session with a case waiting: mend its text in the letter and run again"
     CUT = "session cut at the dead letters' bound: its whole text is not in the letter"
-    NO_CASE = "a session with no case waiting"
+    NO_CASE = "no case waiting"
 
 
 # The outcomes that leave a case unwritten that could still be: the command exits 1.
-UNFINISHED = frozenset({Outcome.NOT_WRITTEN, Outcome.UNREADABLE, Outcome.CUT})
+UNFINISHED = frozenset({Outcome.NOT_WRITTEN, Outcome.NOT_TRIED, Outcome.UNREADABLE, Outcome.CUT})
 
 
 @dataclass
 class Found:
     """One letter that holds a session: its line in the file, the vehicle and session (when readable), the outcome,
-    and what is wrong with an unreadable one."""
+    and why (a failure, what is wrong with an unreadable text)."""
 
     line: int
     vin: str
     session_id: str
     outcome: Outcome
     why: str = ""
-    # The vehicle's records set invalid after this case concluded (a lifecycle event since): their time.
-    left_care_after: str = ""
+    # The time from which the case was set invalid (its vehicle left the fleet's care after it concluded).
+    invalid_from: str = ""
 
 
 @dataclass
@@ -90,7 +103,7 @@ class WaitingReport:
             "sessions": [
                 {"line": f.line, "vin": f.vin, "session_id": f.session_id, "outcome": f.outcome.name.lower()}
                 | ({"why": f.why} if f.why else {})
-                | ({"left_care_after": f.left_care_after} if f.left_care_after else {})
+                | ({"invalid_from": f.invalid_from} if f.invalid_from else {})
                 for f in self.sessions
             ],
             "counts": {outcome.name.lower(): n for outcome, n in self.counts.items()},
@@ -101,32 +114,31 @@ class WaitingReport:
         if self.not_letters:
             lines.append(f"{self.not_letters} lines that are no dead letter (left alone)")
         for found in self.sessions:
-            what = f"{found.vin} {found.session_id}".strip() or "(no session id)"
+            what = f"{found.vin} {found.session_id}".strip() or "(no vehicle named)"
             lines.append(f"  line {found.line}: {what}: {found.outcome.value}")
+            if found.invalid_from:
+                lines.append(
+                    f"    set invalid from {found.invalid_from}, with the vehicle's cases of then: it left the fleet's "
+                    "care after this case concluded"
+                )
             if found.why:
                 lines.append(f"    {found.why}")
-            if found.left_care_after:
-                lines.append(
-                    f"    {found.vin} has records set invalid from {found.left_care_after}, after this case: if it "
-                    "left the fleet's care then, set this case invalid with them: vdoctor memory forget --vin "
-                    f"{found.vin} --change scrapped|transferred --at {found.left_care_after}"
-                )
         counts = self.counts
-        lines.append(
-            "written {}, already there {}, check failed {}, not written {}, unreadable {}, cut {}, no case {}".format(
-                *(counts[o] for o in Outcome)
-            )
-        )
+        lines.append(", ".join(f"{outcome.name.lower().replace('_', ' ')} {counts[outcome]}" for outcome in Outcome))
         return "\n".join(lines)
 
 
+class _StoreDown(Exception):
+    """The store did not answer a case's read: the run goes no further."""
+
+
 def _session_like(raw: str) -> bool:
-    """Whether a letter's raw is a vehicle's session (``SessionState``'s JSON, or text that starts as it does),
-    not an event."""
+    """Whether a letter's raw is a vehicle's session (``SessionState``'s JSON, or text that names a vehicle and a
+    session as it does: an unreadable one, or one mended by hand), not an event."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
-        return raw.startswith('{"vin":')
+        return '"vin"' in raw and '"session_id"' in raw
     return isinstance(data, dict) and {"vin", "session_id", "phase"} <= data.keys()
 
 
@@ -149,13 +161,23 @@ def _letter(line: str) -> DeadLetter | None:
         return None
 
 
+# Progress at least every this many lines (a file of events' letters has few sessions).
+PROGRESS_LINES = 10_000
+
+
 def write_waiting(
     lines: Iterable[str], engine: DiagnosisEngine, progress: Callable[[WaitingReport], None] | None = None
 ) -> WaitingReport:
     """Write the waiting case of every session in ``lines`` (a dead-letter file) that long-term memory does not hold
     yet, with ``engine``'s store, summarizer and embedder."""
     report = WaitingReport()
+    # This run stops at a store that does not answer (``_StoreDown``); the engine's pause after one, meant for
+    # the job's many tries, would only turn the next cases away untried, unreported.
+    engine.store_down_pause_s = 0.0
+    down = ""
     for number, line in enumerate(lines, start=1):
+        if progress is not None and number % PROGRESS_LINES == 0:
+            progress(report)
         if not line.strip():
             continue
         letter = _letter(line)
@@ -165,41 +187,65 @@ def write_waiting(
         report.letters += 1
         if letter.stage != "process" or not _session_like(letter.raw):
             continue
-        report.sessions.append(_write_one(number, letter, engine))
+        found, waiting = _read(number, letter)
+        if waiting is not None:
+            if down:
+                found.outcome, found.why = Outcome.NOT_TRIED, down
+            else:
+                try:
+                    _write_one(found, waiting, engine)
+                except _StoreDown as e:
+                    found.outcome, found.why = Outcome.NOT_WRITTEN, str(e.__cause__)
+                    down = f"at line {number}: {e.__cause__}"
+        report.sessions.append(found)
         if progress is not None:
             progress(report)
     return report
 
 
-def _write_one(number: int, letter: DeadLetter, engine: DiagnosisEngine) -> Found:
+def _read(number: int, letter: DeadLetter) -> tuple[Found, SessionState | None]:
+    """A session letter's vehicle and session, and the session when it has a case waiting (its outcome is then
+    ``_write_one``'s)."""
     try:
         session = SessionState.model_validate_json(letter.raw)
     except ValidationError as e:
         vin, session_id = _named(letter.raw)
+        if '"l3_pending":true' not in letter.raw and not letter.raw_truncated:
+            return Found(number, vin, session_id, Outcome.NO_CASE, "(an unreadable session)"), None
         if letter.raw_truncated:
             why = f"{letter.raw_chars} characters, sha256 {letter.raw_sha256}"
-            return Found(number, vin, session_id, Outcome.CUT, why)
-        return Found(number, vin, session_id, Outcome.UNREADABLE, describe_validation_error(e))
+            return Found(number, vin, session_id, Outcome.CUT, why), None
+        return Found(number, vin, session_id, Outcome.UNREADABLE, describe_validation_error(e)), None
     found = Found(number, session.vin, session.session_id, Outcome.NO_CASE)
-    if not session.l3_pending:
-        return found
+    return found, session if session.l3_pending and session.conclusion is not None else None
+
+
+def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> None:
+    """Write the case unless long-term memory holds it; set it invalid if its vehicle left care after it. Raises
+    ``_StoreDown`` when the store does not answer the first read."""
+    once = _once(engine)
     try:
-        if _once(engine).get(session.vin, session.session_id) is not None:
-            found.outcome = Outcome.ALREADY
-            return found
+        key = record_key_for_session(once, session.vin, session.session_id)
     except StoreError as e:
-        found.outcome, found.why = Outcome.NOT_WRITTEN, str(e)
-        return found
-    after = engine.retry_case(session, DedupState(), session.vin).session
-    if not isinstance(after, SessionState) or after.l3_pending:
+        raise _StoreDown() from e
+    if key is not None:
+        found.outcome = Outcome.ALREADY
+    else:
+        # (A text that says both: the case is not in long-term memory, so it waits.)
+        live = session.model_copy(update={"l3_written": False}) if session.l3_written else session
+        after = engine.retry_case(live, DedupState(), session.vin).session
+        if not isinstance(after, SessionState) or after.l3_pending:
+            found.outcome = Outcome.NOT_WRITTEN
+            return
+        if not after.l3_written:
+            found.outcome = Outcome.CHECK_FAILED
+            return
+        found.outcome = Outcome.WRITTEN
+    try:
+        found.invalid_from = _follow_care(once, session)
+    except StoreError as e:
         found.outcome = Outcome.NOT_WRITTEN
-        return found
-    if not after.l3_written:
-        found.outcome = Outcome.CHECK_FAILED
-        return found
-    found.outcome = Outcome.WRITTEN
-    found.left_care_after = _left_care_after(engine, session)
-    return found
+        found.why = f"written, but whether its vehicle left the fleet's care since could not be read: {e}"
 
 
 def _once(engine: DiagnosisEngine) -> MemoryStore:
@@ -209,19 +255,26 @@ def _once(engine: DiagnosisEngine) -> MemoryStore:
     return store.inner if isinstance(store, RetryingStore) else store
 
 
-def _left_care_after(engine: DiagnosisEngine, session: SessionState) -> str:
-    """The latest time from which the vehicle's other records were set invalid after this case concluded (a
-    lifecycle event since, which the case, written now, missed), or ""."""
+def _follow_care(store: MemoryStore, session: SessionState) -> str:
+    """Set the record holding the session's case invalid from when its vehicle left the fleet's care after the case
+    concluded, if it did: the first time from which the vehicle's other cases were set invalid since (a lifecycle
+    event, or ``memory forget``, which the case, written late, missed). That time, or "" when there is none."""
     concluded = session.last_event_at
-    try:
-        records = _once(engine).history(session.vin)
-    except StoreError:
-        return ""
+    records = store.history(session.vin)
+    holding = next(
+        (r for r in records if r.session_id == session.session_id or session.session_id in r.merged_sessions), None
+    )
+    if holding is None or not holding.valid:
+        return ""  # (set invalid already: with the others, by the job)
+    # (Final records: a milestone is set invalid by its session's final record too.)
     times = [
         r.invalid_ts
         for r in records
-        # (Final records: a milestone is set invalid by its session's final record too.)
-        if r.kind is RecordKind.FINAL and r.session_id != session.session_id and not r.valid
+        if r.kind is RecordKind.FINAL and r is not holding and not r.valid
         and r.invalid_ts is not None and r.invalid_ts >= concluded
     ]  # fmt: skip
-    return f"{min(times):%Y-%m-%dT%H:%M:%SZ}" if times else ""
+    if not times:
+        return ""
+    start = min(times)
+    store.upsert_many([holding.model_copy(update={"valid": False, "invalid_ts": start})])
+    return f"{start:%Y-%m-%dT%H:%M:%SZ}"

@@ -74,11 +74,21 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
         raise ValueError(f"write_final takes a final record, got kind {record.kind}; allowed: final")
     duplicate = store.find_duplicate(record.vin, record.root_cause, record.concluded_at - DEDUP_WINDOW)
     status = WriteStatus.WRITTEN
-    if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
+    # A run again of a session already merged (a restore, an old duplicate).
+    again = duplicate is not None and record.session_id in duplicate.merged_sessions
+    # A case written after a newer one of the same cause (a case that waited in a dead letter, written by hand
+    # days later): merged into it, it replaced the newer case's summary and verdict and moved its conclusion
+    # back (a review). It is a record of its own.
+    older = duplicate is not None and duplicate.concluded_at > record.concluded_at and not again
+    if (
+        duplicate is not None
+        and duplicate.kind is RecordKind.FINAL
+        and duplicate.session_id != record.session_id
+        and not older
+    ):
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
         # The fault came back: the new version is not verified (its own recheck will say). Unless this is a
-        # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays.
-        again = record.session_id in duplicate.merged_sessions
+        # run again of a session already merged: its recheck's verdict stays.
         record = record.model_copy(
             update={
                 "session_id": duplicate.session_id,
