@@ -151,6 +151,18 @@ def _refused(carry: Carry, raw: str, error: str) -> Applied:
 _JSON_KINDS = {dict: "an object", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
+def _state_json(value: object) -> str:
+    """``value``'s JSON for keyed state, read back from state: a lone surrogate (half an emoji, from a JSON escape in
+    a state a release before or damage wrote) stays an escape, as the state's string coder cannot write it (it
+    failed the job at every restart); the rest as written."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
+
+
 @dataclass
 class PendingRead:
     """A vehicle's pending list as this release reads it: the items it can read, and what it cannot as one text
@@ -422,7 +434,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             self._set_aside(what, read.unreadable, read.why, instead)
             self._pending_json.pop(vin, None)
             if read.items:
-                self.pending_state.update(json.dumps(read.items, ensure_ascii=False))
+                self.pending_state.update(_state_json(read.items))
             else:
                 self.pending_state.clear()
         return read.items
@@ -447,7 +459,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         """The current key's pending entries as JSON texts (kept while the vehicle is in the pool)."""
         entries = self._pending_json.get(vin)
         if entries is None:
-            entries = [json.dumps(p, ensure_ascii=False) for p in self._pending(vin)]
+            entries = [_state_json(p) for p in self._pending(vin)]
             self._pending_json[vin] = entries
         return entries
 
@@ -586,7 +598,7 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
         else:
             # New work, or a vehicle restored with runs still to do: all of pending, in order.
             pending = self._pending(vin)
-            self._store_pending(vin, [*(json.dumps(p, ensure_ascii=False) for p in pending), entry])
+            self._store_pending(vin, [*(_state_json(p) for p in pending), entry])
             self._handles[vin] = self._switch().current()
             self._start_from_state(vin, [*pending, item], ctx)
 

@@ -56,6 +56,7 @@ from vdoctor.memory.working import KEEP_ROUNDS, Round, WorkingMemory
 from vdoctor.memory.write_policy import (
     RECHECK_REACH,
     StaleRecheck,
+    WriteFinal,
     WriteStatus,
     is_milestone_id,
     latest_case,
@@ -729,7 +730,11 @@ class DiagnosisEngine:
         return [L3_LATE_WRITE_FAILED]
 
     def retry_case(
-        self, session: SessionState | StoredSession | None, dedup: DedupState | StoredDedup, vin: str = "a vehicle"
+        self,
+        session: SessionState | StoredSession | None,
+        dedup: DedupState | StoredDedup,
+        vin: str = "a vehicle",
+        write: WriteFinal = write_final,
     ) -> StepResult:
         """The vehicle's concluded case whose write failed (``l3_pending``), tried again while the session waits
         for the vehicle's next alert (the operator's retry timer): a store or model down for longer than its own
@@ -781,7 +786,7 @@ class DiagnosisEngine:
                 self.summarizer,
                 self.summary_metrics,
             )
-            flags = self._write_case(live, working, stats, store=once)
+            flags = self._write_case(live, working, stats, store=once, write=write)
         except MemoryError:
             raise
         except Exception:  # noqa: BLE001 - a retry's failure keeps the case waiting, as a failed write does
@@ -805,10 +810,15 @@ class DiagnosisEngine:
         return StepResult(session=live, dedup=dedup, stats=stats, given=given)
 
     def _write_case(
-        self, session: SessionState, working: WorkingMemory, stats: RunStats, store: MemoryStore | None = None
+        self,
+        session: SessionState,
+        working: WorkingMemory,
+        stats: RunStats,
+        store: MemoryStore | None = None,
+        write: WriteFinal = write_final,
     ) -> list[str]:
-        """Summarise, check, embed and upsert a concluded case through ``store`` (the engine's by default).
-        Returns output flags."""
+        """Summarise, check, embed and upsert a concluded case through ``store`` (the engine's by default), by
+        ``write`` (the write gates', by default). Returns output flags."""
         if session.l3_written or session.conclusion is None:
             return []
         try:
@@ -858,7 +868,7 @@ class DiagnosisEngine:
         )
         started = time.perf_counter()
         try:
-            status = write_final(store or self.store, record, had_milestones=session.milestones_written > 0)
+            status = write(store or self.store, record, session.milestones_written > 0)
         except StoreError as e:
             # The diagnosis still goes out; the case is flagged, never silently dropped.
             log.warning("could not write %s to long-term memory: %s", session.session_id, e)

@@ -70,23 +70,6 @@ def test_a_merged_session_run_again_keeps_the_verdict_of_its_recheck(h: Harness,
     assert record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=12)
 
 
-def test_an_older_case_written_after_a_newer_one_of_its_cause_is_a_record_of_its_own(
-    h: Harness, store: MemoryStore
-) -> None:
-    """A case that waited (a dead letter's, written by hand days later) was merged into the vehicle's newer case of
-    the same cause: it replaced that case's summary, took its verdict away and moved its conclusion back (a
-    review)."""
-    newer = h.diagnose(alert("e-2", T0 + timedelta(days=10), signals={"cell_voltage_diff_mv": 150}))
-    h.send(recheck("r-2", T0 + timedelta(days=12), newer.session_id, ok=True))
-    before = store.get(VIN, newer.session_id)
-    older = Harness(h.engine).diagnose(alert("e-1", T0, signals=CONFIRMING))
-    assert older.session_id == SID_1 and "l3_merged" not in older.flags
-    assert store.get(VIN, newer.session_id) == before  # untouched: summary, verdict, conclusion
-    record = store.get(VIN, SID_1)
-    assert record is not None and record.concluded_at == T0 and record.valid
-    assert before is not None and before.recheck_ok is True and before.merged_sessions == []
-
-
 def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     later = h.diagnose(alert("e-2", T0 + timedelta(days=31), signals=CONFIRMING))

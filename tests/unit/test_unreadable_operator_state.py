@@ -259,3 +259,21 @@ def test_the_letter_names_the_vehicle_whose_schedule_it_is_under_another_vehicle
     assert letter.raw == "garbage" and letter.error.startswith(f"the case retry schedule of {VIN} ")
     assert read_retry_schedule(runtime.data["case_retry"][VIN]) is not None
     function.close()
+
+
+def test_readable_entries_stored_back_keep_half_an_emoji_as_its_escape(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stored back as decoded, an entry's lone surrogate (from a JSON escape) was a text the state's string coder
+    cannot write: the job failed at every restart (a review)."""
+    [(vin, _, _)] = alerts(1, 1)
+    stored = '[["{\\"alert_text\\": \\"pump \\\\ud83d\\"}", "line \\ud83d"], 5]'
+    runtime = Runtime({"pending": {vin: stored}})
+    function = operator(runtime, 4, OfflineModel(), InMemoryStore(), monkeypatch)
+    runtime.key = vin
+    [(event_json, line)] = function._pending(vin)
+    assert line == "line \ud83d"
+    kept = runtime.data["pending"][vin]
+    kept.encode("utf-8")  # (raised UnicodeEncodeError: surrogates not allowed)
+    assert read_pending(kept).items == [(event_json, line)]
+    for entry in function._pending_entries(vin):
+        entry.encode("utf-8")
+    function.close()

@@ -21,10 +21,13 @@ long-term memory holds it already (under its own id, or merged into an earlier
 record of the same cause: a later try or alert wrote it). Other letters
 (events') are counted and left alone. Running it again writes nothing twice.
 
-A vehicle that left the fleet's care after the case concluded (a lifecycle
-event set its cases of then invalid, which the waiting case missed) has the
-case set invalid from the same time once it is written. The store tells it
-from the vehicle's other cases: with none, it cannot. A store that does not
+A case of a vehicle that has since concluded a newer case of its cause is
+written as a record of its own (``write_policy.write_alone``): the write gates
+merge a case into the newest record of its cause, and would put this one over
+the newer case's summary and verdict. A vehicle that left the fleet's care
+after the case concluded (a lifecycle event set its cases of then invalid,
+which the waiting case missed) has the case written invalid from the same
+time. The store tells it from the vehicle's other cases: with none, it cannot. A store that does not
 answer stops the run: the letters after it are reported, not tried (each try
 would wait out the store's connect timeout).
 
@@ -35,10 +38,12 @@ under the same key (``l3_written_late``).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from pydantic import ValidationError
@@ -47,7 +52,7 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
-from vdoctor.memory.write_policy import record_key_for_session
+from vdoctor.memory.write_policy import WriteFinal, write_alone, write_final
 from vdoctor.records import DeadLetter, RecordKind
 from vdoctor.stores.base import MemoryStore
 from vdoctor.stores.retry import RetryingStore
@@ -221,31 +226,33 @@ def _read(number: int, letter: DeadLetter) -> tuple[Found, SessionState | None]:
 
 
 def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> None:
-    """Write the case unless long-term memory holds it; set it invalid if its vehicle left care after it. Raises
-    ``_StoreDown`` when the store does not answer the first read."""
+    """Write the case unless long-term memory holds it. Raises ``_StoreDown`` when the store does not answer the
+    first read."""
     once = _once(engine)
     try:
-        key = record_key_for_session(once, session.vin, session.session_id)
+        view = _vehicle_view(once, session)
     except StoreError as e:
         raise _StoreDown() from e
-    if key is not None:
+    if view.held:
         found.outcome = Outcome.ALREADY
-    else:
-        # (A text that says both: the case is not in long-term memory, so it waits.)
-        live = session.model_copy(update={"l3_written": False}) if session.l3_written else session
-        after = engine.retry_case(live, DedupState(), session.vin).session
-        if not isinstance(after, SessionState) or after.l3_pending:
-            found.outcome = Outcome.NOT_WRITTEN
-            return
-        if not after.l3_written:
-            found.outcome = Outcome.CHECK_FAILED
-            return
-        found.outcome = Outcome.WRITTEN
-    try:
-        found.invalid_from = _follow_care(once, session)
-    except StoreError as e:
+        return
+    # The write gates' merge, as the job would have written the case then, unless the vehicle has a newer case of
+    # its cause (the merge took the newest, and put this one over it) or left the fleet's care since.
+    write: WriteFinal = write_final
+    if view.newer or view.invalid_from is not None:
+        write = functools.partial(write_alone, invalid_from=view.invalid_from)
+    # (A text that says both waiting and written: the case is not in long-term memory, so it waits.)
+    live = session.model_copy(update={"l3_written": False}) if session.l3_written else session
+    after = engine.retry_case(live, DedupState(), session.vin, write=write).session
+    if not isinstance(after, SessionState) or after.l3_pending:
         found.outcome = Outcome.NOT_WRITTEN
-        found.why = f"written, but whether its vehicle left the fleet's care since could not be read: {e}"
+        return
+    if not after.l3_written:
+        found.outcome = Outcome.CHECK_FAILED
+        return
+    found.outcome = Outcome.WRITTEN
+    if view.invalid_from is not None:
+        found.invalid_from = f"{view.invalid_from:%Y-%m-%dT%H:%M:%SZ}"
 
 
 def _once(engine: DiagnosisEngine) -> MemoryStore:
@@ -255,26 +262,25 @@ def _once(engine: DiagnosisEngine) -> MemoryStore:
     return store.inner if isinstance(store, RetryingStore) else store
 
 
-def _follow_care(store: MemoryStore, session: SessionState) -> str:
-    """Set the record holding the session's case invalid from when its vehicle left the fleet's care after the case
-    concluded, if it did: the first time from which the vehicle's other cases were set invalid since (a lifecycle
-    event, or ``memory forget``, which the case, written late, missed). That time, or "" when there is none."""
-    concluded = session.last_event_at
-    records = store.history(session.vin)
-    holding = next(
-        (r for r in records if r.session_id == session.session_id or session.session_id in r.merged_sessions), None
-    )
-    if holding is None or not holding.valid:
-        return ""  # (set invalid already: with the others, by the job)
+@dataclass
+class _VehicleView:
+    held: bool  # a record holds the session's case: its own, or one it was merged into
+    newer: bool  # a valid case of the same cause concluded after it
+    invalid_from: datetime | None  # when its vehicle left the fleet's care after it concluded, if it did
+
+
+def _vehicle_view(store: MemoryStore, session: SessionState) -> _VehicleView:
+    """What long-term memory holds of the session's vehicle, as it bears on writing the case.
+
+    The vehicle left the fleet's care after the case concluded when its other cases were set invalid since (a
+    lifecycle event, or ``memory forget``, which the case, written late, missed): the first such time. With no
+    other case of the vehicle, that cannot be told.
+    """
+    concluded, sid = session.last_event_at, session.session_id
+    cause = session.conclusion.root_cause if session.conclusion is not None else None
     # (Final records: a milestone is set invalid by its session's final record too.)
-    times = [
-        r.invalid_ts
-        for r in records
-        if r.kind is RecordKind.FINAL and r is not holding and not r.valid
-        and r.invalid_ts is not None and r.invalid_ts >= concluded
-    ]  # fmt: skip
-    if not times:
-        return ""
-    start = min(times)
-    store.upsert_many([holding.model_copy(update={"valid": False, "invalid_ts": start})])
-    return f"{start:%Y-%m-%dT%H:%M:%SZ}"
+    finals = [r for r in store.history(session.vin) if r.kind is RecordKind.FINAL]
+    held = any(r.session_id == sid or sid in r.merged_sessions for r in finals)
+    newer = any(r.valid and r.root_cause == cause and r.concluded_at > concluded for r in finals)
+    times = [r.invalid_ts for r in finals if not r.valid and r.invalid_ts is not None and r.invalid_ts >= concluded]
+    return _VehicleView(held, newer, min(times) if times else None)

@@ -20,6 +20,7 @@ conclusion. The store keeps the version a merge replaces (``stores.base``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -74,21 +75,11 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
         raise ValueError(f"write_final takes a final record, got kind {record.kind}; allowed: final")
     duplicate = store.find_duplicate(record.vin, record.root_cause, record.concluded_at - DEDUP_WINDOW)
     status = WriteStatus.WRITTEN
-    # A run again of a session already merged (a restore, an old duplicate).
-    again = duplicate is not None and record.session_id in duplicate.merged_sessions
-    # A case written after a newer one of the same cause (a case that waited in a dead letter, written by hand
-    # days later): merged into it, it replaced the newer case's summary and verdict and moved its conclusion
-    # back (a review). It is a record of its own.
-    older = duplicate is not None and duplicate.concluded_at > record.concluded_at and not again
-    if (
-        duplicate is not None
-        and duplicate.kind is RecordKind.FINAL
-        and duplicate.session_id != record.session_id
-        and not older
-    ):
+    if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
         # The fault came back: the new version is not verified (its own recheck will say). Unless this is a
-        # run again of a session already merged: its recheck's verdict stays.
+        # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays.
+        again = record.session_id in duplicate.merged_sessions
         record = record.model_copy(
             update={
                 "session_id": duplicate.session_id,
@@ -115,6 +106,31 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
             record.concluded_at,
         )
     return status
+
+
+# How a concluded case is written: ``write_final`` (the write gates), or another that takes the same arguments.
+WriteFinal = Callable[[MemoryStore, MemoryRecord, bool], WriteStatus]
+
+
+def write_alone(
+    store: MemoryStore, record: MemoryRecord, had_milestones: bool = True, invalid_from: datetime | None = None
+) -> WriteStatus:
+    """Write a concluded case as a record of its own, merged into none (``WriteFinal``), set invalid from
+    ``invalid_from`` if given, in one upsert.
+
+    For a case written long after it concluded (``vdoctor memory write-waiting``), whose vehicle has since
+    concluded a newer case of its cause, or left the fleet's care: the write gates' merge took the newest record
+    of the cause, and so put the older case over the newer one's summary and verdict; and a case of a vehicle
+    that left care missed the lifecycle event that set its other cases of then invalid.
+    """
+    if record.kind is not RecordKind.FINAL:
+        raise ValueError(f"write_alone takes a final record, got kind {record.kind}; allowed: final")
+    if invalid_from is not None:
+        record = record.model_copy(update={"valid": False, "invalid_ts": invalid_from})
+    store.upsert(record)
+    if had_milestones:
+        _supersede_milestones(store, record.vin, record.session_id, record.concluded_at)
+    return WriteStatus.WRITTEN
 
 
 def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str | None:
