@@ -167,10 +167,13 @@ def _cmd_write_waiting(args: argparse.Namespace) -> int:
 
     shown = False
 
-    def progress(report: WaitingReport) -> None:
+    def progress(report: WaitingReport, written: int | None = None, to_write: int = 0) -> None:
         nonlocal shown
         shown = True
-        print(f"\r  {len(report.sessions)} sessions, {report.letters} letters", end="", file=sys.stderr, flush=True)
+        done = f"; {written}/{to_write} cases tried" if written is not None else ""
+        print(
+            f"\r  {report.letters} letters, {len(report.sessions)} sessions{done}", end="", file=sys.stderr, flush=True
+        )
 
     try:
         if args.letters == "-":

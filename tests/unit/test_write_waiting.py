@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import io
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from jobs import cli
-from tests.unit.test_engine_failures import T0, VIN, Harness, UpsertDownStore, alert, engine
+from tests.unit.test_engine_failures import T0, VIN, Harness, UpsertDownStore, alert, engine, recheck
 from vdoctor.errors import StoreError
 from vdoctor.knowledge import KnowledgePack, load_pack
 from vdoctor.memory.session import SessionState, StoredSession
 from vdoctor.memory.waiting import Outcome, write_waiting
-from vdoctor.records import DeadLetter, MemoryRecord
+from vdoctor.memory.write_policy import milestone_id, write_alone
+from vdoctor.records import DeadLetter, MemoryRecord, RecordKind
 from vdoctor.stores import open_store
 
 pytestmark = pytest.mark.unit
@@ -287,3 +288,80 @@ def test_the_command_reads_stdin_as_it_reads_a_file(
     assert cli.main(["memory", "write-waiting", "--letters", "-", "--memory", f"sqlite:///{db}", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["not_letters"] == 1 and [s["outcome"] for s in report["sessions"]] == ["written"]
+
+
+def waiting_at(pack: KnowledgePack, at: datetime, event_id: str) -> str:
+    """A vehicle's session whose case, concluded at ``at``, waits for its write."""
+    store = UpsertDownStore()
+    store.down = True
+    h = Harness(engine(pack, store=store))
+    assert h.diagnose(alert(event_id, at, 187)).flags == ["l3_write_failed"]
+    stored = h.state[VIN][0]
+    assert stored is not None
+    return stored
+
+
+def test_a_case_of_the_same_second_as_the_vehicles_newer_one_leaves_that_one_as_it_is(pack: KnowledgePack) -> None:
+    """The merge takes the newest of (conclusion, session id): a following session of the same second passed as
+    "not newer", and the case was put over it (a review)."""
+    session = SessionState.model_validate_json(waiting_session(pack))
+    store = UpsertDownStore()
+    Harness(engine(pack, store=store)).diagnose(alert("e-1", T0, 187))
+    [proto] = store.history(VIN)
+    following = proto.model_copy(
+        update={"session_id": session.session_id + "-2", "summary": "the following session's", "recheck_ok": True}
+    )
+    store = UpsertDownStore()
+    store.upsert(following)
+    [found] = write_waiting([horizon(session.model_dump_json()).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.WRITTEN and store.get(VIN, following.session_id) == following
+
+
+def test_a_case_is_not_merged_into_an_earlier_one_verified_after_it_concluded(pack: KnowledgePack) -> None:
+    """The earlier case was verified after the waiting one concluded: merged, its verdict was gone from every
+    recall (a review). The case is a record of its own."""
+    store = UpsertDownStore()
+    h = Harness(engine(pack, store=store))
+    earlier = h.diagnose(alert("e-0", T0 - timedelta(days=5), 187))
+    h.send(recheck("r-0", T0 + timedelta(days=3), earlier.session_id))
+    before = store.get(VIN, earlier.session_id)
+    assert before is not None and before.recheck_ok is True
+    [found] = write_waiting([horizon(waiting_session(pack)).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.WRITTEN and store.get(VIN, earlier.session_id) == before
+    assert store.get(VIN, found.session_id) is not None
+
+
+def test_the_cases_of_a_file_are_written_in_the_order_they_concluded(pack: KnowledgePack) -> None:
+    """The file's order decided whether two cases of a cause merged (a review): the earlier is written first."""
+    first, second = waiting_at(pack, T0, "e-1"), waiting_at(pack, T0 + timedelta(days=5), "e-2")
+    results = []
+    for order in ((first, second), (second, first)):
+        store = UpsertDownStore()
+        report = write_waiting([horizon(x).model_dump_json() for x in order], engine(pack, store=store))
+        assert [f.outcome for f in report.sessions] == [Outcome.WRITTEN, Outcome.WRITTEN]
+        results.append([(r.session_id, r.merged_sessions) for r in store.history(VIN)])
+    [[(kept, merged)], again] = results
+    assert again == results[0] and kept == SessionState.model_validate_json(first).session_id and len(merged) == 1
+
+
+def test_a_written_alone_cases_milestones_are_superseded_from_its_conclusion(pack: KnowledgePack) -> None:
+    """A lifecycle event set the session's milestones invalid from the day the vehicle left care, after the case
+    concluded; written alone, the case left them recalled beside it until then (a review)."""
+    store = UpsertDownStore()
+    old = Harness(engine(pack, store=store)).diagnose(alert("e-0", T0 - timedelta(days=40), 187))
+    proto = store.get(VIN, old.session_id)
+    assert proto is not None
+    sid = f"{VIN}-20261030T081530"
+    milestone = proto.model_copy(
+        update={
+            "session_id": milestone_id(sid, 1), "kind": RecordKind.MILESTONE,
+            "concluded_at": T0 - timedelta(days=1), "merged_sessions": [],
+        }
+    )  # fmt: skip
+    store.upsert(milestone)
+    left = T0 + timedelta(days=3)
+    store.soft_delete(VIN, left)
+    final = proto.model_copy(update={"session_id": sid, "concluded_at": T0, "merged_sessions": []})
+    write_alone(store, final, True, invalid_from=left)
+    superseded = store.get(VIN, milestone_id(sid, 1))
+    assert superseded is not None and not superseded.valid and superseded.invalid_ts == T0

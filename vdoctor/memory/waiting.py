@@ -52,7 +52,7 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
-from vdoctor.memory.write_policy import WriteFinal, write_alone, write_final
+from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, write_alone, write_final
 from vdoctor.records import DeadLetter, RecordKind
 from vdoctor.stores.base import MemoryStore
 from vdoctor.stores.retry import RetryingStore
@@ -171,15 +171,16 @@ PROGRESS_LINES = 10_000
 
 
 def write_waiting(
-    lines: Iterable[str], engine: DiagnosisEngine, progress: Callable[[WaitingReport], None] | None = None
+    lines: Iterable[str], engine: DiagnosisEngine, progress: Callable[..., None] | None = None
 ) -> WaitingReport:
     """Write the waiting case of every session in ``lines`` (a dead-letter file) that long-term memory does not hold
-    yet, with ``engine``'s store, summarizer and embedder."""
+    yet, with ``engine``'s store, summarizer and embedder. ``progress(report)`` as the file is read (every
+    ``PROGRESS_LINES``), ``progress(report, written, to_write)`` as its cases are written."""
     report = WaitingReport()
     # This run stops at a store that does not answer (``_StoreDown``); the engine's pause after one, meant for
     # the job's many tries, would only turn the next cases away untried, unreported.
     engine.store_down_pause_s = 0.0
-    down = ""
+    to_write: list[tuple[Found, SessionState]] = []
     for number, line in enumerate(lines, start=1):
         if progress is not None and number % PROGRESS_LINES == 0:
             progress(report)
@@ -193,18 +194,24 @@ def write_waiting(
         if letter.stage != "process" or not _session_like(letter.raw):
             continue
         found, waiting = _read(number, letter)
-        if waiting is not None:
-            if down:
-                found.outcome, found.why = Outcome.NOT_TRIED, down
-            else:
-                try:
-                    _write_one(found, waiting, engine)
-                except _StoreDown as e:
-                    found.outcome, found.why = Outcome.NOT_WRITTEN, str(e.__cause__)
-                    down = f"at line {number}: {e.__cause__}"
         report.sessions.append(found)
+        if waiting is not None:
+            to_write.append((found, waiting))
+    # In the order the cases concluded, as the job writes a vehicle's cases, whatever the file's order: a case is
+    # merged into an earlier one of its cause, never an earlier one into it.
+    to_write.sort(key=lambda pair: (pair[1].last_event_at, pair[1].session_id, pair[0].line))
+    down = ""
+    for done, (found, waiting) in enumerate(to_write, start=1):
+        if down:
+            found.outcome, found.why = Outcome.NOT_TRIED, down
+        else:
+            try:
+                _write_one(found, waiting, engine)
+            except _StoreDown as e:
+                found.outcome, found.why = Outcome.NOT_WRITTEN, str(e.__cause__)
+                down = f"at line {found.line}: {e.__cause__}"
         if progress is not None:
-            progress(report)
+            progress(report, done, len(to_write))
     return report
 
 
@@ -236,10 +243,10 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
     if view.held:
         found.outcome = Outcome.ALREADY
         return
-    # The write gates' merge, as the job would have written the case then, unless the vehicle has a newer case of
-    # its cause (the merge took the newest, and put this one over it) or left the fleet's care since.
+    # The write gates' merge, as the job would have written the case then, unless the record it would merge into
+    # is no earlier case of its cause (``_VehicleView.merge_harms``), or the vehicle left the fleet's care since.
     write: WriteFinal = write_final
-    if view.newer or view.invalid_from is not None:
+    if view.merge_harms or view.invalid_from is not None:
         write = functools.partial(write_alone, invalid_from=view.invalid_from)
     # (A text that says both waiting and written: the case is not in long-term memory, so it waits.)
     live = session.model_copy(update={"l3_written": False}) if session.l3_written else session
@@ -265,7 +272,10 @@ def _once(engine: DiagnosisEngine) -> MemoryStore:
 @dataclass
 class _VehicleView:
     held: bool  # a record holds the session's case: its own, or one it was merged into
-    newer: bool  # a valid case of the same cause concluded after it
+    # The record the write gates would merge the case into is not an earlier case of its cause: a newer one (or
+    # one of the same time), or one whose verdict came after the case concluded. Merged, the case would put its
+    # summary over a newer case's, or take away a verdict given since.
+    merge_harms: bool
     invalid_from: datetime | None  # when its vehicle left the fleet's care after it concluded, if it did
 
 
@@ -277,10 +287,15 @@ def _vehicle_view(store: MemoryStore, session: SessionState) -> _VehicleView:
     other case of the vehicle, that cannot be told.
     """
     concluded, sid = session.last_event_at, session.session_id
-    cause = session.conclusion.root_cause if session.conclusion is not None else None
     # (Final records: a milestone is set invalid by its session's final record too.)
     finals = [r for r in store.history(session.vin) if r.kind is RecordKind.FINAL]
     held = any(r.session_id == sid or sid in r.merged_sessions for r in finals)
-    newer = any(r.valid and r.root_cause == cause and r.concluded_at > concluded for r in finals)
+    merge_harms = False
+    if not held and session.conclusion is not None:
+        # The record the gates would take, as the store finds it (its own comparison of causes and times).
+        target = store.find_duplicate(session.vin, session.conclusion.root_cause, concluded - DEDUP_WINDOW)
+        merge_harms = target is not None and (
+            target.concluded_at >= concluded or (target.verified_ts is not None and target.verified_ts > concluded)
+        )
     times = [r.invalid_ts for r in finals if not r.valid and r.invalid_ts is not None and r.invalid_ts >= concluded]
-    return _VehicleView(held, newer, min(times) if times else None)
+    return _VehicleView(held, merge_harms, min(times) if times else None)

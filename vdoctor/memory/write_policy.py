@@ -55,10 +55,18 @@ def milestones_due(opened_at: datetime, now: datetime, written: int) -> int:
     return max(written, int((now - opened_at) / MILESTONE_INTERVAL))
 
 
-def _supersede_milestones(store: MemoryStore, vin: str, session_id: str, at: datetime) -> int:
+def _supersede_milestones(
+    store: MemoryStore, vin: str, session_id: str, at: datetime, invalid_later: bool = False
+) -> int:
+    """Set the session's milestones invalid from ``at`` (its final record's conclusion): the valid ones, and with
+    ``invalid_later`` those set invalid after ``at`` as well."""
     prefix = session_id + MILESTONE_SEPARATOR
     stale = [
-        r for r in store.history(vin) if r.kind is RecordKind.MILESTONE and r.session_id.startswith(prefix) and r.valid
+        r
+        for r in store.history(vin)
+        if r.kind is RecordKind.MILESTONE
+        and r.session_id.startswith(prefix)
+        and (r.valid or (invalid_later and r.invalid_ts is not None and r.invalid_ts > at))
     ]
     if stale:
         store.upsert_many([r.model_copy(update={"valid": False, "invalid_ts": at}) for r in stale])
@@ -129,7 +137,9 @@ def write_alone(
         record = record.model_copy(update={"valid": False, "invalid_ts": invalid_from})
     store.upsert(record)
     if had_milestones:
-        _supersede_milestones(store, record.vin, record.session_id, record.concluded_at)
+        # Superseded from the conclusion, as the gates' write would have then; those a lifecycle event set invalid
+        # later than that (the case missed it, its milestones did not) too.
+        _supersede_milestones(store, record.vin, record.session_id, record.concluded_at, invalid_later=True)
     return WriteStatus.WRITTEN
 
 
