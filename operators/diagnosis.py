@@ -71,7 +71,7 @@ from vdoctor.diagnosis import MAX_FAILURE_CHARS, DiagnosisEngine, RunStats, fail
 from vdoctor.events import EVENT_ADAPTER, describe_validation_error
 from vdoctor.malloc_trim import start_trimming
 from vdoctor.memory.session import DedupState, SessionState, StoredDedup, StoredSession, UnreadableState
-from vdoctor.records import DeadLetter
+from vdoctor.records import DeadLetter, utf8_writable
 from vdoctor.replay_order import replay_admission
 from vdoctor.runs import KeyedRunPool, tune_gc_for_runs
 from vdoctor.scrub import settings_secrets
@@ -156,11 +156,7 @@ def _state_json(value: object) -> str:
     a state a release before or damage wrote) stays an escape, as the state's string coder cannot write it (it
     failed the job at every restart); the rest as written."""
     text = json.dumps(value, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value)
-    return text
+    return text if utf8_writable(text) else json.dumps(value)
 
 
 @dataclass

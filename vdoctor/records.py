@@ -123,7 +123,7 @@ def _escaped(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _writable(text: str) -> bool:
+def utf8_writable(text: str) -> bool:
     """Whether ``text`` can be written as UTF-8 (it holds no lone surrogate)."""
     try:
         text.encode("utf-8")
@@ -159,13 +159,13 @@ class DeadLetter(BaseModel):
         # Writable, however it is built: a lone surrogate (half an emoji, decoded from a JSON escape in a stored
         # state or an error's text) cannot be written as UTF-8, and the letter's own write then failed. It is kept
         # as its escape, ``\ud83d``, before the bounds are applied (an escape is longer than its character).
-        if isinstance(error, str) and not _writable(error):
+        if isinstance(error, str) and not utf8_writable(error):
             error = _escaped(error)
             data = data | {"error": error}
         if isinstance(error, str) and len(error) > MAX_DEAD_LETTER_ERROR_CHARS:
             data = data | {"error": error[: MAX_DEAD_LETTER_ERROR_CHARS - 1] + "…"}
         if isinstance(raw, str):
-            kept = raw if _writable(raw) else _escaped(raw)
+            kept = raw if utf8_writable(raw) else _escaped(raw)
             if len(kept) > MAX_DEAD_LETTER_RAW_CHARS:
                 encoded = raw.encode("utf-8", "surrogatepass")  # (the whole raw as given: a lone surrogate hashed)
                 data = data | {

@@ -86,6 +86,20 @@ def test_a_retry_schedule_is_two_whole_numbers(text: str) -> None:
 # -- the pending list, through the operator ------------------------------------------------
 
 
+def restored_then_sent(
+    stored: str, event: tuple[str, str, str], concurrency: int, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Runtime, op_module.DiagnosisFunction, GroupWithDistributions, list[tuple[str, str]]]:
+    """An operator restored with ``stored`` as the vehicle's pending list, then sent the vehicle's ``event``, run to
+    the end of input: the runtime, the operator, its counters and every output."""
+    vin, event_json, raw = event
+    runtime = Runtime({"pending": {vin: stored}})
+    function = operator(runtime, concurrency, OfflineModel(), InMemoryStore(), monkeypatch)
+    group = counted(function)
+    runtime.key = vin
+    out = list(function.process_element(("alert", vin, event_json, raw), Callback(runtime)))
+    return runtime, function, group, out + settle(function, runtime) + fire_all(function, runtime, "event")
+
+
 @pytest.mark.parametrize("concurrency", [1, 4])
 def test_an_unreadable_pending_list_is_set_aside_and_the_event_runs(
     concurrency: int, monkeypatch: pytest.MonkeyPatch
@@ -93,12 +107,9 @@ def test_an_unreadable_pending_list_is_set_aside_and_the_event_runs(
     """The vehicle's next event found the text and raised (json.loads) before it ran: the job failed at that event,
     again at every restart."""
     [(vin, event_json, raw)] = alerts(1, 1)
-    runtime = Runtime({"pending": {vin: '[["{\\"type\\": \\"alert\\"'}})
-    function = operator(runtime, concurrency, OfflineModel(), InMemoryStore(), monkeypatch)
-    group = counted(function)
-    runtime.key = vin
-    out = list(function.process_element(("alert", vin, event_json, raw), Callback(runtime)))
-    out += settle(function, runtime) + fire_all(function, runtime, "event")
+    runtime, function, group, out = restored_then_sent(
+        '[["{\\"type\\": \\"alert\\"', (vin, event_json, raw), concurrency, monkeypatch
+    )
     [letter] = letters(out)
     assert letter.stage == "process" and letter.raw == '[["{\\"type\\": \\"alert\\"'
     assert letter.error.startswith(f"the pending events of {vin} in the diagnosis operator's state cannot be read")
@@ -117,12 +128,7 @@ def test_an_unreadable_entry_is_set_aside_and_the_others_run_after_a_restore(
     before the vehicle's next event, and the one is a letter."""
     [(vin, first_json, first_raw), (_, later_json, later_raw)] = alerts(1, 2)
     stored = json.dumps([[first_json, first_raw], {"event": "from another release"}], ensure_ascii=False)
-    runtime = Runtime({"pending": {vin: stored}})
-    function = operator(runtime, concurrency, OfflineModel(), InMemoryStore(), monkeypatch)
-    group = counted(function)
-    runtime.key = vin
-    out = list(function.process_element(("alert", vin, later_json, later_raw), Callback(runtime)))
-    out += settle(function, runtime) + fire_all(function, runtime, "event")
+    runtime, function, group, out = restored_then_sent(stored, (vin, later_json, later_raw), concurrency, monkeypatch)
     [letter] = letters(out)
     assert letter.raw == '[{"event": "from another release"}]'
     assert letter.error.startswith(f"entries of the pending events of {vin} in the diagnosis operator's state")

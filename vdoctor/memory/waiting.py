@@ -137,25 +137,17 @@ class _StoreDown(Exception):
     """The store did not answer a case's read: the run goes no further."""
 
 
-def _session_like(raw: str) -> bool:
-    """Whether a letter's raw is a vehicle's session (``SessionState``'s JSON, or text that names a vehicle and a
-    session as it does: an unreadable one, or one mended by hand), not an event."""
+def _session_named(raw: str) -> tuple[str, str] | None:
+    """The vehicle and session a letter's raw names ("" where it cannot be read as far as that) when it is a
+    vehicle's session (``SessionState``'s JSON, or text that names a vehicle and a session as it does: an
+    unreadable one, or one mended by hand); None when it is not (an event)."""
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
-        return '"vin"' in raw and '"session_id"' in raw
-    return isinstance(data, dict) and {"vin", "session_id", "phase"} <= data.keys()
-
-
-def _named(raw: str) -> tuple[str, str]:
-    """The vehicle and session an unreadable session's text names, where it can be read as far as that."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return "", ""
-    if not isinstance(data, dict):
-        return "", ""
-    vin, session_id = data.get("vin"), data.get("session_id")
+        return ("", "") if '"vin"' in raw and '"session_id"' in raw else None
+    if not isinstance(data, dict) or not {"vin", "session_id", "phase"} <= data.keys():
+        return None
+    vin, session_id = data["vin"], data["session_id"]
     return (vin if isinstance(vin, str) else "", session_id if isinstance(session_id, str) else "")
 
 
@@ -191,9 +183,10 @@ def write_waiting(
             report.not_letters += 1
             continue
         report.letters += 1
-        if letter.stage != "process" or not _session_like(letter.raw):
+        named = _session_named(letter.raw) if letter.stage == "process" else None
+        if named is None:
             continue
-        found, waiting = _read(number, letter)
+        found, waiting = _read(number, letter, named)
         report.sessions.append(found)
         if waiting is not None:
             to_write.append((found, waiting))
@@ -215,13 +208,13 @@ def write_waiting(
     return report
 
 
-def _read(number: int, letter: DeadLetter) -> tuple[Found, SessionState | None]:
-    """A session letter's vehicle and session, and the session when it has a case waiting (its outcome is then
-    ``_write_one``'s)."""
+def _read(number: int, letter: DeadLetter, named: tuple[str, str]) -> tuple[Found, SessionState | None]:
+    """A session letter's vehicle and session (``named``: as far as its text can be read), and the session when it
+    has a case waiting (its outcome is then ``_write_one``'s)."""
     try:
         session = SessionState.model_validate_json(letter.raw)
     except ValidationError as e:
-        vin, session_id = _named(letter.raw)
+        vin, session_id = named
         if '"l3_pending":true' not in letter.raw and not letter.raw_truncated:
             return Found(number, vin, session_id, Outcome.NO_CASE, "(an unreadable session)"), None
         if letter.raw_truncated:
