@@ -60,6 +60,7 @@ from vdoctor.memory.write_policy import (
     WriteStatus,
     is_milestone_id,
     latest_case,
+    merged_record,
     milestone_id,
     milestones_due,
     set_recheck,
@@ -716,6 +717,14 @@ class DiagnosisEngine:
         next alert replaces that session in its state: a store or model that was down for a while loses no
         case. The alert's flags: ``l3_written_late``, or ``l3_late_write_failed`` when it failed again."""
         session = previous.load() if isinstance(previous, StoredSession) else previous
+        once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
+        try:
+            held = self._case_held(once, session, read_at_once(once, session.vin, session.session_id))
+        except StoreError:
+            held = False  # (the write below asks the store again, through its retries, and says how it went)
+        if held:
+            self._found_held(session)
+            return [L3_WRITTEN_LATE]
         working = WorkingMemory(
             session.working, self.working_budget_tokens, self.counter, self.summarizer, self.summary_metrics
         )
@@ -771,7 +780,7 @@ class DiagnosisEngine:
         try:
             asked = self.clock()
             try:
-                read_at_once(once, live.vin, live.session_id)
+                held = self._case_held(once, live, read_at_once(once, live.vin, live.session_id))
             except StoreError as e:
                 if self.clock() - asked >= SLOW_STORE_S:
                     # A store that does not answer (a refusal is quick, and so is an error of this case's own
@@ -779,6 +788,11 @@ class DiagnosisEngine:
                     self._store_down_until = self.clock() + self.store_down_pause_s
                 log.info("%s still waits for long-term memory, which is down: %s", live.session_id, e)
                 return StepResult(session=session, dedup=dedup, given=given)
+            if held:
+                # Written since by ``vdoctor memory write-waiting``, or by an earlier try whose answer was lost:
+                # written again, it would come back valid after a lifecycle event, or over a later case merged in.
+                self._found_held(live)
+                return StepResult(session=live, dedup=dedup, given=given)
             working = WorkingMemory(
                 live.working.model_copy(deep=True),
                 self.working_budget_tokens,
@@ -808,6 +822,27 @@ class DiagnosisEngine:
                 stats.case_lost = True
                 log.warning("%s will not reach long-term memory: %s", live.session_id, ", ".join(flags))
         return StepResult(session=live, dedup=dedup, stats=stats, given=given)
+
+    @staticmethod
+    def _case_held(store: MemoryStore, session: SessionState, own: MemoryRecord | None) -> bool:
+        """Whether long-term memory holds the concluded session's case: ``own``, the record under its id (read by
+        the caller), or the record it was merged into.
+
+        A session opens under no id the store holds for another session's case (``_unclaimed_session_id``),
+        unless the store could not be asked then: so the record under its id is taken for its own only when its
+        session may have opened as this one did (``opened_alike``: its text, and its codes, or one of them when
+        later sessions were merged into it); another's is written over, as before.
+        """
+        if own is not None and opened_alike(own, session.alert_text, list(session.codes)):
+            return True
+        return merged_record(store, session.vin, session.session_id) is not None
+
+    @staticmethod
+    def _found_held(session: SessionState) -> None:
+        """A waiting case that long-term memory holds already (``write_policy.case_held``): no longer waiting, and
+        not written again. Not counted as a write: this job did not write it."""
+        log.info("%s is in long-term memory already: it is not written again", session.session_id)
+        session.l3_written, session.l3_pending = True, False
 
     def _write_case(
         self,

@@ -19,7 +19,7 @@ from jobs import cli
 from tests.unit.test_engine_failures import T0, VIN, Harness, UpsertDownStore, alert, engine, recheck
 from vdoctor.errors import StoreError
 from vdoctor.knowledge import KnowledgePack, load_pack
-from vdoctor.memory.session import SessionState, StoredSession
+from vdoctor.memory.session import DedupState, SessionState, StoredSession
 from vdoctor.memory.waiting import Outcome, write_waiting
 from vdoctor.memory.write_policy import milestone_id, write_alone
 from vdoctor.records import DeadLetter, MemoryRecord, RecordKind
@@ -365,3 +365,78 @@ def test_a_written_alone_cases_milestones_are_superseded_from_its_conclusion(pac
     write_alone(store, final, True, invalid_from=left)
     superseded = store.get(VIN, milestone_id(sid, 1))
     assert superseded is not None and not superseded.valid and superseded.invalid_ts == T0
+
+
+# -- the job after the command: a case the command wrote is not written again -------------------------------------
+
+
+def left_care_case_written(pack: KnowledgePack, store: UpsertDownStore) -> tuple[str, str]:
+    """The vehicle's earlier case, its transfer three days after the waiting case concluded, and the waiting case
+    written invalid from then by the command: the session's stored text (still waiting) and its case's id."""
+    Harness(engine(pack, store=store)).diagnose(alert("e-0", T0 - timedelta(days=40), 187))
+    store.soft_delete(VIN, T0 + timedelta(days=3))
+    session = waiting_session(pack)
+    [found] = write_waiting([horizon(session).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.WRITTEN and found.invalid_from
+    return session, found.session_id
+
+
+def test_the_jobs_retry_of_a_case_the_command_wrote_leaves_it_as_written(pack: KnowledgePack) -> None:
+    """The vehicle's session still holds the case as waiting (the job's state does not learn of the command's
+    write): its retry wrote it again through the write gates, and a case written invalid (the vehicle left care)
+    was merged, valid, into the new owner's case of the same cause."""
+    store = UpsertDownStore()
+    session, case_id = left_care_case_written(pack, store)
+    owner = Harness(engine(pack, store=store)).diagnose(alert("e-9", T0 + timedelta(days=10), 187))
+    before = {r.session_id: r for r in store.history(VIN)}
+    upserts = store.upserts
+    after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
+    assert isinstance(after, SessionState) and after.l3_written and not after.l3_pending
+    assert store.upserts == upserts and {r.session_id: r for r in store.history(VIN)} == before
+    case, new_owners = store.get(VIN, case_id), store.get(VIN, owner.session_id)
+    assert case is not None and not case.valid
+    assert new_owners is not None and new_owners.valid and new_owners.merged_sessions == []
+
+
+def test_the_vehicles_next_alert_does_not_write_a_case_the_command_wrote_again(pack: KnowledgePack) -> None:
+    """The next alert tried the waiting case once more before opening its session, and wrote it valid again."""
+    store = UpsertDownStore()
+    session, case_id = left_care_case_written(pack, store)
+    h = Harness(engine(pack, store=store))
+    h.state[VIN] = (session, '{"seen":{}}')
+    diagnosis = h.diagnose(alert("e-9", T0 + timedelta(days=20), 187))
+    assert "l3_written_late" in diagnosis.flags and diagnosis.session_id != case_id
+    case = store.get(VIN, case_id)
+    assert case is not None and not case.valid
+
+
+def test_a_retry_after_a_restore_leaves_a_later_case_merged_into_its_record_as_it_is(pack: KnowledgePack) -> None:
+    """The case was written, a later session of its cause merged into its record, and a restore brought back the
+    state where it waited: its retry wrote it over the later case's summary (a re-run of its own session)."""
+    store = UpsertDownStore()
+    session = waiting_session(pack)
+    h = Harness(engine(pack, store=store))
+    h.state[VIN] = (session, '{"seen":{}}')
+    later = h.diagnose(alert("e-2", T0 + timedelta(days=5), 187))
+    [record] = store.history(VIN)
+    assert record.merged_sessions == [later.session_id] and record.concluded_at == T0 + timedelta(days=5)
+    upserts = store.upserts
+    after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
+    assert isinstance(after, SessionState) and after.l3_written and not after.l3_pending
+    assert store.upserts == upserts and store.history(VIN) == [record]
+
+
+def test_another_sessions_case_under_the_same_id_is_not_taken_for_this_ones(pack: KnowledgePack) -> None:
+    """A session that opened while the store could not be asked may hold an id the store holds for another session
+    of its second: that record, of another alert, is no sign that this case was written."""
+    store = UpsertDownStore()
+    session = waiting_session(pack)
+    waiting = SessionState.model_validate_json(session)
+    scratch = UpsertDownStore()
+    engine(pack, store=scratch).retry_case(StoredSession(session), DedupState(), VIN)
+    [case] = scratch.history(VIN)
+    store.upsert(case.model_copy(update={"alert_text": "冷却液温度过高", "summary": "another alert's case"}))
+    after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
+    assert isinstance(after, SessionState) and after.l3_written
+    written = store.get(VIN, waiting.session_id)
+    assert written is not None and written.alert_text == waiting.alert_text

@@ -31,9 +31,9 @@ time. The store tells it from the vehicle's other cases: with none, it cannot. A
 answer stops the run: the letters after it are reported, not tried (each try
 would wait out the store's connect timeout).
 
-The job's state does not learn of a case written here: should the vehicle's
-session still hold it when its next alert comes, that alert writes it again,
-under the same key (``l3_written_late``).
+The job's state does not learn of a case written here, but the job's next try
+of it, or the vehicle's next alert, finds it in long-term memory and leaves it as
+written (``DiagnosisEngine._case_held``): a case written invalid stays invalid.
 """
 
 from __future__ import annotations

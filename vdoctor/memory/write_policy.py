@@ -147,11 +147,11 @@ def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str
     """The session id of the record holding this session: itself, or the record it was merged into."""
     if store.get(vin, session_id) is not None:
         return session_id
-    record = _merged_record(store, vin, session_id)
+    record = merged_record(store, vin, session_id)
     return record.session_id if record is not None else None
 
 
-def _merged_record(store: MemoryStore, vin: str, session_id: str) -> MemoryRecord | None:
+def merged_record(store: MemoryStore, vin: str, session_id: str) -> MemoryRecord | None:
     """The record this session was merged into, if any."""
     for record in store.history(vin):
         if session_id in record.merged_sessions:
@@ -213,7 +213,7 @@ def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: dat
         return True
     record = store.get(vin, session_id)
     if record is None:
-        record = _merged_record(store, vin, session_id)
+        record = merged_record(store, vin, session_id)
     if record is None:
         return False
     if stale_recheck(bool(record.merged_sessions), record.concluded_at, at):
