@@ -455,3 +455,9 @@ def test_find_duplicate_same_vin_and_root_cause_within_the_window(store: MemoryS
     got_b = store.find_duplicate(VIN_B, cause, T0)
     assert got_b is not None and got_b.vin == VIN_B
     assert store.find_duplicate(VIN_C, cause, T0) is None
+    # Bounded above too (a case that concluded before the newest of its cause): inclusive, the newest before it.
+    before = store.find_duplicate(VIN_A, cause, T0, until=T0 + timedelta(days=9))
+    assert before is not None and before.session_id == old.session_id
+    at = store.find_duplicate(VIN_A, cause, T0, until=T0 + timedelta(days=10))
+    assert at is not None and at.session_id == newer.session_id
+    assert store.find_duplicate(VIN_A, cause, T0 + timedelta(days=1), until=T0 + timedelta(days=9)) is None

@@ -70,6 +70,41 @@ def test_a_merged_session_run_again_keeps_the_verdict_of_its_recheck(h: Harness,
     assert record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=12)
 
 
+def test_a_case_run_again_leaves_a_later_case_merged_into_its_record_since_as_it_is(
+    h: Harness, store: MemoryStore
+) -> None:
+    """A restore from before the first session, after a later one of its cause was merged into its record: the
+    first session's case, written again, put its older summary and conclusion over the later one's."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=5), signals={"cell_voltage_diff_mv": 150}))
+    assert "l3_merged" in second.flags
+    before = store.get(VIN, SID_1)
+    again = Harness(h.engine).diagnose(alert("e-1", T0, signals=CONFIRMING))
+    assert again.session_id == SID_1
+    after = store.get(VIN, SID_1)
+    assert after == before and after is not None and "cell_voltage_diff_mv=150" in after.summary
+    assert after.merged_sessions == [second.session_id] and after.concluded_at == T0 + timedelta(days=5)
+
+
+def test_a_late_case_is_merged_as_in_order_and_leaves_the_newer_case_of_its_cause_as_it_is(
+    h: Harness, store: MemoryStore
+) -> None:
+    """A case that concluded between two of its cause, delivered after the newer one (a late alert): merged into
+    the newest record of its cause, it put its summary over the newer case's and took away its verdict."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    newer = h.diagnose(alert("e-3", T0 + timedelta(days=40), signals={"cell_voltage_diff_mv": 160}))
+    assert "l3_merged" not in newer.flags
+    h.send(recheck("r-3", T0 + timedelta(days=41), newer.session_id, ok=True))
+    before = store.get(VIN, newer.session_id)
+    late = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=20), signals={"cell_voltage_diff_mv": 150}))
+    assert "l3_merged" in late.flags
+    assert store.get(VIN, newer.session_id) == before and before is not None and before.recheck_ok is True
+    # Merged where it would have been in order: into the case of its cause within the 30 days before it.
+    first = store.get(VIN, SID_1)
+    assert first is not None and first.merged_sessions == [late.session_id]
+    assert "cell_voltage_diff_mv=150" in first.summary and first.concluded_at == T0 + timedelta(days=20)
+
+
 def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     later = h.diagnose(alert("e-2", T0 + timedelta(days=31), signals=CONFIRMING))

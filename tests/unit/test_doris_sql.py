@@ -522,6 +522,19 @@ def test_reads_are_plain_selects_with_bound_values(store: SqlStore, conn: Record
     ]  # fmt: skip
 
 
+def test_a_duplicate_bounded_above_is_one_more_bound_value(store: SqlStore, conn: Recorder) -> None:
+    since, until = datetime(2024, 11, 1, tzinfo=UTC), datetime(2024, 11, 20, tzinfo=UTC)
+    conn.results.append([])
+    assert store.find_duplicate(VIN, "weak cell", since, until=until) is None
+    assert conn.calls == [
+        (
+            f"SELECT {COLS} FROM case_memory WHERE vin = %s AND valid = TRUE AND root_cause = %s "
+            "AND concluded_at >= %s AND concluded_at <= %s ORDER BY concluded_at DESC, session_id DESC LIMIT 1",
+            [VIN, "weak cell", since.replace(tzinfo=None), until.replace(tzinfo=None)],
+        )
+    ]
+
+
 HAS_COLUMN = (
     "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = %s AND table_name = %s AND column_name = %s"
 )

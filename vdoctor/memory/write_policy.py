@@ -7,6 +7,10 @@ Gates (DESIGN.md §4, seed 000 §8.4):
   existing record instead of adding a near-copy: the newest case's summary
   and conclusion replace the old, the merged session ids are kept, and the
   recheck result is reset (a fault that came back is not verified any more);
+  a case that concluded before the newest record of its cause (delivered out of
+  order) merges into the newest of its cause within the 30 days before it, as it
+  would have in order, and a case run again leaves a record that has since taken
+  in a later case as it is;
 - a session open longer than 24 h also writes milestone records (kind
   ``milestone``: facts so far, no root cause), superseded (marked invalid,
   kept for audit) when the session's final record is written;
@@ -81,7 +85,19 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     """
     if record.kind is not RecordKind.FINAL:
         raise ValueError(f"write_final takes a final record, got kind {record.kind}; allowed: final")
-    duplicate = store.find_duplicate(record.vin, record.root_cause, record.concluded_at - DEDUP_WINDOW)
+    since = record.concluded_at - DEDUP_WINDOW
+    duplicate = store.find_duplicate(record.vin, record.root_cause, since)
+    if duplicate is not None and duplicate.concluded_at > record.concluded_at:
+        if duplicate.session_id == record.session_id or record.session_id in duplicate.merged_sessions:
+            # A run again of a case (a restore, a replay run again) whose record has taken in a later case of its
+            # cause since: written, it would put its older summary over that case's, and its verdict with it.
+            if had_milestones:
+                _supersede_milestones(store, record.vin, record.session_id, record.concluded_at)
+            return WriteStatus.WRITTEN if duplicate.session_id == record.session_id else WriteStatus.MERGED
+        # A case that concluded before the newest of its cause (a late alert, delivered out of order): merged
+        # into that one, it replaced the newer case's summary and verdict. It is merged as it would have been in
+        # order, into the newest case of its cause within the window before it, or is a record of its own.
+        duplicate = store.find_duplicate(record.vin, record.root_cause, since, until=record.concluded_at)
     status = WriteStatus.WRITTEN
     if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))

@@ -26,7 +26,7 @@ with event time <= T is applied before a session opening at T reads.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -285,11 +285,15 @@ class MemoryStore(Protocol):
         """Every summary-prompt version that valid records were written with, sorted."""
         ...
 
-    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
-        """The newest valid record of this VIN with this root cause concluded at or after ``since``.
+    def find_duplicate(
+        self, vin: str, root_cause: str, since: datetime, until: datetime | None = None
+    ) -> MemoryRecord | None:
+        """The newest valid record of this VIN with this root cause concluded at or after ``since`` (and at or
+        before ``until``, if given).
 
         The write policy uses it to update an existing case instead of adding a
-        near-identical one (same vin and root_cause within 30 days).
+        near-identical one (same vin and root_cause within 30 days); ``until``
+        for a case that concluded before the newest of its cause (``write_final``).
         """
         ...
 
@@ -394,6 +398,21 @@ def check_embedders(query: SimilarQuery, found: set[str]) -> None:
             f"similar cases of series {query.series!r} were embedded by {models}, the query by {query.embedder}; "
             "re-embed them with the configured embedder: vdoctor memory reembed"
         )
+
+
+def newest_duplicate(
+    records: Iterable[MemoryRecord], root_cause: str, since: datetime, until: datetime | None
+) -> MemoryRecord | None:
+    """``MemoryStore.find_duplicate`` over a vehicle's current records, for the stores that hold them as objects."""
+    found = [
+        r
+        for r in records
+        if r.valid
+        and r.root_cause == root_cause
+        and since <= r.concluded_at
+        and (until is None or r.concluded_at <= until)
+    ]
+    return max(found, key=lambda r: (r.concluded_at, r.session_id)) if found else None
 
 
 def newest_first(records: list[MemoryRecord], limit: int) -> list[MemoryRecord]:

@@ -52,6 +52,7 @@ from vdoctor.stores.base import (
     check_embedders,
     effective_at,
     invalidated_earlier,
+    newest_duplicate,
     newest_first,
     recheck_write,
     separate_channels,
@@ -207,9 +208,10 @@ class Mem0Store(Mem0Audit, Mem0Retrieval):
         records = self._current(vin)
         return newest_first(records, len(records))
 
-    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
-        found = [r for r in self._current(vin) if r.valid and r.root_cause == root_cause and r.concluded_at >= since]
-        return max(found, key=lambda r: (r.concluded_at, r.session_id)) if found else None
+    def find_duplicate(
+        self, vin: str, root_cause: str, since: datetime, until: datetime | None = None
+    ) -> MemoryRecord | None:
+        return newest_duplicate(self._current(vin), root_cause, since, until)
 
     def channels(self, query: SimilarQuery, dense_k: int, lexical_k: int) -> tuple[list[Scored], list[Scored]]:
         return separate_channels(self, query, dense_k, lexical_k)

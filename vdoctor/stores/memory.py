@@ -27,6 +27,7 @@ from vdoctor.stores.base import (
     check_embedders,
     effective_at,
     invalidated_earlier,
+    newest_duplicate,
     newest_first,
     recheck_write,
     separate_channels,
@@ -211,16 +212,12 @@ class InMemoryStore:
         with self._lock:
             return sorted({r.current.prompt_version for r in self._rows.values() if r.current.valid})
 
-    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
+    def find_duplicate(
+        self, vin: str, root_cause: str, since: datetime, until: datetime | None = None
+    ) -> MemoryRecord | None:
         with self._lock:
-            rows = [
-                r.current
-                for r in self._of(vin)
-                if r.current.valid and r.current.root_cause == root_cause and r.current.concluded_at >= since
-            ]
-        if not rows:
-            return None
-        return max(rows, key=lambda r: (r.concluded_at, r.session_id)).model_copy(deep=True)
+            found = newest_duplicate((r.current for r in self._of(vin)), root_cause, since, until)
+        return None if found is None else found.model_copy(deep=True)
 
     def count(self) -> int:
         with self._lock:

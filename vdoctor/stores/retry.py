@@ -104,8 +104,10 @@ class RetryingStore:
     def history(self, vin: str) -> list[MemoryRecord]:
         return self._write(f"history of {vin}", lambda: self.inner.history(vin))
 
-    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
-        return self._write(f"dedup lookup {vin}", lambda: self.inner.find_duplicate(vin, root_cause, since))
+    def find_duplicate(
+        self, vin: str, root_cause: str, since: datetime, until: datetime | None = None
+    ) -> MemoryRecord | None:
+        return self._write(f"dedup lookup {vin}", lambda: self.inner.find_duplicate(vin, root_cause, since, until))
 
     # -- recall reads: straight through (a failed recall is degraded, not waited for) ---
 

@@ -569,12 +569,15 @@ class SqlStore(SqlAudit):
         rows = self.query(f"SELECT DISTINCT prompt_version FROM {self.table} WHERE valid = TRUE", ())
         return sorted(str(r[0]) for r in rows)
 
-    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
-        found = self._select(
-            "vin = %s AND valid = TRUE AND root_cause = %s AND concluded_at >= %s",
-            (vin, root_cause, naive_utc(since)),
-            " ORDER BY concluded_at DESC, session_id DESC LIMIT 1",
-        )
+    def find_duplicate(
+        self, vin: str, root_cause: str, since: datetime, until: datetime | None = None
+    ) -> MemoryRecord | None:
+        where = "vin = %s AND valid = TRUE AND root_cause = %s AND concluded_at >= %s"
+        params: list[object] = [vin, root_cause, naive_utc(since)]
+        if until is not None:
+            where += " AND concluded_at <= %s"
+            params.append(naive_utc(until))
+        found = self._select(where, params, " ORDER BY concluded_at DESC, session_id DESC LIMIT 1")
         return found[0] if found else None
 
     def count(self) -> int:

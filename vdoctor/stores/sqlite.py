@@ -678,11 +678,14 @@ class SqliteStore:
         rows = self._query("SELECT DISTINCT prompt_version FROM case_memory WHERE valid = 1")
         return sorted(str(r[0]) for r in rows)
 
-    def find_duplicate(self, vin: str, root_cause: str, since: datetime) -> MemoryRecord | None:
+    def find_duplicate(
+        self, vin: str, root_cause: str, since: datetime, until: datetime | None = None
+    ) -> MemoryRecord | None:
+        bounded = "" if until is None else "AND concluded_at <= ? "
         rows = self._query(
             f"SELECT {_COLUMNS} FROM case_memory WHERE vin = ? AND valid = 1 AND root_cause = ? "
-            "AND concluded_at >= ? ORDER BY concluded_at DESC, session_id DESC LIMIT 1",
-            (vin, root_cause, epoch(since)),
+            f"AND concluded_at >= ? {bounded}ORDER BY concluded_at DESC, session_id DESC LIMIT 1",
+            (vin, root_cause, epoch(since)) + (() if until is None else (epoch(until),)),
         )
         return from_row(rows[0]) if rows else None
 
