@@ -442,10 +442,13 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             why = why[:MAX_FAILURE_CHARS] + "…"
         reason = f"{what} in the diagnosis operator's state cannot be read by this release ({why})"
         log.error("%s: set aside to the dead letters; %s", reason, instead)
-        letter = DeadLetter(raw=text, error=f"{reason}: set aside here, its text as raw; {instead}", stage="process")
-        self._aside.append((DEAD_LETTER, letter.model_dump_json()))
-        self.metrics.process_dead_letters.inc()
+        self._aside.append(self._process_letter(text, f"{reason}: set aside here, its text as raw; {instead}"))
         self.metrics.states_set_aside.inc()
+
+    def _process_letter(self, raw: str, error: str) -> tuple[str, str]:
+        """A ``process`` dead letter of this operator's own (not an event's run), counted, as its output."""
+        self.metrics.process_dead_letters.inc()
+        return DEAD_LETTER, DeadLetter(raw=raw, error=error, stage="process").model_dump_json()
 
     def _take_aside(self) -> list[tuple[str, str]]:
         out, self._aside = self._aside, []
@@ -641,17 +644,12 @@ class DiagnosisFunction(KeyedProcessFunction):  # type: ignore[misc]
             "session goes to the dead letters, and the case waits for the vehicle's next alert within its state's TTL",
             vin, days,
         )  # fmt: skip
-        letter = DeadLetter(
-            raw=stored,
-            stage="process",
-            error=(
-                f"the concluded case of {vin} was tried for {days} days and is still not in long-term memory: no "
-                "more tries; its session's text is here as raw, and the vehicle's next alert, within its state's "
-                "TTL, tries the case once more (vdoctor memory write-waiting writes it from this letter)"
-            ),
+        return self._process_letter(
+            stored,
+            f"the concluded case of {vin} was tried for {days} days and is still not in long-term memory: no more "
+            "tries; its session's text is here as raw, and the vehicle's next alert, within its state's TTL, tries "
+            "the case once more (vdoctor memory write-waiting writes it from this letter)",
         )
-        self.metrics.process_dead_letters.inc()
-        return DEAD_LETTER, letter.model_dump_json()
 
     def _retry_schedule(self, ctx: KeyedProcessFunction.Context, vin: str) -> tuple[int, int] | None:
         """The current vehicle's retry schedule (its next try's timer, when its tries began), None when it has none.

@@ -744,6 +744,7 @@ class DiagnosisEngine:
         dedup: DedupState | StoredDedup,
         vin: str = "a vehicle",
         write: WriteFinal = write_final,
+        pause: bool = True,
     ) -> StepResult:
         """The vehicle's concluded case whose write failed (``l3_pending``), tried again while the session waits
         for the vehicle's next alert (the operator's retry timer): a store or model down for longer than its own
@@ -758,13 +759,17 @@ class DiagnosisEngine:
         counted as lost). A try works on a copy of the session's working memory, which a failed try would fold
         again; the session, concluded, takes no more rounds. Never raises but ``MemoryError``: a failure leaves
         the session as it was.
+
+        A read that fails slowly (a store host that does not answer) turns the other vehicles' tries away for
+        ``store_down_pause_s``; ``pause=False`` for a one-off run (``vdoctor memory write-waiting``), which
+        stops at such a store itself: every call then tries, and none turns later calls away.
         """
         if session is None or not session.l3_pending:
             return StepResult(session=session, dedup=dedup, given=session)
         given: SessionState | StoredSession = (
             StoredSession(session.model_dump_json()) if isinstance(session, SessionState) else session
         )
-        if self.clock() < self._store_down_until:
+        if pause and self.clock() < self._store_down_until:
             log.debug("a waiting case waits for its next try: long-term memory was down a moment ago")
             return StepResult(session=session, dedup=dedup, given=given)
         stats = RunStats()
@@ -782,7 +787,7 @@ class DiagnosisEngine:
             try:
                 held = self._case_held(once, live, read_at_once(once, live.vin, live.session_id))
             except StoreError as e:
-                if self.clock() - asked >= SLOW_STORE_S:
+                if pause and self.clock() - asked >= SLOW_STORE_S:
                     # A store that does not answer (a refusal is quick, and so is an error of this case's own
                     # record, which must not hold back the other vehicles' tries).
                     self._store_down_until = self.clock() + self.store_down_pause_s

@@ -169,9 +169,6 @@ def write_waiting(
     yet, with ``engine``'s store, summarizer and embedder. ``progress(report)`` as the file is read (every
     ``PROGRESS_LINES``), ``progress(report, written, to_write)`` as its cases are written."""
     report = WaitingReport()
-    # This run stops at a store that does not answer (``_StoreDown``); the engine's pause after one, meant for
-    # the job's many tries, would only turn the next cases away untried, unreported.
-    engine.store_down_pause_s = 0.0
     to_write: list[tuple[Found, SessionState]] = []
     for number, line in enumerate(lines, start=1):
         if progress is not None and number % PROGRESS_LINES == 0:
@@ -243,7 +240,9 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
         write = functools.partial(write_alone, invalid_from=view.invalid_from)
     # (A text that says both waiting and written: the case is not in long-term memory, so it waits.)
     live = session.model_copy(update={"l3_written": False}) if session.l3_written else session
-    after = engine.retry_case(live, DedupState(), session.vin, write=write).session
+    # Without the engine's pause after a store that did not answer (``pause=False``): meant for the job's many
+    # tries, it would turn the next cases away untried, unreported; this run stops at such a store instead.
+    after = engine.retry_case(live, DedupState(), session.vin, write=write, pause=False).session
     if not isinstance(after, SessionState) or after.l3_pending:
         found.outcome = Outcome.NOT_WRITTEN
         return
