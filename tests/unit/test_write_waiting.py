@@ -301,6 +301,23 @@ def waiting_at(pack: KnowledgePack, at: datetime, event_id: str) -> str:
     return stored
 
 
+def test_a_case_between_two_of_its_cause_is_merged_into_the_earlier_as_the_job_would_have(pack: KnowledgePack) -> None:
+    """An earlier case of its cause within the 30 days before it, and a newer one more than 30 days after that: in
+    order, the job merged the case into the earlier one. The command wrote it as a record of its own, a near-copy
+    of the earlier case, because the newest of its cause was newer."""
+    store = UpsertDownStore()
+    h = Harness(engine(pack, store=store))
+    earlier = h.diagnose(alert("e-0", T0 - timedelta(days=25), 187))
+    newer = h.diagnose(alert("e-2", T0 + timedelta(days=10), 187))
+    assert "l3_merged" not in newer.flags
+    before = store.get(VIN, newer.session_id)
+    [found] = write_waiting([horizon(waiting_session(pack)).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.WRITTEN and store.get(VIN, newer.session_id) == before
+    merged = store.get(VIN, earlier.session_id)
+    assert merged is not None and merged.merged_sessions == [found.session_id] and merged.concluded_at == T0
+    assert store.get(VIN, found.session_id) is None
+
+
 def test_a_case_of_the_same_second_as_the_vehicles_newer_one_leaves_that_one_as_it_is(pack: KnowledgePack) -> None:
     """The merge takes the newest of (conclusion, session id): a following session of the same second passed as
     "not newer", and the case was put over it (a review)."""

@@ -21,10 +21,12 @@ long-term memory holds it already (under its own id, or merged into an earlier
 record of the same cause: a later try or alert wrote it). Other letters
 (events') are counted and left alone. Running it again writes nothing twice.
 
-A case of a vehicle that has since concluded a newer case of its cause is
-written as a record of its own (``write_policy.write_alone``): the write gates
-merge a case into the newest record of its cause, and would put this one over
-the newer case's summary and verdict. A vehicle that left the fleet's care
+A case is merged as the job would have merged it in order (``write_final``:
+into the newest record of its cause concluded within the 30 days up to it, a
+newer case of its cause left as it is), but written as a record of its own
+(``write_policy.write_alone``) where that record concluded in the same second,
+or was verified after the case concluded: merged, the case could put its
+summary over a newer case's, or take away a verdict given since. A vehicle that left the fleet's care
 after the case concluded (a lifecycle event set its cases of then invalid,
 which the waiting case missed) has the case written invalid from the same
 time. The store tells it from the vehicle's other cases: with none, it cannot. A store that does not
@@ -264,9 +266,9 @@ def _once(engine: DiagnosisEngine) -> MemoryStore:
 @dataclass
 class _VehicleView:
     held: bool  # a record holds the session's case: its own, or one it was merged into
-    # The record the write gates would merge the case into is not an earlier case of its cause: a newer one (or
-    # one of the same time), or one whose verdict came after the case concluded. Merged, the case would put its
-    # summary over a newer case's, or take away a verdict given since.
+    # The record the write gates would merge the case into is not an earlier case of its cause: one of the same
+    # second (which of the two came first, the file cannot tell), or one whose verdict came after the case
+    # concluded. Merged, the case could put its summary over a newer case's, or take away a verdict given since.
     merge_harms: bool
     invalid_from: datetime | None  # when its vehicle left the fleet's care after it concluded, if it did
 
@@ -284,8 +286,12 @@ def _vehicle_view(store: MemoryStore, session: SessionState) -> _VehicleView:
     held = any(r.session_id == sid or sid in r.merged_sessions for r in finals)
     merge_harms = False
     if not held and session.conclusion is not None:
-        # The record the gates would take, as the store finds it (its own comparison of causes and times).
-        target = store.find_duplicate(session.vin, session.conclusion.root_cause, concluded - DEDUP_WINDOW)
+        # The record the gates would take, as the store finds it (its own comparison of causes and times): the
+        # newest of its cause concluded within the window up to the case (``write_final``, for a case older than
+        # the newest of its cause).
+        target = store.find_duplicate(
+            session.vin, session.conclusion.root_cause, concluded - DEDUP_WINDOW, until=concluded
+        )
         merge_harms = target is not None and (
             target.concluded_at >= concluded or (target.verified_ts is not None and target.verified_ts > concluded)
         )
