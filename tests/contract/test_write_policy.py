@@ -105,6 +105,19 @@ def test_a_late_case_is_merged_as_in_order_and_leaves_the_newer_case_of_its_caus
     assert "cell_voltage_diff_mv=150" in first.summary and first.concluded_at == T0 + timedelta(days=20)
 
 
+def test_a_late_case_keeps_the_verdict_its_record_was_given_after_it_concluded(h: Harness, store: MemoryStore) -> None:
+    """The first case's recheck (after the second case concluded) came before the second case, delivered late: the
+    merge took the verdict away. In order, the recheck came after the merge and verified the record."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    h.send(recheck("r-1", T0 + timedelta(days=25), SID_1, ok=True))
+    late = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=20), signals={"cell_voltage_diff_mv": 150}))
+    assert "l3_merged" in late.flags
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.merged_sessions == [late.session_id]
+    assert record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=25)
+    assert "cell_voltage_diff_mv=150" in record.summary
+
+
 def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
     later = h.diagnose(alert("e-2", T0 + timedelta(days=31), signals=CONFIRMING))

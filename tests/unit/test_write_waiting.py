@@ -334,9 +334,11 @@ def test_a_case_of_the_same_second_as_the_vehicles_newer_one_leaves_that_one_as_
     assert found.outcome == Outcome.WRITTEN and store.get(VIN, following.session_id) == following
 
 
-def test_a_case_is_not_merged_into_an_earlier_one_verified_after_it_concluded(pack: KnowledgePack) -> None:
+def test_a_case_merged_into_an_earlier_one_verified_after_it_concluded_keeps_that_verdict(
+    pack: KnowledgePack,
+) -> None:
     """The earlier case was verified after the waiting one concluded: merged, its verdict was gone from every
-    recall (a review). The case is a record of its own."""
+    recall (a review). In order, the recheck came after the merge and verified the record: the verdict stays."""
     store = UpsertDownStore()
     h = Harness(engine(pack, store=store))
     earlier = h.diagnose(alert("e-0", T0 - timedelta(days=5), 187))
@@ -344,8 +346,10 @@ def test_a_case_is_not_merged_into_an_earlier_one_verified_after_it_concluded(pa
     before = store.get(VIN, earlier.session_id)
     assert before is not None and before.recheck_ok is True
     [found] = write_waiting([horizon(waiting_session(pack)).model_dump_json()], engine(pack, store=store)).sessions
-    assert found.outcome == Outcome.WRITTEN and store.get(VIN, earlier.session_id) == before
-    assert store.get(VIN, found.session_id) is not None
+    after = store.get(VIN, earlier.session_id)
+    assert found.outcome == Outcome.WRITTEN and after is not None and after.merged_sessions == [found.session_id]
+    assert (after.recheck_ok, after.verified_ts) == (True, before.verified_ts) and after.concluded_at == T0
+    assert store.get(VIN, found.session_id) is None
 
 
 def test_the_cases_of_a_file_are_written_in_the_order_they_concluded(pack: KnowledgePack) -> None:

@@ -23,10 +23,10 @@ record of the same cause: a later try or alert wrote it). Other letters
 
 A case is merged as the job would have merged it in order (``write_final``:
 into the newest record of its cause concluded within the 30 days up to it, a
-newer case of its cause left as it is), but written as a record of its own
-(``write_policy.write_alone``) where that record concluded in the same second,
-or was verified after the case concluded: merged, the case could put its
-summary over a newer case's, or take away a verdict given since. A vehicle that left the fleet's care
+newer case of its cause left as it is, a verdict given since the case concluded
+kept), but written as a record of its own (``write_policy.write_alone``) where
+that record concluded in the same second: which came first, the letters cannot
+tell, and merged, the case could put its summary over a newer case's. A vehicle that left the fleet's care
 after the case concluded (a lifecycle event set its cases of then invalid,
 which the waiting case missed) has the case written invalid from the same
 time. The store tells it from the vehicle's other cases: with none, it cannot. A store that does not
@@ -266,9 +266,8 @@ def _once(engine: DiagnosisEngine) -> MemoryStore:
 @dataclass
 class _VehicleView:
     held: bool  # a record holds the session's case: its own, or one it was merged into
-    # The record the write gates would merge the case into is not an earlier case of its cause: one of the same
-    # second (which of the two came first, the file cannot tell), or one whose verdict came after the case
-    # concluded. Merged, the case could put its summary over a newer case's, or take away a verdict given since.
+    # The record the write gates would merge the case into concluded in the same second: which of the two came
+    # first, the file cannot tell; merged, the case could put its summary over a newer case's.
     merge_harms: bool
     invalid_from: datetime | None  # when its vehicle left the fleet's care after it concluded, if it did
 
@@ -292,8 +291,6 @@ def _vehicle_view(store: MemoryStore, session: SessionState) -> _VehicleView:
         target = store.find_duplicate(
             session.vin, session.conclusion.root_cause, concluded - DEDUP_WINDOW, until=concluded
         )
-        merge_harms = target is not None and (
-            target.concluded_at >= concluded or (target.verified_ts is not None and target.verified_ts > concluded)
-        )
+        merge_harms = target is not None and target.concluded_at >= concluded
     times = [r.invalid_ts for r in finals if not r.valid and r.invalid_ts is not None and r.invalid_ts >= concluded]
     return _VehicleView(held, merge_harms, min(times) if times else None)

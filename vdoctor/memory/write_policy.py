@@ -9,8 +9,9 @@ Gates (DESIGN.md §4, seed 000 §8.4):
   recheck result is reset (a fault that came back is not verified any more);
   a case that concluded before the newest record of its cause (delivered out of
   order) merges into the newest of its cause within the 30 days before it, as it
-  would have in order, and a case run again leaves a record that has since taken
-  in a later case as it is;
+  would have in order (a verdict given since it concluded stays, as that recheck,
+  in order, would have come after it), and a case run again leaves a record that
+  has since taken in a later case as it is;
 - a session open longer than 24 h also writes milestone records (kind
   ``milestone``: facts so far, no root cause), superseded (marked invalid,
   kept for audit) when the session's final record is written;
@@ -102,14 +103,18 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
         # The fault came back: the new version is not verified (its own recheck will say). Unless this is a
-        # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays.
-        again = record.session_id in duplicate.merged_sessions
+        # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays. So does
+        # a verdict given no earlier than this case concluded (its recheck came first, the case late): in order,
+        # that recheck came after the merge and verified the record (``stale_recheck``).
+        keep = record.session_id in duplicate.merged_sessions or (
+            duplicate.verified_ts is not None and duplicate.verified_ts >= record.concluded_at
+        )
         record = record.model_copy(
             update={
                 "session_id": duplicate.session_id,
                 "merged_sessions": merged,
-                "recheck_ok": duplicate.recheck_ok if again else None,
-                "verified_ts": duplicate.verified_ts if again else None,
+                "recheck_ok": duplicate.recheck_ok if keep else None,
+                "verified_ts": duplicate.verified_ts if keep else None,
             }
         )
         status = WriteStatus.MERGED
