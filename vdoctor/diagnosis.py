@@ -395,8 +395,9 @@ class DiagnosisEngine:
                 except StoreError as e:
                     if waiting is None or not waiting.l3_written:
                         raise
-                    # The case is written: its session stays so (the event sent again does not write it again),
-                    # and the write is counted; the event is a dead letter, as any whose soft delete failed.
+                    # The case is written (by this try, counted, or found in long-term memory already): its session
+                    # stays so (the event sent again does not write it again); the event is a dead letter, as any
+                    # whose soft delete failed.
                     log.warning("long-term memory failed for %s: %s", event.vin, e)
                     dedup.discard(event.event_id)
                     letter = DeadLetter(raw=raw, error=f"long-term memory unavailable: {e}", stage="process")
@@ -844,7 +845,7 @@ class DiagnosisEngine:
 
     @staticmethod
     def _found_held(session: SessionState) -> None:
-        """A waiting case that long-term memory holds already (``write_policy.case_held``): no longer waiting, and
+        """A waiting case that long-term memory holds already (``_case_held``): no longer waiting, and
         not written again. Not counted as a write: this job did not write it."""
         log.info("%s is in long-term memory already: it is not written again", session.session_id)
         session.l3_written, session.l3_pending = True, False

@@ -86,6 +86,35 @@ def test_a_case_run_again_leaves_a_later_case_merged_into_its_record_since_as_it
     assert after.merged_sessions == [second.session_id] and after.concluded_at == T0 + timedelta(days=5)
 
 
+def test_a_case_run_again_leaves_its_record_as_it_is_whatever_the_newest_case_of_its_cause(
+    h: Harness, store: MemoryStore
+) -> None:
+    """The first case took in a second one, and a third more than 30 days later is a record of its own. Run again,
+    the first case looked past the newest (the third) for a record to merge into, found none concluded by then,
+    and was written over its own record: the second case was gone from every record (a review)."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=20), signals={"cell_voltage_diff_mv": 150}))
+    third = h.diagnose(alert("e-3", T0 + timedelta(days=55), signals={"cell_voltage_diff_mv": 160}))
+    assert "l3_merged" in second.flags and "l3_merged" not in third.flags
+    before = sorted(store.history(VIN), key=lambda r: r.session_id)
+    again = Harness(h.engine).diagnose(alert("e-1", T0, signals=CONFIRMING))
+    assert again.session_id == SID_1 and sorted(store.history(VIN), key=lambda r: r.session_id) == before
+    assert h.send(recheck("r-2", T0 + timedelta(days=22), second.session_id, ok=True)).dead_letters == []
+
+
+def test_a_merged_case_run_again_stays_in_the_record_that_took_it_in(h: Harness, store: MemoryStore) -> None:
+    """Run again after a later case was merged into the same record: it was written a second time, as a record of
+    its own, while still in that record's merged sessions (a review). It is left where it is, said merged."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=10), signals={"cell_voltage_diff_mv": 150}))
+    h.diagnose(alert("e-3", T0 + timedelta(days=20), signals={"cell_voltage_diff_mv": 160}))
+    h.diagnose(alert("e-4", T0 + timedelta(days=55), signals={"cell_voltage_diff_mv": 170}))
+    before = sorted(store.history(VIN), key=lambda r: r.session_id)
+    again = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=10), signals={"cell_voltage_diff_mv": 150}))
+    assert again.session_id == second.session_id and "l3_merged" in again.flags
+    assert sorted(store.history(VIN), key=lambda r: r.session_id) == before
+
+
 def test_a_late_case_is_merged_as_in_order_and_leaves_the_newer_case_of_its_cause_as_it_is(
     h: Harness, store: MemoryStore
 ) -> None:

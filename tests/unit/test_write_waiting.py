@@ -431,6 +431,25 @@ def test_the_vehicles_next_alert_does_not_write_a_case_the_command_wrote_again(p
     assert case is not None and not case.valid
 
 
+def test_the_jobs_retry_of_a_case_merged_into_an_earlier_one_since_set_invalid_writes_nothing(
+    pack: KnowledgePack,
+) -> None:
+    """The command merged the case into the vehicle's earlier one, which a lifecycle event then set invalid: no
+    record is under the case's own id, and the job's retry, finding no valid case of its cause, wrote it again as a
+    valid record of its own."""
+    store = UpsertDownStore()
+    earlier = Harness(engine(pack, store=store)).diagnose(alert("e-0", T0 - timedelta(days=20), 187))
+    session = waiting_session(pack)
+    [found] = write_waiting([horizon(session).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.WRITTEN and store.get(VIN, found.session_id) is None
+    store.soft_delete(VIN, T0 + timedelta(days=3))
+    upserts = store.upserts
+    after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
+    assert isinstance(after, SessionState) and after.l3_written and not after.l3_pending
+    assert store.upserts == upserts and [r.session_id for r in store.history(VIN)] == [earlier.session_id]
+    assert not store.history(VIN)[0].valid
+
+
 def test_a_retry_after_a_restore_leaves_a_later_case_merged_into_its_record_as_it_is(pack: KnowledgePack) -> None:
     """The case was written, a later session of its cause merged into its record, and a restore brought back the
     state where it waited: its retry wrote it over the later case's summary (a re-run of its own session)."""

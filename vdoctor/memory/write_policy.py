@@ -89,16 +89,19 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     since = record.concluded_at - DEDUP_WINDOW
     duplicate = store.find_duplicate(record.vin, record.root_cause, since)
     if duplicate is not None and duplicate.concluded_at > record.concluded_at:
-        if duplicate.session_id == record.session_id or record.session_id in duplicate.merged_sessions:
-            # A run again of a case (a restore, a replay run again) whose record has taken in a later case of its
-            # cause since: written, it would put its older summary over that case's, and its verdict with it.
+        # The newest of its cause concluded after this case: a run again of the case (a restore, a replay run
+        # again), or a case delivered late. (Reads here only: a case written in order never gets here.)
+        holding = _holding(store, record.vin, record.session_id)
+        if holding is not None and (holding.merged_sessions[-1:] or [holding.session_id]) != [record.session_id]:
+            # The record holding it has taken in a later case of its cause since: written, the case would put its
+            # older summary over that one's, and its verdict with it (or leave it out of the record).
             if had_milestones:
                 _supersede_milestones(store, record.vin, record.session_id, record.concluded_at)
-            return WriteStatus.WRITTEN if duplicate.session_id == record.session_id else WriteStatus.MERGED
-        # A case that concluded before the newest of its cause (a late alert, delivered out of order): merged
-        # into that one, it replaced the newer case's summary and verdict. It is merged as it would have been in
-        # order, into the newest case of its cause within the window before it, or is a record of its own.
-        duplicate = store.find_duplicate(record.vin, record.root_cause, since, until=record.concluded_at)
+            return WriteStatus.WRITTEN if holding.session_id == record.session_id else WriteStatus.MERGED
+        # Written again where it is (a run again), or, late, merged as it would have been in order: into the newest
+        # case of its cause within the window before it, or a record of its own. Merged into the newest, it
+        # replaced the newer case's summary and verdict.
+        duplicate = holding or store.find_duplicate(record.vin, record.root_cause, since, until=record.concluded_at)
     status = WriteStatus.WRITTEN
     if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
@@ -126,6 +129,11 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
         if record.recheck_ok is None and duplicate.recheck_ok is not None:
             update |= {"recheck_ok": duplicate.recheck_ok, "verified_ts": duplicate.verified_ts}
         record = record.model_copy(update=update)
+    if duplicate is not None and record.session_id == duplicate.session_id and not duplicate.valid:
+        # A case run again into the record holding it, set invalid since (its vehicle left the fleet's care): it
+        # stays invalid from then. (Only a record found holding the case can be invalid: the gates merge into
+        # valid ones.)
+        record = record.model_copy(update={"valid": False, "invalid_ts": duplicate.invalid_ts})
     store.upsert(record)
     if had_milestones:
         _supersede_milestones(
@@ -162,6 +170,11 @@ def write_alone(
         # later than that (the case missed it, its milestones did not) too.
         _supersede_milestones(store, record.vin, record.session_id, record.concluded_at, invalid_later=True)
     return WriteStatus.WRITTEN
+
+
+def _holding(store: MemoryStore, vin: str, session_id: str) -> MemoryRecord | None:
+    """The record holding this session's case: its own, or the one it was merged into; None when none does."""
+    return store.get(vin, session_id) or merged_record(store, vin, session_id)
 
 
 def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str | None:
