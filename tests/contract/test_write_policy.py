@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.unit.test_engine import SID_1, T0, VIN, Harness, alert, recheck
+from tests.unit.test_engine import SID_1, T0, VIN, Harness, alert, lifecycle, recheck
 from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.embedders.hashing import HashingEmbedder
 from vdoctor.knowledge import load_pack
@@ -113,6 +113,23 @@ def test_a_merged_case_run_again_stays_in_the_record_that_took_it_in(h: Harness,
     again = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=10), signals={"cell_voltage_diff_mv": 150}))
     assert again.session_id == second.session_id and "l3_merged" in again.flags
     assert sorted(store.history(VIN), key=lambda r: r.session_id) == before
+
+
+def test_a_case_run_again_after_its_vehicle_left_care_stays_invalid(h: Harness, store: MemoryStore) -> None:
+    """Transferred after its case, the vehicle's new owner had a case of the same cause: the first case, run again,
+    found no valid record to merge into and came back valid, a case of the new owner's vehicle in every recall."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    h.send(lifecycle("l-1", T0 + timedelta(days=5), "transferred"))
+    owner = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=10), signals={"cell_voltage_diff_mv": 150}))
+    assert "l3_merged" not in owner.flags
+    before = sorted(store.history(VIN), key=lambda r: r.session_id)
+    again = Harness(h.engine).diagnose(alert("e-1", T0, signals=CONFIRMING))
+    assert again.session_id == SID_1
+    first = store.get(VIN, SID_1)
+    assert first is not None and not first.valid and first.invalid_ts == T0 + timedelta(days=5)
+    assert [r for r in store.history(VIN) if r.session_id == owner.session_id] == [
+        r for r in before if r.session_id == owner.session_id
+    ]
 
 
 def test_a_late_case_is_merged_as_in_order_and_leaves_the_newer_case_of_its_cause_as_it_is(
