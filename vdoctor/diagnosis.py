@@ -64,7 +64,9 @@ from vdoctor.memory.write_policy import (
     milestone_id,
     milestones_due,
     set_recheck,
+    supersede_milestones,
     write_final,
+    write_late,
 )
 from vdoctor.models.base import ChatModel
 from vdoctor.records import (
@@ -720,17 +722,17 @@ class DiagnosisEngine:
         session = previous.load() if isinstance(previous, StoredSession) else previous
         once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
         try:
-            held = self._case_held(once, session, read_at_once(once, session.vin, session.session_id))
-        except StoreError:
-            held = False  # (the write below asks the store again, through its retries, and says how it went)
-        if held:
-            self._found_held(session)
-            return [L3_WRITTEN_LATE]
+            if self._case_held(once, session, read_at_once(once, session.vin, session.session_id)):
+                self._found_held(once, session)
+                return [L3_WRITTEN_LATE]
+        except StoreError as e:
+            # (The write below asks the store again, through its retries, and says how it went.)
+            log.info("could not tell whether %s is in long-term memory: %s", session.session_id, e)
         working = WorkingMemory(
             session.working, self.working_budget_tokens, self.counter, self.summarizer, self.summary_metrics
         )
         writes = stats.writes
-        self._write_case(session, working, stats)
+        self._write_case(session, working, stats, write=write_late)
         if session.l3_written:
             log.info("wrote %s to long-term memory at the vehicle's next alert", session.session_id)
             stats.late_write = True
@@ -744,7 +746,7 @@ class DiagnosisEngine:
         session: SessionState | StoredSession | None,
         dedup: DedupState | StoredDedup,
         vin: str = "a vehicle",
-        write: WriteFinal = write_final,
+        write: WriteFinal = write_late,
         pause: bool = True,
     ) -> StepResult:
         """The vehicle's concluded case whose write failed (``l3_pending``), tried again while the session waits
@@ -797,7 +799,7 @@ class DiagnosisEngine:
             if held:
                 # Written since by ``vdoctor memory write-waiting``, or by an earlier try whose answer was lost:
                 # written again, it would come back valid after a lifecycle event, or over a later case merged in.
-                self._found_held(live)
+                self._found_held(once, live)
                 return StepResult(session=live, dedup=dedup, given=given)
             working = WorkingMemory(
                 live.working.model_copy(deep=True),
@@ -844,9 +846,13 @@ class DiagnosisEngine:
         return merged_record(store, session.vin, session.session_id) is not None
 
     @staticmethod
-    def _found_held(session: SessionState) -> None:
-        """A waiting case that long-term memory holds already (``_case_held``): no longer waiting, and
-        not written again. Not counted as a write: this job did not write it."""
+    def _found_held(store: MemoryStore, session: SessionState) -> None:
+        """A waiting case that long-term memory holds already (``_case_held``): no longer waiting, and not written
+        again. Not counted as a write: this job did not write it. Its session's milestones are superseded from its
+        conclusion, as its write does (a write whose upsert took and whose superseding failed left them valid).
+        Raises ``StoreError`` when that fails: the case then still waits."""
+        if session.milestones_written > 0:
+            supersede_milestones(store, session.vin, session.session_id, session.last_event_at)
         log.info("%s is in long-term memory already: it is not written again", session.session_id)
         session.l3_written, session.l3_pending = True, False
 

@@ -145,23 +145,39 @@ def test_a_late_case_is_merged_as_in_order_and_leaves_the_newer_case_of_its_caus
     late = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=20), signals={"cell_voltage_diff_mv": 150}))
     assert "l3_merged" in late.flags
     assert store.get(VIN, newer.session_id) == before and before is not None and before.recheck_ok is True
-    # Merged where it would have been in order: into the case of its cause within the 30 days before it.
+    # Merged where it would have been in order: into the case of its cause within the 30 days before it. (In order,
+    # the newer case, 20 days after it, would then have merged into that record too: it stays apart, README.)
     first = store.get(VIN, SID_1)
     assert first is not None and first.merged_sessions == [late.session_id]
     assert "cell_voltage_diff_mv=150" in first.summary and first.concluded_at == T0 + timedelta(days=20)
 
 
-def test_a_late_case_keeps_the_verdict_its_record_was_given_after_it_concluded(h: Harness, store: MemoryStore) -> None:
-    """The first case's recheck (after the second case concluded) came before the second case, delivered late: the
-    merge took the verdict away. In order, the recheck came after the merge and verified the record."""
+def test_a_late_case_keeps_the_verdict_its_record_was_given_when_it_concluded_or_after(
+    h: Harness, store: MemoryStore
+) -> None:
+    """The first case's recheck, in the second the second case concluded, came before that case, delivered late
+    (after a newer case of its cause): the merge took the verdict away. In order, the recheck came after the merge
+    (``stale_recheck``: not before the newest merged case) and verified the record."""
     h.diagnose(alert("e-1", T0, signals=CONFIRMING))
-    h.send(recheck("r-1", T0 + timedelta(days=25), SID_1, ok=True))
+    h.send(recheck("r-1", T0 + timedelta(days=20), SID_1, ok=True))
+    h.diagnose(alert("e-3", T0 + timedelta(days=40), signals={"cell_voltage_diff_mv": 160}))
     late = Harness(h.engine).diagnose(alert("e-2", T0 + timedelta(days=20), signals={"cell_voltage_diff_mv": 150}))
     assert "l3_merged" in late.flags
     record = store.get(VIN, SID_1)
     assert record is not None and record.merged_sessions == [late.session_id]
-    assert record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=25)
+    assert record.recheck_ok is True and record.verified_ts == T0 + timedelta(days=20)
     assert "cell_voltage_diff_mv=150" in record.summary
+
+
+def test_a_case_in_order_resets_a_verdict_dated_after_it(h: Harness, store: MemoryStore) -> None:
+    """A recheck misdated a year ahead: the fault that came back, in order, still takes the verdict away (a case
+    written at its conclusion is not late; kept, that verdict verified every recurrence for a year: a review)."""
+    h.diagnose(alert("e-1", T0, signals=CONFIRMING))
+    h.send(recheck("r-1", T0 + timedelta(days=400), SID_1, ok=True))
+    second = h.diagnose(alert("e-2", T0 + timedelta(days=10), signals={"cell_voltage_diff_mv": 150}))
+    assert "l3_merged" in second.flags
+    record = store.get(VIN, SID_1)
+    assert record is not None and record.recheck_ok is None and record.verified_ts is None
 
 
 def test_same_fault_after_30_days_is_a_new_record(h: Harness, store: MemoryStore) -> None:

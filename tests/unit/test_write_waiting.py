@@ -480,3 +480,37 @@ def test_another_sessions_case_under_the_same_id_is_not_taken_for_this_ones(pack
     assert isinstance(after, SessionState) and after.l3_written
     written = store.get(VIN, waiting.session_id)
     assert written is not None and written.alert_text == waiting.alert_text
+
+
+class SupersedeDownStore(UpsertDownStore):
+    """Long-term memory whose batch upserts (a session's milestones set invalid) fail while it is down."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batch_down = False
+
+    def upsert_many(self, records: list[MemoryRecord]) -> None:
+        if self.batch_down:
+            raise StoreError("long-term memory at mysql://fleet: connection reset")
+        super().upsert_many(records)
+
+
+def test_a_case_found_written_has_its_sessions_milestones_superseded(pack: KnowledgePack) -> None:
+    """The case's upsert took and the superseding of its milestones failed: the case waited, and its retry, finding
+    it written, left the milestones valid for good (recalled as the vehicle's open session: a review)."""
+    store = SupersedeDownStore()
+    h = Harness(engine(pack, store=store))
+    h.diagnose(alert("e-1", T0, 87))
+    assert h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88)).flags == ["l3_milestone"]
+    store.batch_down = True
+    concluded = h.diagnose(alert("e-3", T0 + timedelta(hours=26), 187))
+    assert "l3_write_failed" in concluded.flags and store.get(VIN, concluded.session_id) is not None
+    [milestone] = [r for r in store.history(VIN) if r.kind is RecordKind.MILESTONE]
+    assert milestone.valid
+    store.batch_down = False
+    session = h.state[VIN][0]
+    assert session is not None
+    after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
+    assert isinstance(after, SessionState) and after.l3_written and not after.l3_pending
+    [milestone] = [r for r in store.history(VIN) if r.kind is RecordKind.MILESTONE]
+    assert not milestone.valid and milestone.invalid_ts == T0 + timedelta(hours=26)

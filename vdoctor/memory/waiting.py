@@ -54,7 +54,7 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
-from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, write_alone, write_final
+from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, write_alone, write_late
 from vdoctor.records import DeadLetter, RecordKind
 from vdoctor.stores.base import MemoryStore
 from vdoctor.stores.retry import RetryingStore
@@ -237,7 +237,7 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
         return
     # The write gates' merge, as the job would have written the case then, unless the record it would merge into
     # is no earlier case of its cause (``_VehicleView.merge_harms``), or the vehicle left the fleet's care since.
-    write: WriteFinal = write_final
+    write: WriteFinal = write_late
     if view.merge_harms or view.invalid_from is not None:
         write = functools.partial(write_alone, invalid_from=view.invalid_from)
     # (A text that says both waiting and written: the case is not in long-term memory, so it waits.)

@@ -9,9 +9,10 @@ Gates (DESIGN.md §4, seed 000 §8.4):
   recheck result is reset (a fault that came back is not verified any more);
   a case that concluded before the newest record of its cause (delivered out of
   order) merges into the newest of its cause within the 30 days before it, as it
-  would have in order (a verdict given since it concluded stays, as that recheck,
-  in order, would have come after it), and a case run again leaves a record that
-  has since taken in a later case as it is;
+  would have in order (a late case keeps a verdict given since it concluded, as
+  that recheck, in order, would have come after it), and a case run again leaves
+  a record that has since taken in a later case as it is (README, *Write policy*:
+  what is not yet as in order);
 - a session open longer than 24 h also writes milestone records (kind
   ``milestone``: facts so far, no root cause), superseded (marked invalid,
   kept for audit) when the session's final record is written;
@@ -60,7 +61,7 @@ def milestones_due(opened_at: datetime, now: datetime, written: int) -> int:
     return max(written, int((now - opened_at) / MILESTONE_INTERVAL))
 
 
-def _supersede_milestones(
+def supersede_milestones(
     store: MemoryStore, vin: str, session_id: str, at: datetime, invalid_later: bool = False
 ) -> int:
     """Set the session's milestones invalid from ``at`` (its final record's conclusion): the valid ones, and with
@@ -78,17 +79,23 @@ def _supersede_milestones(
     return len(stale)
 
 
-def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool = True) -> WriteStatus:
+def write_final(
+    store: MemoryStore, record: MemoryRecord, had_milestones: bool = True, late: bool = False
+) -> WriteStatus:
     """Write a concluded case through the gates: merge into a recent same-cause record, or add it.
 
     ``had_milestones=False`` (a session shorter than 24 h, the usual case) skips
     looking for milestones to supersede: one store read less per concluded case.
+    ``late``: the case is written after events that came after it (``write_late``);
+    a case is late too when the newest record of its cause concluded after it.
     """
     if record.kind is not RecordKind.FINAL:
         raise ValueError(f"write_final takes a final record, got kind {record.kind}; allowed: final")
     since = record.concluded_at - DEDUP_WINDOW
     duplicate = store.find_duplicate(record.vin, record.root_cause, since)
-    if duplicate is not None and duplicate.concluded_at > record.concluded_at:
+    newer = duplicate is not None and duplicate.concluded_at > record.concluded_at
+    late = late or newer
+    if duplicate is not None and newer:
         # The newest of its cause concluded after this case: a run again of the case (a restore, a replay run
         # again), or a case delivered late. (Reads here only: a case written in order never gets here.)
         holding = _holding(store, record.vin, record.session_id)
@@ -96,7 +103,7 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
             # The record holding it has taken in a later case of its cause since: written, the case would put its
             # older summary over that one's, and its verdict with it (or leave it out of the record).
             if had_milestones:
-                _supersede_milestones(store, record.vin, record.session_id, record.concluded_at)
+                supersede_milestones(store, record.vin, record.session_id, record.concluded_at)
             return WriteStatus.WRITTEN if holding.session_id == record.session_id else WriteStatus.MERGED
         # Written again where it is (a run again), or, late, merged as it would have been in order: into the newest
         # case of its cause within the window before it, or a record of its own. Merged into the newest, it
@@ -106,11 +113,12 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     if duplicate is not None and duplicate.kind is RecordKind.FINAL and duplicate.session_id != record.session_id:
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
         # The fault came back: the new version is not verified (its own recheck will say). Unless this is a
-        # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays. So does
-        # a verdict given no earlier than this case concluded (its recheck came first, the case late): in order,
-        # that recheck came after the merge and verified the record (``stale_recheck``).
+        # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays. So does,
+        # for a late case, a verdict given no earlier than it concluded (its recheck came first): in order, that
+        # recheck came after the merge and verified the record (``stale_recheck``). (Not for a case written at its
+        # conclusion: a recheck dated after it is misdated, and would keep every recurrence verified.)
         keep = record.session_id in duplicate.merged_sessions or (
-            duplicate.verified_ts is not None and duplicate.verified_ts >= record.concluded_at
+            late and duplicate.verified_ts is not None and duplicate.verified_ts >= record.concluded_at
         )
         record = record.model_copy(
             update={
@@ -136,13 +144,21 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
         record = record.model_copy(update={"valid": False, "invalid_ts": duplicate.invalid_ts})
     store.upsert(record)
     if had_milestones:
-        _supersede_milestones(
+        supersede_milestones(
             store,
             record.vin,
             record.merged_sessions[-1] if status is WriteStatus.MERGED else record.session_id,
             record.concluded_at,
         )
     return status
+
+
+def write_late(store: MemoryStore, record: MemoryRecord, had_milestones: bool = True) -> WriteStatus:
+    """``write_final`` for a case written after events that came after it: a waiting case's retry, or its write at
+    the vehicle's next event or from a dead letter (``vdoctor memory write-waiting``). A recheck among those events
+    may have verified the record the case merges into since it concluded: in order, it came after the merge, so
+    that verdict stays (for a case written at its conclusion, a recheck dated after it is misdated)."""
+    return write_final(store, record, had_milestones, late=True)
 
 
 # How a concluded case is written: ``write_final`` (the write gates), or another that takes the same arguments.
@@ -156,9 +172,9 @@ def write_alone(
     ``invalid_from`` if given, in one upsert.
 
     For a case written long after it concluded (``vdoctor memory write-waiting``), whose vehicle has since
-    concluded a newer case of its cause, or left the fleet's care: the write gates' merge took the newest record
-    of the cause, and so put the older case over the newer one's summary and verdict; and a case of a vehicle
-    that left care missed the lifecycle event that set its other cases of then invalid.
+    concluded a case of its cause in the same second (which came first, a dead letter cannot tell: merged, the
+    case could put its summary over a newer one's), or left the fleet's care (the case missed the lifecycle event
+    that set its other cases of then invalid).
     """
     if record.kind is not RecordKind.FINAL:
         raise ValueError(f"write_alone takes a final record, got kind {record.kind}; allowed: final")
@@ -168,7 +184,7 @@ def write_alone(
     if had_milestones:
         # Superseded from the conclusion, as the gates' write would have then; those a lifecycle event set invalid
         # later than that (the case missed it, its milestones did not) too.
-        _supersede_milestones(store, record.vin, record.session_id, record.concluded_at, invalid_later=True)
+        supersede_milestones(store, record.vin, record.session_id, record.concluded_at, invalid_later=True)
     return WriteStatus.WRITTEN
 
 
