@@ -66,7 +66,6 @@ from vdoctor.memory.write_policy import (
     set_recheck,
     supersede_milestones,
     write_final,
-    write_late,
 )
 from vdoctor.models.base import ChatModel
 from vdoctor.records import (
@@ -722,17 +721,24 @@ class DiagnosisEngine:
         session = previous.load() if isinstance(previous, StoredSession) else previous
         once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
         try:
-            if self._case_held(once, session, read_at_once(once, session.vin, session.session_id)):
-                self._found_held(once, session)
-                return [L3_WRITTEN_LATE]
+            held = self._case_held(once, session, read_at_once(once, session.vin, session.session_id))
         except StoreError as e:
             # (The write below asks the store again, through its retries, and says how it went.)
             log.info("could not tell whether %s is in long-term memory: %s", session.session_id, e)
+            held = False
+        if held:
+            try:
+                self._found_held(self.store, session)
+            except StoreError as e:
+                # Written again, the case would be reported lost should this fail too; it is in long-term memory.
+                log.warning("%s is in long-term memory; its milestones could not be set invalid: %s", session.vin, e)
+                session.l3_written, session.l3_pending = True, False
+            return [L3_WRITTEN_LATE]
         working = WorkingMemory(
             session.working, self.working_budget_tokens, self.counter, self.summarizer, self.summary_metrics
         )
         writes = stats.writes
-        self._write_case(session, working, stats, write=write_late)
+        self._write_case(session, working, stats)
         if session.l3_written:
             log.info("wrote %s to long-term memory at the vehicle's next alert", session.session_id)
             stats.late_write = True
@@ -746,7 +752,7 @@ class DiagnosisEngine:
         session: SessionState | StoredSession | None,
         dedup: DedupState | StoredDedup,
         vin: str = "a vehicle",
-        write: WriteFinal = write_late,
+        write: WriteFinal = write_final,
         pause: bool = True,
     ) -> StepResult:
         """The vehicle's concluded case whose write failed (``l3_pending``), tried again while the session waits

@@ -334,11 +334,10 @@ def test_a_case_of_the_same_second_as_the_vehicles_newer_one_leaves_that_one_as_
     assert found.outcome == Outcome.WRITTEN and store.get(VIN, following.session_id) == following
 
 
-def test_a_case_merged_into_an_earlier_one_verified_after_it_concluded_keeps_that_verdict(
-    pack: KnowledgePack,
-) -> None:
+def test_a_case_is_not_merged_into_an_earlier_one_verified_after_it_concluded(pack: KnowledgePack) -> None:
     """The earlier case was verified after the waiting one concluded: merged, its verdict was gone from every
-    recall (a review). In order, the recheck came after the merge and verified the record: the verdict stays."""
+    recall (a review). The case is a record of its own (the job's gates cannot tell such a verdict from one
+    misdated ahead, and reset it: a review)."""
     store = UpsertDownStore()
     h = Harness(engine(pack, store=store))
     earlier = h.diagnose(alert("e-0", T0 - timedelta(days=5), 187))
@@ -346,10 +345,8 @@ def test_a_case_merged_into_an_earlier_one_verified_after_it_concluded_keeps_tha
     before = store.get(VIN, earlier.session_id)
     assert before is not None and before.recheck_ok is True
     [found] = write_waiting([horizon(waiting_session(pack)).model_dump_json()], engine(pack, store=store)).sessions
-    after = store.get(VIN, earlier.session_id)
-    assert found.outcome == Outcome.WRITTEN and after is not None and after.merged_sessions == [found.session_id]
-    assert (after.recheck_ok, after.verified_ts) == (True, before.verified_ts) and after.concluded_at == T0
-    assert store.get(VIN, found.session_id) is None
+    assert found.outcome == Outcome.WRITTEN and store.get(VIN, earlier.session_id) == before
+    assert store.get(VIN, found.session_id) is not None
 
 
 def test_the_cases_of_a_file_are_written_in_the_order_they_concluded(pack: KnowledgePack) -> None:
@@ -514,3 +511,67 @@ def test_a_case_found_written_has_its_sessions_milestones_superseded(pack: Knowl
     assert isinstance(after, SessionState) and after.l3_written and not after.l3_pending
     [milestone] = [r for r in store.history(VIN) if r.kind is RecordKind.MILESTONE]
     assert not milestone.valid and milestone.invalid_ts == T0 + timedelta(hours=26)
+
+
+def held_with_valid_milestones(pack: KnowledgePack) -> tuple[SupersedeDownStore, Harness, str]:
+    """A session open 26 h whose case's upsert took and whose milestone's superseding failed: the store, the
+    vehicle's harness (its state holding the case as waiting) and the case's session id."""
+    store = SupersedeDownStore()
+    h = Harness(engine(pack, store=store))
+    h.diagnose(alert("e-1", T0, 87))
+    assert h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88)).flags == ["l3_milestone"]
+    store.batch_down = True
+    concluded = h.diagnose(alert("e-3", T0 + timedelta(hours=26), 187))
+    assert "l3_write_failed" in concluded.flags and store.get(VIN, concluded.session_id) is not None
+    store.batch_down = False
+    return store, h, concluded.session_id
+
+
+def milestones_valid(store: UpsertDownStore) -> list[bool]:
+    return [r.valid for r in store.history(VIN) if r.kind is RecordKind.MILESTONE]
+
+
+def test_the_next_alert_supersedes_the_milestones_of_a_case_it_finds_written(pack: KnowledgePack) -> None:
+    store, h, case_id = held_with_valid_milestones(pack)
+    before = store.get(VIN, case_id)
+    assert "l3_written_late" in h.diagnose(alert("e-4", T0 + timedelta(days=3), 87)).flags
+    assert milestones_valid(store) == [False] and store.get(VIN, case_id) == before
+
+
+def test_a_case_found_written_whose_milestones_cannot_be_superseded_is_not_written_again(
+    pack: KnowledgePack,
+) -> None:
+    """Written again, its superseding failing too, the case was reported lost (``l3_late_write_failed``) though long-
+    term memory held it (a review): it is said written late, and the log says the milestones stay valid."""
+    store, h, case_id = held_with_valid_milestones(pack)
+    before = store.get(VIN, case_id)
+    store.batch_down = True
+    flags = h.diagnose(alert("e-4", T0 + timedelta(days=3), 87)).flags
+    assert "l3_written_late" in flags and "l3_late_write_failed" not in flags
+    assert milestones_valid(store) == [True] and store.get(VIN, case_id) == before
+
+
+def test_write_waiting_supersedes_the_milestones_of_a_case_it_finds_written(pack: KnowledgePack) -> None:
+    store, h, _ = held_with_valid_milestones(pack)
+    session = h.state[VIN][0]
+    assert session is not None
+    [found] = write_waiting([horizon(session).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.ALREADY and milestones_valid(store) == [False]
+
+
+def test_a_retry_writes_a_case_as_at_its_conclusion_resetting_a_verdict_dated_after_it(pack: KnowledgePack) -> None:
+    """A retry minutes after the case concluded: a verdict of the earlier record dated after the case (misdated a
+    year ahead) was kept, as for a case known late (a review); it is reset, as the write at the conclusion does."""
+    store = UpsertDownStore()
+    h = Harness(engine(pack, store=store))
+    earlier = h.diagnose(alert("e-0", T0 - timedelta(days=5), 187))
+    h.send(recheck("r-0", T0 + timedelta(days=400), earlier.session_id))
+    store.down = True
+    assert "l3_write_failed" in h.diagnose(alert("e-1", T0, 187)).flags
+    store.down = False
+    session = h.state[VIN][0]
+    assert session is not None
+    after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
+    assert isinstance(after, SessionState) and after.l3_written
+    record = store.get(VIN, earlier.session_id)
+    assert record is not None and len(record.merged_sessions) == 1 and record.recheck_ok is None

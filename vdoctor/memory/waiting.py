@@ -23,10 +23,11 @@ record of the same cause: a later try or alert wrote it). Other letters
 
 A case is merged as the job would have merged it in order (``write_final``:
 into the newest record of its cause concluded within the 30 days up to it, a
-newer case of its cause left as it is, a verdict given since the case concluded
-kept), but written as a record of its own (``write_policy.write_alone``) where
-that record concluded in the same second: which came first, the letters cannot
-tell, and merged, the case could put its summary over a newer case's. A vehicle that left the fleet's care
+newer case of its cause left as it is), but written as a record of its own
+(``write_policy.write_alone``) where that record concluded in the same second
+(which came first, the letters cannot tell: merged, the case could put its
+summary over a newer case's) or was verified since the case concluded (merged,
+the verdict would be reset). A vehicle that left the fleet's care
 after the case concluded (a lifecycle event set its cases of then invalid,
 which the waiting case missed) has the case written invalid from the same
 time. The store tells it from the vehicle's other cases: with none, it cannot. A store that does not
@@ -54,7 +55,7 @@ from vdoctor.diagnosis import DiagnosisEngine
 from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
-from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, write_alone, write_late
+from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, supersede_milestones, write_alone, write_final
 from vdoctor.records import DeadLetter, RecordKind
 from vdoctor.stores.base import MemoryStore
 from vdoctor.stores.retry import RetryingStore
@@ -233,11 +234,18 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
     except StoreError as e:
         raise _StoreDown() from e
     if view.held:
+        if session.milestones_written > 0:
+            # As the job does for a case it finds written (``DiagnosisEngine._found_held``): a write whose upsert
+            # took and whose superseding failed left them valid.
+            try:
+                supersede_milestones(once, session.vin, session.session_id, session.last_event_at)
+            except StoreError as e:
+                raise _StoreDown() from e
         found.outcome = Outcome.ALREADY
         return
     # The write gates' merge, as the job would have written the case then, unless the record it would merge into
     # is no earlier case of its cause (``_VehicleView.merge_harms``), or the vehicle left the fleet's care since.
-    write: WriteFinal = write_late
+    write: WriteFinal = write_final
     if view.merge_harms or view.invalid_from is not None:
         write = functools.partial(write_alone, invalid_from=view.invalid_from)
     # (A text that says both waiting and written: the case is not in long-term memory, so it waits.)
@@ -266,8 +274,10 @@ def _once(engine: DiagnosisEngine) -> MemoryStore:
 @dataclass
 class _VehicleView:
     held: bool  # a record holds the session's case: its own, or one it was merged into
-    # The record the write gates would merge the case into concluded in the same second: which of the two came
-    # first, the file cannot tell; merged, the case could put its summary over a newer case's.
+    # The record the write gates would merge the case into concluded in the same second (which of the two came
+    # first, the file cannot tell; merged, the case could put its summary over a newer case's), or was verified
+    # no earlier than the case concluded (merged, the verdict would be reset, as for a case written at its
+    # conclusion: ``write_final``).
     merge_harms: bool
     invalid_from: datetime | None  # when its vehicle left the fleet's care after it concluded, if it did
 
@@ -291,6 +301,8 @@ def _vehicle_view(store: MemoryStore, session: SessionState) -> _VehicleView:
         target = store.find_duplicate(
             session.vin, session.conclusion.root_cause, concluded - DEDUP_WINDOW, until=concluded
         )
-        merge_harms = target is not None and target.concluded_at >= concluded
+        merge_harms = target is not None and (
+            target.concluded_at >= concluded or (target.verified_ts is not None and target.verified_ts >= concluded)
+        )
     times = [r.invalid_ts for r in finals if not r.valid and r.invalid_ts is not None and r.invalid_ts >= concluded]
     return _VehicleView(held, merge_harms, min(times) if times else None)

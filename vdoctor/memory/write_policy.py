@@ -9,8 +9,8 @@ Gates (DESIGN.md §4, seed 000 §8.4):
   recheck result is reset (a fault that came back is not verified any more);
   a case that concluded before the newest record of its cause (delivered out of
   order) merges into the newest of its cause within the 30 days before it, as it
-  would have in order (a late case keeps a verdict given since it concluded, as
-  that recheck, in order, would have come after it), and a case run again leaves
+  would have in order (keeping a verdict given since it concluded, as that
+  recheck, in order, would have come after it), and a case run again leaves
   a record that has since taken in a later case as it is (README, *Write policy*:
   what is not yet as in order);
 - a session open longer than 24 h also writes milestone records (kind
@@ -79,23 +79,18 @@ def supersede_milestones(
     return len(stale)
 
 
-def write_final(
-    store: MemoryStore, record: MemoryRecord, had_milestones: bool = True, late: bool = False
-) -> WriteStatus:
+def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool = True) -> WriteStatus:
     """Write a concluded case through the gates: merge into a recent same-cause record, or add it.
 
     ``had_milestones=False`` (a session shorter than 24 h, the usual case) skips
     looking for milestones to supersede: one store read less per concluded case.
-    ``late``: the case is written after events that came after it (``write_late``);
-    a case is late too when the newest record of its cause concluded after it.
     """
     if record.kind is not RecordKind.FINAL:
         raise ValueError(f"write_final takes a final record, got kind {record.kind}; allowed: final")
     since = record.concluded_at - DEDUP_WINDOW
     duplicate = store.find_duplicate(record.vin, record.root_cause, since)
-    newer = duplicate is not None and duplicate.concluded_at > record.concluded_at
-    late = late or newer
-    if duplicate is not None and newer:
+    late = duplicate is not None and duplicate.concluded_at > record.concluded_at
+    if duplicate is not None and late:
         # The newest of its cause concluded after this case: a run again of the case (a restore, a replay run
         # again), or a case delivered late. (Reads here only: a case written in order never gets here.)
         holding = _holding(store, record.vin, record.session_id)
@@ -114,9 +109,10 @@ def write_final(
         merged = list(dict.fromkeys([*duplicate.merged_sessions, record.session_id]))
         # The fault came back: the new version is not verified (its own recheck will say). Unless this is a
         # run again of a session already merged (a restore, an old duplicate): its recheck's verdict stays. So does,
-        # for a late case, a verdict given no earlier than it concluded (its recheck came first): in order, that
-        # recheck came after the merge and verified the record (``stale_recheck``). (Not for a case written at its
-        # conclusion: a recheck dated after it is misdated, and would keep every recurrence verified.)
+        # for a case known late (a newer record of its cause), a verdict given no earlier than it concluded (its
+        # recheck came first): in order, that recheck came after the merge and verified the record
+        # (``stale_recheck``). Otherwise a recheck dated after the case may be misdated, and kept, would verify
+        # every recurrence; reset, a true verdict waits for the next recheck (the safe side).
         keep = record.session_id in duplicate.merged_sessions or (
             late and duplicate.verified_ts is not None and duplicate.verified_ts >= record.concluded_at
         )
@@ -153,14 +149,6 @@ def write_final(
     return status
 
 
-def write_late(store: MemoryStore, record: MemoryRecord, had_milestones: bool = True) -> WriteStatus:
-    """``write_final`` for a case written after events that came after it: a waiting case's retry, or its write at
-    the vehicle's next event or from a dead letter (``vdoctor memory write-waiting``). A recheck among those events
-    may have verified the record the case merges into since it concluded: in order, it came after the merge, so
-    that verdict stays (for a case written at its conclusion, a recheck dated after it is misdated)."""
-    return write_final(store, record, had_milestones, late=True)
-
-
 # How a concluded case is written: ``write_final`` (the write gates), or another that takes the same arguments.
 WriteFinal = Callable[[MemoryStore, MemoryRecord, bool], WriteStatus]
 
@@ -173,8 +161,9 @@ def write_alone(
 
     For a case written long after it concluded (``vdoctor memory write-waiting``), whose vehicle has since
     concluded a case of its cause in the same second (which came first, a dead letter cannot tell: merged, the
-    case could put its summary over a newer one's), or left the fleet's care (the case missed the lifecycle event
-    that set its other cases of then invalid).
+    case could put its summary over a newer one's), or whose earlier case of its cause was verified since (merged,
+    the verdict would be reset), or that left the fleet's care (the case missed the lifecycle event that set its
+    other cases of then invalid).
     """
     if record.kind is not RecordKind.FINAL:
         raise ValueError(f"write_alone takes a final record, got kind {record.kind}; allowed: final")
