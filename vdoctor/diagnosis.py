@@ -719,7 +719,7 @@ class DiagnosisEngine:
         next alert replaces that session in its state: a store or model that was down for a while loses no
         case. The alert's flags: ``l3_written_late``, or ``l3_late_write_failed`` when it failed again."""
         session = previous.load() if isinstance(previous, StoredSession) else previous
-        once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
+        once = self.store_once
         try:
             held = self._case_held(once, session, read_at_once(once, session.vin, session.session_id))
         except StoreError as e:
@@ -782,7 +782,7 @@ class DiagnosisEngine:
             log.debug("a waiting case waits for its next try: long-term memory was down a moment ago")
             return StepResult(session=session, dedup=dedup, given=given)
         stats = RunStats()
-        once = self.store.inner if isinstance(self.store, RetryingStore) else self.store
+        once = self.store_once
         try:
             live = session.load() if isinstance(session, StoredSession) else session
         except UnreadableState as e:
@@ -836,6 +836,12 @@ class DiagnosisEngine:
                 stats.case_lost = True
                 log.warning("%s will not reach long-term memory: %s", live.session_id, ", ".join(flags))
         return StepResult(session=live, dedup=dedup, stats=stats, given=given)
+
+    @property
+    def store_once(self) -> MemoryStore:
+        """The engine's store asked once: not through its retries, which wait out an outage for minutes (the tries
+        of a waiting case, which can wait)."""
+        return self.store.inner if isinstance(self.store, RetryingStore) else self.store
 
     @staticmethod
     def _case_held(store: MemoryStore, session: SessionState, own: MemoryRecord | None) -> bool:

@@ -495,16 +495,9 @@ class SupersedeDownStore(UpsertDownStore):
 def test_a_case_found_written_has_its_sessions_milestones_superseded(pack: KnowledgePack) -> None:
     """The case's upsert took and the superseding of its milestones failed: the case waited, and its retry, finding
     it written, left the milestones valid for good (recalled as the vehicle's open session: a review)."""
-    store = SupersedeDownStore()
-    h = Harness(engine(pack, store=store))
-    h.diagnose(alert("e-1", T0, 87))
-    assert h.diagnose(alert("e-2", T0 + timedelta(hours=25), 88)).flags == ["l3_milestone"]
-    store.batch_down = True
-    concluded = h.diagnose(alert("e-3", T0 + timedelta(hours=26), 187))
-    assert "l3_write_failed" in concluded.flags and store.get(VIN, concluded.session_id) is not None
+    store, h, _ = held_with_valid_milestones(pack)
     [milestone] = [r for r in store.history(VIN) if r.kind is RecordKind.MILESTONE]
     assert milestone.valid
-    store.batch_down = False
     session = h.state[VIN][0]
     assert session is not None
     after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session

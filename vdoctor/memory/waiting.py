@@ -58,7 +58,6 @@ from vdoctor.memory.session import DedupState, SessionState
 from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, supersede_milestones, write_alone, write_final
 from vdoctor.records import DeadLetter, RecordKind
 from vdoctor.stores.base import MemoryStore
-from vdoctor.stores.retry import RetryingStore
 
 
 class Outcome(StrEnum):
@@ -228,7 +227,7 @@ def _read(number: int, letter: DeadLetter, named: tuple[str, str]) -> tuple[Foun
 def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> None:
     """Write the case unless long-term memory holds it. Raises ``_StoreDown`` when the store does not answer the
     first read."""
-    once = _once(engine)
+    once = engine.store_once
     try:
         view = _vehicle_view(once, session)
     except StoreError as e:
@@ -262,13 +261,6 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
     found.outcome = Outcome.WRITTEN
     if view.invalid_from is not None:
         found.invalid_from = f"{view.invalid_from:%Y-%m-%dT%H:%M:%SZ}"
-
-
-def _once(engine: DiagnosisEngine) -> MemoryStore:
-    """The engine's store, asked once (not through its retries, which wait out an outage for minutes), as a try
-    of ``retry_case`` asks it."""
-    store = engine.store
-    return store.inner if isinstance(store, RetryingStore) else store
 
 
 @dataclass

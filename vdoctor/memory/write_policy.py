@@ -93,7 +93,7 @@ def write_final(store: MemoryStore, record: MemoryRecord, had_milestones: bool =
     if duplicate is not None and late:
         # The newest of its cause concluded after this case: a run again of the case (a restore, a replay run
         # again), or a case delivered late. (Reads here only: a case written in order never gets here.)
-        holding = _holding(store, record.vin, record.session_id)
+        holding = holding_record(store, record.vin, record.session_id)
         if holding is not None and (holding.merged_sessions[-1:] or [holding.session_id]) != [record.session_id]:
             # The record holding it has taken in a later case of its cause since: written, the case would put its
             # older summary over that one's, and its verdict with it (or leave it out of the record).
@@ -177,16 +177,14 @@ def write_alone(
     return WriteStatus.WRITTEN
 
 
-def _holding(store: MemoryStore, vin: str, session_id: str) -> MemoryRecord | None:
+def holding_record(store: MemoryStore, vin: str, session_id: str) -> MemoryRecord | None:
     """The record holding this session's case: its own, or the one it was merged into; None when none does."""
     return store.get(vin, session_id) or merged_record(store, vin, session_id)
 
 
 def record_key_for_session(store: MemoryStore, vin: str, session_id: str) -> str | None:
     """The session id of the record holding this session: itself, or the record it was merged into."""
-    if store.get(vin, session_id) is not None:
-        return session_id
-    record = merged_record(store, vin, session_id)
+    record = holding_record(store, vin, session_id)
     return record.session_id if record is not None else None
 
 
@@ -250,9 +248,7 @@ def set_recheck(store: MemoryStore, vin: str, session_id: str, ok: bool, at: dat
     """
     if store.set_recheck(vin, session_id, ok, at):
         return True
-    record = store.get(vin, session_id)
-    if record is None:
-        record = merged_record(store, vin, session_id)
+    record = holding_record(store, vin, session_id)
     if record is None:
         return False
     if stale_recheck(bool(record.merged_sessions), record.concluded_at, at):
