@@ -238,6 +238,22 @@ def opened_alike(case: MemoryRecord, text: str, codes: list[str]) -> bool:
     return all(code in seen for code in codes)
 
 
+def holds_case(record: MemoryRecord, session: SessionState) -> bool:
+    """Whether ``record`` holds the concluded ``session``'s case: merged into it, or under its id when its
+    session may have opened as this one did (``opened_alike``).
+
+    A session opens under no id the store holds for another session's case (``_unclaimed_session_id``), unless
+    the store could not be asked then: a record under its id of another alert is another session's, which the
+    case is written over, as before. The job's tries (``DiagnosisEngine._case_held``) and ``vdoctor memory
+    write-waiting`` both ask this.
+    """
+    if record.kind is not RecordKind.FINAL:
+        return False
+    if session.session_id in record.merged_sessions:
+        return True
+    return record.session_id == session.session_id and opened_alike(record, session.alert_text, list(session.codes))
+
+
 class DiagnosisEngine:
     """Runs the agent with L1/L2/L3 memory for one event of one vehicle at a time."""
 
@@ -754,6 +770,7 @@ class DiagnosisEngine:
         vin: str = "a vehicle",
         write: WriteFinal = write_final,
         pause: bool = True,
+        check_held: bool = True,
     ) -> StepResult:
         """The vehicle's concluded case whose write failed (``l3_pending``), tried again while the session waits
         for the vehicle's next alert (the operator's retry timer): a store or model down for longer than its own
@@ -771,7 +788,9 @@ class DiagnosisEngine:
 
         A read that fails slowly (a store host that does not answer) turns the other vehicles' tries away for
         ``store_down_pause_s``; ``pause=False`` for a one-off run (``vdoctor memory write-waiting``), which
-        stops at such a store itself: every call then tries, and none turns later calls away.
+        stops at such a store itself: every call then tries, and none turns later calls away. ``check_held=False``
+        for a caller that has just found the case not held (``holds_case``) itself: the try then writes it without
+        reading the store for it again.
         """
         if session is None or not session.l3_pending:
             return StepResult(session=session, dedup=dedup, given=session)
@@ -794,7 +813,7 @@ class DiagnosisEngine:
         try:
             asked = self.clock()
             try:
-                held = self._case_held(once, live, read_at_once(once, live.vin, live.session_id))
+                held = check_held and self._case_held(once, live, read_at_once(once, live.vin, live.session_id))
             except StoreError as e:
                 if pause and self.clock() - asked >= SLOW_STORE_S:
                     # A store that does not answer (a refusal is quick, and so is an error of this case's own
@@ -845,15 +864,10 @@ class DiagnosisEngine:
 
     @staticmethod
     def _case_held(store: MemoryStore, session: SessionState, own: MemoryRecord | None) -> bool:
-        """Whether long-term memory holds the concluded session's case: ``own``, the record under its id (read by
-        the caller), or the record it was merged into.
-
-        A session opens under no id the store holds for another session's case (``_unclaimed_session_id``),
-        unless the store could not be asked then: so the record under its id is taken for its own only when its
-        session may have opened as this one did (``opened_alike``: its text, and its codes, or one of them when
-        later sessions were merged into it); another's is written over, as before.
-        """
-        if own is not None and opened_alike(own, session.alert_text, list(session.codes)):
+        """Whether long-term memory holds the concluded session's case (``holds_case``): ``own``, the record under
+        its id (read by the caller), or the record it was merged into (the vehicle's history, read only when
+        ``own`` does not hold it)."""
+        if own is not None and holds_case(own, session):
             return True
         return merged_record(store, session.vin, session.session_id) is not None
 

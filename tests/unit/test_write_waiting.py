@@ -193,23 +193,27 @@ def test_a_store_that_does_not_answer_stops_the_run(pack: KnowledgePack) -> None
 
 
 class OneSlowReadStore(UpsertDownStore):
-    """Long-term memory whose first read of a record fails (slowly: the engine's clock says so): the first case's
-    try, after the command's own look at the vehicle's records."""
+    """Long-term memory whose second merge lookup fails (slowly: the engine's clock says so): the first case's try,
+    after the command's own look at the vehicle's records."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.reads = 0
+        self.lookups = 0
 
-    def get(self, vin: str, session_id: str) -> MemoryRecord | None:
-        self.reads += 1
-        if self.reads == 1:
+    def find_duplicate(
+        self, vin: str, root_cause: str, since: datetime, until: datetime | None = None
+    ) -> MemoryRecord | None:
+        self.lookups += 1
+        if self.lookups == 2:
             raise StoreError("long-term memory at mysql://fleet: timed out")
-        return super().get(vin, session_id)
+        return super().find_duplicate(vin, root_cause, since, until)
 
 
 def test_one_slow_failure_of_a_cases_write_does_not_turn_the_next_cases_away(pack: KnowledgePack) -> None:
     """The engine pauses its tries for a minute after a store read that failed slowly (for the job's many tries):
-    every later case came back untried, reported as a failure, with nothing logged (a review)."""
+    every later case came back untried, reported as a failure, with nothing logged (a review). The command asks
+    for no pause, and its tries no longer make that read (it has just looked itself): a case whose try fails
+    leaves the next cases to be tried."""
     store = OneSlowReadStore()
     e = engine(pack, store=store)
     ticks = iter(range(0, 10_000, 2))
@@ -475,6 +479,22 @@ def test_another_sessions_case_under_the_same_id_is_not_taken_for_this_ones(pack
     store.upsert(case.model_copy(update={"alert_text": "冷却液温度过高", "summary": "another alert's case"}))
     after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
     assert isinstance(after, SessionState) and after.l3_written
+    written = store.get(VIN, waiting.session_id)
+    assert written is not None and written.alert_text == waiting.alert_text
+
+
+def test_write_waiting_writes_over_another_sessions_case_under_the_same_id_as_the_job_does(pack: KnowledgePack) -> None:
+    """The command took any record under the session's id for the case, and reported it written: the job's retry,
+    by its own rule (``opened_alike``), would have written the case over that other alert's record."""
+    store = UpsertDownStore()
+    session = waiting_session(pack)
+    waiting = SessionState.model_validate_json(session)
+    scratch = UpsertDownStore()
+    engine(pack, store=scratch).retry_case(StoredSession(session), DedupState(), VIN)
+    [case] = scratch.history(VIN)
+    store.upsert(case.model_copy(update={"alert_text": "冷却液温度过高", "summary": "another alert's case"}))
+    [found] = write_waiting([horizon(session).model_dump_json()], engine(pack, store=store)).sessions
+    assert found.outcome == Outcome.WRITTEN
     written = store.get(VIN, waiting.session_id)
     assert written is not None and written.alert_text == waiting.alert_text
 

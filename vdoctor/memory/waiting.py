@@ -18,7 +18,9 @@ with a case waiting (``SessionState.l3_pending``), and writes each case as a
 try of the job's retry timer does (``DiagnosisEngine.retry_case``: the case
 summarised, checked and embedded again, behind the same quality gates), unless
 long-term memory holds it already (under its own id, or merged into an earlier
-record of the same cause: a later try or alert wrote it). Other letters
+record of the same cause: a later try or alert wrote it; a record under its
+id of another alert is another session's, written over as the job would).
+Other letters
 (events') are counted and left alone. Running it again writes nothing twice.
 
 A case is merged as the job would have merged it in order (``write_final``:
@@ -51,7 +53,7 @@ from enum import StrEnum
 
 from pydantic import ValidationError
 
-from vdoctor.diagnosis import DiagnosisEngine
+from vdoctor.diagnosis import DiagnosisEngine, holds_case
 from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
@@ -251,7 +253,7 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
     live = session.model_copy(update={"l3_written": False}) if session.l3_written else session
     # Without the engine's pause after a store that did not answer (``pause=False``): meant for the job's many
     # tries, it would turn the next cases away untried, unreported; this run stops at such a store instead.
-    after = engine.retry_case(live, DedupState(), session.vin, write=write, pause=False).session
+    after = engine.retry_case(live, DedupState(), session.vin, write=write, pause=False, check_held=False).session
     if not isinstance(after, SessionState) or after.l3_pending:
         found.outcome = Outcome.NOT_WRITTEN
         return
@@ -265,7 +267,7 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
 
 @dataclass
 class _VehicleView:
-    held: bool  # a record holds the session's case: its own, or one it was merged into
+    held: bool  # a record holds the session's case (``holds_case``, the job's rule): its own, or one it was merged into
     # The record the write gates would merge the case into concluded in the same second (which of the two came
     # first, the file cannot tell; merged, the case could put its summary over a newer case's), or was verified
     # no earlier than the case concluded (merged, the verdict would be reset, as for a case written at its
@@ -281,10 +283,10 @@ def _vehicle_view(store: MemoryStore, session: SessionState) -> _VehicleView:
     lifecycle event, or ``memory forget``, which the case, written late, missed): the first such time. With no
     other case of the vehicle, that cannot be told.
     """
-    concluded, sid = session.last_event_at, session.session_id
+    concluded = session.last_event_at
     # (Final records: a milestone is set invalid by its session's final record too.)
     finals = [r for r in store.history(session.vin) if r.kind is RecordKind.FINAL]
-    held = any(r.session_id == sid or sid in r.merged_sessions for r in finals)
+    held = any(holds_case(r, session) for r in finals)
     merge_harms = False
     if not held and session.conclusion is not None:
         # The record the gates would take, as the store finds it (its own comparison of causes and times): the
