@@ -467,16 +467,22 @@ def test_a_retry_after_a_restore_leaves_a_later_case_merged_into_its_record_as_i
     assert store.upserts == upserts and store.history(VIN) == [record]
 
 
-def test_another_sessions_case_under_the_same_id_is_not_taken_for_this_ones(pack: KnowledgePack) -> None:
-    """A session that opened while the store could not be asked may hold an id the store holds for another session
-    of its second: that record, of another alert, is no sign that this case was written."""
+def another_alerts_case_under_its_id(pack: KnowledgePack) -> tuple[UpsertDownStore, str, SessionState]:
+    """A store holding, under a waiting session's id, another alert's case: the store, the session's stored text,
+    and the session."""
     store = UpsertDownStore()
     session = waiting_session(pack)
-    waiting = SessionState.model_validate_json(session)
     scratch = UpsertDownStore()
     engine(pack, store=scratch).retry_case(StoredSession(session), DedupState(), VIN)
     [case] = scratch.history(VIN)
     store.upsert(case.model_copy(update={"alert_text": "冷却液温度过高", "summary": "another alert's case"}))
+    return store, session, SessionState.model_validate_json(session)
+
+
+def test_another_sessions_case_under_the_same_id_is_not_taken_for_this_ones(pack: KnowledgePack) -> None:
+    """A session that opened while the store could not be asked may hold an id the store holds for another session
+    of its second: that record, of another alert, is no sign that this case was written."""
+    store, session, waiting = another_alerts_case_under_its_id(pack)
     after = engine(pack, store=store).retry_case(StoredSession(session), DedupState(), VIN).session
     assert isinstance(after, SessionState) and after.l3_written
     written = store.get(VIN, waiting.session_id)
@@ -486,13 +492,7 @@ def test_another_sessions_case_under_the_same_id_is_not_taken_for_this_ones(pack
 def test_write_waiting_writes_over_another_sessions_case_under_the_same_id_as_the_job_does(pack: KnowledgePack) -> None:
     """The command took any record under the session's id for the case, and reported it written: the job's retry,
     by its own rule (``opened_alike``), would have written the case over that other alert's record."""
-    store = UpsertDownStore()
-    session = waiting_session(pack)
-    waiting = SessionState.model_validate_json(session)
-    scratch = UpsertDownStore()
-    engine(pack, store=scratch).retry_case(StoredSession(session), DedupState(), VIN)
-    [case] = scratch.history(VIN)
-    store.upsert(case.model_copy(update={"alert_text": "冷却液温度过高", "summary": "another alert's case"}))
+    store, session, waiting = another_alerts_case_under_its_id(pack)
     [found] = write_waiting([horizon(session).model_dump_json()], engine(pack, store=store)).sessions
     assert found.outcome == Outcome.WRITTEN
     written = store.get(VIN, waiting.session_id)
