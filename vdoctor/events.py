@@ -179,7 +179,8 @@ def canonical_codes(text: str) -> str:
 # - an index or unit in brackets as a part of its own, as a flattened payload
 #   writes an array's items or a table its column (``cells[3].temp`` is
 #   ``cells_3_temp``, ``Pack Voltage (V)`` is ``pack_voltage_v``);
-# - ``%`` as the part ``pct``, and ``°`` left out (``SOC (%)``, ``temp_°C``);
+# - ``%`` as the part ``pct``, and ``°`` left out (``SOC (%)``, ``temp_°C``); any other ASCII punctuation as a
+#   break between words (``Fuel Level #1`` is ``fuel_level_1``);
 # - camelCase and PascalCase words as parts of their own, a unit as one
 #   (``cellVoltageDiff_mV`` is ``cell_voltage_diff_mv``, ``HVBattTempC``
 #   ``hv_batt_temp_c``, ``tirePressureKPa`` ``tire_pressure_kpa``,
@@ -240,6 +241,11 @@ DTC_NUMBERS = "dtc_numbers"
 _SLASH_UNIT_RE = re.compile(r"[^\s_.:()\[\]-]*/[^\s_.:()\[\]-]*")
 # A part in brackets, ``[3]`` or `` (c)``, after a name's lower-casing: ``_3``, ``_c`` (empty: nothing).
 _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
+# ASCII punctuation left in a name once read (``#``, ``&``, ``+``, ``*``, ``,``, ``=``, ``!``, ``?``, ``'``, ``@``,
+# ``$``, braces, a bar, a bracket without its pair), with the ``_`` around it: a break between words, as OBD tools
+# name their export's columns (``Fuel Level #1`` is ``fuel_level_1``, ``Turbo Boost & Vacuum Gauge(psi)``
+# ``turbo_boost_vacuum_gauge_psi``); such a name refused its alert.
+_NAME_PUNCTUATION_RE = re.compile(r"_*+(?:[\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]++_*+)++")
 # A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
 _NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
 # A name's ASCII words (``_camel_words``), and where a camelCase or PascalCase word starts inside one: at a
@@ -416,7 +422,13 @@ def signal_name(given: str) -> str:
         name = _NAME_BRACKETS_RE.sub(_bracket_part, name)
     if "%" in name:
         name = _NAME_PERCENT_RE.sub("_%", name)
-    return name.translate(_NAME_SEPARATORS)
+    name = name.translate(_NAME_SEPARATORS)
+    return _NAME_PUNCTUATION_RE.sub(_word_break, name) if _NAME_PUNCTUATION_RE.search(name) else name
+
+
+def _word_break(found: re.Match[str]) -> str:
+    """Punctuation in a name (``signal_name``) as ``_`` between words, and as nothing at its start or end."""
+    return "" if found.start() == 0 or found.end() == len(found.string) else "_"
 
 
 def _latin_name(name: str) -> str:
@@ -526,6 +538,14 @@ class Implausible(Unreadable):
     (``1e400``), or what the quantity cannot be (``implausible``: a temperature below absolute zero)."""
 
     kind = "range"
+
+
+class NoName(Unreadable):
+    """A reading whose name, once read (``signal_name``), is still no signal name (``SIGNAL_NAME_RE``): digits or
+    punctuation alone (``2026_11``, ``#``), a ``_`` first, or longer than ``MAX_SIGNAL_NAME_CHARS``. The alert is
+    read without it, as without a name in another script; such a name refused the alert."""
+
+    kind = "form"
 
 
 class NameTaken(Unreadable):
@@ -1342,6 +1362,16 @@ class AlertEvent(_Event):
                         aside_why[str(given)] = SameName("", f"read as {name}, as other readings of this alert are").why
                         continue
                     named_by_text.add(name)
+            if text_aside is not None and aside_why is not None and type(name) is str and name.isascii():
+                # "2026_11", "#", a name over 96 characters: the alert is read without it, as without a name in
+                # another script. Checked here, where readings are set aside: ``_check_signals`` then checks a
+                # name only where nothing collects them (one check a name either way).
+                if not SIGNAL_NAME_RE.match(name):
+                    text_aside[str(given)] = str(sent)[:40]
+                    long = len(name) > MAX_SIGNAL_NAME_CHARS
+                    detail = f"{len(name)} characters once read" if long else f"read as {name!r}"
+                    aside_why[str(given)] = NoName("", detail).why
+                    continue
             if not _finite(value) and text_aside is not None and aside_why is not None:
                 # Past a double's range, in the JSON (1e400, read as infinite) or in text ("1e400 V"), or a whole
                 # number of hundreds of digits: it refused the alert ("should be a finite number").
@@ -1361,7 +1391,8 @@ class AlertEvent(_Event):
         unread: list[str] = []
         for name, value in signals.items():
             # A name outside ASCII has no snake_case form: it is set aside (``_set_aside``), its reading checked.
-            if has_snake_form(name) and not SIGNAL_NAME_RE.match(name):
+            # Where readings are set aside, ``_read_signals`` has set aside those of the names that are none.
+            if text_aside is None and has_snake_form(name) and not SIGNAL_NAME_RE.match(name):
                 raise ValueError(
                     f"signal name {name[:40]!r} must be snake_case (letters, digits and _, not starting with _, "
                     f"with at least one letter, at most {MAX_SIGNAL_NAME_CHARS} characters)"
@@ -1991,6 +2022,8 @@ _ASIDE_HEADINGS = {
     "decimal comma (thousands, or a machine's decimal point)",
     NameTaken.kind: "under the name of an earlier reading of the alert (one of the two named by the unit in its "
     "text; the earlier one kept)",
+    NoName.kind: "a name that is no signal name (snake_case once read: letters, digits and _, not starting with _, "
+    f"with at least one letter, at most {MAX_SIGNAL_NAME_CHARS} characters)",
     SameName.kind: "two readings under one name (which one is the reading is not known: both set aside)",
     Implausible.kind: "a number no vehicle reads",
 }
