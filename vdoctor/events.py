@@ -603,7 +603,16 @@ def _read_number(
             return signed, None
         symbol = unit_symbol(unit)
         if symbol is None:
-            raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a known unit)")
+            if not text[number.end()].isspace() or not _unit_text(unit):
+                raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a unit)")
+            if (declared := declared or unit_of(name)) is not None:
+                # (15 inHg for boost_kpa: which of the two holds is not known, and read in kPa it is 3.4 times off)
+                raise UnitConflict(
+                    f"signal {name[:40]} = {text[:20]!r}: {unit} is no unit the job knows, its name's unit is "
+                    f"{declared}: send the number in {declared}",
+                    f"{unit} is no unit the job knows, the name's unit is {declared}",
+                )
+            return value, None  # (12 gal, 28 mpg: the number, its unit unknown, as {"value": 12, "unit": "gal"})
         if declared is None and (renamed := with_unit(name, symbol)) is not None:
             return value, renamed  # (the name declares no unit, or its suffix is a word: the unit is the reading's)
         if (declared := declared or unit_of(name)) is not None and symbol != declared:
@@ -616,6 +625,24 @@ def _read_number(
                 )
             return converted, None
     return value, None
+
+
+# The most characters of a unit the table does not know after a number (``_unit_text``: ``kWh/100km``, ``µg/m³``).
+MAX_UNIT_TEXT_CHARS = 16
+
+
+def _unit_text(unit: str) -> bool:
+    """Whether what follows a reading's number after a blank (``_read_number``) reads as a unit the table does not
+    know (``gal``, ``psig``, ``lb-ft``, ``g/km``, ``kWh/100km``, ``µg/m³``): one word of at most
+    ``MAX_UNIT_TEXT_CHARS``, a letter first (or ``°``, ``µ``, ``%`` before one). Not more text (``187 mV high``),
+    digits (``1 234``), nor, glued to the number, a version's or a position's rest (``1.2.3``, ``31.23,121.47``),
+    a hex number's (``0x8001``) or a cut exponent (``12.6e``): the caller asks for the blank."""
+    return (
+        len(unit) <= MAX_UNIT_TEXT_CHARS
+        and (unit[0].isalpha() or unit[0] in "°µ%")
+        and any(c.isalpha() for c in unit)
+        and not any(c.isspace() or c in ",;" for c in unit)
+    )
 
 
 # A signal whose name is a latitude or a longitude (a word of it: ``gps_lat``, ``longitude``), and the hemisphere
@@ -758,8 +785,8 @@ def _in_unit(name: str, value: object, symbol: str, declared: str, comma: str | 
     if isinstance(value, str):
         try:
             value = _number_text(name, value, symbol, comma)  # its number in ``symbol``
-        except NotANumber:
-            return value
+        except (NotANumber, UnitConflict):
+            return value  # (read again, and set aside, where the alert is read)
     converted = convert(value, symbol, declared) if is_finite_number(value) else None  # type: ignore[arg-type]
     if converted is None:
         # As the same reading written with its unit in its text, ``"41.5 V"``: set aside where the alert is read

@@ -74,3 +74,39 @@ def test_a_name_that_still_cannot_be_read_is_set_aside_not_the_alert(sent: str) 
     reason = set_aside_error(event)
     assert "1 reading set aside, a name that is no signal name" in reason and repr(sent[:40]) in reason
     assert "at most 96 characters" in reason
+
+
+# -- 5. a number with a unit the table does not know ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [
+        ("12 gal", 12.0), ("15 inHg", 15.0), ("45 psig", 45.0), ("180 lb-ft", 180.0), ("28 mpg", 28.0),
+        ("0.8 g/km", 0.8), ("18 kWh/100km", 18.0), ("35 µg/m³", 35.0), ("300 Kelvin", 300.0),
+        ("41.5 centigrade", 41.5), ("12\tgal", 12.0),
+    ],
+)  # fmt: skip
+def test_a_number_in_a_unit_the_table_does_not_know_is_kept_its_unit_unknown(text: str, number: float) -> None:
+    # Set aside as "text that is no number"; {"value": 12, "unit": "gal"} kept the same reading.
+    event = read_signals({"fuel_used": text})
+    assert event.signals == {"fuel_used": number} and not event.set_aside
+    assert read_signals({"fuel_used": {"value": number, "unit": text.lstrip("0123456789. ")}}).signals == {
+        "fuel_used": number
+    }
+
+
+def test_a_number_in_an_unknown_unit_for_a_name_that_declares_one_is_set_aside_naming_both() -> None:
+    # Which unit holds is not known: 15 inHg read as 15 kPa would be wrong by a factor of 3.4.
+    event = read_signals({"boost_kpa": "15 inHg", "pack_temp_c": 41.5})
+    assert event.signals == {"pack_temp_c": 41.5} and event.signals_set_aside == {"boost_kpa": "15 inHg"}
+    assert "'boost_kpa' = '15 inHg' (inHg is no unit the job knows, the name's unit is kPa)" in set_aside_error(event)
+
+
+@pytest.mark.parametrize(
+    "text", ["1.2.3", "0x8001", "31.23,121.47", "187 mV high", "1 234", "12 %%", "5 -", "12gal", "12.6e"]
+)
+def test_text_that_is_no_number_with_a_unit_is_still_set_aside(text: str) -> None:
+    event = read_signals({"fuel_used": text})
+    assert event.signals == {} and event.signals_set_aside == {"fuel_used": text}
+    assert "text that is no number" in set_aside_error(event)
