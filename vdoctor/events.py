@@ -246,6 +246,9 @@ _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
 # name their export's columns (``Fuel Level #1`` is ``fuel_level_1``, ``Turbo Boost & Vacuum Gauge(psi)``
 # ``turbo_boost_vacuum_gauge_psi``); such a name refused its alert.
 _NAME_PUNCTUATION_RE = re.compile(r"_*+(?:[\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]++_*+)++")
+# What joins a compound unit's parts (``gal/h``, ``lb-ft``, ``N.m``, ``kW*h``, ``m^3``), in brackets
+# (``_bracket_part``).
+_UNIT_JOINS_RE = re.compile(r"[/.*^\u00b7-]")
 # A % right after a letter or digit starts a part of its own (``soc%`` is ``soc_pct``).
 _NAME_PERCENT_RE = re.compile(r"(?<=[a-z0-9])%")
 # A name's ASCII words (``_camel_words``), and where a camelCase or PascalCase word starts inside one: at a
@@ -474,6 +477,12 @@ _CASED = frozenset({"M\u03a9", "mW"})
 
 def _bracket_part(found: re.Match[str]) -> str:
     part = (found.group(1) if found.group(1) is not None else found.group(2)).strip()
+    if _UNIT_JOINS_RE.search(part) and not any(c.isspace() for c in part):
+        # A unit in brackets is read whole (``(N.m)`` is ``nm``), and one the table does not know as its
+        # characters joined (``(gal/h)`` is ``galh``): read as words, its last part was the name's unit
+        # (``fuel_rate_gal_h`` in hours).
+        symbol = unit_symbol(part)
+        return "_" + (unit_suffix(symbol) if symbol is not None else _UNIT_JOINS_RE.sub("", part))
     return "_" + part if part else ""
 
 

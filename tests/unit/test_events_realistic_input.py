@@ -110,3 +110,27 @@ def test_text_that_is_no_number_with_a_unit_is_still_set_aside(text: str) -> Non
     event = read_signals({"fuel_used": text})
     assert event.signals == {} and event.signals_set_aside == {"fuel_used": text}
     assert "text that is no number" in set_aside_error(event)
+
+
+# -- 6. a compound unit in a name's brackets ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sent", "name", "unit"),
+    [
+        ("Fuel Rate (gal/h)", "fuel_rate_galh", None),
+        ("Fuel flow rate/minute(cc/min)", "fuel_flow_rate_minute_ccmin", None),
+        ("CO₂ in g/km (Average)(g/km)", "co2_in_g_km_average_gkm", None),
+        ("rate (rpm/s)", "rate_rpms", None),
+        ("Engine Torque (lb-ft)", "engine_torque_lbft", None),
+        # A unit the table knows is read whole, as before.
+        ("Fuel rate (L/h)", "fuel_rate_lph", "L/h"),
+        ("Speed (km/h)", "speed_kmh", "km/h"),
+        ("Torque (N.m)", "torque_nm", "N·m"),
+        ("Pack Voltage (V)", "pack_voltage_v", "V"),
+    ],
+)
+def test_a_unit_in_brackets_is_read_whole_never_as_its_last_part(sent: str, name: str, unit: str | None) -> None:
+    # "Fuel Rate (gal/h)": 3.2 was fuel_rate_gal_h, in hours (key facts showed 3.2h).
+    assert signal_name(sent) == name and unit_of(name) == unit
+    assert read_signals({sent: 3.2}).signals == {name: 3.2}
