@@ -38,6 +38,7 @@ from vdoctor.units import (
     SIGNAL_NAME_RE,
     UNITS,
     convert,
+    letter_suffix,
     other_quantity,
     slash_unit,
     unit_of,
@@ -695,7 +696,11 @@ def _suffix_no_unit(name: str, symbol: str, declared: str) -> bool:
     """Whether a reading of ``name`` (whose suffix declares ``declared``) sent in ``symbol`` tells that the suffix
     is a word, not its unit (``with_unit``): a suffix that may be either (``units.word_suffix``), and a unit
     of another quantity."""
-    return other_quantity(symbol, declared) and word_suffix(name)
+    if not other_quantity(symbol, declared):
+        return False
+    # A letter's suffix (o2_sensor_a in V: sensor A) too, but a bare degree sign for a temperature: its degrees'
+    # scale is not written, and read as an angle it would be no temperature.
+    return word_suffix(name) or letter_suffix(name) and not (symbol == "°" and declared in _ABSOLUTE_ZERO)
 
 
 def _ungrouped(name: str, text: str, comma: str | None = None) -> str:

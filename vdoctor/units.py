@@ -75,7 +75,9 @@ UNITS: dict[str, str] = {
     "min": "min",
     "h": "h",
     "hr": "h",
-    "d": "d",
+    # Days by their word: ``_d`` alone is a sensor's letter in SAE J1979's names (accelerator pedal position D,
+    # ``accelerator_pedal_position_d``) more often than days, and read as days it showed 18.4d in key facts.
+    "days": "d",
     # mechanics, flow, mass, volume
     "nm": "N·m",
     "n": "N",
@@ -191,6 +193,33 @@ def unit_of(name: str) -> str | None:
 # unit of another quantity than the suffix's tells that the suffix was a word (``word_suffix``). Elsewhere a
 # suffix is the unit it spells: ``pack_temp_c`` sent in volts is a reading in the wrong unit, set aside.
 _WORD_SUFFIX_RE = re.compile(r"(?:^|_)(?:min|(?:phase|ph)_[abc])$")
+
+
+# A suffix of one letter (``_a``, ``_c``, ``_m``) is a unit (amperes, °C, metres), or the letter SAE J1979 and
+# scan tools name a sensor or a bank by (``o2_sensor_a``, ``tps_a``, ``throttle_position_c``). Where a word of
+# the name says the letter's quantity (``pack_temp_c``, ``pack_current_a``) it is the unit; elsewhere a reading
+# whose text gives a unit of another quantity says it is a letter (``letter_suffix``).
+_LETTER_QUANTITY_WORDS: dict[str, frozenset[str]] = {
+    "temperature": frozenset({"temp", "temps", "temperature", "temperatures", "tmp", "ntc", "therm"}),
+    "current": frozenset({"current", "curr", "amp", "amps", "ampere", "amperes"}),
+    "voltage": frozenset({"voltage", "voltages", "volt", "volts"}),
+    "power": frozenset({"power", "pwr"}),
+    "length": frozenset({"distance", "dist", "length", "odometer", "odo", "mileage", "altitude", "height", "depth"}),
+    "time": frozenset({"time", "duration", "runtime", "uptime", "elapsed"}),
+    "force": frozenset({"force"}),
+    "mass": frozenset({"mass", "weight"}),
+    "volume": frozenset({"volume"}),
+}
+
+
+def letter_suffix(name: str) -> bool:
+    """Whether ``name``'s suffix is one letter that may be a sensor's or a bank's instead of its unit: no word of
+    the name says the unit's quantity (``o2_sensor_a``, ``motor_temp_a``; not ``pack_current_a``)."""
+    words = name.split("_")
+    if len(words) < 2 or len(words[-1]) != 1 or (symbol := UNITS.get(words[-1])) is None:
+        return False
+    quantity = _QUANTITY_OF.get(symbol, ("",))[0]
+    return _LETTER_QUANTITY_WORDS.get(quantity, frozenset()).isdisjoint(words)
 
 
 def word_suffix(name: str) -> bool:

@@ -42,7 +42,6 @@ def read(signals: object, number_comma: str | None = None) -> AlertEvent:
     [
         ("pack_temp_c", "41.5°", "°, the name's unit is °C"),
         ("coolant_temp_deg", "90 °C", "°C, the name's unit is °"),
-        ("motor_temp_a", "65 °C", "°C, the name's unit is A"),
         ("insulation_res_mohm", "5 MΩ", "MΩ, the name's unit is mΩ"),
     ],
 )

@@ -134,3 +134,42 @@ def test_a_unit_in_brackets_is_read_whole_never_as_its_last_part(sent: str, name
     # "Fuel Rate (gal/h)": 3.2 was fuel_rate_gal_h, in hours (key facts showed 3.2h).
     assert signal_name(sent) == name and unit_of(name) == unit
     assert read_signals({sent: 3.2}).signals == {name: 3.2}
+
+
+# -- 7. a sensor's or bank's letter at a name's end -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sent", "text", "name", "number"),
+    [
+        ("accelerator_pedal_position_d", "18.4 %", "accelerator_pedal_position_d_pct", 18.4),
+        ("o2_sensor_a", "0.45 V", "o2_sensor_a_v", 0.45),
+        ("tps_a", "0.8 V", "tps_a_v", 0.8),
+        ("fuel_rail_pressure_a", "350 kPa", "fuel_rail_pressure_a_kpa", 350.0),
+        ("trip_time_m", "35 min", "trip_time_m_min", 35.0),
+        ("motor_temp_a", "65 °C", "motor_temp_a_c", 65.0),
+    ],
+)
+def test_a_letter_suffix_the_texts_unit_conflicts_with_is_a_sensor_letter(
+    sent: str, text: str, name: str, number: float
+) -> None:
+    # SAE J1979 names sensors and banks by letters (accelerator pedal position D, O2 sensor A): set aside as "in
+    # a unit its name does not allow" (the name's unit A, amperes). The text's unit wins, as for phase_c.
+    event = read_signals({sent: text})
+    assert event.signals == {name: number} and not event.set_aside
+    assert read_signals([{"name": sent, "value": number, "unit": text.split()[1]}]).signals == {name: number}
+
+
+def test_a_letter_suffix_in_a_unit_of_its_quantity_is_still_the_unit() -> None:
+    event = read_signals({"pack_temp_c": "105 °F", "tps_a": "800 mA", "trip_distance_m": "1.5 km"})
+    assert event.signals == {"pack_temp_c": 40.5555555556, "tps_a": 0.8, "trip_distance_m": 1500.0}
+    # A bare degree sign for a temperature is still which degree? not an angle's: set aside.
+    assert read_signals({"pack_temp_c": "41.5°"}).signals_set_aside == {"pack_temp_c": "41.5°"}
+
+
+def test_d_alone_is_no_days() -> None:
+    # accelerator_pedal_position_d = 18.4 showed as 18.4d in key facts: days are _days.
+    assert unit_of("accelerator_pedal_position_d") is None and unit_of("service_interval_days") == "d"
+    assert read_signals({"accelerator_pedal_position_d": 18.4}).signals == {"accelerator_pedal_position_d": 18.4}
+    assert read_signals({"service_interval": "30 days"}).signals == {"service_interval_days": 30.0}
+    assert read_signals({"service_interval_days": "2 d"}).signals == {"service_interval_days": 2.0}
