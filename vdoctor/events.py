@@ -816,7 +816,11 @@ NO_READING_TEXTS = frozenset({"", "-", "--", "---", "n/a", "na", "null", "none",
 
 def no_reading(value: object) -> bool:
     """Whether a reading's value says the sensor gave none: null, or one of ``NO_READING_TEXTS``."""
-    return value is None or (isinstance(value, str) and value.strip().lower() in NO_READING_TEXTS)
+    return (
+        value is None
+        or (isinstance(value, str) and value.strip().lower() in NO_READING_TEXTS)
+        or type(value) is JsonConstant
+    )
 
 
 # The keys that name a reading's unit beside its value (``unit`` first).
@@ -1350,8 +1354,8 @@ class AlertEvent(_Event):
             if isinstance(value, dict):  # a reading as an object under its name (``flat_signals``)
                 ((name, value),) = reading_pairs([named_reading(str(name), value)], rename, comma)
                 renaming = None  # (applied)
-            if value is None or isinstance(value, str) and no_reading(value):
-                continue
+            if value is None or isinstance(value, str) and no_reading(value) or type(value) is JsonConstant:
+                continue  # (NaN, Infinity: as the text "NaN")
             given, sent = name, value
             if isinstance(name, str):
                 read_as = signal_name((renaming(name) or name) if renaming is not None else name)
@@ -1694,9 +1698,27 @@ def raw_vin(data: object) -> object:
     return next((v for k, v in data.items() if isinstance(k, str) and contract_field(k) == "vin"), None)
 
 
-def _reject_constant(name: str) -> float:
-    # json.loads accepts NaN and Infinity, which are not JSON and not readings.
-    raise ValueError(f"{name} is not a valid JSON number")
+class JsonConstant:
+    """``NaN``, ``Infinity`` or ``-Infinity`` written as a JSON value (not JSON, but Python's ``json.dumps`` writes
+    them): as a reading's value it is no reading, as the text ``"NaN"`` is (``no_reading``); anywhere else it is
+    refused, naming it (``describe_validation_error``). The whole line was refused at the parse stage."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __str__(self) -> str:
+        return self.name
+
+    __repr__ = __str__
+
+
+_JSON_CONSTANTS = {name: JsonConstant(name) for name in ("NaN", "Infinity", "-Infinity")}
+
+
+def _json_constant(name: str) -> JsonConstant:
+    return _JSON_CONSTANTS[name]
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -1710,9 +1732,9 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
-# ``json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)`` without building a
+# ``json.loads(raw, parse_constant=_json_constant, object_pairs_hook=_unique_keys)`` without building a
 # decoder per line.
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+_DECODER = json.JSONDecoder(parse_constant=_json_constant, object_pairs_hook=_unique_keys)
 
 
 # A surrogate written as its escape (``\ud83d``): JSON's decoder makes a lone one a string no UTF-8 holds.
@@ -1778,7 +1800,7 @@ def loads_whole(text: str) -> Any:
 
 
 def _load_json(raw: str) -> Any:
-    """``json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)``, with its errors.
+    """``json.loads(raw, parse_constant=_json_constant, object_pairs_hook=_unique_keys)``, with its errors.
 
     A lone surrogate escape anywhere (half of an emoji a JavaScript producer cut in two) is read as U+FFFD,
     as bytes that are not UTF-8 are: in a signal's text it passed the contract and then failed the event's
@@ -1790,7 +1812,7 @@ def _load_json(raw: str) -> Any:
     else:
         if raw.startswith(codecs.BOM_UTF8):
             raw = raw[len(codecs.BOM_UTF8) :]
-        found = json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        found = json.loads(raw, parse_constant=_json_constant, object_pairs_hook=_unique_keys)
     return whole_strings(found) if _has_surrogate_escape(raw) else found
 
 
@@ -1803,6 +1825,8 @@ def describe_validation_error(
     for item in error.errors(include_url=False):
         loc = (name(item["loc"]) if name else None) or ".".join(str(p) for p in item["loc"]) or "event"
         msg = str(item["msg"]).removeprefix("Value error, ")
+        if type(given := item.get("input")) is JsonConstant:
+            msg = f"{given} is no value: JSON has no NaN or Infinity (a reading's is read as no reading)"
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts)
 

@@ -322,12 +322,16 @@ def test_a_key_given_twice_in_one_object_fails_at_parse_naming_it() -> None:
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
-def test_nan_and_infinity_literals_fail_at_parse(literal: str) -> None:
+def test_nan_and_infinity_literals_are_no_reading_and_refused_elsewhere_at_validate(literal: str) -> None:
+    # Not JSON, but Python's json.dumps writes them: a reading's is no reading, as the text "NaN" is.
     raw = json.dumps(alert(signals={"cell_voltage_diff_mv": 1})).replace(
         '"cell_voltage_diff_mv": 1', f'"cell_voltage_diff_mv": {literal}'
     )
     assert literal in raw
-    assert rejected(raw).stage == "parse"
+    event = parse_event(raw)
+    assert isinstance(event, AlertEvent) and event.signals == {} and not event.set_aside
+    error = rejected(json.dumps(alert()).replace('"e-000123"', literal))
+    assert error.stage == "validate" and f"event_id: {literal} is no value" in str(error)
 
 
 @pytest.mark.parametrize("raw", ["[]", json.dumps([alert()]), "42", '"alert"', "null"])

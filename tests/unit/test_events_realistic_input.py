@@ -173,3 +173,25 @@ def test_d_alone_is_no_days() -> None:
     assert read_signals({"accelerator_pedal_position_d": 18.4}).signals == {"accelerator_pedal_position_d": 18.4}
     assert read_signals({"service_interval": "30 days"}).signals == {"service_interval_days": 30.0}
     assert read_signals({"service_interval_days": "2 d"}).signals == {"service_interval_days": 2.0}
+
+
+# -- 2. NaN and Infinity as JSON values -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_as_a_reading_are_no_reading(literal: str) -> None:
+    # Python's json.dumps writes them: the whole line was refused ("NaN is not a valid JSON number"), while the
+    # string "NaN" was no reading.
+    raw = json.dumps(alert(signals={"pack_temp_c": float("nan"), "soc_pct": 80}))
+    raw = raw.replace("NaN", literal)
+    event = read(raw)
+    assert event.signals == {"soc_pct": 80.0} and not event.set_aside
+    for signals in ('{"pack_temp": {"value": %s, "unit": "°C"}}', '[{"name": "pack_temp", "value": %s}]'):
+        raw = json.dumps(alert(signals={})).replace('"signals": {}', '"signals": ' + signals % literal)
+        assert read(raw).signals == {}
+
+
+@pytest.mark.parametrize(("field", "says"), [("ts", "ts: NaN is no value"), ("event_id", "event_id: NaN is no")])
+def test_nan_elsewhere_is_refused_naming_it(field: str, says: str) -> None:
+    raw = json.dumps(alert(**{field: float("nan")}))
+    assert says in refused(raw) and "JSON" in refused(raw)
