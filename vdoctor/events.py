@@ -880,6 +880,17 @@ def flat_signals(signals: dict[object, object]) -> list[tuple[str, object]]:
 
 # The fields of a code sent as an object that hold its code (keys in lower case).
 _CODE_KEYS = ("code", "dtc", "dtc_code", "dtccode")
+# The fields that make an object in place of ``dtc_codes`` one code, not codes as its keys.
+_CODE_OBJECT_KEYS = frozenset((*_CODE_KEYS, "spn", "fmi"))
+
+
+def _json_in_text(text: str) -> object:
+    """A field's JSON sent as a string (``"[\"P0301\"]"``, ``"{\"pack_temp_c\": 41.5}"``: a doubly-encoded
+    payload), read as a line is (``_load_json``); the text as it is when it is no JSON."""
+    try:
+        return _load_json(text)
+    except (ValueError, RecursionError):
+        return text
 
 
 def _code_entry(entry: dict[object, object], numbers: str) -> object:
@@ -1272,8 +1283,14 @@ class AlertEvent(_Event):
             return []
         # Where codes the job cannot read go (``codes_set_aside``); None: such a code refuses the alert.
         aside: dict[str, str] | None = (info.context or {}).get(CODES_ASIDE)
+        if isinstance(codes, str) and codes.lstrip().startswith("["):
+            codes = _json_in_text(codes)  # (a list sent as its JSON text: a doubly-encoded payload)
         if isinstance(codes, str):
             codes = [codes]
+        elif isinstance(codes, dict):
+            # One code as an object, as XML-to-JSON converters write a list of one ({"code": "P0301", ...}), or
+            # codes as an object's keys, their states as its values ({"P0301": "confirmed", ...}).
+            codes = [codes] if not _CODE_OBJECT_KEYS.isdisjoint(lower_keys(codes)) else list(codes)
         if isinstance(codes, list) and None in codes:
             codes = [entry for entry in codes if entry is not None]
         if isinstance(codes, list) and not {dict, int, float}.isdisjoint(map(type, codes)):  # (map: no frames)
@@ -1326,6 +1343,13 @@ class AlertEvent(_Event):
     def _read_signals(cls, signals: object, info: ValidationInfo) -> object:
         if signals is None:
             return {}
+        if isinstance(signals, str):
+            # Readings sent as their JSON text (a doubly-encoded payload); "" or "N/A" is none.
+            if no_reading(signals):
+                return {}
+            text, signals = signals, _json_in_text(signals)
+            if not isinstance(signals, dict | list):
+                raise ValueError(f"a string that is no JSON object of readings: {text[:40]!r}")
         context = info.context or {}
         # The fleet's signal map (``parse_event``'s ``rename``), when it has one.
         rename: Rename | None = context.get(RENAME)

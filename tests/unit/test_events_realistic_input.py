@@ -195,3 +195,31 @@ def test_nan_and_infinity_as_a_reading_are_no_reading(literal: str) -> None:
 def test_nan_elsewhere_is_refused_naming_it(field: str, says: str) -> None:
     raw = json.dumps(alert(**{field: float("nan")}))
     assert says in refused(raw) and "JSON" in refused(raw)
+
+
+# -- 3. 4. trouble codes as an object, and JSON sent as a string ----------------------------------------------
+
+
+def test_one_code_object_in_place_of_the_list_is_a_list_of_it() -> None:
+    # As XML-to-JSON converters write a list of one: "dtc_codes: Input should be a valid list" refused the alert.
+    assert read(json.dumps(alert(dtc_codes={"code": "P0301", "status": "active"}))).dtc_codes == ["P0301"]
+    assert read(json.dumps(alert(dtc_codes={"SPN": 1569, "FMI": 31}))).dtc_codes == ["SPN1569-FMI31"]
+
+
+def test_codes_as_an_objects_keys_are_the_codes() -> None:
+    event = read(json.dumps(alert(dtc_codes={"P0301": "confirmed", "U0100": "pending"})))
+    assert event.dtc_codes == ["P0301", "U0100"] and not event.set_aside
+    event = read(json.dumps(alert(dtc_codes={"P0301": "confirmed", "oil low": "pending"})))
+    assert event.dtc_codes == ["P0301"] and list(event.codes_set_aside) == ["oil low"]
+
+
+def test_json_sent_as_a_string_in_a_field_is_read_as_that_json() -> None:
+    # Doubly-encoded payloads: signals were refused ("Input should be a valid dictionary"), codes set aside.
+    event = read(json.dumps(alert(signals='{"pack_temp_c": 41.5}', dtc_codes='["P0301","P0302"]')))
+    assert (event.signals, event.dtc_codes, event.set_aside) == ({"pack_temp_c": 41.5}, ["P0301", "P0302"], False)
+    event = read(json.dumps(alert(signals='[{"name": "pack_temp_c", "value": 41.5}]')))
+    assert event.signals == {"pack_temp_c": 41.5}
+    # A string that is no JSON object of readings is refused naming it, as a string.
+    assert "signals: a string that is no JSON object of readings: 'pack_temp_c=41.5'" in refused(
+        json.dumps(alert(signals="pack_temp_c=41.5"))
+    )
