@@ -51,6 +51,7 @@ from vdoctor.units import (
 # (they are too easily confused with 1 and 0). A VIN in lower case is the
 # same vehicle: it is upper-cased first (one key per vehicle).
 VIN_RE = re.compile(r"^[A-HJ-NPR-Z0-9]{17}$")
+VIN_CHARS = 17
 # OBD-II / SAE J2012 trouble codes: system letter and four hex digits. The code
 # is these five characters, as a scan tool shows it and the knowledge pack
 # knows it, however a gateway writes what comes with it:
@@ -384,12 +385,18 @@ def same_second_index(opening: str, session_id: str) -> int | None:
 
 
 def vin_form(text: str) -> str:
-    """A VIN as it is read: stripped and upper-cased, a full-width form (``ＬＳＶ…``) as its ASCII one (NFKC) and
+    """A VIN as it is read: stripped and upper-cased, a full-width form (``ＬＳＶ…``) as its ASCII one (NFKC),
     characters of no width left out (a zero-width space or joiner, as a copy from a web page or a spreadsheet
-    brings along)."""
+    brings along), and blanks and dashes inside it where the rest is a VIN (``LSVAU2180N-2183294``)."""
     if not text.isascii():
         text = "".join(c for c in unicodedata.normalize("NFKC", text) if unicodedata.category(c) != "Cf")
-    return text.strip().upper()
+    text = text.strip().upper()
+    if len(text) > VIN_CHARS and ("-" in text or " " in text):
+        # Grouped for reading (LSVAU2180N 2183294, LSVAU-2180N-2183294), as forms and labels print it: the VIN
+        # without them, where that is one (no VIN holds a blank or a dash).
+        if VIN_RE.match(bare := text.replace(" ", "").replace("-", "")):
+            return bare
+    return text
 
 
 def key_vin(vin: object) -> str | None:
@@ -1527,6 +1534,11 @@ _VERDICT_WORDS = {
 }
 
 
+# What a recheck's verdict may be, as its errors say.
+_VERDICTS_READ = (
+    "true or false (1 or 0), or a word such as pass, ok, fixed, 合格, 正常, 已修复 (passed) or fail, ng, not fixed, "
+    "不合格, 异常, 未修复 (failed)"
+)
 # The words pydantic reads as a bool itself (its ``bool`` validation of a string, in lower case).
 _PYDANTIC_BOOL_WORDS = frozenset(("0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"))
 
@@ -1573,10 +1585,9 @@ class RecheckEvent(_Event):
             return verdict
         if isinstance(value, str) and value.strip().lower() not in _PYDANTIC_BOOL_WORDS:
             # pydantic's own message ("unable to interpret input") named neither the value nor what is read.
-            raise ValueError(
-                f"{value[:40]!r} is no verdict: true or false, or a word such as pass, ok, fixed, 合格, 正常, 已修复 "
-                "(passed) or fail, ng, not fixed, 不合格, 异常, 未修复 (failed)"
-            )
+            raise ValueError(f"{value[:40]!r} is no verdict: {_VERDICTS_READ}")
+        if isinstance(value, int | float) and not isinstance(value, bool) and value not in (0, 1):
+            raise ValueError(f"{_code_number_text(value)} is no verdict: {_VERDICTS_READ}")
         return value
 
 
@@ -1840,15 +1851,30 @@ def _load_json(raw: str) -> Any:
     return whole_strings(found) if _has_surrogate_escape(raw) else found
 
 
+# pydantic's errors for text it cannot read as a time: their message names neither the text nor what is read.
+_TIME_PARSING_ERRORS = frozenset({"datetime_parsing", "datetime_from_date_parsing"})
+
+
 def describe_validation_error(
-    error: ValidationError, name: Callable[[tuple[int | str, ...]], str | None] | None = None
+    error: ValidationError,
+    name: Callable[[tuple[int | str, ...]], str | None] | None = None,
+    leave_out: Callable[[tuple[int | str, ...], str], bool] | None = None,
 ) -> str:
     """One line per problem: ``field: what is wrong``. ``name`` gives a field's location the name its user
-    knows it by (a flag, a variable), or None to keep its path."""
+    knows it by (a flag, a variable), or None to keep its path; ``leave_out`` (location, error type) the problems
+    that another one named explains."""
     parts = []
     for item in error.errors(include_url=False):
+        if leave_out is not None and leave_out(item["loc"], item["type"]):
+            continue
         loc = (name(item["loc"]) if name else None) or ".".join(str(p) for p in item["loc"]) or "event"
         msg = str(item["msg"]).removeprefix("Value error, ")
+        if item["type"] in _TIME_PARSING_ERRORS:
+            why = msg.removeprefix("Input should be a valid datetime or date, ")
+            msg = (
+                f"{str(item.get('input'))[:40]!r} is no time: an ISO-8601 time with a timezone "
+                f"(2026-11-01T08:15:30Z) or a Unix time ({why})"
+            )
         if type(given := item.get("input")) is JsonConstant:
             msg = f"{given} is no value: JSON has no NaN or Infinity (a reading's is read as no reading)"
         parts.append(f"{loc}: {msg}")
@@ -2018,7 +2044,11 @@ def event_of(
         }  # fmt: skip
         event = model.model_validate(data, context=context)
     except ValidationError as e:
-        reason = describe_validation_error(e)
+        # A series not sent is the VIN's (above): without a VIN, "series: Field required" says nothing more.
+        no_series = name == "alert" and data.get("series") is None
+        reason = describe_validation_error(
+            e, leave_out=lambda loc, kind: no_series and loc == ("series",) and kind == "missing"
+        )
         if any(item["type"] == "missing" for item in e.errors()) and (own := _own_fields(data)):
             # A field the contract needs under a name of the platform's own (timestamp, eventTime): say which.
             reason += f" (the line's fields that are none of the contract's: {own})"

@@ -1475,7 +1475,8 @@ def test_verdicts_in_the_words_of_chinese_workshop_systems(word: str, ok: bool) 
 
 def test_a_word_that_is_no_verdict_is_named_with_the_words_that_are() -> None:
     line = {"type": "recheck", "event_id": "r-1", "vin": VIN, "ts": "2026-11-05T10:00:00Z", "recheck_ok": "maybe"}
-    with pytest.raises(EventError, match=r"recheck_ok: 'maybe' is no verdict: true or false, or a word such as"):
+    says = r"recheck_ok: 'maybe' is no verdict: true or false \(1 or 0\), or a word such as"
+    with pytest.raises(EventError, match=says):
         parse_event(json.dumps(line))
 
 

@@ -223,3 +223,38 @@ def test_json_sent_as_a_string_in_a_field_is_read_as_that_json() -> None:
     assert "signals: a string that is no JSON object of readings: 'pack_temp_c=41.5'" in refused(
         json.dumps(alert(signals="pack_temp_c=41.5"))
     )
+
+
+# -- 8. 9. 10. the VIN, the time and the verdict ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vin", [None, 12345])
+def test_a_missing_or_wrong_vin_is_the_one_error(vin: object) -> None:
+    data = {"type": "alert", "event_id": "e-04", "ts": "2026-11-01T08:20:00Z", "alert_text": "no vin"}
+    if vin is not None:
+        data["vin"] = vin
+    reason = refused(json.dumps(data))
+    assert reason.startswith("vin: ") and "series" not in reason
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (json.dumps(alert(ts="yesterday")), "ts: 'yesterday' is no time"),
+        (json.dumps(alert(ts="2026-11-01T24:00:00Z")), "ts: '2026-11-01T24:00:00Z' is no time"),
+        (
+            json.dumps({"type": "recheck", "event_id": "r", "vin": VIN, "ts": "2026-11-01T08:20:00Z", "recheck_ok": 2}),
+            "recheck_ok: 2 is no verdict",
+        ),
+    ],
+)
+def test_an_error_names_the_value(raw: str, says: str) -> None:
+    assert says in refused(raw)
+
+
+@pytest.mark.parametrize(
+    "vin", ["LSVAU2180N 2183294", "LSVAU2180N-2183294", "LSVAU-2180N-2183294", "lsvau 2180n 2183294"]
+)
+def test_a_vin_with_inner_blanks_or_dashes_is_the_vin(vin: str) -> None:
+    assert read(json.dumps(alert(vin=vin))).vin == VIN
+    assert "vin" in refused(json.dumps(alert(vin="LSVAU2180N-218329")))
