@@ -27,6 +27,7 @@ from vdoctor.events import (
     MAX_OBD_DTC,
     AlertEvent,
     Event,
+    JsonConstant,
     RecheckEvent,
     Rename,
     code_number_of,
@@ -273,7 +274,9 @@ def _number_form(seen: set[tuple[str, str, str]], value: object, number_comma: s
 def _no_reading_form(seen: set[tuple[str, str, str]], written: str, value: object) -> None:
     """A reading whose value says there is none (null, ``"N/A"``): read as no reading."""
     shape, _ = _index_shape(written, written)
-    seen.add((SIGNAL, f"{shape} = {json.dumps(value, ensure_ascii=False)}", "no reading"))
+    # (A bare NaN or Infinity, ``JsonConstant``, as it was written.)
+    text = str(value) if isinstance(value, JsonConstant) else json.dumps(value, ensure_ascii=False)
+    seen.add((SIGNAL, f"{shape} = {text}", "no reading"))
 
 
 # A trouble code inside a gateway's form (P0A7F, SPN 1569 FMI 31): forms group by what is around it.

@@ -156,6 +156,16 @@ def test_readings_as_objects_and_text_that_says_no_value_are_reported_as_read() 
     }  # fmt: skip
 
 
+def test_a_bare_nan_reading_is_reported_as_no_reading() -> None:
+    """Python's json.dumps writes a missing float as a bare NaN, which the job reads as no reading: the report
+    raised on it (its value written as JSON)."""
+    line = alert(signals={"pack_temp_c": 41.5}).replace("41.5", "NaN")
+    report = check_feed([line, line.replace("NaN", "-Infinity")])
+    assert report.dead_letters == 0
+    assert {(w, r) for (kind, w, r) in report.forms if kind == "signal"} == {
+        ("pack_temp_c = NaN", "no reading"), ("pack_temp_c = -Infinity", "no reading"),
+    }  # fmt: skip
+
 def test_a_platforms_alarms_without_the_contracts_fields_are_reported_as_read() -> None:
     bare = json.loads(alert())
     for field in ("type", "event_id", "series"):
