@@ -7,6 +7,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TextIO
 
 from pyflink.common import WatermarkStrategy
@@ -51,7 +52,8 @@ class RunReport:
                 self.sessions_with_similar.add(sid)
 
     def render(self) -> str:
-        rate = self.lines / self.processing_s if self.processing_s > 0 else float("nan")
+        # (No result, as for an empty file: no rate to give.)
+        rate = f"{self.lines / self.processing_s:.0f} events/s" if self.processing_s > 0 else "no results"
         stages = ", ".join(f"{k} {v}" for k, v in sorted(self.dead_by_stage.items())) or "none"
         return "\n".join(
             [
@@ -63,17 +65,23 @@ class RunReport:
                 f"  memory recalls     {len(self.sessions_with_memory)} sessions "
                 f"(own history {len(self.sessions_with_own)}, similar cases {len(self.sessions_with_similar)})",
                 f"  dead letters       {self.dead_letters} ({stages})",
-                f"  wall time          {self.wall_s:.1f} s; {rate:.0f} events/s after the job started",
+                f"  wall time          {self.wall_s:.1f} s; {rate} after the job started",
             ]
         )
+
+
+def count_lines(path: Path) -> int:
+    """The lines of an alerts file that are not blank, as the job reads them: ended by ``\n``, ``\r\n`` or a
+    ``\r`` alone (a file of ``\r``-ended lines was counted as one line: "events read 1" for 5 diagnoses)."""
+    with path.open("r", encoding="utf-8", errors="replace", newline=None) as fh:
+        return sum(1 for line in fh if line.strip())
 
 
 def run_file(replay: ReplaySettings, settings: Settings, progress: TextIO | None = sys.stderr) -> RunReport:
     """Run the job over ``replay.alerts``; write diagnoses and dead letters under ``replay.out``."""
     started = time.monotonic()
     report = RunReport()
-    with replay.alerts.open("rb") as fh:
-        report.lines = sum(1 for line in fh if line.strip())
+    report.lines = count_lines(replay.alerts)
     out_dir = replay.out
     out_dir.mkdir(parents=True, exist_ok=True)
     env = make_env(replay.flink)

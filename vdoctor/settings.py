@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, ValidationInfo, field_validator
 
 from vdoctor.embedders import DEFAULT_EMBEDDER, EmbedderName
 from vdoctor.errors import ConfigError
@@ -39,11 +39,12 @@ from vdoctor.events import (
     number_comma,
     time_zone,
 )
+from vdoctor.knowledge.stores import STORES as KNOWLEDGE_STORES
 from vdoctor.limits import INJECTION_BUDGET_TOKENS, SESSION_TTL, WORKING_BUDGET_TOKENS
 from vdoctor.malloc_trim import DEFAULT_INTERVAL_S as DEFAULT_MALLOC_TRIM_S
 from vdoctor.models import DEFAULT_MAX_ATTEMPTS, DEFAULT_TIMEOUT_S, ChatModelName
 from vdoctor.signal_map import check_signal_map, read_signal_map
-from vdoctor.stores import sqlite_file
+from vdoctor.stores import STORES, sqlite_file
 from vdoctor.url_credentials import ENCODING_HINT, redact_url, split_url, without_password
 
 DEFAULT_MEMORY_URL = "sqlite:///.vdoctor/memory.db"
@@ -111,11 +112,14 @@ class MemorySettings(_Frozen):
 
     @field_validator("url", "knowledge_url", mode="before")
     @classmethod
-    def _check_store_url(cls, given: object) -> object:
+    def _check_store_url(cls, given: object, info: ValidationInfo) -> object:
+        """A URL of a backend this release has (checked as a command starts: a job's operator opened it and
+        failed in its worker), and a sqlite one that names a file."""
         if not isinstance(given, str):
             return given
         url = _stripped_url(given)
         try:
+            (STORES if info.field_name == "url" else KNOWLEDGE_STORES).for_url(url)
             sqlite_file(url)
         except ConfigError as e:
             raise ValueError(str(e)) from None

@@ -324,7 +324,9 @@ def _written_case(url: str, vin: str = "LFVAU2180ND238173") -> None:
         store.close()
 
 
-@pytest.mark.parametrize("written", ["lfvau2180nd238173", " LFVAU2180ND238173 ", "ＬＦＶＡＵ２１８０ＮＤ２３８１７３"])
+@pytest.mark.parametrize(
+    "written", ["lfvau2180nd238173", " LFVAU2180ND238173 ", "ＬＦＶＡＵ２１８０ＮＤ２３８１７３", "LFVAU-2180N-D238173"]
+)
 def test_a_vin_is_read_as_the_job_reads_it(written: str, memory: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A VIN in lower case (or with a blank, or full-width) found no records, with exit 0, and `forget` set
     none invalid: a scrapped vehicle stayed recallable (found by an audit)."""

@@ -64,3 +64,30 @@ def test_the_cli_says_so_and_exits_2(capsys: pytest.CaptureFixture[str], monkeyp
     assert cli.main(["memory", "history", "--vin", VIN]) == 2
     captured = capsys.readouterr()
     assert "names no file" in captured.err and "no long-term memory" not in captured.out
+
+
+@pytest.mark.parametrize(
+    ("memory", "knowledge", "said"),
+    [
+        ("redis://cache:6379/0", None, "unknown memory URL scheme 'redis'; valid schemes: doris, mem0, memory, mysql"),
+        (None, "ftp://files/knowledge", "unknown knowledge URL scheme 'ftp'; valid schemes: memory, sqlite"),
+        (None, "mysql://vd:s3cret@db:3306/vd", "unknown knowledge URL scheme 'mysql'"),
+    ],
+    ids=["memory-redis", "knowledge-ftp", "knowledge-mysql"],
+)
+def test_a_url_of_no_backend_is_refused_by_the_settings_before_a_job_starts(
+    memory: str | None, knowledge: str | None, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run` started the Flink JVM with such a URL, and its operator failed opening the store: a traceback of
+    some 140 lines, exit 1, where the memory commands said it in one line (an audit)."""
+    flags = {"memory_url": memory} if memory else {"knowledge_url": knowledge}
+    with pytest.raises(ConfigError, match=said):
+        load_settings({}, **flags)
+    alerts = tmp_path / "alerts.jsonl"
+    alerts.write_text("{}\n", encoding="utf-8")
+    given = ["--memory", memory] if memory else ["--knowledge", str(knowledge)]
+    assert cli.main(["run", "--alerts", str(alerts), "--out", str(tmp_path / "out"), *given]) == 2
+    err = capsys.readouterr().err  # (after the warning of a password on the command line, where one is)
+    assert err.splitlines()[-1].startswith("vdoctor: invalid settings: ") and said in err.splitlines()[-1], err
+    assert "s3cret" not in err and "Traceback" not in err and err.count("\n") <= 2, err
+    assert not (tmp_path / "out").exists()

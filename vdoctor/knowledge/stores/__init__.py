@@ -26,19 +26,19 @@ def _open_memory(url: str) -> KnowledgeStore:
     return InMemoryKnowledgeStore()
 
 
-_REGISTRY: Registry[Callable[[str], KnowledgeStore]] = Registry(
+STORES: Registry[Callable[[str], KnowledgeStore]] = Registry(
     "knowledge URL scheme",
     {"sqlite": _open_sqlite, "memory": _open_memory},
     error=UnknownStoreScheme,
     valid_label="valid schemes",
     sort_names=True,
 )
-SCHEMES = _REGISTRY.names
+SCHEMES = STORES.names
 
 
 def open_knowledge_store(url: str) -> KnowledgeStore:
     """Open the backend the URL's scheme names; an unknown scheme lists the valid ones."""
-    return _REGISTRY.for_url(url)(url)
+    return STORES.for_url(url)(url)
 
 
 __all__ = ["SCHEMES", "Hit", "KnowledgeStore", "open_knowledge_store"]
