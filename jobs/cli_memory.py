@@ -13,10 +13,10 @@ from typing import Any
 
 from jobs.job_settings import MEMORY_ENV_NOTE, MEMORY_FLAG_HELP, domain_settings
 from vdoctor import assembly
-from vdoctor.errors import ConfigError, StaleSchema
+from vdoctor.errors import ConfigError, StaleSchema, StoreError
 from vdoctor.events import given_codes, given_time, given_vin
 from vdoctor.memory.explain import recall_json, vehicle_series
-from vdoctor.stores import MemoryStore, open_store
+from vdoctor.stores import MemoryStore, open_store, sqlite_file
 from vdoctor.url_credentials import url_scheme
 
 # What ``memory health`` writes its plot to, by default and inside a folder given as --plot (a folder that
@@ -212,11 +212,19 @@ def _cmd_knowledge_load(args: argparse.Namespace) -> int:
 
 
 def _cmd_knowledge_search(args: argparse.Namespace) -> int:
-    base = assembly.knowledge_base(domain_settings(args))
+    settings = domain_settings(args)
+    path = sqlite_file(settings.memory.knowledge_url)
+    if path is not None and path != ":memory:" and not Path(path).is_file():
+        # (A mistyped path made an empty database there and printed nothing, exit 0: an audit.)
+        raise StoreError(f"no knowledge base to search: no such file: {path} (vdoctor knowledge load fills one)")
+    base = assembly.knowledge_base(settings)
     try:
         hits = base.search(args.query, scope=args.scope, version=args.version)
+        held = base.store.count() if not hits else 0
     finally:
         base.close()
+    if not hits:
+        print(f"vdoctor knowledge search: no chunk matches ({held} chunks in the knowledge base)", file=sys.stderr)
     if args.json:
         print(
             json.dumps(

@@ -411,3 +411,18 @@ def test_forget_run_again_with_an_earlier_time_moves_the_invalidation_back(
     assert cli.main(["memory", "history", "--vin", "LFVAU2180ND238173", "--json", "--memory", memory]) == 0
     [record] = json.loads(capsys.readouterr().out)
     assert record["invalid_ts"] == "2026-11-03T00:00:00Z"
+
+
+def test_knowledge_search_refuses_a_missing_file_and_says_when_nothing_matches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped path made an empty database there, and a search with no hits printed nothing, exit 0 (an
+    audit)."""
+    typo = tmp_path / "knowlege.db"
+    assert cli.main(["knowledge", "search", "--query", "P0420", "--knowledge", f"sqlite:///{typo}"]) == 2
+    one_line_error(capsys, f"no such file: {typo}", "vdoctor knowledge load")
+    assert not typo.exists()
+    monkeypatch.setenv("VDOCTOR_EMBEDDER", "hashing")
+    assert cli.main(["knowledge", "search", "--query", "P0420 catalyst", "--knowledge", "memory://"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no chunk matches (0 chunks in the knowledge base)" in captured.err
