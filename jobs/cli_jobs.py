@@ -58,6 +58,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 1
 
 
+# How long ``run --kafka`` waits for a TCP answer from each broker it is given before it warns.
+BROKER_PROBE_S = 3.0
+
+
+def silent_brokers(bootstrap: str, timeout_s: float = BROKER_PROBE_S) -> list[str]:
+    """The brokers of ``bootstrap`` (``host:port,...``) that do not take a TCP connection within ``timeout_s``:
+    all of them for a mistyped address. Only a hint: the job's Kafka source waits for a broker that comes later."""
+    import socket
+
+    silent = []
+    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]") or address, int(port or 9092)), timeout=timeout_s).close()
+        except (OSError, ValueError):
+            silent.append(address)
+    return silent
+
+
 def _run_kafka(args: argparse.Namespace) -> int:
     from jobs import kafka_job  # imports pyflink: only for `run --kafka`
 
@@ -79,6 +98,14 @@ def _run_kafka(args: argparse.Namespace) -> int:
         f"in {job.flink.checkpoint_dir}); Ctrl-C stops",
         file=sys.stderr,
     )
+    brokers = [a for a in job.bootstrap.split(",") if a.strip()]
+    if brokers and len(silent := silent_brokers(job.bootstrap)) == len(brokers):
+        # (The job itself waited in silence, writing checkpoints, for a broker that a typo had named: an audit.)
+        print(
+            f"vdoctor run: warning: no broker answers at {', '.join(silent)} (within {BROKER_PROBE_S:.0f} s); the "
+            "job starts and waits for one",
+            file=sys.stderr,
+        )
     try:
         kafka_job.run(job, settings, local=True)
     except KeyboardInterrupt:

@@ -426,3 +426,21 @@ def test_knowledge_search_refuses_a_missing_file_and_says_when_nothing_matches(
     assert cli.main(["knowledge", "search", "--query", "P0420 catalyst", "--knowledge", "memory://"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "no chunk matches (0 chunks in the knowledge base)" in captured.err
+
+
+def test_run_kafka_tells_which_brokers_do_not_answer() -> None:
+    """`run --kafka` at an address where no broker listens waited in silence (an audit): it now warns first."""
+    import socket
+
+    from jobs.cli_jobs import silent_brokers
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        live = f"127.0.0.1:{listening.getsockname()[1]}"
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            dead = f"127.0.0.1:{closed.getsockname()[1]}"  # (bound, not listening: refused)
+            assert silent_brokers(f"{live},{dead}", timeout_s=1) == [dead]
+            assert silent_brokers(live, timeout_s=1) == []
+            assert silent_brokers("no-such-host.invalid:9092", timeout_s=1) == ["no-such-host.invalid:9092"]
