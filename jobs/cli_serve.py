@@ -36,7 +36,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     # HTTP client logs each request's URL at INFO), though nothing here is meant to print them.
     scrub = Scrubber([config.token.get_secret_value() if config.token else None, *settings_secrets(settings)])
     try:
-        store = open_store(url, read_only=True)
+        # ``existing``: the readers' check (``memory history`` and the rest): a file that is no long-term
+        # memory is named as such, where the read-only open told the user to migrate it with a command
+        # that refuses it.
+        store = open_store(url, read_only=True, existing=True)
     except VDoctorError as e:
         raise type(e)(scrub(str(e))) from None
     try:

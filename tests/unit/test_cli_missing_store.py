@@ -117,3 +117,30 @@ def test_a_reader_that_leaves_is_no_traceback(tmp_path: Path) -> None:
     )  # fmt: skip
     os.close(write)
     assert proc.returncode == 141 and proc.stderr == ""
+
+
+@pytest.mark.parametrize("content", [b"", None], ids=["empty-file", "knowledge-base"])
+def test_serve_refuses_a_file_that_holds_no_memory_as_history_does(
+    content: bytes | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`vdoctor serve` told to migrate such a file with `vdoctor memory history`, which refuses it: the inspector
+    now makes the readers' check, and says what they say (found by an audit)."""
+    import sqlite3
+
+    other = tmp_path / "knowledge.db"
+    if content is None:
+        with sqlite3.connect(other) as conn:
+            conn.execute("CREATE TABLE chunks (chunk_id TEXT)")
+    else:
+        other.write_bytes(content)
+    url = f"sqlite:///{other}"
+    assert cli.main(["memory", "history", "--vin", VIN, "--memory", url]) == 2
+    said = capsys.readouterr().err
+    assert "holds no long-term memory (no case_memory table" in said
+    assert cli.main(["serve", "--memory", url]) == 2
+    assert capsys.readouterr().err == said
+    assert cli.main(["serve", "--memory", f"sqlite:///{tmp_path / 'absent.db'}"]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"vdoctor: no long-term memory store to open: no such file: {tmp_path / 'absent.db'}\n"
+    )
