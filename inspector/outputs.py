@@ -1,7 +1,9 @@
 """The job's outputs beside long-term memory: ``diagnoses.jsonl`` and ``dead_letters.jsonl`` (``--diagnoses``).
 
-Read again when a file changes (a running job appends to them); a line that
-is not a JSON object is counted, never shown.
+Checked once when the inspector starts, as ``memory health`` checks its
+``--diagnoses`` (``health.read_diagnoses``); then read again when a file
+changes (a running job appends to them), and a line that is not a JSON object
+is counted, never shown.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from vdoctor.evaluation.health import read_diagnoses
 
 DIAGNOSES = "diagnoses.jsonl"
 DEAD_LETTERS = "dead_letters.jsonl"
@@ -43,6 +47,8 @@ class _File:
                     try:
                         row = json.loads(line)
                     except ValueError:
+                        if not line.endswith("\n"):
+                            break  # the last line, which a running job is writing: read with the rest next time
                         row = None
                     if isinstance(row, dict):
                         rows.append(row)
@@ -60,6 +66,16 @@ class JobOutputs:
         self.diagnoses = _File(path / DIAGNOSES if path.is_dir() else path)
         self.dead_letters = _File(folder / DEAD_LETTERS)
         self._lock = threading.Lock()
+
+    @classmethod
+    def checked(cls, path: Path) -> JobOutputs:
+        """The outputs at ``path`` once its diagnoses file reads as the job's; a file that does not (the dead
+        letters, another JSON Lines file, a folder without ``diagnoses.jsonl``) is a ``ConfigError`` naming it,
+        where the inspector showed its lines as diagnoses, or none. A last line the job is writing is no error.
+        """
+        outputs = cls(path)
+        read_diagnoses(outputs.diagnoses.path)
+        return outputs
 
     @property
     def label(self) -> str:

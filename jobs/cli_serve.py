@@ -29,6 +29,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from inspector.views import Inspector
 
     config = serve_settings(args)
+    outputs = JobOutputs.checked(Path(config.diagnoses)) if config.diagnoses else None
     # Read-only, the query vector file too (by anyone who can reach the inspector).
     settings = assembly.reading_only(domain_settings(args))
     url = settings.memory.url
@@ -48,7 +49,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             audit=audit_reads(store),
             recall=assembly.session_recall(settings, store),
             memory=redact_url(memory_url_as_given(args)),
-            outputs=JobOutputs(Path(config.diagnoses)) if config.diagnoses else None,
+            outputs=outputs,
         )
         serve(inspector, config.host, config.port, config.token, config.local, scrub)
     finally:

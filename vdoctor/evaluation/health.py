@@ -71,38 +71,79 @@ class HealthReport:
         return "\n".join(lines)
 
 
-def _sessions(diagnoses: Path) -> dict[str, dict[str, Any]]:
-    """Per concluded session: its final diagnosis, the memory refs it saw, and when it concluded.
+def read_diagnoses(diagnoses: Path) -> list[dict[str, Any]]:
+    """The diagnoses in the job's output file (``diagnoses.jsonl``), in order: ``memory health``'s
+    ``--diagnoses`` and ``vdoctor serve``'s, checked the same way.
 
-    A file that cannot be read, or a line that is no diagnosis of the job's output, is a ``ConfigError``
-    naming the file (and the line).
+    A file that cannot be read, or a line that is no diagnosis of the job's output (not a JSON object, no
+    ``session_id`` or ``phase``, a ``memory`` that is no object), is a ``ConfigError`` naming the file (and
+    the line). A last line without its newline that does not read is left out, not an error: a running job
+    is writing it (its buffer may have been flushed inside the line, or inside a character of it).
     """
-    out: dict[str, dict[str, Any]] = {}
-    refs: dict[str, dict[str, list[dict[str, str]]]] = {}
     try:
-        text = diagnoses.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-        raise ConfigError(f"cannot read the diagnoses {diagnoses}: {reason}") from None
-    for number, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
+        data = diagnoses.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"cannot read the diagnoses {diagnoses}: {e.strerror}") from None
+    raw_lines = data.split(b"\n")
+    out: list[dict[str, Any]] = []
+    for number, raw in enumerate(raw_lines, 1):
+        if not raw.strip():
             continue
         try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            if number == len(raw_lines):
+                break
+            raise ConfigError(f"cannot read the diagnoses {diagnoses}: not UTF-8 text (line {number})") from None
+        try:
             d = json.loads(line)
-            sid = d["session_id"]
-            memory = d.get("memory") or {}
-            seen = refs.setdefault(sid, {"own": [], "similar": []})
-            for kind in ("own", "similar"):
-                for ref in memory.get(kind, []):
-                    if ref not in seen[kind]:
-                        seen[kind].append(ref)
-            concluded = d["phase"] == "CONCLUDED"
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            reason = f"no field {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+        except ValueError as e:
+            if number == len(raw_lines):
+                break
+            problem: str | None = str(e)
+        else:
+            problem = _not_a_diagnosis(d)
+        if problem is not None:
             raise ConfigError(
-                f"{diagnoses}, line {number}: not a diagnosis of the job's output (diagnoses.jsonl): {reason}"
-            ) from None
-        if concluded:
+                f"{diagnoses}, line {number}: not a diagnosis of the job's output (diagnoses.jsonl): {problem}"
+            )
+        out.append(d)
+    return out
+
+
+def _not_a_diagnosis(d: object) -> str | None:
+    """Why a line's JSON is no diagnosis of the job's output; None when it is one."""
+    if not isinstance(d, dict):
+        return f"not a JSON object but {type(d).__name__}"
+    for key in ("session_id", "phase"):
+        if key not in d:
+            return f"no field {key!r}"
+    if not isinstance(d["session_id"], str):
+        return f"session_id is not text but {type(d['session_id']).__name__}"
+    memory = d.get("memory")
+    if memory is not None and not isinstance(memory, dict):
+        return f"memory is not an object but {type(memory).__name__}"
+    for kind in ("own", "similar"):
+        refs = (memory or {}).get(kind)
+        if refs is not None and not isinstance(refs, list):
+            return f"memory.{kind} is not a list but {type(refs).__name__}"
+    return None
+
+
+def _sessions(diagnoses: Path) -> dict[str, dict[str, Any]]:
+    """Per concluded session: its final diagnosis, the memory refs it saw, and when it concluded
+    (``read_diagnoses``: a file that is not the job's diagnoses is a ``ConfigError``)."""
+    out: dict[str, dict[str, Any]] = {}
+    refs: dict[str, dict[str, list[dict[str, str]]]] = {}
+    for d in read_diagnoses(diagnoses):
+        sid = d["session_id"]
+        memory = d.get("memory") or {}
+        seen = refs.setdefault(sid, {"own": [], "similar": []})
+        for kind in ("own", "similar"):
+            for ref in memory.get(kind) or []:
+                if ref not in seen[kind]:
+                    seen[kind].append(ref)
+        if d["phase"] == "CONCLUDED":
             out[sid] = {"diagnosis": d, "refs": seen}
     return out
 

@@ -1,0 +1,113 @@
+"""``vdoctor serve`` refuses what it cannot serve before it says where it serves: a ``--diagnoses`` that is not
+the job's output is a one-line ``vdoctor: ...`` error, exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import inspector.server
+from inspector.views import Inspector
+from jobs import cli
+from jobs.job_settings import SERVE_TOKEN_ENV
+from vdoctor.stores import open_store
+
+pytestmark = pytest.mark.unit
+
+VIN = "LFVAU2180ND238173"
+DIAGNOSIS = {"vin": VIN, "session_id": f"{VIN}-20261121T000000", "event_id": "e1", "phase": "CONCLUDED",
+             "root_cause": "cell imbalance", "flags": [], "memory": {"injected": False}}  # fmt: skip
+DEAD_LETTER = {"stage": "parse", "error": "no field vin", "raw": '{"alert_text": "x"}'}
+
+
+@pytest.fixture
+def memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An empty long-term store that exists, and an environment that sets nothing for serve."""
+    for var in ("VDOCTOR_MEMORY_URL", "VDOCTOR_KNOWLEDGE_URL", SERVE_TOKEN_ENV):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("VDOCTOR_EMBEDDER", "hashing")
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    open_store(url).close()
+    return url
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> list[Inspector]:
+    """The inspectors ``serve`` would have served (it returns at once)."""
+    inspectors: list[Inspector] = []
+    monkeypatch.setattr(inspector.server, "serve", lambda ins, *rest: inspectors.append(ins))
+    return inspectors
+
+
+def lines(*rows: dict[str, Any]) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *said: str) -> None:
+    err = capsys.readouterr().err
+    assert err.startswith("vdoctor: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for part in said:
+        assert part in err, err
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (lines(DEAD_LETTER, DEAD_LETTER), "line 1: not a diagnosis of the job's output (diagnoses.jsonl): no field"),
+        (lines({"a": 1}), "line 1: not a diagnosis of the job's output (diagnoses.jsonl): no field 'session_id'"),
+        (lines(DIAGNOSIS) + "vin,code\n" + lines(DIAGNOSIS), "line 2: not a diagnosis"),
+        ("[1, 2]\n", "line 1: not a diagnosis"),
+    ],
+    ids=["dead-letters", "other-json", "not-json", "not-an-object"],
+)
+def test_serve_refuses_a_diagnoses_file_that_is_not_the_jobs_as_memory_health_does(
+    content: str, said: str, memory: str, served: list[Inspector], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """serve showed the dead letters as 2 diagnoses of 1 session, and {"a": 1} as 1 of 1 (found by an audit)."""
+    given = tmp_path / "dead_letters.jsonl"
+    given.write_text(content, encoding="utf-8")
+    plot = tmp_path / "h.png"
+    assert cli.main(["memory", "health", "--diagnoses", str(given), "--memory", memory, "--plot", str(plot)]) == 2
+    one_line_error(capsys, str(given), said)
+    assert cli.main(["serve", "--memory", memory, "--diagnoses", str(given)]) == 2
+    one_line_error(capsys, str(given), said)
+    assert served == []
+
+
+def test_serve_refuses_a_folder_without_diagnoses(
+    memory: str, served: list[Inspector], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder that is not the job's output folder showed no diagnoses, no warning (found by an audit)."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "dead_letters.jsonl").write_text(lines(DEAD_LETTER), encoding="utf-8")
+    assert cli.main(["serve", "--memory", memory, "--diagnoses", str(folder)]) == 2
+    one_line_error(capsys, str(folder / "diagnoses.jsonl"), "No such file or directory")
+    assert served == []
+
+
+def test_serve_takes_the_output_of_a_job_that_is_still_writing_it(
+    memory: str, served: list[Inspector], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A last line without its newline is one the job is writing (cut inside a character, even): not an error.
+    A file the job has just opened is empty."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    given = folder / "diagnoses.jsonl"
+    given.write_bytes(b"")
+    assert cli.main(["serve", "--memory", memory, "--diagnoses", str(folder)]) == 0
+    partial = json.dumps({**DIAGNOSIS, "root_cause": "单体压差过大"}, ensure_ascii=False).encode()
+    given.write_bytes(lines(DIAGNOSIS).encode() + partial[: partial.index("压".encode()) + 1])
+    assert cli.main(["serve", "--memory", memory, "--diagnoses", str(given)]) == 0
+    assert cli.main(["serve", "--memory", memory, "--diagnoses", str(folder)]) == 0
+    assert capsys.readouterr().err == ""
+    outputs = served[-1].outputs
+    # The line being written is neither a diagnosis nor an unreadable line: it is read when it is whole.
+    assert outputs is not None and (outputs.summary()["diagnoses"], outputs.summary()["unreadable_lines"]) == (1, 0)
+    # memory health reads the same file as far as the job has written it.
+    plot = tmp_path / "h.png"
+    assert cli.main(["memory", "health", "--diagnoses", str(given), "--memory", memory, "--plot", str(plot)]) == 0
+    assert "concluded sessions in the log   1" in capsys.readouterr().out
