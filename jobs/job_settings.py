@@ -677,7 +677,7 @@ def serve_settings(args: argparse.Namespace, env: Mapping[str, str] | None = Non
     port = getattr(args, "port", None)
     port = DEFAULT_SERVE_PORT if port is None else port
     # 0 is refused, not taken for the default nor for "any free port": the inspector logs the address to
-    # open before it binds, and a user given port 0 would not know where it is.
+    # open as it was given, and a user given port 0 would not know where it is.
     if not 1 <= port <= 65535:
         raise ConfigError(f"--port must be 1 to 65535, got {port}")
     diagnoses = getattr(args, "diagnoses", None)

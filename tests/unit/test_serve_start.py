@@ -1,9 +1,12 @@
 """``vdoctor serve`` refuses what it cannot serve before it says where it serves: a ``--diagnoses`` that is not
-the job's output is a one-line ``vdoctor: ...`` error, exit 2."""
+the job's output, a port another process holds. Each is a one-line ``vdoctor: ...`` error, exit 2."""
 
 from __future__ import annotations
 
 import json
+import logging
+import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +43,16 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Inspector]:
     inspectors: list[Inspector] = []
     monkeypatch.setattr(inspector.server, "serve", lambda ins, *rest: inspectors.append(ins))
     return inspectors
+
+
+@pytest.fixture
+def root_logging() -> Iterator[None]:
+    """``serve`` sets the root logger's handler (to the stderr of the test): put it back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 def lines(*rows: dict[str, Any]) -> str:
@@ -111,3 +124,19 @@ def test_serve_takes_the_output_of_a_job_that_is_still_writing_it(
     plot = tmp_path / "h.png"
     assert cli.main(["memory", "health", "--diagnoses", str(given), "--memory", memory, "--plot", str(plot)]) == 0
     assert "concluded sessions in the log   1" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("root_logging")
+def test_a_port_in_use_is_a_one_line_error_before_any_address_is_announced(
+    memory: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """serve logged "memory inspector on http://127.0.0.1:PORT/", then uvicorn's error, and exited 3 (found by
+    an audit)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert cli.main(["serve", "--memory", memory, "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vdoctor: ") and err.count("\n") == 1, err
+    assert f"127.0.0.1:{port}" in err and "--port" in err and "memory inspector on" not in err
