@@ -773,7 +773,8 @@ def reading_pairs(
     any case) as (name, value) pairs: a unit of the table that the name does not declare becomes its suffix
     (``pack_temp_c``), one other than the name's converts the value to the name's (as ``_number_text``,
     and refused where that refuses), one not in the table leaves the name as it is (the reading's unit
-    unknown, as a name's unknown suffix). ``rename``: the fleet's signal map, applied to each name before
+    unknown, as a name's unknown suffix), unless the name declares a unit: then it is set aside, as the same
+    number and unit in text are. ``rename``: the fleet's signal map, applied to each name before
     its unit (``parse_event``); ``comma``: how its numbers use a comma (``_ungrouped``)."""
     pairs: list[tuple[object, object]] = []
     for item in items:
@@ -792,6 +793,14 @@ def reading_pairs(
                 name = renamed
             elif (declared := unit_of(read)) is not None and declared != symbol:
                 pairs.append((name, _in_unit(read, fields["value"], symbol, declared, comma)))
+                continue
+        elif isinstance(unit, str) and unit.strip() and is_finite_number(fields["value"]):
+            read = signal_name(name)
+            if has_snake_form(read) and unit_of(read) is not None:
+                # A unit the table does not know for a name that declares one (boost_kpa in inHg): as the same
+                # reading with its unit in its text, "15 inHg", set aside naming both (read in kPa, it was 3.4
+                # times off).
+                pairs.append((name, f"{fields['value']} {unit.strip()}"))
                 continue
         pairs.append((name, fields["value"]))
     return pairs

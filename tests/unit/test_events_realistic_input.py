@@ -104,6 +104,20 @@ def test_a_number_in_an_unknown_unit_for_a_name_that_declares_one_is_set_aside_n
 
 
 @pytest.mark.parametrize(
+    "signals",
+    [[{"name": "boost_kpa", "value": 15, "unit": "inHg"}], {"boost_kpa": {"value": 15, "unit": " inHg"}}],
+    ids=["list", "object"],
+)
+def test_the_object_forms_set_it_aside_as_the_text_form_does(signals: object) -> None:
+    # Read as 15 kPa, silently: the text form of the same reading is set aside.
+    event = read_signals(signals)
+    assert event.signals == {} and event.signals_set_aside == {"boost_kpa": "15 inHg"}
+    assert "inHg is no unit the job knows, the name's unit is kPa" in set_aside_error(event)
+    # A name that declares no unit keeps the number, its unit unknown, as before.
+    assert read_signals([{"name": "boost", "value": 15, "unit": "inHg"}]).signals == {"boost": 15.0}
+
+
+@pytest.mark.parametrize(
     "text", ["1.2.3", "0x8001", "31.23,121.47", "187 mV high", "1 234", "12 %%", "5 -", "12gal", "12.6e"]
 )
 def test_text_that_is_no_number_with_a_unit_is_still_set_aside(text: str) -> None:
