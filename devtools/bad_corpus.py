@@ -51,6 +51,8 @@ SQLISH = ("'; DROP TABLE case_memory; --", '" OR 1=1 --', "Robert'); DELETE FROM
 
 # An alert diagnosed without readings it set aside, its line a dead letter of the validate stage as well.
 SET_ASIDE = "set_aside"
+# A line of bad input that the job diagnoses as it is (a reading that says there is none): one diagnosis, no letter.
+DIAGNOSED = "diagnosis"
 
 
 @dataclass
@@ -177,8 +179,13 @@ def _bad_lines(b: _Builder) -> list[tuple[str, str, str]]:
     cut = rng.randint(5, len(as_json) - 5)
     out.append(("truncated_json", as_json[:cut], "parse"))
     out.append(("garbage", rng.choice(["not json at all", "{{{{", "\x00\x01\x02", "[1, 2, 3]", "null", "42"]), "parse"))
-    out.append(("nan_literal", as_json.replace('"signals": {', '"signals": {"nan_mv": NaN, ', 1), "parse"))
-    out.append(("infinity_literal", as_json.replace('"signals": {', '"signals": {"inf_mv": -Infinity, ', 1), "parse"))
+    # A bare NaN or Infinity (not JSON; Python's json.dumps writes them) as a reading's value is no reading: the
+    # alert is diagnosed without it. Anywhere else it is a dead letter naming it.
+    for kind, literal in (("nan_literal", "NaN"), ("infinity_literal", "-Infinity")):
+        reading = json.dumps(dict(good, event_id=f"{good_id}-{kind}"), ensure_ascii=False)
+        out.append((kind, reading.replace('"signals": {', f'"signals": {{"x_mv": {literal}, ', 1), DIAGNOSED))
+        timed = json.dumps(dict(good, event_id=f"{good_id}-{kind}-ts", ts="@"), ensure_ascii=False)
+        out.append((f"{kind}_time", timed.replace('"@"', literal, 1), "validate"))
     out.append(("raw_control_char", as_json.replace('"alert_text": "', '"alert_text": "\x07\x1b[31m', 1), "parse"))
     out.append(("deep_nesting", "[" * rng.randint(10_000, 100_000), "parse"))
     for field in ("vin", "ts"):  # (without an event id or a series, an alert is read: ``_alarm_feed``)
@@ -267,9 +274,9 @@ def generate(events: int = 10_000, seed: int = 7, vins: int = 400) -> list[Line]
         r = b.rng.random()
         if r < BAD_SHARE:
             kind, raw, stage = b.rng.choice(_bad_lines(b))
-            if stage == SET_ASIDE:
+            if stage in (SET_ASIDE, DIAGNOSED):
                 sent = json.loads(raw)
-                lines.append(Line(raw=raw, expect=SET_ASIDE, kind=kind, event_id=sent["event_id"], vin=sent["vin"]))
+                lines.append(Line(raw=raw, expect=stage, kind=kind, event_id=sent["event_id"], vin=sent["vin"]))
             else:
                 lines.append(Line(raw=raw, expect=f"dead:{stage}", kind=kind))
             continue

@@ -79,6 +79,8 @@ def test_corpus_covers_every_kind_of_bad_input(corpus: tuple[list[Line], list[di
         "garbage",
         "nan_literal",
         "infinity_literal",
+        "nan_literal_time",
+        "infinity_literal_time",
         "raw_control_char",
         "deep_nesting",
         "missing_vin",
