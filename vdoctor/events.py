@@ -247,7 +247,11 @@ _NAME_BRACKETS_RE = re.compile(r"\s*(?:\[([^\[\]()]*)\]|\(([^\[\]()]*)\))")
 # ``$``, braces, a bar, a bracket without its pair), with the ``_`` around it: a break between words, as OBD tools
 # name their export's columns (``Fuel Level #1`` is ``fuel_level_1``, ``Turbo Boost & Vacuum Gauge(psi)``
 # ``turbo_boost_vacuum_gauge_psi``); such a name refused its alert.
-_NAME_PUNCTUATION_RE = re.compile(r"_*+(?:[\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]++_*+)++")
+# A match starts only where a run of ``_`` does (the lookbehind): from inside a run, the ``_*+`` was tried again at
+# each of its positions, which took seconds on a name of 200,000 underscores.
+_NAME_PUNCTUATION_RE = re.compile(r"(?<!_)_*+(?:[\x00-\x2f\x3a-\x40\x5b-\x5e\x60\x7b-\x7f]++_*+)++")
+# A ``+`` is a word of its own (``HV+`` is ``hv_plus``, not ``hv`` beside ``HV``, which is another reading).
+_NAME_PLUS_RE = re.compile(r"\+")
 # What joins a compound unit's parts (``gal/h``, ``lb-ft``, ``N.m``, ``kW*h``, ``m^3``), in brackets
 # (``_bracket_part``).
 _UNIT_JOINS_RE = re.compile(r"[/.*^\u00b7-]")
@@ -434,6 +438,8 @@ def signal_name(given: str) -> str:
     if "%" in name:
         name = _NAME_PERCENT_RE.sub("_%", name)
     name = name.translate(_NAME_SEPARATORS)
+    if "+" in name:
+        name = _NAME_PLUS_RE.sub("_plus_", name).rstrip("_")
     return _NAME_PUNCTUATION_RE.sub(_word_break, name) if _NAME_PUNCTUATION_RE.search(name) else name
 
 
@@ -487,10 +493,16 @@ def _bracket_part(found: re.Match[str]) -> str:
     part = (found.group(1) if found.group(1) is not None else found.group(2)).strip()
     if _UNIT_JOINS_RE.search(part) and not any(c.isspace() for c in part):
         # A unit in brackets is read whole (``(N.m)`` is ``nm``), and one the table does not know as its
-        # characters joined (``(gal/h)`` is ``galh``): read as words, its last part was the name's unit
-        # (``fuel_rate_gal_h`` in hours).
-        symbol = unit_symbol(part)
-        return "_" + (unit_suffix(symbol) if symbol is not None else _UNIT_JOINS_RE.sub("", part))
+        # characters joined (``(gal/h)`` is ``galh``) where read as words its last part would be the name's
+        # unit (``fuel_rate_gal_h`` in hours): a compound of letters with a slash, or one whose last part is
+        # a unit (``(lb-ft)``, in feet). Parts with digits (``(1.2)``, ``(Bank-1)``, ``(1-12)``: joined,
+        # ``(1.2)`` and ``(12)`` were one name) and labels (``(Pre-Cat)``, ``(X-axis)``) stay words.
+        if (symbol := unit_symbol(part)) is not None:
+            return "_" + unit_suffix(symbol)
+        if not any(c.isdigit() for c in part):
+            last = _UNIT_JOINS_RE.split(part)[-1].lower()
+            if "/" in part or last in UNITS:
+                return "_" + _UNIT_JOINS_RE.sub("", part)
     return "_" + part if part else ""
 
 
@@ -622,14 +634,16 @@ def _read_number(
         if symbol is None:
             if not text[number.end()].isspace() or not _unit_text(unit):
                 raise NotANumber(f"signal {name[:40]} = {text[:20]!r} is not a number (nor one with a unit)")
-            if (declared := declared or unit_of(name)) is not None:
+            if (declared := declared or unit_of(name)) is not None and not names_unit(unit, declared):
                 # (15 inHg for boost_kpa: which of the two holds is not known, and read in kPa it is 3.4 times off)
                 raise UnitConflict(
                     f"signal {name[:40]} = {text[:20]!r}: {unit} is no unit the job knows, its name's unit is "
                     f"{declared}: send the number in {declared}",
                     f"{unit} is no unit the job knows, the name's unit is {declared}",
                 )
-            return value, None  # (12 gal, 28 mpg: the number, its unit unknown, as {"value": 12, "unit": "gal"})
+            # (12 gal, 28 mpg: the number, its unit unknown, as {"value": 12, "unit": "gal"}; 15 kPa(g) for boost_kpa:
+            # in the name's unit)
+            return value, None
         if declared is None and (renamed := with_unit(name, symbol)) is not None:
             return value, renamed  # (the name declares no unit, or its suffix is a word: the unit is the reading's)
         if (declared := declared or unit_of(name)) is not None and symbol != declared:
@@ -642,6 +656,21 @@ def _read_number(
                 )
             return converted, None
     return value, None
+
+
+# What a template writes where a unit's field has none (beside ``NO_READING_TEXTS``).
+_NO_UNIT_WORDS = frozenset({"unit", "units", "1", "?"})
+
+
+def names_unit(unit: str, declared: str) -> bool:
+    """Whether ``unit``, which the table does not know, says the name's own unit ``declared`` or none: a mark of
+    no unit (``N/A``, ``-``, ``none``, ``unit``), or the unit's symbol with a qualifier after it (``kPa(g)``,
+    ``kPaG``: a symbol of two characters or more, so that ``mpg`` is not metres). Read in ``declared``, as it
+    was before units the table does not know were set aside for a name that declares one."""
+    if no_reading(unit) or unit.strip().lower() in _NO_UNIT_WORDS:
+        return True
+    # In its written case: "mPa" is no MPa (the table reads milli and mega by their case).
+    return len(declared) >= 2 and unit.strip().startswith(declared)
 
 
 # The most characters of a unit the table does not know after a number (``_unit_text``: ``kWh/100km``, ``µg/m³``).
@@ -796,7 +825,7 @@ def reading_pairs(
                 continue
         elif isinstance(unit, str) and unit.strip() and is_finite_number(fields["value"]):
             read = signal_name(name)
-            if has_snake_form(read) and unit_of(read) is not None:
+            if has_snake_form(read) and (declared := unit_of(read)) is not None and not names_unit(unit, declared):
                 # A unit the table does not know for a name that declares one (boost_kpa in inHg): as the same
                 # reading with its unit in its text, "15 inHg", set aside naming both (read in kPa, it was 3.4
                 # times off).

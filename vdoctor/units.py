@@ -123,7 +123,7 @@ _WRITTEN = {
     "vdc": "V", "vac": "V", "volt": "V", "volts": "V", "amp": "A", "amps": "A", "ampere": "A", "amperes": "A",
     "watt": "W", "watts": "W", "minute": "min", "minutes": "min", "second": "s", "celsius": "°C",
     "degcelsius": "°C", "fahrenheit": "°F", "oc": "°C", "of": "°F", "\u030ac": "°C", "\u030af": "°F",
-    "u/min": "rpm", "1/min": "rpm",
+    "u/min": "rpm", "1/min": "rpm", "min-1": "rpm", "min^-1": "rpm", "degreesc": "°C", "degreesf": "°F",
     # Chinese units, as Chinese platforms and spreadsheets write them after a number (``398.5伏``, ``250千帕``,
     # ``62 千米/小时``). Not 度 alone: degrees (°C) on a thermometer, kilowatt-hours on an electricity bill.
     "伏": "V", "伏特": "V", "毫伏": "mV", "千伏": "kV", "安": "A", "安培": "A", "毫安": "mA", "瓦": "W",
@@ -212,11 +212,17 @@ _LETTER_QUANTITY_WORDS: dict[str, frozenset[str]] = {
 }
 
 
+# The letters SAE J1979 and scan tools name sensors and banks by (o2 sensor A-B, pedal D-F, throttle B-C). Another
+# letter (``_v``, ``_s``, ``_m``) is its unit: ``battery_v`` = ``"41 °C"`` is a conflict, not a sensor V.
+SENSOR_LETTERS = frozenset("abcdef")
+
+
 def letter_suffix(name: str) -> bool:
-    """Whether ``name``'s suffix is one letter that may be a sensor's or a bank's instead of its unit: no word of
-    the name says the unit's quantity (``o2_sensor_a``, ``motor_temp_a``; not ``pack_current_a``)."""
+    """Whether ``name``'s suffix is one letter that may be a sensor's or a bank's instead of its unit (one of
+    ``SENSOR_LETTERS``), where no word of the name says the unit's quantity (``o2_sensor_a``, ``motor_temp_a``;
+    not ``pack_current_a``)."""
     words = name.split("_")
-    if len(words) < 2 or len(words[-1]) != 1 or (symbol := UNITS.get(words[-1])) is None:
+    if len(words) < 2 or words[-1] not in SENSOR_LETTERS or (symbol := UNITS.get(words[-1])) is None:
         return False
     quantity = _QUANTITY_OF.get(symbol, ("",))[0]
     return _LETTER_QUANTITY_WORDS.get(quantity, frozenset()).isdisjoint(words)

@@ -51,7 +51,7 @@ def refused(raw: str) -> str:
         ("Fuel Level #1", "fuel_level_1", None),
         ("Cyl 1 Misfire Count (#)", "cyl_1_misfire_count", None),
         ("Turbo Boost & Vacuum Gauge(psi)", "turbo_boost_vacuum_gauge_psi", "psi"),
-        ("Fuel Trim+Bank 1", "fuel_trim_bank_1", None),
+        ("Fuel Trim+Bank 1", "fuel_trim_plus_bank_1", None),
         ("O2 Volts*Bank 1, Sensor 2", "o2_volts_bank_1_sensor_2", None),
         ("air=fuel ratio!?", "air_fuel_ratio", None),
         ("'coolant' temp @ {engine} | $c", "coolant_temp_engine_c", "°C"),
@@ -136,7 +136,7 @@ def test_text_that_is_no_number_with_a_unit_is_still_set_aside(text: str) -> Non
         ("Fuel flow rate/minute(cc/min)", "fuel_flow_rate_minute_ccmin", None),
         ("CO₂ in g/km (Average)(g/km)", "co2_in_g_km_average_gkm", None),
         ("rate (rpm/s)", "rate_rpms", None),
-        ("Engine Torque (lb-ft)", "engine_torque_lbft", None),
+        ("Engine Torque (lb-ft)", "engine_torque_lb_ft", None),
         # A unit the table knows is read whole, as before.
         ("Fuel rate (L/h)", "fuel_rate_lph", "L/h"),
         ("Speed (km/h)", "speed_kmh", "km/h"),
@@ -160,7 +160,6 @@ def test_a_unit_in_brackets_is_read_whole_never_as_its_last_part(sent: str, name
         ("o2_sensor_a", "0.45 V", "o2_sensor_a_v", 0.45),
         ("tps_a", "0.8 V", "tps_a_v", 0.8),
         ("fuel_rail_pressure_a", "350 kPa", "fuel_rail_pressure_a_kpa", 350.0),
-        ("trip_time_m", "35 min", "trip_time_m_min", 35.0),
         ("motor_temp_a", "65 °C", "motor_temp_a_c", 65.0),
     ],
 )
@@ -172,6 +171,25 @@ def test_a_letter_suffix_the_texts_unit_conflicts_with_is_a_sensor_letter(
     event = read_signals({sent: text})
     assert event.signals == {name: number} and not event.set_aside
     assert read_signals([{"name": sent, "value": number, "unit": text.split()[1]}]).signals == {name: number}
+
+
+@pytest.mark.parametrize(
+    ("sent", "text"), [("battery_v", "41 °C"), ("hvil_loop_v", "5 mA"), ("can_timeout_s", "5 V"), ("trip_m", "35 min")]
+)
+def test_a_letter_no_sensor_is_named_by_is_the_names_unit(sent: str, text: str) -> None:
+    # (A review: battery_v = "41 °C" became a new signal battery_v_c, where it is a conflict with the name's unit.)
+    event = read_signals({sent: text, "pack_temp_c": 41.5})
+    assert event.signals == {"pack_temp_c": 41.5} and event.signals_set_aside == {sent: text}
+
+
+def test_a_plus_is_a_word_and_parts_with_digits_or_labels_in_brackets_stay_words() -> None:
+    # (A review: HV+ and HV were one name, and so were (1.2) and (12), and (1-12) and (11-2); (Bank-1) read as
+    # bank1, renaming a name accepted before.)
+    assert signal_name("Isolation Resistance HV+") != signal_name("Isolation Resistance HV")
+    assert signal_name("Cell Voltage (1.2)") != signal_name("Cell Voltage (12)")
+    assert signal_name("Cell Voltage (1-12)") != signal_name("Cell Voltage (11-2)")
+    assert signal_name("O2 Sensor (Bank-1)") == "o2_sensor_bank_1"
+    assert (signal_name("Temp (Pre-Cat)"), signal_name("Accel (X-axis)")) == ("temp_pre_cat", "accel_x_axis")
 
 
 def test_a_letter_suffix_in_a_unit_of_its_quantity_is_still_the_unit() -> None:
@@ -272,3 +290,16 @@ def test_an_error_names_the_value(raw: str, says: str) -> None:
 def test_a_vin_with_inner_blanks_or_dashes_is_the_vin(vin: str) -> None:
     assert read(json.dumps(alert(vin=vin))).vin == VIN
     assert "vin" in refused(json.dumps(alert(vin="LSVAU2180N-218329")))
+
+
+@pytest.mark.parametrize("unit", ["N/A", "-", "none", "null", "", "unit", "1", "kPa(g)", "kPaG"])
+def test_a_mark_of_no_unit_or_the_names_unit_with_a_qualifier_reads_in_the_names_unit(unit: str) -> None:
+    # (A review: {"unit": "N/A"} for boost_kpa was set aside as "N/A is no unit the job knows"; it was read in kPa.)
+    assert read_signals([{"name": "boost_kpa", "value": 15, "unit": unit}]).signals == {"boost_kpa": 15.0}
+    if unit.strip() and unit not in ("-", "1"):
+        assert read_signals({"boost_kpa": f"15 {unit}"}).signals == {"boost_kpa": 15.0}
+
+
+def test_units_spelled_as_data_sheets_write_them_are_read() -> None:
+    event = read_signals({"idle_rpm": "700 min-1", "pack_temp_c": "41 degrees C", "fan_speed": "900 min^-1"})
+    assert event.signals == {"idle_rpm": 700.0, "pack_temp_c": 41.0, "fan_speed_rpm": 900.0}
