@@ -59,7 +59,12 @@ def listen(host: str, port: int) -> list[socket.socket]:
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(found):
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:
+                # A family this host has no sockets of (IPv6 off, and localhost still ::1 in /etc/hosts): skipped,
+                # as asyncio's create_server skips it (a review).
+                continue
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
@@ -70,6 +75,8 @@ def listen(host: str, port: int) -> list[socket.socket]:
             sock.close()
         held = " (another process holds the port: give another --port)" if e.errno == errno.EADDRINUSE else ""
         raise ConfigError(f"cannot listen on {where}: {e.strerror or e}{held}") from None
+    if not sockets:
+        raise ConfigError(f"cannot listen on {where}: no address of it can be bound on this host")
     return sockets
 
 

@@ -16,6 +16,7 @@ import inspector.server
 from inspector.views import Inspector
 from jobs import cli
 from jobs.job_settings import SERVE_TOKEN_ENV
+from vdoctor.errors import ConfigError
 from vdoctor.stores import open_store
 
 pytestmark = pytest.mark.unit
@@ -140,3 +141,49 @@ def test_a_port_in_use_is_a_one_line_error_before_any_address_is_announced(
     err = capsys.readouterr().err
     assert err.startswith("vdoctor: ") and err.count("\n") == 1, err
     assert f"127.0.0.1:{port}" in err and "--port" in err and "memory inspector on" not in err
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"hello world", (json.dumps(DIAGNOSIS) + "\r" + json.dumps(DIAGNOSIS) + "\r").encode()],
+    ids=["one-line-not-json", "cr-only"],
+)
+def test_a_file_with_no_whole_line_is_no_output_being_written(
+    content: bytes, memory: str, served: list[Inspector], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Such a file was read as empty, its only line taken for the one a job was writing (a review): the job ends
+    every line with a newline, so a file without one is no output of its."""
+    given = tmp_path / "diagnoses.jsonl"
+    given.write_bytes(content)
+    assert cli.main(["serve", "--memory", memory, "--diagnoses", str(given)]) == 2
+    one_line_error(capsys, str(given), "line 1: not a diagnosis")
+    plot = tmp_path / "h.png"
+    assert cli.main(["memory", "health", "--diagnoses", str(given), "--memory", memory, "--plot", str(plot)]) == 2
+    one_line_error(capsys, str(given), "line 1: not a diagnosis")
+    assert served == []
+
+
+def test_an_address_family_this_host_has_no_sockets_of_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """localhost as ::1 and 127.0.0.1 on a host with IPv6 off: serve refused to start, where asyncio binds the
+    address it can (a review)."""
+    real = socket.socket
+    found = [
+        (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", 0, 0, 0)),
+        (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0)),
+    ]
+
+    def no_ipv6(family: int = socket.AF_INET, *rest: Any) -> socket.socket:
+        if family == socket.AF_INET6:
+            raise OSError(97, "Address family not supported by protocol")
+        return real(family, *rest)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: found)
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    [bound] = inspector.server.listen("localhost", 0)
+    try:
+        assert bound.getsockname()[0] == "127.0.0.1"
+    finally:
+        bound.close()
+    monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: found[:1])
+    with pytest.raises(ConfigError, match="no address of it can be bound"):
+        inspector.server.listen("localhost", 0)

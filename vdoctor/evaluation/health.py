@@ -85,6 +85,9 @@ def read_diagnoses(diagnoses: Path) -> list[dict[str, Any]]:
     except OSError as e:
         raise ConfigError(f"cannot read the diagnoses {diagnoses}: {e.strerror}") from None
     raw_lines = data.split(b"\n")
+    # The line a running job is writing: the last, without its newline, after at least one whole line (a file of
+    # one line without a newline, or of lines ended by "\r" alone, is no output of the job's: a review).
+    writing = len(raw_lines) if len(raw_lines) > 1 else 0
     out: list[dict[str, Any]] = []
     for number, raw in enumerate(raw_lines, 1):
         if not raw.strip():
@@ -92,13 +95,13 @@ def read_diagnoses(diagnoses: Path) -> list[dict[str, Any]]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
-            if number == len(raw_lines):
+            if number == writing:
                 break
             raise ConfigError(f"cannot read the diagnoses {diagnoses}: not UTF-8 text (line {number})") from None
         try:
             d = json.loads(line)
         except ValueError as e:
-            if number == len(raw_lines):
+            if number == writing:
                 break
             problem: str | None = str(e)
         else:
