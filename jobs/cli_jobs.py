@@ -98,15 +98,15 @@ def _run_kafka(args: argparse.Namespace) -> int:
         f"in {job.flink.checkpoint_dir}); Ctrl-C stops",
         file=sys.stderr,
     )
-    brokers = [a for a in job.bootstrap.split(",") if a.strip()]
-    if brokers and len(silent := silent_brokers(job.bootstrap)) == len(brokers):
-        # (The job itself waited in silence, writing checkpoints, for a broker that a typo had named: an audit.)
-        print(
-            f"vdoctor run: warning: no broker answers at {', '.join(silent)} (within {BROKER_PROBE_S:.0f} s); the "
-            "job starts and waits for one",
-            file=sys.stderr,
-        )
     try:
+        brokers = [a for a in job.bootstrap.split(",") if a.strip()]
+        if brokers and len(silent := silent_brokers(job.bootstrap)) == len(brokers):
+            # (The job itself waited in silence, writing checkpoints, for a broker that a typo had named: an audit.)
+            print(
+                f"vdoctor run: warning: no broker answers at {', '.join(silent)} (within {BROKER_PROBE_S:.0f} s); "
+                "the job starts and waits for one",
+                file=sys.stderr,
+            )
         kafka_job.run(job, settings, local=True)
     except KeyboardInterrupt:
         # Offsets and state are as of the last checkpoint; the same command resumes from it.
