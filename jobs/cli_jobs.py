@@ -62,13 +62,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 BROKER_PROBE_S = 3.0
 
 
+def brokers_of(bootstrap: str) -> list[str]:
+    """The brokers of a bootstrap list (``host:port,...``), blanks around them left out."""
+    return [a.strip() for a in bootstrap.split(",") if a.strip()]
+
+
 def silent_brokers(bootstrap: str, timeout_s: float = BROKER_PROBE_S) -> list[str]:
-    """The brokers of ``bootstrap`` (``host:port,...``) that do not take a TCP connection within ``timeout_s``:
-    all of them for a mistyped address. Only a hint: the job's Kafka source waits for a broker that comes later."""
+    """The brokers of ``bootstrap`` (``brokers_of``) that do not take a TCP connection within ``timeout_s``: all
+    of them for a mistyped address. Only a hint: the job's Kafka source waits for a broker that comes later."""
     import socket
 
     silent = []
-    for address in (a.strip() for a in bootstrap.split(",") if a.strip()):
+    for address in brokers_of(bootstrap):
         host, _, port = address.rpartition(":")
         try:
             socket.create_connection((host.strip("[]") or address, int(port or 9092)), timeout=timeout_s).close()
@@ -99,7 +104,7 @@ def _run_kafka(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     try:
-        brokers = [a for a in job.bootstrap.split(",") if a.strip()]
+        brokers = brokers_of(job.bootstrap)
         if brokers and len(silent := silent_brokers(job.bootstrap)) == len(brokers):
             # (The job itself waited in silence, writing checkpoints, for a broker that a typo had named: an audit.)
             print(

@@ -16,7 +16,7 @@ from vdoctor import assembly
 from vdoctor.errors import ConfigError, StaleSchema, StoreError
 from vdoctor.events import given_codes, given_time, given_vin
 from vdoctor.memory.explain import recall_json, vehicle_series
-from vdoctor.stores import MemoryStore, open_store, sqlite_file
+from vdoctor.stores import MemoryStore, missing_file, open_store
 from vdoctor.url_credentials import url_scheme
 
 # What ``memory health`` writes its plot to, by default and inside a folder given as --plot (a folder that
@@ -213,8 +213,7 @@ def _cmd_knowledge_load(args: argparse.Namespace) -> int:
 
 def _cmd_knowledge_search(args: argparse.Namespace) -> int:
     settings = domain_settings(args)
-    path = sqlite_file(settings.memory.knowledge_url)
-    if path is not None and path != ":memory:" and not Path(path).is_file():
+    if (path := missing_file(settings.memory.knowledge_url)) is not None:
         # (A mistyped path made an empty database there and printed nothing, exit 0: an audit.)
         raise StoreError(f"no knowledge base to search: no such file: {path} (vdoctor knowledge load fills one)")
     base = assembly.knowledge_base(settings)

@@ -744,7 +744,7 @@ class DiagnosisEngine:
             held = False
         if held:
             try:
-                self._found_held(self.store, session)
+                self.found_held(self.store, session)
             except StoreError as e:
                 # Written again, the case would be reported lost should this fail too; it is in long-term memory.
                 log.warning("%s is in long-term memory; its milestones could not be set invalid: %s", session.vin, e)
@@ -824,7 +824,7 @@ class DiagnosisEngine:
             if held:
                 # Written since by ``vdoctor memory write-waiting``, or by an earlier try whose answer was lost:
                 # written again, it would come back valid after a lifecycle event, or over a later case merged in.
-                self._found_held(once, live)
+                self.found_held(once, live)
                 return StepResult(session=live, dedup=dedup, given=given)
             working = WorkingMemory(
                 live.working.model_copy(deep=True),
@@ -872,7 +872,7 @@ class DiagnosisEngine:
         return merged_record(store, session.vin, session.session_id) is not None
 
     @staticmethod
-    def _found_held(store: MemoryStore, session: SessionState) -> None:
+    def found_held(store: MemoryStore, session: SessionState) -> None:
         """A waiting case that long-term memory holds already (``_case_held``): no longer waiting, and not written
         again. Not counted as a write: this job did not write it. Its session's milestones are superseded from its
         conclusion, as its write does (a write whose upsert took and whose superseding failed left them valid).

@@ -57,7 +57,7 @@ from vdoctor.diagnosis import DiagnosisEngine, holds_case
 from vdoctor.errors import StoreError
 from vdoctor.events import describe_validation_error
 from vdoctor.memory.session import DedupState, SessionState
-from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, supersede_milestones, write_alone, write_final
+from vdoctor.memory.write_policy import DEDUP_WINDOW, WriteFinal, write_alone, write_final
 from vdoctor.records import DeadLetter, RecordKind
 from vdoctor.stores.base import MemoryStore
 
@@ -235,13 +235,12 @@ def _write_one(found: Found, session: SessionState, engine: DiagnosisEngine) -> 
     except StoreError as e:
         raise _StoreDown() from e
     if view.held:
-        if session.milestones_written > 0:
-            # As the job does for a case it finds written (``DiagnosisEngine._found_held``): a write whose upsert
-            # took and whose superseding failed left them valid.
-            try:
-                supersede_milestones(once, session.vin, session.session_id, session.last_event_at)
-            except StoreError as e:
-                raise _StoreDown() from e
+        # As the job does for a case it finds written: its milestones superseded (a write whose upsert took and whose
+        # superseding failed left them valid).
+        try:
+            engine.found_held(once, session)
+        except StoreError as e:
+            raise _StoreDown() from e
         found.outcome = Outcome.ALREADY
         return
     # The write gates' merge, as the job would have written the case then, unless the record it would merge into

@@ -96,13 +96,21 @@ STORES: Registry[StoreOpener] = Registry(
 )
 
 
+def missing_file(url: str) -> str | None:
+    """The sqlite file a URL names when it does not exist (opened, it would be created, empty); None otherwise:
+    for a file that exists, a store in memory, or another backend. Long-term memory's readers and ``vdoctor
+    knowledge search`` ask it."""
+    path = sqlite_file(url)
+    return path if path is not None and path != ":memory:" and not Path(path).is_file() else None
+
+
 def _missing(url: str) -> str | None:
     """Why the sqlite file or mem0 folder a URL names is no store yet; None when it is one, and for a server's
     database (its connection says) or a store in memory (new on every open, by choice)."""
+    if (absent := missing_file(url)) is not None:
+        return f"no such file: {absent}"
     path = sqlite_file(url)
     if path is not None and path != ":memory:":
-        if not Path(path).is_file():
-            return f"no such file: {path}"
         return _not_memory(path)
     if url_scheme(url) == "mem0":
         from vdoctor.stores.mem0_folder import MARKER
@@ -147,4 +155,4 @@ def open_store(url: str, read_only: bool = False, existing: bool = False) -> Mem
     return opener(url, read_only=True) if read_only else opener(url)
 
 
-__all__ = ["STORES", "MemoryStore", "Scored", "SimilarQuery", "open_store", "sqlite_file"]
+__all__ = ["STORES", "MemoryStore", "Scored", "SimilarQuery", "missing_file", "open_store", "sqlite_file"]
